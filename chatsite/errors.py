@@ -1,0 +1,63 @@
+"""Domain exceptions shared by every app (CONVENTIONS §3).
+
+Services raise these; :mod:`chatsite.http` maps them to HTTP in one place and the SSE
+relay maps them to ``error`` events. Every message is written for the person who sees it.
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """Base of the errors a user can see: an HTTP status, a stable code and a message."""
+
+    status = 400
+    code = "bad_request"
+    message = "The request could not be processed."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.message = message or self.message
+        self.code = code or self.code
+        self.headers = headers or {}
+        super().__init__(self.message)
+
+
+class InvalidInput(DomainError):
+    """The input is malformed or empty (400)."""
+
+    status = 400
+    code = "invalid_input"
+
+
+class PayloadTooLarge(DomainError):
+    """The input is over a configured size limit (413)."""
+
+    status = 413
+    code = "too_large"
+
+
+class NotFound(DomainError):
+    """The object does not exist or belongs to someone else (404, never 403: no leak)."""
+
+    status = 404
+    code = "not_found"
+    message = "Not found."
+
+
+class Conflict(DomainError):
+    """The object is in a state that forbids the action (409)."""
+
+    status = 409
+    code = "conflict"
+
+
+class ServiceUnavailable(DomainError):
+    """A backing service cannot take the request now (503, with ``Retry-After``)."""
+
+    status = 503
+    code = "unavailable"

@@ -1,0 +1,158 @@
+"""Settings shared by every environment.
+
+All configuration comes from the environment through one django-environ `env`. With no
+`DATABASE_URL` / `REDIS_URL` set, the URLs of the private services that `make run` /
+`make test` start under `.var/` are read from `.var/services.env` (written by
+`scripts/services.py`); variables already in the environment always win.
+"""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+VAR_DIR = BASE_DIR / ".var"
+
+env = environ.Env()
+_services_env = VAR_DIR / "services.env"
+if _services_env.exists():
+    env.read_env(str(_services_env), overwrite=False)
+
+SECRET_KEY = env("DJANGO_SECRET_KEY", default="dev-insecure-change-me")
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "conversations",
+    "gateway",
+    "memory",
+    "safety",
+    "inference",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "chatsite.urls"
+ASGI_APPLICATION = "chatsite.asgi.application"
+WSGI_APPLICATION = "chatsite.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/chatsite")
+}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "cache",
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "chat-home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+# Celery (CONVENTIONS §7): broker and results on the same Redis.
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    "reap-streaming-messages": {
+        "task": "conversations.tasks.reap_streaming_messages",
+        "schedule": env.float("REAPER_INTERVAL_S", default=15.0),
+    },
+}
+
+# --- Chat -------------------------------------------------------------------------
+# Longest user message accepted, in characters (issue #2: default 32,000). Longer: 413.
+CHAT_MAX_MESSAGE_CHARS = env.int("CHAT_MAX_MESSAGE_CHARS", default=32_000)
+# Titles default to the first user message cut to this many characters.
+CHAT_TITLE_MAX_CHARS = 60
+# Answer length asked of the engine, in tokens.
+CHAT_MAX_TOKENS = env.int("CHAT_MAX_TOKENS", default=512)
+CHAT_TEMPERATURE = env.float("CHAT_TEMPERATURE", default=0.7)
+CHAT_SYSTEM_PROMPT = env(
+    "CHAT_SYSTEM_PROMPT",
+    default="You are a helpful, concise assistant. Answer in Markdown when it helps.",
+)
+# Interim history window, in messages, until memory/ builds context to the token (issue #5);
+# the engine still trims to its context window with its own tokenizer.
+CHAT_HISTORY_MAX_MESSAGES = env.int("CHAT_HISTORY_MAX_MESSAGES", default=40)
+
+# --- Inference tier -------------------------------------------------------------------
+INFERENCE_DEFAULT_POOL = env("INFERENCE_DEFAULT_POOL", default="default")
+# A job not picked up by a worker within this many seconds is dropped with an error event.
+INFERENCE_QUEUE_TIMEOUT_S = env.float("INFERENCE_QUEUE_TIMEOUT_S", default=60.0)
+# With no live worker in the pool, the stream reports an error after this many seconds.
+INFERENCE_NO_WORKER_GRACE_S = env.float("INFERENCE_NO_WORKER_GRACE_S", default=15.0)
+# A stream with no client attached is cancelled after this many seconds (DESIGN §4.6).
+INFERENCE_DETACH_GRACE_S = env.float("INFERENCE_DETACH_GRACE_S", default=10.0)
+# Generation streams are kept this long after their terminal event (reconnects, reaper).
+INFERENCE_STREAM_TTL_S = env.int("INFERENCE_STREAM_TTL_S", default=3600)
+# SSE heartbeat comment interval (DESIGN §8: every 15 s).
+SSE_HEARTBEAT_S = env.float("SSE_HEARTBEAT_S", default=15.0)
+# A `streaming` message whose job has no stream left after this long is finalised as an error.
+REAPER_STALE_AFTER_S = env.float("REAPER_STALE_AFTER_S", default=900.0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}

@@ -1,0 +1,13 @@
+"""Production: secrets come from the environment and have no defaults."""
+
+from chatsite.settings.base import *  # noqa: F403
+from chatsite.settings.base import env
+
+DEBUG = False
+SECRET_KEY = env("DJANGO_SECRET_KEY")
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS")
+DATABASES = {"default": env.db("DATABASE_URL")}
+REDIS_URL = env("REDIS_URL")
+SESSION_COOKIE_SECURE = True
+CSRF_COOKIE_SECURE = True
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

@@ -1,0 +1,19 @@
+"""Test settings: the same real PostgreSQL and Redis as dev, a private Redis database."""
+
+from chatsite.settings.base import *  # noqa: F403
+from chatsite.settings.base import REDIS_URL, env
+
+# Tests own Redis database 15 of the same server and flush it between tests.
+REDIS_URL = env("TEST_REDIS_URL", default=REDIS_URL.rsplit("/", 1)[0] + "/15")
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "cache",
+    }
+}
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_ALWAYS_EAGER = True
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+SSE_HEARTBEAT_S = 1.0
+INFERENCE_NO_WORKER_GRACE_S = 2.0

@@ -1,0 +1,1 @@
+"""Conversations: models, the chat turn, UI views and the SSE relay."""

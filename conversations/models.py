@@ -1,0 +1,93 @@
+"""Conversation and Message (DESIGN §7)."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class Conversation(models.Model):
+    """A thread of messages owned by one user."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
+    title = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    summary = models.TextField(blank=True, default="")
+    summary_upto = models.ForeignKey(
+        "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    archived = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["user", "-updated_at"], name="conv_user_updated")]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Message(models.Model):
+    """One message. Assistant messages point at the user message they answer (``parent``);
+    regenerating adds a sibling, the newest sibling being the one shown and sent as history.
+    """
+
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+        SYSTEM = "system"
+        TOOL = "tool"
+
+    class Status(models.TextChoices):
+        STREAMING = "streaming"
+        COMPLETE = "complete"
+        CANCELLED = "cancelled", "stopped"
+        ERROR = "error"
+        FILTERED = "filtered"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True, default="")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="replies"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    # Tokens: token_count is this message's own generated tokens (assistant) ; prompt_tokens
+    # is the whole prompt the engine saw for it, cached_tokens the part served from KV cache.
+    token_count = models.PositiveIntegerField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    model = models.CharField(max_length=200, blank=True, default="")
+    pool = models.CharField(max_length=100, blank=True, default="")
+    finish_reason = models.CharField(max_length=32, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    ttft_ms = models.PositiveIntegerField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [models.Index(fields=["conversation", "created_at"], name="msg_conv_created")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation"],
+                condition=Q(status="streaming"),
+                name="one_streaming_answer_per_conversation",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.content[:40]}"
+
+    @property
+    def job_id(self) -> str:
+        """The inference job id of an assistant message (its own id)."""
+        return str(self.id)

@@ -1,0 +1,110 @@
+"""Reads of conversations and messages, always scoped to the owner (CONVENTIONS §1)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+
+from chatsite.errors import NotFound
+from conversations.models import Conversation, Message
+
+
+def _as_uuid(value: Any) -> uuid.UUID:
+    try:
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    except ValueError as exc:
+        raise NotFound() from exc
+
+
+def conversation_list(*, user: AbstractBaseUser) -> QuerySet[Conversation]:
+    """Return the user's conversations, most recently active first."""
+    return Conversation.objects.filter(user=user, archived=False).order_by("-updated_at")
+
+
+def conversation_get(*, user: AbstractBaseUser, conversation_id: Any) -> Conversation:
+    """Return the user's conversation; raises NotFound for unknown or others' ids."""
+    try:
+        return Conversation.objects.get(id=_as_uuid(conversation_id), user=user)
+    except Conversation.DoesNotExist as exc:
+        raise NotFound("This conversation does not exist.") from exc
+
+
+def message_get(*, user: AbstractBaseUser, conversation_id: Any, message_id: Any) -> Message:
+    """Return a message of the user's conversation; raises NotFound otherwise."""
+    try:
+        return Message.objects.select_related("conversation").get(
+            id=_as_uuid(message_id),
+            conversation_id=_as_uuid(conversation_id),
+            conversation__user=user,
+        )
+    except Message.DoesNotExist as exc:
+        raise NotFound("This message does not exist.") from exc
+
+
+async def amessage_get(*, user: AbstractBaseUser, conversation_id: Any, message_id: Any) -> Message:
+    """Async :func:`message_get`."""
+    try:
+        return await Message.objects.select_related("conversation").aget(
+            id=_as_uuid(message_id),
+            conversation_id=_as_uuid(conversation_id),
+            conversation__user=user,
+        )
+    except Message.DoesNotExist as exc:
+        raise NotFound("This message does not exist.") from exc
+
+
+@dataclass
+class ThreadItem:
+    """A message as shown: the current answer with its earlier versions."""
+
+    message: Message
+    previous_versions: list[Message] = field(default_factory=list)
+
+    @property
+    def version_count(self) -> int:
+        """How many answers this turn has had (1 = never regenerated)."""
+        return 1 + len(self.previous_versions)
+
+
+def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
+    """Return the thread in order: each user message followed by its newest answer.
+
+    Older answers to the same user message (regenerated) are attached as
+    ``previous_versions``, oldest first.
+    """
+    messages = list(conversation.messages.order_by("created_at"))
+    answers: dict[Any, list[Message]] = {}
+    for m in messages:
+        if m.role == Message.Role.ASSISTANT and m.parent_id is not None:
+            answers.setdefault(m.parent_id, []).append(m)
+    items: list[ThreadItem] = []
+    for m in messages:
+        if m.role == Message.Role.ASSISTANT and m.parent_id is not None:
+            continue
+        items.append(ThreadItem(message=m))
+        versions = answers.get(m.id)
+        if versions:
+            items.append(ThreadItem(message=versions[-1], previous_versions=versions[:-1]))
+    return items
+
+
+def history_for_context(*, conversation: Conversation) -> list[dict[str, str]]:
+    """Return the thread as OpenAI chat messages, oldest first, for the next prompt.
+
+    Uses the current answer of each turn; answers that ended in an error or are still
+    streaming are left out (the model should not see an empty or failed reply).
+    """
+    history: list[dict[str, str]] = []
+    for item in thread_items(conversation=conversation):
+        m = item.message
+        if m.role == Message.Role.ASSISTANT and (
+            m.status in (Message.Status.STREAMING, Message.Status.ERROR) or not m.content
+        ):
+            continue
+        if m.role in (Message.Role.USER, Message.Role.ASSISTANT):
+            history.append({"role": m.role, "content": m.content})
+    return history

@@ -1,0 +1,312 @@
+"""Writes of the chat: the turn (start, stop, regenerate, finalise) and conversation edits.
+
+A turn (DESIGN §4): one transaction stores the user message and an assistant message in
+``streaming`` status; after commit the gateway enqueues the generation. The assistant
+message is finalised from its Redis event stream by whoever sees the terminal event first
+(the SSE relay, or the periodic reaper); finalisation is a conditional UPDATE, so it is
+idempotent and race-free.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from chatsite.errors import Conflict, InvalidInput, PayloadTooLarge
+from conversations import selectors
+from conversations.models import Conversation, Message
+from gateway import services as gateway
+from inference import client as inference_client
+from inference import protocol
+from memory.context import context_build
+
+logger = logging.getLogger(__name__)
+
+BUSY_MESSAGE = "An answer is still being written in this conversation. Stop it or wait for it to finish."
+
+
+@dataclass
+class Turn:
+    """What a started turn produced."""
+
+    conversation: Conversation
+    user_message: Message
+    assistant_message: Message
+    created_conversation: bool = False
+
+
+def _validate_content(content: Any) -> str:
+    if not isinstance(content, str) or not content.strip():
+        raise InvalidInput("Your message is empty. Type something to send.", code="empty_message")
+    limit = settings.CHAT_MAX_MESSAGE_CHARS
+    if len(content) > limit:
+        raise PayloadTooLarge(
+            f"Your message is {len(content):,} characters long; the limit is {limit:,}. "
+            "Shorten it or split it into several messages.",
+            code="message_too_long",
+        )
+    return content
+
+
+def title_from_text(text: str) -> str:
+    """Return a conversation title: the text's first line, cut to CHAT_TITLE_MAX_CHARS.
+
+    Never empty: whitespace-only text gives "New chat".
+    """
+    line = " ".join(text.split())
+    limit = settings.CHAT_TITLE_MAX_CHARS
+    if len(line) > limit:
+        line = line[: limit - 1].rstrip() + "…"
+    return line or "New chat"
+
+
+def _generation_params(params: dict[str, Any] | None) -> dict[str, Any]:
+    merged: dict[str, Any] = {
+        "max_tokens": settings.CHAT_MAX_TOKENS,
+        "temperature": settings.CHAT_TEMPERATURE,
+    }
+    merged.update(params or {})
+    return merged
+
+
+def _submit_on_commit(
+    *, conversation: Conversation, assistant: Message, params: dict[str, Any]
+) -> None:
+    messages = context_build(
+        system_prompt=settings.CHAT_SYSTEM_PROMPT,
+        history=selectors.history_for_context(conversation=conversation),
+        max_messages=settings.CHAT_HISTORY_MAX_MESSAGES,
+    )
+    enqueued_at = assistant.created_at.timestamp()
+
+    def submit() -> None:
+        gateway.generation_submit(
+            job_id=assistant.job_id,
+            messages=messages,
+            params=params,
+            user_ref=str(conversation.user_id),
+            pool=assistant.pool,
+            enqueued_at=enqueued_at,
+        )
+
+    transaction.on_commit(submit)
+
+
+def _assistant_create(*, conversation: Conversation, parent: Message) -> Message:
+    try:
+        with transaction.atomic():
+            return Message.objects.create(
+                conversation=conversation,
+                role=Message.Role.ASSISTANT,
+                status=Message.Status.STREAMING,
+                parent=parent,
+                pool=gateway.pool_route(),
+            )
+    except IntegrityError as exc:  # the partial unique index: one streaming answer
+        raise Conflict(BUSY_MESSAGE, code="conversation_busy") from exc
+
+
+def turn_start(
+    *,
+    user: AbstractBaseUser,
+    content: Any,
+    conversation_id: Any = None,
+    params: dict[str, Any] | None = None,
+) -> Turn:
+    """Store the user's message and a streaming answer; enqueue the generation on commit.
+
+    ``conversation_id`` None starts a new conversation titled after the message.
+    Raises InvalidInput (empty), PayloadTooLarge (over CHAT_MAX_MESSAGE_CHARS characters),
+    NotFound (not the user's conversation), Conflict (an answer is still streaming).
+    Nothing is stored when it raises.
+    """
+    content = _validate_content(content)
+    with transaction.atomic():
+        created = conversation_id is None
+        if created:
+            conversation = Conversation.objects.create(user=user, title=title_from_text(content))
+        else:
+            conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
+            conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+            if conversation.messages.filter(status=Message.Status.STREAMING).exists():
+                raise Conflict(BUSY_MESSAGE, code="conversation_busy")
+        user_message = Message.objects.create(
+            conversation=conversation, role=Message.Role.USER, content=content
+        )
+        assistant = _assistant_create(conversation=conversation, parent=user_message)
+        Conversation.objects.filter(pk=conversation.pk).update(updated_at=timezone.now())
+        _submit_on_commit(
+            conversation=conversation, assistant=assistant, params=_generation_params(params)
+        )
+    return Turn(conversation, user_message, assistant, created_conversation=created)
+
+
+def turn_regenerate(
+    *, user: AbstractBaseUser, conversation_id: Any, params: dict[str, Any] | None = None
+) -> Turn:
+    """Answer the last user message again; the previous answer is kept as an older version.
+
+    Raises NotFound, Conflict (an answer is streaming, or there is nothing to regenerate).
+    """
+    with transaction.atomic():
+        conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
+        conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        last_user = (
+            conversation.messages.filter(role=Message.Role.USER).order_by("-created_at").first()
+        )
+        if last_user is None:
+            raise Conflict("There is no message to answer again.", code="nothing_to_regenerate")
+        if conversation.messages.filter(status=Message.Status.STREAMING).exists():
+            raise Conflict(BUSY_MESSAGE, code="conversation_busy")
+        assistant = _assistant_create(conversation=conversation, parent=last_user)
+        Conversation.objects.filter(pk=conversation.pk).update(updated_at=timezone.now())
+        _submit_on_commit(
+            conversation=conversation, assistant=assistant, params=_generation_params(params)
+        )
+    return Turn(conversation, last_user, assistant)
+
+
+def turn_stop(*, user: AbstractBaseUser, conversation_id: Any, message_id: Any) -> Message:
+    """Ask the worker to stop a streaming answer; the partial text is kept as ``cancelled``.
+
+    The answer is finalised when the worker's terminal event arrives (within a decode
+    step). Stopping an answer that already ended is a no-op. Raises NotFound.
+    """
+    message = selectors.message_get(user=user, conversation_id=conversation_id, message_id=message_id)
+    if message.status == Message.Status.STREAMING:
+        gateway.generation_cancel(job_id=message.job_id)
+    return message
+
+
+_STATUS_BY_FINISH = {
+    protocol.FINISH_STOP: Message.Status.COMPLETE,
+    protocol.FINISH_LENGTH: Message.Status.COMPLETE,
+    protocol.FINISH_CANCELLED: Message.Status.CANCELLED,
+    protocol.FINISH_CONTENT_FILTER: Message.Status.FILTERED,
+}
+
+
+def message_finalize(*, message_id: Any) -> Message | None:
+    """Write a streaming answer's final state from its generation stream.
+
+    Reads the stream up to its terminal event: content = all token text, status from the
+    finish reason (``error`` event: status error, partial text kept), usage and timings
+    from the event. Returns the updated message, or None if the generation has not ended
+    or the message was already final (another process finalised it first).
+    """
+    job_id = str(message_id)
+    events = inference_client.generation_events(job_id=job_id)
+    if not events or not events[-1].is_terminal:
+        return None
+    terminal = events[-1]
+    text = "".join(e.data["t"] for e in events if e.type == protocol.EVENT_TOKEN)
+    meta = next((e.data for e in events if e.type == protocol.EVENT_META), {})
+    usage = protocol.Usage.from_dict(terminal.data.get("usage"))
+    fields: dict[str, Any] = {
+        "content": text,
+        "model": meta.get("model", ""),
+        "token_count": usage.completion_tokens,
+        "prompt_tokens": usage.prompt_tokens,
+        "cached_tokens": usage.cached_tokens,
+    }
+    if terminal.type == protocol.EVENT_DONE:
+        fields["status"] = _STATUS_BY_FINISH[terminal.data["finish_reason"]]
+        fields["finish_reason"] = terminal.data["finish_reason"]
+        fields["ttft_ms"] = terminal.data.get("ttft_ms")
+        fields["latency_ms"] = terminal.data.get("latency_ms")
+    else:
+        fields["status"] = Message.Status.ERROR
+        fields["finish_reason"] = "error"
+        fields["error"] = terminal.data.get("message", "The answer failed.")
+    with transaction.atomic():
+        updated = Message.objects.filter(id=job_id, status=Message.Status.STREAMING).update(**fields)
+        if not updated:
+            return None
+        message = Message.objects.get(id=job_id)
+        Conversation.objects.filter(pk=message.conversation_id).update(updated_at=timezone.now())
+    return message
+
+
+def message_watchdog(*, message: Message, started: bool, last_event_at: float) -> str | None:
+    """End a streaming answer's generation if it can no longer finish (no worker, timeout).
+
+    Returns the error code written to the stream, or None. See
+    :func:`inference.client.generation_watchdog` for the rules and settings used.
+    """
+    return inference_client.generation_watchdog(
+        job_id=message.job_id,
+        pool=message.pool or settings.INFERENCE_DEFAULT_POOL,
+        enqueued_at=message.created_at.timestamp(),
+        queue_timeout_s=settings.INFERENCE_QUEUE_TIMEOUT_S,
+        no_worker_grace_s=settings.INFERENCE_NO_WORKER_GRACE_S,
+        started=started,
+        last_event_at=last_event_at,
+    )
+
+
+def streaming_messages_reap(*, older_than_s: float = 5.0) -> int:
+    """Finalise streaming answers nobody is relaying (web process died, tab closed).
+
+    For each answer streaming for more than ``older_than_s`` seconds: finalise it if its
+    stream has ended; else apply the watchdog; an answer whose stream is gone for more
+    than REAPER_STALE_AFTER_S is marked as an error. Returns how many were finalised.
+    """
+    now = time.time()
+    cutoff = timezone.now() - timezone.timedelta(seconds=older_than_s)
+    done = 0
+    for message in Message.objects.filter(status=Message.Status.STREAMING, created_at__lt=cutoff):
+        if message_finalize(message_id=message.id):
+            done += 1
+            continue
+        events = inference_client.generation_events(job_id=message.job_id)
+        started = bool(events)
+        if not started and not inference_client.generation_exists(job_id=message.job_id):
+            age = now - message.created_at.timestamp()
+            if age > settings.REAPER_STALE_AFTER_S:
+                done += Message.objects.filter(id=message.id, status=Message.Status.STREAMING).update(
+                    status=Message.Status.ERROR,
+                    finish_reason="error",
+                    error="This answer was lost. Please regenerate it.",
+                )
+                continue
+        last_event_at = _entry_time(events[-1].id) if events else message.created_at.timestamp()
+        if message_watchdog(message=message, started=started, last_event_at=last_event_at):
+            if message_finalize(message_id=message.id):
+                done += 1
+    return done
+
+
+def _entry_time(entry_id: str) -> float:
+    """Return the epoch seconds encoded in a Redis stream entry id."""
+    return int(entry_id.split("-", 1)[0]) / 1000.0
+
+
+def conversation_rename(*, user: AbstractBaseUser, conversation_id: Any, title: Any) -> Conversation:
+    """Rename the user's conversation. Raises InvalidInput (empty or over 200 characters)."""
+    if not isinstance(title, str) or not title.strip():
+        raise InvalidInput("A title cannot be empty.", code="empty_title")
+    title = " ".join(title.split())
+    if len(title) > 200:
+        raise InvalidInput("A title can be at most 200 characters long.", code="title_too_long")
+    conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
+    conversation.title = title
+    conversation.save(update_fields=["title"])
+    return conversation
+
+
+def conversation_delete(*, user: AbstractBaseUser, conversation_id: Any) -> None:
+    """Delete the user's conversation and its messages; a streaming answer is cancelled."""
+    conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
+    streaming = [
+        m.job_id for m in conversation.messages.filter(status=Message.Status.STREAMING)
+    ]
+    conversation.delete()
+    for job_id in streaming:
+        transaction.on_commit(lambda j=job_id: gateway.generation_cancel(job_id=j))

@@ -1,0 +1,143 @@
+"""Chat UI views: thin (CONVENTIONS §2) — validate, call one service, render or serialise.
+
+JSON endpoints answer errors as ``{"error": {"code", "message"}}`` via
+:func:`chatsite.http.json_errors`; every object is looked up by owner (404 otherwise).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages as flash
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.forms import UserCreationForm
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from chatsite.errors import DomainError
+from chatsite.http import json_errors
+from conversations import selectors, services
+from conversations.services import Turn
+
+
+def _turn_json(turn: Turn) -> dict[str, Any]:
+    conv, answer = turn.conversation, turn.assistant_message
+    return {
+        "conversation": {
+            "id": str(conv.id),
+            "title": conv.title,
+            "url": reverse("conversation-detail", args=[conv.id]),
+            "created": turn.created_conversation,
+        },
+        "user_message": {"id": str(turn.user_message.id)},
+        "assistant_message": {
+            "id": str(answer.id),
+            "status": answer.status,
+            "stream_url": reverse("message-stream", args=[conv.id, answer.id]),
+            "stop_url": reverse("message-stop", args=[conv.id, answer.id]),
+        },
+    }
+
+
+def _chat_page(request: HttpRequest, conversation: Any = None) -> HttpResponse:
+    context = {
+        "conversations": selectors.conversation_list(user=request.user)[:200],
+        "conversation": conversation,
+        "items": selectors.thread_items(conversation=conversation) if conversation else [],
+        "max_chars": settings.CHAT_MAX_MESSAGE_CHARS,
+    }
+    return render(request, "chat/chat.html", context)
+
+
+@require_GET
+def chat_home(request: HttpRequest) -> HttpResponse:
+    """The chat page with a new, empty conversation."""
+    return _chat_page(request)
+
+
+@require_GET
+def conversation_detail(request: HttpRequest, conversation_id: Any) -> HttpResponse:
+    """The chat page showing one of the user's conversations."""
+    try:
+        conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    except DomainError:
+        return render(request, "chat/not_found.html", status=404)
+    return _chat_page(request, conversation)
+
+
+@require_POST
+@json_errors
+def message_send(request: HttpRequest, conversation_id: Any = None) -> JsonResponse:
+    """Start a turn: store the message, queue the answer; 201 with its stream URL."""
+    turn = services.turn_start(
+        user=request.user, conversation_id=conversation_id, content=request.POST.get("content")
+    )
+    return JsonResponse(_turn_json(turn), status=201)
+
+
+@require_POST
+@json_errors
+def message_regenerate(request: HttpRequest, conversation_id: Any) -> JsonResponse:
+    """Answer the last message again (the previous answer is kept as a version)."""
+    turn = services.turn_regenerate(user=request.user, conversation_id=conversation_id)
+    return JsonResponse(_turn_json(turn), status=201)
+
+
+@require_POST
+@json_errors
+def message_stop(request: HttpRequest, conversation_id: Any, message_id: Any) -> JsonResponse:
+    """Stop a streaming answer; 202 — the stream ends with a ``done`` (cancelled) frame."""
+    message = services.turn_stop(
+        user=request.user, conversation_id=conversation_id, message_id=message_id
+    )
+    return JsonResponse({"message_id": str(message.id), "status": message.status}, status=202)
+
+
+@require_POST
+def conversation_rename(request: HttpRequest, conversation_id: Any) -> HttpResponse:
+    """Rename a conversation (form post; JSON when asked with Accept: application/json)."""
+    wants_json = "application/json" in request.headers.get("Accept", "")
+    try:
+        conversation = services.conversation_rename(
+            user=request.user, conversation_id=conversation_id, title=request.POST.get("title")
+        )
+    except DomainError as exc:
+        if wants_json or exc.status == 404:
+            return JsonResponse({"error": {"code": exc.code, "message": exc.message}}, status=exc.status)
+        flash.error(request, exc.message)
+        return redirect("conversation-detail", conversation_id)
+    if wants_json:
+        return JsonResponse({"id": str(conversation.id), "title": conversation.title})
+    return redirect("conversation-detail", conversation.id)
+
+
+@require_http_methods(["GET", "POST"])
+def conversation_delete(request: HttpRequest, conversation_id: Any) -> HttpResponse:
+    """GET: ask for confirmation. POST: delete the conversation and its messages."""
+    try:
+        conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+        if request.method == "POST":
+            services.conversation_delete(user=request.user, conversation_id=conversation_id)
+            flash.success(request, f"Deleted “{conversation.title}”.")
+            return redirect("chat-home")
+    except DomainError:
+        return render(request, "chat/not_found.html", status=404)
+    return render(request, "chat/confirm_delete.html", {"conversation": conversation})
+
+
+@login_not_required
+@require_http_methods(["GET", "POST"])
+def signup(request: HttpRequest) -> HttpResponse:
+    """Create an account and sign in."""
+    if request.user.is_authenticated:
+        return redirect("chat-home")
+    form = UserCreationForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = form.save()
+        login(request, user)
+        return redirect("chat-home")
+    return render(request, "registration/signup.html", {"form": form})

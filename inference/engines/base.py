@@ -1,0 +1,87 @@
+"""The engine interface every backend implements (DESIGN §6).
+
+``generate(job)`` is an async iterator of :class:`Delta` (text, whole Unicode characters)
+that always ends with exactly one :class:`Finish` carrying the finish reason and the exact
+token usage. ``abort(job_id)`` makes the running generation finish with
+``finish_reason="cancelled"`` within one decode step.
+"""
+
+from __future__ import annotations
+
+import abc
+import codecs
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from inference.protocol import Job, Usage
+
+
+@dataclass
+class Delta:
+    """A piece of generated text: one or more whole Unicode characters."""
+
+    text: str
+
+
+@dataclass
+class Finish:
+    """The end of a generation: why it stopped and its exact token usage."""
+
+    finish_reason: str
+    usage: Usage
+
+
+class EngineError(Exception):
+    """A generation failed inside the engine; ``code`` is the protocol error code."""
+
+    def __init__(self, message: str, *, code: str = "engine_error"):
+        super().__init__(message)
+        self.code = code
+
+
+class Utf8Decoder:
+    """Turn a stream of byte pieces into whole-character text.
+
+    Bytes of a character split across pieces are held back until the character is
+    complete; invalid bytes become U+FFFD instead of raising (DESIGN §5).
+    """
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, piece: bytes) -> str:
+        """Return the complete characters available after adding ``piece``."""
+        return self._decoder.decode(piece)
+
+    def flush(self) -> str:
+        """Return what is left at the end of the stream (incomplete bytes as U+FFFD)."""
+        return self._decoder.decode(b"", final=True)
+
+
+class Engine(abc.ABC):
+    """A model backend. Subclasses set ``name``, ``model`` and ``max_concurrency``."""
+
+    name: str = ""
+    model: str = ""
+    max_concurrency: int = 1
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Load the model (called once before the first job)."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the model."""
+
+    @abc.abstractmethod
+    def generate(self, job: Job) -> AsyncIterator[Delta | Finish]:
+        """Yield the job's text deltas, then one :class:`Finish`.
+
+        Raises :class:`EngineError` when generation fails.
+        """
+
+    @abc.abstractmethod
+    def abort(self, job_id: str) -> None:
+        """Stop the running generation ``job_id`` (no-op if it is not running)."""
+
+    @abc.abstractmethod
+    def count_tokens(self, messages: list[dict[str, str]]) -> int:
+        """Return the prompt tokens of ``messages`` under the model's chat template."""

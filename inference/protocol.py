@@ -1,0 +1,248 @@
+"""The Redis protocol between the web tier and inference workers (DESIGN §5).
+
+This module owns every Redis key name and every event schema of the inference tier;
+nothing else builds a key or an event by hand.
+
+Keys
+- ``inf:q:{pool}``: stream of jobs, consumer group ``workers``; an entry holds one
+  field ``job`` (the JSON of :class:`Job`).
+- ``inf:gen:{job_id}``: stream of one generation's events; each entry has fields
+  ``e`` (event type) and ``d`` (JSON payload). Expires ``stream_ttl`` seconds after its
+  terminal event.
+- ``inf:final:{job_id}``: set (NX) by whoever appends the terminal event, so a
+  generation has exactly one.
+- ``inf:cancel:{job_id}``: present = the user asked to stop.
+- ``inf:watch:{job_id}`` / ``inf:detached:{job_id}``: number of SSE clients attached,
+  and the epoch second after which a generation with none attached is cancelled.
+- ``inf:workers:{pool}``: sorted set, member = worker id, score = last heartbeat (epoch s).
+- ``inf:worker:{worker_id}``: hash with the worker's slots (``slots``, ``busy``).
+
+Events on ``inf:gen:{job_id}`` (payload schemas in :data:`EVENT_SCHEMAS`)
+- ``meta``  ``{"model": str, "worker": str, "queue_ms": int}``, first, when a worker takes the job.
+- ``token`` ``{"t": str}``, whole Unicode characters only.
+- ``done``  ``{"finish_reason": "stop"|"length"|"cancelled"|"content_filter",
+  "usage": Usage, "ttft_ms": int|None, "latency_ms": int}``: terminal.
+- ``error`` ``{"code": str, "message": str, "usage": Usage|None}``: terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GROUP = "workers"
+
+EVENT_META = "meta"
+EVENT_TOKEN = "token"
+EVENT_DONE = "done"
+EVENT_ERROR = "error"
+TERMINAL_EVENTS = frozenset({EVENT_DONE, EVENT_ERROR})
+
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+FINISH_CANCELLED = "cancelled"
+FINISH_CONTENT_FILTER = "content_filter"
+FINISH_REASONS = frozenset({FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_CONTENT_FILTER})
+
+# Error codes a generation can end with (the `code` of an `error` event).
+ERROR_QUEUE_TIMEOUT = "queue_timeout"
+ERROR_NO_WORKER = "worker_unavailable"
+ERROR_ENGINE = "engine_error"
+ERROR_CONTEXT_OVERFLOW = "context_overflow"
+
+STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
+STREAM_START = "0-0"
+
+
+def queue_key(pool: str) -> str:
+    """Return the job stream key of a pool."""
+    return f"inf:q:{pool}"
+
+
+def gen_key(job_id: str) -> str:
+    """Return the event stream key of one generation."""
+    return f"inf:gen:{job_id}"
+
+
+def final_key(job_id: str) -> str:
+    """Return the key that marks a generation's terminal event as written."""
+    return f"inf:final:{job_id}"
+
+
+def cancel_key(job_id: str) -> str:
+    """Return the cancel-flag key of a generation."""
+    return f"inf:cancel:{job_id}"
+
+
+def watch_key(job_id: str) -> str:
+    """Return the key counting SSE clients attached to a generation."""
+    return f"inf:watch:{job_id}"
+
+
+def detached_key(job_id: str) -> str:
+    """Return the key holding the cancel deadline (epoch s) of an unwatched generation."""
+    return f"inf:detached:{job_id}"
+
+
+def workers_key(pool: str) -> str:
+    """Return the heartbeat sorted set of a pool's workers."""
+    return f"inf:workers:{pool}"
+
+
+def worker_key(worker_id: str) -> str:
+    """Return the slot-status hash of one worker."""
+    return f"inf:worker:{worker_id}"
+
+
+@dataclass
+class Usage:
+    """Exact token usage reported by the engine (tokens, not characters)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Usage:
+        """Build from an event's ``usage`` object (missing or null: all zero)."""
+        data = data or {}
+        return cls(
+            prompt_tokens=int(data.get("prompt_tokens", 0)),
+            completion_tokens=int(data.get("completion_tokens", 0)),
+            cached_tokens=int(data.get("cached_tokens", 0)),
+        )
+
+
+@dataclass
+class Job:
+    """One generation request as it travels on ``inf:q:{pool}``.
+
+    ``messages`` are OpenAI chat messages (``{"role", "content"}``); ``params`` holds
+    sampling parameters (``max_tokens`` in tokens, ``temperature``, ``top_p``, ``stop``)
+    and engine-specific options (``script`` for the scripted engine). ``enqueued_at``
+    and ``deadline`` are epoch seconds: a job still queued at its deadline is dropped.
+    """
+
+    job_id: str
+    messages: list[dict[str, str]]
+    params: dict[str, Any] = field(default_factory=dict)
+    user_ref: str = ""
+    priority: int = 0
+    enqueued_at: float = 0.0
+    deadline: float = 0.0
+
+    def to_fields(self) -> dict[str, str]:
+        """Serialise to the fields of a queue stream entry."""
+        return {"job": json.dumps(asdict(self), ensure_ascii=False)}
+
+    @classmethod
+    def from_fields(cls, fields: dict[Any, Any]) -> Job:
+        """Parse a queue stream entry; raises ``ValueError`` on a malformed one."""
+        raw = fields.get("job", fields.get(b"job"))
+        if raw is None:
+            raise ValueError("queue entry has no 'job' field")
+        data = json.loads(raw)
+        if not isinstance(data.get("messages"), list) or not data.get("job_id"):
+            raise ValueError("queue entry is not a job")
+        return cls(**data)
+
+    @property
+    def max_tokens(self) -> int:
+        """Upper bound on generated tokens asked by the caller (default 512)."""
+        return int(self.params.get("max_tokens") or 512)
+
+
+def new_job_id() -> str:
+    """Return a fresh job id (a UUID4 string)."""
+    return str(uuid.uuid4())
+
+
+def _is_usage(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(value.get(k), int)
+        for k in ("prompt_tokens", "completion_tokens", "cached_tokens")
+    )
+
+
+def _optional_int(value: Any) -> bool:
+    return value is None or isinstance(value, int)
+
+
+EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
+    EVENT_META: {"model": str, "worker": str, "queue_ms": int},
+    EVENT_TOKEN: {"t": str},
+    EVENT_DONE: {
+        "finish_reason": lambda v: v in FINISH_REASONS,
+        "usage": _is_usage,
+        "ttft_ms": _optional_int,
+        "latency_ms": int,
+    },
+    EVENT_ERROR: {
+        "code": str,
+        "message": str,
+        "usage": lambda v: v is None or _is_usage(v),
+    },
+}
+
+
+def event_validate(event_type: str, payload: dict[str, Any]) -> None:
+    """Check a payload against its event schema.
+
+    Raises ``ValueError`` naming the first missing, extra or ill-typed field.
+    """
+    schema = EVENT_SCHEMAS.get(event_type)
+    if schema is None:
+        raise ValueError(f"unknown event type {event_type!r}")
+    extra = set(payload) - set(schema)
+    if extra:
+        raise ValueError(f"{event_type}: unexpected fields {sorted(extra)}")
+    for name, check in schema.items():
+        if name not in payload:
+            raise ValueError(f"{event_type}: missing field {name!r}")
+        value = payload[name]
+        ok = isinstance(value, check) if isinstance(check, type) else check(value)
+        if not ok or (check is int and isinstance(value, bool)):
+            raise ValueError(f"{event_type}: bad value for {name!r}: {value!r}")
+
+
+def event_fields(event_type: str, payload: dict[str, Any]) -> dict[str, str]:
+    """Validate and serialise an event to stream-entry fields (``e``, ``d``)."""
+    event_validate(event_type, payload)
+    return {"e": event_type, "d": json.dumps(payload, ensure_ascii=False)}
+
+
+def token_fields(text: str) -> dict[str, str]:
+    """Serialise a ``token`` event (hot path: skips the generic validation)."""
+    return {"e": EVENT_TOKEN, "d": json.dumps({"t": text}, ensure_ascii=False)}
+
+
+@dataclass
+class Event:
+    """One decoded entry of a generation stream."""
+
+    id: str
+    type: str
+    data: dict[str, Any]
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for ``done`` and ``error``."""
+        return self.type in TERMINAL_EVENTS
+
+
+def event_parse(entry_id: Any, fields: dict[Any, Any]) -> Event:
+    """Decode a raw ``(id, fields)`` stream entry (bytes or str) into an :class:`Event`."""
+
+    def _s(v: Any) -> str:
+        return v.decode() if isinstance(v, bytes) else v
+
+    norm = {_s(k): _s(v) for k, v in fields.items()}
+    return Event(id=_s(entry_id), type=norm.get("e", ""), data=json.loads(norm.get("d", "{}")))

@@ -1,0 +1,1 @@
+"""Memory: the context sent to the model each turn (DESIGN §9)."""

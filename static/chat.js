@@ -1,0 +1,175 @@
+// Chat page: send, stream (SSE), stop, regenerate.
+// Model text is appended with textContent while streaming; on `done` the server's
+// sanitised HTML (markdown-it-py + nh3) replaces it. Nothing else is set as HTML.
+(function () {
+  "use strict";
+  const chat = document.getElementById("chat");
+  if (!chat) return;
+  const thread = document.getElementById("thread");
+  const form = document.getElementById("composer");
+  const input = document.getElementById("content");
+  const sendBtn = document.getElementById("send");
+  const stopBtn = document.getElementById("stop");
+  const regenBtn = document.getElementById("regenerate");
+  const errorBox = document.getElementById("composer-error");
+  const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
+  let active = null; // {source, article, stopUrl}
+
+  function setBusy(busy) {
+    sendBtn.disabled = busy;
+    stopBtn.hidden = !busy;
+    regenBtn.disabled = busy;
+  }
+
+  function showError(text) { errorBox.textContent = text || ""; }
+
+  function bubble(role, text) {
+    const article = document.createElement("article");
+    article.className = "msg msg-" + role;
+    const who = document.createElement("div");
+    who.className = "msg-role";
+    who.textContent = role === "user" ? "You" : "Assistant";
+    const body = document.createElement("div");
+    body.className = "msg-body " + (role === "user" ? "plain" : "markdown");
+    body.textContent = text || "";
+    article.append(who, body);
+    if (role === "assistant") {
+      const footer = document.createElement("div");
+      footer.className = "msg-footer";
+      for (const cls of ["msg-state", "msg-meta"]) {
+        const span = document.createElement("span");
+        span.className = cls;
+        footer.append(span);
+      }
+      article.append(footer);
+    }
+    thread.append(article);
+    article.scrollIntoView({block: "end"});
+    return article;
+  }
+
+  function finish(article, data, failed) {
+    const body = article.querySelector(".msg-body");
+    if (data.html !== undefined) body.innerHTML = data.html; // sanitised on the server
+    article.dataset.status = data.status || (failed ? "error" : "complete");
+    article.classList.remove("status-streaming");
+    article.classList.add("status-" + article.dataset.status);
+    const state = article.querySelector(".msg-state");
+    if (failed) state.textContent = data.message || "The answer failed.";
+    else if (data.status === "cancelled") state.textContent = "Stopped";
+    else if (data.status === "filtered") state.textContent = "Cut by the content filter";
+    const meta = article.querySelector(".msg-meta");
+    if (meta && data.model) {
+      let m = data.model;
+      if (data.usage && data.usage.completion_tokens) m += " · " + data.usage.completion_tokens + " tokens";
+      if (data.ttft_ms !== null && data.ttft_ms !== undefined) m += " · first token " + data.ttft_ms + " ms";
+      meta.textContent = m;
+    }
+  }
+
+  function stream(article, streamUrl, stopUrl) {
+    const body = article.querySelector(".msg-body");
+    article.dataset.status = "streaming";
+    article.classList.add("status-streaming");
+    const source = new EventSource(streamUrl);
+    active = {source: source, article: article, stopUrl: stopUrl};
+    setBusy(true);
+    const end = function () {
+      source.close();
+      active = null;
+      setBusy(false);
+      regenBtn.hidden = false;
+    };
+    source.addEventListener("token", function (e) {
+      body.append(document.createTextNode(JSON.parse(e.data).t));
+      if (window.innerHeight + window.scrollY >= document.body.scrollHeight - 80) article.scrollIntoView({block: "end"});
+    });
+    source.addEventListener("done", function (e) { finish(article, JSON.parse(e.data), false); end(); });
+    source.addEventListener("error", function (e) {
+      if (e.data) { finish(article, JSON.parse(e.data), true); end(); }
+      // else: a connection error; EventSource reconnects with Last-Event-ID by itself.
+    });
+  }
+
+  async function post(url, data) {
+    const response = await fetch(url, {
+      method: "POST",
+      headers: {"X-CSRFToken": csrf, "Accept": "application/json"},
+      body: data || new FormData(),
+      credentials: "same-origin",
+    });
+    let payload = {};
+    try { payload = await response.json(); } catch (err) { payload = {}; }
+    if (!response.ok) {
+      const message = (payload.error && payload.error.message) || ("Request failed (" + response.status + ")");
+      throw new Error(message);
+    }
+    return payload;
+  }
+
+  function startTurn(turn) {
+    if (turn.conversation.created) {
+      history.pushState({}, "", turn.conversation.url);
+      chat.dataset.sendUrl = turn.conversation.url + "messages/";
+      chat.dataset.regenerateUrl = turn.conversation.url + "regenerate/";
+      const list = document.getElementById("conversation-list");
+      const link = document.createElement("a");
+      link.className = "conv-link active";
+      link.href = turn.conversation.url;
+      link.textContent = turn.conversation.title;
+      list.prepend(link);
+      const empty = document.getElementById("no-conversations");
+      if (empty) empty.remove();
+    }
+    const article = bubble("assistant", "");
+    article.dataset.messageId = turn.assistant_message.id;
+    stream(article, turn.assistant_message.stream_url, turn.assistant_message.stop_url);
+  }
+
+  form.addEventListener("submit", async function (e) {
+    e.preventDefault();
+    showError("");
+    const text = input.value;
+    if (!text.trim()) { showError("Your message is empty. Type something to send."); return; }
+    if (active) return;
+    setBusy(true);
+    try {
+      const turn = await post(chat.dataset.sendUrl, new FormData(form));
+      bubble("user", text);
+      input.value = "";
+      startTurn(turn);
+    } catch (err) {
+      showError(err.message);
+      setBusy(false);
+    }
+  });
+
+  input.addEventListener("keydown", function (e) {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); form.requestSubmit(); }
+  });
+
+  stopBtn.addEventListener("click", async function () {
+    if (!active) return;
+    try { await post(active.stopUrl); } catch (err) { showError(err.message); }
+  });
+
+  regenBtn.addEventListener("click", async function () {
+    if (active || !chat.dataset.regenerateUrl) return;
+    showError("");
+    setBusy(true);
+    try {
+      const turn = await post(chat.dataset.regenerateUrl);
+      const answers = thread.querySelectorAll(".msg-assistant");
+      const last = answers[answers.length - 1];
+      if (last) last.classList.add("superseded");
+      startTurn(turn);
+    } catch (err) {
+      showError(err.message);
+      setBusy(false);
+    }
+  });
+
+  // Resume an answer that was still streaming when the page loaded (reload, other tab).
+  const pending = thread.querySelector("article[data-status=streaming]");
+  if (pending) stream(pending, pending.dataset.streamUrl, pending.dataset.stopUrl);
+})();

@@ -1,0 +1,112 @@
+"""Shared fixtures: real PostgreSQL + pgvector and Redis (started by `make test`),
+an in-process inference worker, users and SSE helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from inference import client as inference_client
+from inference.connections import redis_sync
+from inference.engines.base import Engine
+from inference.engines.scripted import ScriptedEngine
+from inference.worker import Worker
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis() -> Iterator[None]:
+    """Each test starts with an empty private Redis database (db 15)."""
+    redis_sync().flushdb()
+    yield
+
+
+class WorkerThread:
+    """Run a real :class:`Worker` on its own event loop in a background thread."""
+
+    def __init__(self, engine: Engine, *, pool: str | None = None, **options: Any) -> None:
+        self.pool = pool or settings.INFERENCE_DEFAULT_POOL
+        self.engine = engine
+        self.worker = Worker(
+            pool=self.pool,
+            engine=engine,
+            redis_url=settings.REDIS_URL,
+            heartbeat_s=0.5,
+            **options,
+        )
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self.loop = asyncio.get_running_loop()
+            await self.worker.run()
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            self.error = exc
+
+    def start(self, timeout: float = 30.0) -> WorkerThread:
+        """Start and wait until the worker's heartbeat is visible."""
+        self.thread.start()
+        deadline = time.time() + timeout
+        while inference_client.workers_live(pool=self.pool) == 0:
+            if self.error or time.time() > deadline:
+                raise RuntimeError(f"worker did not start: {self.error!r}")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, *, abort_running: bool = True) -> None:
+        """Stop the worker (cancelling running jobs by default) and join its thread."""
+        if self.loop is not None and self.thread.is_alive():
+            self.loop.call_soon_threadsafe(lambda: self.worker.stop(abort_running=abort_running))
+        self.thread.join(timeout=20)
+        assert not self.thread.is_alive(), "worker did not stop"
+        if self.error:
+            raise self.error
+
+
+@pytest.fixture
+def start_worker() -> Iterator[Any]:
+    """Factory: ``start_worker(engine=None, **worker_options)`` -> running WorkerThread."""
+    started: list[WorkerThread] = []
+
+    def _start(engine: Engine | None = None, **options: Any) -> WorkerThread:
+        handle = WorkerThread(engine or ScriptedEngine(), **options).start()
+        started.append(handle)
+        return handle
+
+    yield _start
+    for handle in started:
+        handle.stop()
+
+
+@pytest.fixture
+def user(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user(username="alice", password="pw-alice-123")
+
+
+@pytest.fixture
+def other_user(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user(username="mallory", password="pw-mallory-123")
+
+
+@pytest.fixture
+def auth_client(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def make_user(username: str) -> Any:
+    """Create a user (helper for tests that need several)."""
+    return get_user_model().objects.create_user(username=username, password=f"pw-{username}-1")

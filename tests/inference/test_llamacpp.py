@@ -1,0 +1,95 @@
+"""The llama.cpp engine on the bundled SmolLM2-135M-Instruct GGUF (real model, CPU)."""
+
+import asyncio
+import time
+
+import pytest
+
+from inference.engines.base import Delta, Finish
+from inference.engines.llamacpp import LlamaCppEngine, bundled_model_path
+from inference.protocol import Job
+
+pytestmark = pytest.mark.slow
+
+QUESTION = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    eng = LlamaCppEngine(n_ctx=1024)
+    asyncio.run(eng.start())
+    return eng
+
+
+def collect(engine, job):
+    async def run():
+        return [item async for item in engine.generate(job)]
+
+    return asyncio.run(run())
+
+
+def test_bundled_model_is_found_through_package_metadata():
+    path = bundled_model_path()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path.stat().st_size > 50_000_000
+
+
+def test_generates_an_answer_with_exact_usage_from_the_chat_template(engine):
+    items = collect(engine, Job(job_id="a", messages=QUESTION, params={"max_tokens": 48, "temperature": 0}))
+    text = "".join(i.text for i in items if isinstance(i, Delta))
+    finish = items[-1]
+    assert isinstance(finish, Finish)
+    assert text.strip()
+    assert "Paris" in text
+    assert finish.usage.prompt_tokens == engine.count_tokens(QUESTION)
+    assert 0 < finish.usage.completion_tokens <= 48
+    assert "<|im_end|>" not in text
+
+
+def test_repeating_a_prompt_reuses_the_kv_cache_prefix(engine):
+    job = Job(job_id="b", messages=QUESTION, params={"max_tokens": 4, "temperature": 0})
+    collect(engine, job)
+    again = collect(engine, Job(job_id="c", messages=QUESTION, params={"max_tokens": 4, "temperature": 0}))
+    assert again[-1].usage.cached_tokens >= again[-1].usage.prompt_tokens - 1
+
+
+def test_abort_stops_within_one_decode_step(engine):
+    job = Job(
+        job_id="long",
+        messages=[{"role": "user", "content": "Write a very long story about a dragon."}],
+        params={"max_tokens": 900, "temperature": 0.8},
+    )
+
+    async def run():
+        seen = 0
+        asked = None
+        async for item in engine.generate(job):
+            if isinstance(item, Delta):
+                seen += 1
+                if seen == 5:
+                    asked = time.monotonic()
+                    engine.abort("long")
+            else:
+                return item, time.monotonic() - asked
+
+    finish, elapsed = asyncio.run(run())
+    assert finish.finish_reason == "cancelled"
+    assert finish.usage.completion_tokens < 20
+    assert elapsed < 1.0
+
+
+def test_a_history_longer_than_the_window_is_trimmed_not_overflowed(engine):
+    history = [{"role": "system", "content": "Be brief."}]
+    for i in range(300):
+        history.append({"role": "user", "content": f"Message {i}: tell me something about the number {i}."})
+        history.append({"role": "assistant", "content": f"The number {i} is a number that comes after {i - 1}."})
+    history.append({"role": "user", "content": "Say hi."})
+    assert engine.count_tokens(history) > engine.n_ctx
+    items = collect(engine, Job(job_id="d", messages=history, params={"max_tokens": 64, "temperature": 0}))
+    finish = items[-1]
+    assert isinstance(finish, Finish)
+    assert finish.usage.prompt_tokens + 64 <= engine.n_ctx
+    assert finish.usage.completion_tokens > 0

@@ -1,0 +1,65 @@
+"""The Redis protocol: key names and event schemas (inference/protocol.py)."""
+
+import pytest
+
+from inference import protocol
+
+
+def test_every_event_type_has_a_schema_that_accepts_a_valid_payload():
+    valid = {
+        "meta": {"model": "m", "worker": "w", "queue_ms": 3},
+        "token": {"t": "hé"},
+        "done": {
+            "finish_reason": "stop",
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "cached_tokens": 0},
+            "ttft_ms": 12,
+            "latency_ms": 40,
+        },
+        "error": {"code": "engine_error", "message": "failed", "usage": None},
+    }
+    assert set(valid) == set(protocol.EVENT_SCHEMAS)
+    for event_type, payload in valid.items():
+        protocol.event_validate(event_type, payload)
+
+
+@pytest.mark.parametrize(
+    "event_type,payload,problem",
+    [
+        ("token", {}, "missing field 't'"),
+        ("token", {"t": 3}, "bad value"),
+        ("token", {"t": "a", "x": 1}, "unexpected fields"),
+        ("done", {"finish_reason": "exploded", "usage": {"prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0}, "ttft_ms": None, "latency_ms": 1}, "finish_reason"),
+        ("done", {"finish_reason": "stop", "usage": {"prompt_tokens": 1}, "ttft_ms": None, "latency_ms": 1}, "usage"),
+        ("meta", {"model": "m", "worker": "w", "queue_ms": True}, "queue_ms"),
+        ("nope", {}, "unknown event type"),
+    ],
+)
+def test_event_validate_rejects_malformed_payloads(event_type, payload, problem):
+    with pytest.raises(ValueError, match=problem):
+        protocol.event_validate(event_type, payload)
+
+
+def test_job_round_trips_through_queue_fields():
+    job = protocol.Job(
+        job_id="j1",
+        messages=[{"role": "user", "content": "你好 🌍"}],
+        params={"max_tokens": 7},
+        enqueued_at=1.5,
+        deadline=61.5,
+    )
+    again = protocol.Job.from_fields(job.to_fields())
+    assert again == job
+    assert again.max_tokens == 7
+
+
+def test_job_from_fields_rejects_entries_that_are_not_jobs():
+    with pytest.raises(ValueError):
+        protocol.Job.from_fields({"other": "x"})
+    with pytest.raises(ValueError):
+        protocol.Job.from_fields({"job": '{"job_id": "", "messages": []}'})
+
+
+def test_event_parse_decodes_bytes_and_text_entries():
+    fields = protocol.token_fields("ok")
+    event = protocol.event_parse(b"1-0", {k.encode(): v.encode() for k, v in fields.items()})
+    assert (event.id, event.type, event.data, event.is_terminal) == ("1-0", "token", {"t": "ok"}, False)

@@ -1,0 +1,109 @@
+"""The inference worker over real Redis (inference/worker.py)."""
+
+import time
+
+from inference import client as inference_client
+from inference import protocol
+from inference.connections import redis_sync
+from inference.engines.scripted import ScriptedEngine
+from tests.inference.helpers import enqueue, terminal, wait_events
+
+
+def test_worker_streams_meta_tokens_done_and_every_event_matches_its_schema(start_worker):
+    start_worker(ScriptedEngine(text="one two three"))
+    enqueue("job-1")
+    events = wait_events("job-1", terminal)
+    assert [e.type for e in events] == ["meta", "token", "token", "token", "done"]
+    for event in events:
+        protocol.event_validate(event.type, event.data)
+    assert "".join(e.data["t"] for e in events if e.type == "token") == "one two three"
+    done = events[-1].data
+    assert done["finish_reason"] == "stop"
+    assert done["usage"]["completion_tokens"] == 3
+    assert done["usage"]["prompt_tokens"] > 0
+    assert done["ttft_ms"] is not None and done["latency_ms"] >= done["ttft_ms"]
+
+
+def test_cancel_flag_stops_generation_within_one_second(start_worker):
+    start_worker(ScriptedEngine(text="tok ", cycle=True, delay_ms=10))
+    enqueue("job-long", max_tokens=2000)
+    wait_events("job-long", lambda ev: sum(e.type == "token" for e in ev) >= 5)
+    asked = time.monotonic()
+    inference_client.job_cancel(job_id="job-long")
+    events = wait_events("job-long", terminal, timeout=5)
+    elapsed = time.monotonic() - asked
+    done = events[-1]
+    assert done.type == "done" and done.data["finish_reason"] == "cancelled"
+    assert elapsed < 1.0
+    tokens = sum(e.type == "token" for e in events)
+    assert 5 <= tokens < 2000
+    assert done.data["usage"]["completion_tokens"] == tokens
+
+
+def test_slot_is_free_for_the_next_job_after_a_cancel(start_worker):
+    start_worker(ScriptedEngine(text="tok ", cycle=True, delay_ms=10), concurrency=1)
+    enqueue("first", max_tokens=2000)
+    enqueue("second", max_tokens=3)
+    wait_events("first", lambda ev: len(ev) >= 3)
+    assert inference_client.generation_events(job_id="second") == []
+    inference_client.job_cancel(job_id="first")
+    events = wait_events("second", terminal, timeout=5)
+    assert events[-1].data["finish_reason"] == "length"
+
+
+def test_backlog_stays_in_redis_until_a_slot_is_free(start_worker):
+    start_worker(ScriptedEngine(text="tok ", cycle=True, delay_ms=10), concurrency=1)
+    for i in range(3):
+        enqueue(f"job-{i}", max_tokens=2000)
+    wait_events("job-0", lambda ev: len(ev) >= 2)
+    time.sleep(0.3)
+    pending = redis_sync().xpending(protocol.queue_key("default"), protocol.GROUP)
+    assert pending["pending"] == 1  # only the running job was delivered
+    for i in range(3):
+        inference_client.job_cancel(job_id=f"job-{i}")
+
+
+def test_job_past_its_deadline_is_dropped_with_an_error_event(start_worker):
+    enqueue("stale", deadline_in=-1)
+    start_worker(ScriptedEngine(text="never"))
+    events = wait_events("stale", terminal)
+    assert [e.type for e in events] == ["error"]
+    assert events[0].data["code"] == protocol.ERROR_QUEUE_TIMEOUT
+
+
+def test_engine_failure_ends_the_generation_with_an_error_event(start_worker):
+    start_worker(ScriptedEngine(text="a b c d"))
+    enqueue("boom", script={"fail_after": 2})
+    events = wait_events("boom", terminal)
+    assert events[-1].type == "error"
+    assert events[-1].data["code"] == protocol.ERROR_ENGINE
+    assert sum(e.type == "token" for e in events) == 2
+
+
+def test_generation_with_no_client_attached_is_cancelled_after_the_grace_period(start_worker):
+    start_worker(ScriptedEngine(text="tok ", cycle=True, delay_ms=10))
+    enqueue("orphan", max_tokens=2000)
+    wait_events("orphan", lambda ev: len(ev) >= 2)
+    redis_sync().set(protocol.detached_key("orphan"), f"{time.time() + 0.2:.3f}")
+    events = wait_events("orphan", terminal, timeout=3)
+    assert events[-1].data["finish_reason"] == "cancelled"
+
+
+def test_only_one_terminal_event_even_when_the_web_tier_times_a_job_out(start_worker):
+    enqueue("raced", deadline_in=60)
+    assert inference_client.generation_fail(job_id="raced", code="queue_timeout", message="late")
+    start_worker(ScriptedEngine(text="a b"))
+    time.sleep(0.5)
+    events = inference_client.generation_events(job_id="raced")
+    raw = redis_sync().xrange(protocol.gen_key("raced"))
+    assert [e.type for e in events] == ["error"]
+    assert len(raw) == 1
+    assert not inference_client.generation_fail(job_id="raced", code="x", message="again")
+
+
+def test_worker_heartbeat_makes_the_pool_live_and_leaving_removes_it(start_worker):
+    assert inference_client.workers_live(pool="default") == 0
+    handle = start_worker(ScriptedEngine())
+    assert inference_client.workers_live(pool="default") == 1
+    handle.stop()
+    assert inference_client.workers_live(pool="default") == 0
