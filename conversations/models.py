@@ -28,7 +28,9 @@ class Conversation(models.Model):
 
     class Meta:
         ordering = ["-updated_at"]
-        indexes = [models.Index(fields=["user", "-updated_at"], name="conv_user_updated")]
+        indexes = [
+            models.Index(fields=["user", "-updated_at"], name="conv_user_updated")
+        ]
 
     def __str__(self) -> str:
         return self.title
@@ -53,10 +55,14 @@ class Message(models.Model):
         FILTERED = "filtered"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField(blank=True, default="")
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.COMPLETE
+    )
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.CASCADE, related_name="replies"
     )
@@ -75,7 +81,9 @@ class Message(models.Model):
 
     class Meta:
         ordering = ["created_at"]
-        indexes = [models.Index(fields=["conversation", "created_at"], name="msg_conv_created")]
+        indexes = [
+            models.Index(fields=["conversation", "created_at"], name="msg_conv_created")
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["conversation"],

@@ -17,9 +17,34 @@ from pygments.util import ClassNotFound
 _FORMATTER = HtmlFormatter(cssclass="highlight", nowrap=False)
 
 ALLOWED_TAGS = {
-    "p", "br", "hr", "strong", "em", "del", "s", "code", "pre", "blockquote",
-    "ul", "ol", "li", "h1", "h2", "h3", "h4", "h5", "h6", "a",
-    "table", "thead", "tbody", "tr", "th", "td", "div", "span",
+    "p",
+    "br",
+    "hr",
+    "strong",
+    "em",
+    "del",
+    "s",
+    "code",
+    "pre",
+    "blockquote",
+    "ul",
+    "ol",
+    "li",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "a",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "div",
+    "span",
 }
 ALLOWED_ATTRIBUTES = {
     "a": {"href", "title"},
@@ -45,7 +70,9 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
 
 @functools.cache
 def _parser() -> MarkdownIt:
-    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "highlight": _highlight})
+    md = MarkdownIt(
+        "commonmark", {"html": False, "linkify": False, "highlight": _highlight}
+    )
     md.enable(["table", "strikethrough"])
     return md
 

@@ -22,7 +22,9 @@ def _as_uuid(value: Any) -> uuid.UUID:
 
 def conversation_list(*, user: AbstractBaseUser) -> QuerySet[Conversation]:
     """Return the user's conversations, most recently active first."""
-    return Conversation.objects.filter(user=user, archived=False).order_by("-updated_at")
+    return Conversation.objects.filter(user=user, archived=False).order_by(
+        "-updated_at"
+    )
 
 
 def conversation_get(*, user: AbstractBaseUser, conversation_id: Any) -> Conversation:
@@ -33,7 +35,9 @@ def conversation_get(*, user: AbstractBaseUser, conversation_id: Any) -> Convers
         raise NotFound("This conversation does not exist.") from exc
 
 
-def message_get(*, user: AbstractBaseUser, conversation_id: Any, message_id: Any) -> Message:
+def message_get(
+    *, user: AbstractBaseUser, conversation_id: Any, message_id: Any
+) -> Message:
     """Return a message of the user's conversation; raises NotFound otherwise."""
     try:
         return Message.objects.select_related("conversation").get(
@@ -45,7 +49,9 @@ def message_get(*, user: AbstractBaseUser, conversation_id: Any, message_id: Any
         raise NotFound("This message does not exist.") from exc
 
 
-async def amessage_get(*, user: AbstractBaseUser, conversation_id: Any, message_id: Any) -> Message:
+async def amessage_get(
+    *, user: AbstractBaseUser, conversation_id: Any, message_id: Any
+) -> Message:
     """Async :func:`message_get`."""
     try:
         return await Message.objects.select_related("conversation").aget(
@@ -88,7 +94,9 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
         items.append(ThreadItem(message=m))
         versions = answers.get(m.id)
         if versions:
-            items.append(ThreadItem(message=versions[-1], previous_versions=versions[:-1]))
+            items.append(
+                ThreadItem(message=versions[-1], previous_versions=versions[:-1])
+            )
     return items
 
 
@@ -102,7 +110,8 @@ def history_for_context(*, conversation: Conversation) -> list[dict[str, str]]:
     for item in thread_items(conversation=conversation):
         m = item.message
         if m.role == Message.Role.ASSISTANT and (
-            m.status in (Message.Status.STREAMING, Message.Status.ERROR) or not m.content
+            m.status in (Message.Status.STREAMING, Message.Status.ERROR)
+            or not m.content
         ):
             continue
         if m.role in (Message.Role.USER, Message.Role.ASSISTANT):

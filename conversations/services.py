@@ -44,7 +44,9 @@ class Turn:
 
 def _validate_content(content: Any) -> str:
     if not isinstance(content, str) or not content.strip():
-        raise InvalidInput("Your message is empty. Type something to send.", code="empty_message")
+        raise InvalidInput(
+            "Your message is empty. Type something to send.", code="empty_message"
+        )
     limit = settings.CHAT_MAX_MESSAGE_CHARS
     if len(content) > limit:
         raise PayloadTooLarge(
@@ -131,55 +133,82 @@ def turn_start(
     with transaction.atomic():
         created = conversation_id is None
         if created:
-            conversation = Conversation.objects.create(user=user, title=title_from_text(content))
+            conversation = Conversation.objects.create(
+                user=user, title=title_from_text(content)
+            )
         else:
-            conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
-            conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+            conversation = selectors.conversation_get(
+                user=user, conversation_id=conversation_id
+            )
+            conversation = Conversation.objects.select_for_update().get(
+                pk=conversation.pk
+            )
             if conversation.messages.filter(status=Message.Status.STREAMING).exists():
                 raise Conflict(BUSY_MESSAGE, code="conversation_busy")
         user_message = Message.objects.create(
             conversation=conversation, role=Message.Role.USER, content=content
         )
         assistant = _assistant_create(conversation=conversation, parent=user_message)
-        Conversation.objects.filter(pk=conversation.pk).update(updated_at=timezone.now())
+        Conversation.objects.filter(pk=conversation.pk).update(
+            updated_at=timezone.now()
+        )
         _submit_on_commit(
-            conversation=conversation, assistant=assistant, params=_generation_params(params)
+            conversation=conversation,
+            assistant=assistant,
+            params=_generation_params(params),
         )
     return Turn(conversation, user_message, assistant, created_conversation=created)
 
 
 def turn_regenerate(
-    *, user: AbstractBaseUser, conversation_id: Any, params: dict[str, Any] | None = None
+    *,
+    user: AbstractBaseUser,
+    conversation_id: Any,
+    params: dict[str, Any] | None = None,
 ) -> Turn:
     """Answer the last user message again; the previous answer is kept as an older version.
 
     Raises NotFound, Conflict (an answer is streaming, or there is nothing to regenerate).
     """
     with transaction.atomic():
-        conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
+        conversation = selectors.conversation_get(
+            user=user, conversation_id=conversation_id
+        )
         conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
         last_user = (
-            conversation.messages.filter(role=Message.Role.USER).order_by("-created_at").first()
+            conversation.messages.filter(role=Message.Role.USER)
+            .order_by("-created_at")
+            .first()
         )
         if last_user is None:
-            raise Conflict("There is no message to answer again.", code="nothing_to_regenerate")
+            raise Conflict(
+                "There is no message to answer again.", code="nothing_to_regenerate"
+            )
         if conversation.messages.filter(status=Message.Status.STREAMING).exists():
             raise Conflict(BUSY_MESSAGE, code="conversation_busy")
         assistant = _assistant_create(conversation=conversation, parent=last_user)
-        Conversation.objects.filter(pk=conversation.pk).update(updated_at=timezone.now())
+        Conversation.objects.filter(pk=conversation.pk).update(
+            updated_at=timezone.now()
+        )
         _submit_on_commit(
-            conversation=conversation, assistant=assistant, params=_generation_params(params)
+            conversation=conversation,
+            assistant=assistant,
+            params=_generation_params(params),
         )
     return Turn(conversation, last_user, assistant)
 
 
-def turn_stop(*, user: AbstractBaseUser, conversation_id: Any, message_id: Any) -> Message:
+def turn_stop(
+    *, user: AbstractBaseUser, conversation_id: Any, message_id: Any
+) -> Message:
     """Ask the worker to stop a streaming answer; the partial text is kept as ``cancelled``.
 
     The answer is finalised when the worker's terminal event arrives (within a decode
     step). Stopping an answer that already ended is a no-op. Raises NotFound.
     """
-    message = selectors.message_get(user=user, conversation_id=conversation_id, message_id=message_id)
+    message = selectors.message_get(
+        user=user, conversation_id=conversation_id, message_id=message_id
+    )
     if message.status == Message.Status.STREAMING:
         gateway.generation_cancel(job_id=message.job_id)
     return message
@@ -226,15 +255,21 @@ def message_finalize(*, message_id: Any) -> Message | None:
         fields["finish_reason"] = "error"
         fields["error"] = terminal.data.get("message", "The answer failed.")
     with transaction.atomic():
-        updated = Message.objects.filter(id=job_id, status=Message.Status.STREAMING).update(**fields)
+        updated = Message.objects.filter(
+            id=job_id, status=Message.Status.STREAMING
+        ).update(**fields)
         if not updated:
             return None
         message = Message.objects.get(id=job_id)
-        Conversation.objects.filter(pk=message.conversation_id).update(updated_at=timezone.now())
+        Conversation.objects.filter(pk=message.conversation_id).update(
+            updated_at=timezone.now()
+        )
     return message
 
 
-def message_watchdog(*, message: Message, started: bool, last_event_at: float) -> str | None:
+def message_watchdog(
+    *, message: Message, started: bool, last_event_at: float
+) -> str | None:
     """End a streaming answer's generation if it can no longer finish (no worker, timeout).
 
     Returns the error code written to the stream, or None. See
@@ -261,23 +296,33 @@ def streaming_messages_reap(*, older_than_s: float = 5.0) -> int:
     now = time.time()
     cutoff = timezone.now() - timezone.timedelta(seconds=older_than_s)
     done = 0
-    for message in Message.objects.filter(status=Message.Status.STREAMING, created_at__lt=cutoff):
+    for message in Message.objects.filter(
+        status=Message.Status.STREAMING, created_at__lt=cutoff
+    ):
         if message_finalize(message_id=message.id):
             done += 1
             continue
         events = inference_client.generation_events(job_id=message.job_id)
         started = bool(events)
-        if not started and not inference_client.generation_exists(job_id=message.job_id):
+        if not started and not inference_client.generation_exists(
+            job_id=message.job_id
+        ):
             age = now - message.created_at.timestamp()
             if age > settings.REAPER_STALE_AFTER_S:
-                done += Message.objects.filter(id=message.id, status=Message.Status.STREAMING).update(
+                done += Message.objects.filter(
+                    id=message.id, status=Message.Status.STREAMING
+                ).update(
                     status=Message.Status.ERROR,
                     finish_reason="error",
                     error="This answer was lost. Please regenerate it.",
                 )
                 continue
-        last_event_at = _entry_time(events[-1].id) if events else message.created_at.timestamp()
-        if message_watchdog(message=message, started=started, last_event_at=last_event_at):
+        last_event_at = (
+            _entry_time(events[-1].id) if events else message.created_at.timestamp()
+        )
+        if message_watchdog(
+            message=message, started=started, last_event_at=last_event_at
+        ):
             if message_finalize(message_id=message.id):
                 done += 1
     return done
@@ -288,14 +333,20 @@ def _entry_time(entry_id: str) -> float:
     return int(entry_id.split("-", 1)[0]) / 1000.0
 
 
-def conversation_rename(*, user: AbstractBaseUser, conversation_id: Any, title: Any) -> Conversation:
+def conversation_rename(
+    *, user: AbstractBaseUser, conversation_id: Any, title: Any
+) -> Conversation:
     """Rename the user's conversation. Raises InvalidInput (empty or over 200 characters)."""
     if not isinstance(title, str) or not title.strip():
         raise InvalidInput("A title cannot be empty.", code="empty_title")
     title = " ".join(title.split())
     if len(title) > 200:
-        raise InvalidInput("A title can be at most 200 characters long.", code="title_too_long")
-    conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
+        raise InvalidInput(
+            "A title can be at most 200 characters long.", code="title_too_long"
+        )
+    conversation = selectors.conversation_get(
+        user=user, conversation_id=conversation_id
+    )
     conversation.title = title
     conversation.save(update_fields=["title"])
     return conversation
@@ -303,7 +354,9 @@ def conversation_rename(*, user: AbstractBaseUser, conversation_id: Any, title: 
 
 def conversation_delete(*, user: AbstractBaseUser, conversation_id: Any) -> None:
     """Delete the user's conversation and its messages; a streaming answer is cancelled."""
-    conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
+    conversation = selectors.conversation_get(
+        user=user, conversation_id=conversation_id
+    )
     streaming = [
         m.job_id for m in conversation.messages.filter(status=Message.Status.STREAMING)
     ]

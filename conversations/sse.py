@@ -74,11 +74,15 @@ def _final_frame(message: Message, event_id: str | None) -> str:
 
 
 def _resume_point(request: HttpRequest) -> str:
-    last = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id") or ""
+    last = (
+        request.headers.get("Last-Event-ID") or request.GET.get("last_event_id") or ""
+    )
     if not last:
         return protocol.STREAM_START
     if not protocol.STREAM_ID_RE.match(last):
-        raise InvalidInput("Last-Event-ID is not a stream position.", code="bad_last_event_id")
+        raise InvalidInput(
+            "Last-Event-ID is not a stream position.", code="bad_last_event_id"
+        )
     return last
 
 
@@ -102,7 +106,9 @@ async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
         last_sent = time.monotonic()
         task = asyncio.current_task()
         while True:
-            events = await inference_client.agen_read(job_id=job_id, after=after, block_ms=READ_BLOCK_MS)
+            events = await inference_client.agen_read(
+                job_id=job_id, after=after, block_ms=READ_BLOCK_MS
+            )
             if task is not None and task.cancelling():
                 # The client went away. redis-py can absorb the CancelledError that
                 # Django's disconnect delivers while a pooled connection is released;
@@ -143,7 +149,9 @@ async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
         )
 
 
-async def message_stream(request: HttpRequest, conversation_id: Any, message_id: Any) -> HttpResponse:
+async def message_stream(
+    request: HttpRequest, conversation_id: Any, message_id: Any
+) -> HttpResponse:
     """Stream an answer as Server-Sent Events (owner only: another user's id is a 404)."""
     user = await request.auser()
     try:
@@ -155,10 +163,17 @@ async def message_stream(request: HttpRequest, conversation_id: Any, message_id:
         return error_response(exc)
     if message.role != Message.Role.ASSISTANT:
         return JsonResponse(
-            {"error": {"code": "not_streamable", "message": "Only answers can be streamed."}},
+            {
+                "error": {
+                    "code": "not_streamable",
+                    "message": "Only answers can be streamed.",
+                }
+            },
             status=400,
         )
-    response = StreamingHttpResponse(relay_events(message, after), content_type="text/event-stream")
+    response = StreamingHttpResponse(
+        relay_events(message, after), content_type="text/event-stream"
+    )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

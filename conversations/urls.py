@@ -8,14 +8,34 @@ from conversations import sse, views
 urlpatterns = [
     path("", views.chat_home, name="chat-home"),
     path("signup/", views.signup, name="signup"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(redirect_authenticated_user=True),
+        name="login",
+    ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("c/messages/", views.message_send, name="message-send-new"),
-    path("c/<uuid:conversation_id>/", views.conversation_detail, name="conversation-detail"),
+    path(
+        "c/<uuid:conversation_id>/",
+        views.conversation_detail,
+        name="conversation-detail",
+    ),
     path("c/<uuid:conversation_id>/messages/", views.message_send, name="message-send"),
-    path("c/<uuid:conversation_id>/regenerate/", views.message_regenerate, name="message-regenerate"),
-    path("c/<uuid:conversation_id>/rename/", views.conversation_rename, name="conversation-rename"),
-    path("c/<uuid:conversation_id>/delete/", views.conversation_delete, name="conversation-delete"),
+    path(
+        "c/<uuid:conversation_id>/regenerate/",
+        views.message_regenerate,
+        name="message-regenerate",
+    ),
+    path(
+        "c/<uuid:conversation_id>/rename/",
+        views.conversation_rename,
+        name="conversation-rename",
+    ),
+    path(
+        "c/<uuid:conversation_id>/delete/",
+        views.conversation_delete,
+        name="conversation-delete",
+    ),
     path(
         "c/<uuid:conversation_id>/messages/<uuid:message_id>/stream/",
         sse.message_stream,

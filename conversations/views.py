@@ -47,7 +47,9 @@ def _chat_page(request: HttpRequest, conversation: Any = None) -> HttpResponse:
     context = {
         "conversations": selectors.conversation_list(user=request.user)[:200],
         "conversation": conversation,
-        "items": selectors.thread_items(conversation=conversation) if conversation else [],
+        "items": selectors.thread_items(conversation=conversation)
+        if conversation
+        else [],
         "max_chars": settings.CHAT_MAX_MESSAGE_CHARS,
     }
     return render(request, "chat/chat.html", context)
@@ -63,7 +65,9 @@ def chat_home(request: HttpRequest) -> HttpResponse:
 def conversation_detail(request: HttpRequest, conversation_id: Any) -> HttpResponse:
     """The chat page showing one of the user's conversations."""
     try:
-        conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+        conversation = selectors.conversation_get(
+            user=request.user, conversation_id=conversation_id
+        )
     except DomainError:
         return render(request, "chat/not_found.html", status=404)
     return _chat_page(request, conversation)
@@ -74,7 +78,9 @@ def conversation_detail(request: HttpRequest, conversation_id: Any) -> HttpRespo
 def message_send(request: HttpRequest, conversation_id: Any = None) -> JsonResponse:
     """Start a turn: store the message, queue the answer; 201 with its stream URL."""
     turn = services.turn_start(
-        user=request.user, conversation_id=conversation_id, content=request.POST.get("content")
+        user=request.user,
+        conversation_id=conversation_id,
+        content=request.POST.get("content"),
     )
     return JsonResponse(_turn_json(turn), status=201)
 
@@ -89,12 +95,16 @@ def message_regenerate(request: HttpRequest, conversation_id: Any) -> JsonRespon
 
 @require_POST
 @json_errors
-def message_stop(request: HttpRequest, conversation_id: Any, message_id: Any) -> JsonResponse:
+def message_stop(
+    request: HttpRequest, conversation_id: Any, message_id: Any
+) -> JsonResponse:
     """Stop a streaming answer; 202 — the stream ends with a ``done`` (cancelled) frame."""
     message = services.turn_stop(
         user=request.user, conversation_id=conversation_id, message_id=message_id
     )
-    return JsonResponse({"message_id": str(message.id), "status": message.status}, status=202)
+    return JsonResponse(
+        {"message_id": str(message.id), "status": message.status}, status=202
+    )
 
 
 @require_POST
@@ -103,11 +113,15 @@ def conversation_rename(request: HttpRequest, conversation_id: Any) -> HttpRespo
     wants_json = "application/json" in request.headers.get("Accept", "")
     try:
         conversation = services.conversation_rename(
-            user=request.user, conversation_id=conversation_id, title=request.POST.get("title")
+            user=request.user,
+            conversation_id=conversation_id,
+            title=request.POST.get("title"),
         )
     except DomainError as exc:
         if wants_json or exc.status == 404:
-            return JsonResponse({"error": {"code": exc.code, "message": exc.message}}, status=exc.status)
+            return JsonResponse(
+                {"error": {"code": exc.code, "message": exc.message}}, status=exc.status
+            )
         flash.error(request, exc.message)
         return redirect("conversation-detail", conversation_id)
     if wants_json:
@@ -119,9 +133,13 @@ def conversation_rename(request: HttpRequest, conversation_id: Any) -> HttpRespo
 def conversation_delete(request: HttpRequest, conversation_id: Any) -> HttpResponse:
     """GET: ask for confirmation. POST: delete the conversation and its messages."""
     try:
-        conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+        conversation = selectors.conversation_get(
+            user=request.user, conversation_id=conversation_id
+        )
         if request.method == "POST":
-            services.conversation_delete(user=request.user, conversation_id=conversation_id)
+            services.conversation_delete(
+                user=request.user, conversation_id=conversation_id
+            )
             flash.success(request, f"Deleted “{conversation.title}”.")
             return redirect("chat-home")
     except DomainError:

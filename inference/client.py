@@ -49,7 +49,9 @@ def workers_live(*, pool: str, now: float | None = None) -> int:
 
 async def aworkers_live(*, pool: str) -> int:
     """Async :func:`workers_live`."""
-    return await redis_async().zcount(protocol.workers_key(pool), time.time() - WORKER_TTL_S, "+inf")
+    return await redis_async().zcount(
+        protocol.workers_key(pool), time.time() - WORKER_TTL_S, "+inf"
+    )
 
 
 def terminal_append(
@@ -111,7 +113,9 @@ async def agen_read(
 ) -> list[protocol.Event]:
     """Block up to ``block_ms`` for events after entry id ``after``; return them in order."""
     client: aioredis.Redis = redis_async()
-    result = await client.xread({protocol.gen_key(job_id): after}, count=count, block=block_ms)
+    result = await client.xread(
+        {protocol.gen_key(job_id): after}, count=count, block=block_ms
+    )
     if not result:
         return []
     _key, entries = result[0]
@@ -180,7 +184,10 @@ def generation_watchdog(
             protocol.ERROR_QUEUE_TIMEOUT,
             "No model worker took this request in time. Please try again.",
         )
-    elif now - last_event_at > no_worker_grace_s and workers_live(pool=pool, now=now) == 0:
+    elif (
+        now - last_event_at > no_worker_grace_s
+        and workers_live(pool=pool, now=now) == 0
+    ):
         code, message = (
             protocol.ERROR_NO_WORKER,
             "The model is not available right now (no inference worker is running). "

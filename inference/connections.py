@@ -14,9 +14,9 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 _sync_clients: dict[str, redis.Redis] = {}
-_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, aioredis.Redis]] = (
-    weakref.WeakKeyDictionary()
-)
+_async_clients: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[str, aioredis.Redis]
+] = weakref.WeakKeyDictionary()
 
 
 def redis_sync(url: str | None = None) -> redis.Redis:

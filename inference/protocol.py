@@ -45,7 +45,9 @@ FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 FINISH_CANCELLED = "cancelled"
 FINISH_CONTENT_FILTER = "content_filter"
-FINISH_REASONS = frozenset({FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_CONTENT_FILTER})
+FINISH_REASONS = frozenset(
+    {FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_CONTENT_FILTER}
+)
 
 # Error codes a generation can end with (the `code` of an `error` event).
 ERROR_QUEUE_TIMEOUT = "queue_timeout"
@@ -245,4 +247,6 @@ def event_parse(entry_id: Any, fields: dict[Any, Any]) -> Event:
         return v.decode() if isinstance(v, bytes) else v
 
     norm = {_s(k): _s(v) for k, v in fields.items()}
-    return Event(id=_s(entry_id), type=norm.get("e", ""), data=json.loads(norm.get("d", "{}")))
+    return Event(
+        id=_s(entry_id), type=norm.get("e", ""), data=json.loads(norm.get("d", "{}"))
+    )

@@ -52,7 +52,9 @@ class Worker:
         self.engine = engine
         self.redis_url = redis_url
         self.concurrency = max(1, concurrency or engine.max_concurrency)
-        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.worker_id = (
+            worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        )
         self.stream_ttl_s = stream_ttl_s
         self.heartbeat_s = heartbeat_s
         self.cancel_poll_s = cancel_poll_s
@@ -92,7 +94,10 @@ class Worker:
         ]
         logger.info(
             "worker %s serving pool %r with %s (%s slots)",
-            self.worker_id, self.pool, self.engine.name, self.concurrency,
+            self.worker_id,
+            self.pool,
+            self.engine.name,
+            self.concurrency,
         )
         try:
             await self._take_loop()
@@ -124,7 +129,9 @@ class Worker:
                 slot_freed.clear()
                 stop_wait = asyncio.create_task(self._stopping.wait())
                 freed_wait = asyncio.create_task(slot_freed.wait())
-                await asyncio.wait({stop_wait, freed_wait}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    {stop_wait, freed_wait}, return_when=asyncio.FIRST_COMPLETED
+                )
                 stop_wait.cancel()
                 freed_wait.cancel()
                 continue
@@ -139,7 +146,9 @@ class Worker:
                 for entry_id, fields in entries:
                     self._start_job(entry_id, fields, slot_freed)
 
-    def _start_job(self, entry_id: str, fields: dict[str, Any], slot_freed: asyncio.Event) -> None:
+    def _start_job(
+        self, entry_id: str, fields: dict[str, Any], slot_freed: asyncio.Event
+    ) -> None:
         try:
             job = protocol.Job.from_fields(fields)
         except (ValueError, TypeError) as exc:
@@ -159,7 +168,9 @@ class Worker:
     async def _ack(self, entry_id: str) -> None:
         await self.redis.xack(protocol.queue_key(self.pool), protocol.GROUP, entry_id)
 
-    async def _terminal(self, job_id: str, event_type: str, payload: dict[str, Any]) -> bool:
+    async def _terminal(
+        self, job_id: str, event_type: str, payload: dict[str, Any]
+    ) -> bool:
         written = await terminal_append(
             self.redis,
             job_id=job_id,
@@ -186,16 +197,26 @@ class Worker:
                 return
             if await self.redis.exists(protocol.final_key(job.job_id)):
                 return  # ended elsewhere (e.g. timed out by the web tier)
-            queue_ms = int(max(0.0, started - job.enqueued_at) * 1000) if job.enqueued_at else 0
+            queue_ms = (
+                int(max(0.0, started - job.enqueued_at) * 1000)
+                if job.enqueued_at
+                else 0
+            )
             meta = protocol.event_fields(
                 protocol.EVENT_META,
-                {"model": self.engine.model, "worker": self.worker_id, "queue_ms": queue_ms},
+                {
+                    "model": self.engine.model,
+                    "worker": self.worker_id,
+                    "queue_ms": queue_ms,
+                },
             )
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.xadd(gen, meta)
                 pipe.expire(gen, self.stream_ttl_s * 24)
                 await pipe.execute()
-            if job.job_id in self._aborted or await self.redis.exists(protocol.cancel_key(job.job_id)):
+            if job.job_id in self._aborted or await self.redis.exists(
+                protocol.cancel_key(job.job_id)
+            ):
                 self.engine.abort(job.job_id)
             await self._stream(job, gen)
         except asyncio.CancelledError:
@@ -237,7 +258,9 @@ class Worker:
                             "completion_tokens": item.usage.completion_tokens,
                             "cached_tokens": item.usage.cached_tokens,
                         },
-                        "ttft_ms": int((first_token_at - origin) * 1000) if first_token_at else None,
+                        "ttft_ms": int((first_token_at - origin) * 1000)
+                        if first_token_at
+                        else None,
                         "latency_ms": int((end - origin) * 1000),
                     },
                 )
@@ -249,7 +272,11 @@ class Worker:
                 pipe.zadd(protocol.workers_key(self.pool), {self.worker_id: now})
                 pipe.hset(
                     protocol.worker_key(self.worker_id),
-                    mapping={"slots": self.concurrency, "busy": len(self._running), "pool": self.pool},
+                    mapping={
+                        "slots": self.concurrency,
+                        "busy": len(self._running),
+                        "pool": self.pool,
+                    },
                 )
                 pipe.expire(protocol.worker_key(self.worker_id), 30)
                 await pipe.execute()
@@ -269,6 +296,8 @@ class Worker:
             now = time.time()
             for i, job_id in enumerate(job_ids):
                 cancelled, detached_until = flags[2 * i], flags[2 * i + 1]
-                if cancelled or (detached_until is not None and float(detached_until) <= now):
+                if cancelled or (
+                    detached_until is not None and float(detached_until) <= now
+                ):
                     self._aborted.add(job_id)
                     self.engine.abort(job_id)

@@ -100,25 +100,69 @@ def pg_up() -> str:
         if PG_DATA.exists():
             shutil.rmtree(PG_DATA)
         subprocess.run(
-            [bin_ / "initdb", "-D", PG_DATA, "-U", "postgres", "--auth=trust", "--encoding=UTF8",
-             "--locale=C.UTF-8"],
-            check=True, stdout=subprocess.DEVNULL, **kwargs,
+            [
+                bin_ / "initdb",
+                "-D",
+                PG_DATA,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C.UTF-8",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            **kwargs,
         )
         kwargs = _pg_run_kwargs()
-    status = subprocess.run([bin_ / "pg_ctl", "-D", PG_DATA, "status"], capture_output=True, **kwargs)
+    status = subprocess.run(
+        [bin_ / "pg_ctl", "-D", PG_DATA, "status"], capture_output=True, **kwargs
+    )
     if status.returncode != 0:
         subprocess.run(
-            [bin_ / "pg_ctl", "-D", PG_DATA, "-w", "-t", "60", "-l", PG_DIR / "postgres.log",
-             "-o", f"-h 127.0.0.1 -p {port} -k '' -c fsync=off -c max_connections=200", "start"],
-            check=True, stdout=subprocess.DEVNULL, **kwargs,
+            [
+                bin_ / "pg_ctl",
+                "-D",
+                PG_DATA,
+                "-w",
+                "-t",
+                "60",
+                "-l",
+                PG_DIR / "postgres.log",
+                "-o",
+                f"-h 127.0.0.1 -p {port} -k '' -c fsync=off -c max_connections=200",
+                "start",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            **kwargs,
         )
-    psql = [bin_ / "psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-d", "postgres",
-            "-tAc"]
-    exists = subprocess.run([*psql, f"SELECT 1 FROM pg_database WHERE datname='{DB_NAME}'"],
-                            capture_output=True, text=True, check=True, **kwargs).stdout.strip()
+    psql = [
+        bin_ / "psql",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-U",
+        "postgres",
+        "-d",
+        "postgres",
+        "-tAc",
+    ]
+    exists = subprocess.run(
+        [*psql, f"SELECT 1 FROM pg_database WHERE datname='{DB_NAME}'"],
+        capture_output=True,
+        text=True,
+        check=True,
+        **kwargs,
+    ).stdout.strip()
     if exists != "1":
-        subprocess.run([*psql, f"CREATE DATABASE {DB_NAME}"], check=True, stdout=subprocess.DEVNULL,
-                       **kwargs)
+        subprocess.run(
+            [*psql, f"CREATE DATABASE {DB_NAME}"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            **kwargs,
+        )
     return url
 
 
@@ -127,8 +171,12 @@ def pg_down() -> None:
     if not (PG_DATA / "PG_VERSION").exists():
         return
     kwargs = {"user": PG_SYSTEM_USER} if os.geteuid() == 0 else {}
-    subprocess.run([_pg_bin() / "pg_ctl", "-D", PG_DATA, "-w", "-m", "fast", "stop"],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+    subprocess.run(
+        [_pg_bin() / "pg_ctl", "-D", PG_DATA, "-w", "-m", "fast", "stop"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        **kwargs,
+    )
 
 
 def _redis_server() -> str:
@@ -146,9 +194,25 @@ def redis_up() -> str:
     port = _port(REDIS_DIR / "port")
     if not _port_open(port):
         subprocess.run(
-            [_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--daemonize", "yes",
-             "--dir", str(REDIS_DIR), "--pidfile", str(REDIS_DIR / "redis.pid"),
-             "--logfile", str(REDIS_DIR / "redis.log"), "--save", "", "--appendonly", "no"],
+            [
+                _redis_server(),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--daemonize",
+                "yes",
+                "--dir",
+                str(REDIS_DIR),
+                "--pidfile",
+                str(REDIS_DIR / "redis.pid"),
+                "--logfile",
+                str(REDIS_DIR / "redis.log"),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
             check=True,
         )
         for _ in range(100):

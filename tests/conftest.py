@@ -31,7 +31,9 @@ def _clean_redis() -> Iterator[None]:
 class WorkerThread:
     """Run a real :class:`Worker` on its own event loop in a background thread."""
 
-    def __init__(self, engine: Engine, *, pool: str | None = None, **options: Any) -> None:
+    def __init__(
+        self, engine: Engine, *, pool: str | None = None, **options: Any
+    ) -> None:
         self.pool = pool or settings.INFERENCE_DEFAULT_POOL
         self.engine = engine
         self.worker = Worker(
@@ -68,7 +70,9 @@ class WorkerThread:
     def stop(self, *, abort_running: bool = True) -> None:
         """Stop the worker (cancelling running jobs by default) and join its thread."""
         if self.loop is not None and self.thread.is_alive():
-            self.loop.call_soon_threadsafe(lambda: self.worker.stop(abort_running=abort_running))
+            self.loop.call_soon_threadsafe(
+                lambda: self.worker.stop(abort_running=abort_running)
+            )
         self.thread.join(timeout=20)
         assert not self.thread.is_alive(), "worker did not stop"
         if self.error:
@@ -92,12 +96,16 @@ def start_worker() -> Iterator[Any]:
 
 @pytest.fixture
 def user(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_user(username="alice", password="pw-alice-123")
+    return django_user_model.objects.create_user(
+        username="alice", password="pw-alice-123"
+    )
 
 
 @pytest.fixture
 def other_user(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_user(username="mallory", password="pw-mallory-123")
+    return django_user_model.objects.create_user(
+        username="mallory", password="pw-mallory-123"
+    )
 
 
 @pytest.fixture
@@ -109,4 +117,6 @@ def auth_client(user: Any) -> Client:
 
 def make_user(username: str) -> Any:
     """Create a user (helper for tests that need several)."""
-    return get_user_model().objects.create_user(username=username, password=f"pw-{username}-1")
+    return get_user_model().objects.create_user(
+        username=username, password=f"pw-{username}-1"
+    )

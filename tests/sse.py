@@ -56,7 +56,13 @@ def parse_frames(buffer: str) -> tuple[list[SseEvent], list[str], str]:
             name, _, value = line.partition(": ")
             fields[name] = value
         if "event" in fields:
-            events.append(SseEvent(fields["event"], json.loads(fields.get("data", "{}")), fields.get("id")))
+            events.append(
+                SseEvent(
+                    fields["event"],
+                    json.loads(fields.get("data", "{}")),
+                    fields.get("id"),
+                )
+            )
     return events, comments, buffer
 
 
@@ -117,7 +123,9 @@ async def asgi_sse(
         nonlocal buffer
         if message["type"] == "http.response.start":
             result.status = message["status"]
-            result.headers = {k.decode().lower(): v.decode() for k, v in message["headers"]}
+            result.headers = {
+                k.decode().lower(): v.decode() for k, v in message["headers"]
+            }
         elif message["type"] == "http.response.body":
             chunk = message.get("body", b"")
             result.body += chunk

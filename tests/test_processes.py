@@ -45,13 +45,35 @@ def stack(user):
     bin_dir = Path(sys.executable).parent
     procs = [
         subprocess.Popen(
-            [bin_dir / "daphne", "-b", "127.0.0.1", "-p", str(port), "chatsite.asgi:application"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            [
+                bin_dir / "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "chatsite.asgi:application",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         ),
         subprocess.Popen(
-            [sys.executable, "manage.py", "run_inference_worker", "--pool", "default",
-             "--engine", "llamacpp", "--n-ctx", "2048"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "manage.py",
+                "run_inference_worker",
+                "--pool",
+                "default",
+                "--engine",
+                "llamacpp",
+                "--n-ctx",
+                "2048",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         ),
     ]
     base = f"http://127.0.0.1:{port}"
@@ -62,7 +84,7 @@ def stack(user):
             break
         except httpx.HTTPError:
             if time.time() > deadline or any(p.poll() is not None for p in procs):
-                raise RuntimeError("daphne did not start")
+                raise RuntimeError("daphne did not start") from None
             time.sleep(0.2)
     yield base
     for p in procs:
@@ -80,7 +102,11 @@ def test_login_send_and_stream_an_answer_through_daphne_and_a_worker_process(sta
         token = browser.cookies["csrftoken"]
         login = browser.post(
             "/login/",
-            data={"username": "alice", "password": "pw-alice-123", "csrfmiddlewaretoken": token},
+            data={
+                "username": "alice",
+                "password": "pw-alice-123",
+                "csrfmiddlewaretoken": token,
+            },
             headers={"Referer": stack + "/login/"},
         )
         assert login.status_code == 302
@@ -96,7 +122,9 @@ def test_login_send_and_stream_an_answer_through_daphne_and_a_worker_process(sta
         assert response.status_code == 201, response.text
         turn = response.json()
         events, first_token_at, buffer = [], None, ""
-        with browser.stream("GET", turn["assistant_message"]["stream_url"], timeout=120) as stream:
+        with browser.stream(
+            "GET", turn["assistant_message"]["stream_url"], timeout=120
+        ) as stream:
             assert stream.headers["content-type"] == "text/event-stream"
             for chunk in stream.iter_text():
                 buffer += chunk

@@ -65,7 +65,9 @@ class LlamaCppEngine(Engine):
         self.max_concurrency = max(1, slots)
         self.seed = seed
         self._free: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._executor = ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="llama")
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.max_concurrency, thread_name_prefix="llama"
+        )
         self._aborts: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         self._formatter: Any = None
@@ -89,7 +91,9 @@ class LlamaCppEngine(Engine):
         llm = self._counter
         template = llm.metadata.get("tokenizer.chat_template")
         if not template:
-            raise EngineError(f"{self.model_path.name} has no chat template in its metadata")
+            raise EngineError(
+                f"{self.model_path.name} has no chat template in its metadata"
+            )
         eos = llm.token_eos()
         bos = llm.token_bos()
         self._formatter = Jinja2ChatFormatter(
@@ -121,7 +125,9 @@ class LlamaCppEngine(Engine):
         with self._lock:
             return len(self._tokens(self._counter, messages))
 
-    def _fit(self, llm: Any, messages: list[dict[str, str]], max_tokens: int) -> tuple[list[int], int]:
+    def _fit(
+        self, llm: Any, messages: list[dict[str, str]], max_tokens: int
+    ) -> tuple[list[int], int]:
         """Drop the oldest turns until prompt + answer fit ``n_ctx``; return tokens, max_tokens.
 
         The system message and the newest message are always kept. Raises EngineError
@@ -157,7 +163,9 @@ class LlamaCppEngine(Engine):
                 if a != b:
                     break
                 cached += 1
-            usage = Usage(prompt_tokens=len(tokens), cached_tokens=min(cached, len(tokens) - 1))
+            usage = Usage(
+                prompt_tokens=len(tokens), cached_tokens=min(cached, len(tokens) - 1)
+            )
             params = job.params
             decoder = Utf8Decoder()
             finish = protocol.FINISH_LENGTH

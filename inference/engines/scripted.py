@@ -99,7 +99,9 @@ class ScriptedEngine(Engine):
                     if not opts["cycle"]:
                         break
                     i = 0
-                if fail_after is not None and usage.completion_tokens >= int(fail_after):
+                if fail_after is not None and usage.completion_tokens >= int(
+                    fail_after
+                ):
                     raise EngineError("scripted failure", code=protocol.ERROR_ENGINE)
                 if delay_s:
                     await asyncio.sleep(delay_s)

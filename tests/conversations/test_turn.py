@@ -21,7 +21,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def stream_url(turn):
-    return reverse("message-stream", args=[turn.conversation.id, turn.assistant_message.id])
+    return reverse(
+        "message-stream", args=[turn.conversation.id, turn.assistant_message.id]
+    )
 
 
 def send(client: Client, content: str, conversation_id=None):
@@ -33,12 +35,18 @@ def send(client: Client, content: str, conversation_id=None):
     return client.post(url, {"content": content})
 
 
-def test_turn_streams_tokens_and_persists_the_answer_with_usage(start_worker, auth_client, user):
+def test_turn_streams_tokens_and_persists_the_answer_with_usage(
+    start_worker, auth_client, user
+):
     start_worker(ScriptedEngine(text="Hello there, how can I help?"))
     response = send(auth_client, "Hi!")
     assert response.status_code == 201
     body = response.json()
-    result = asyncio.run(asgi_sse(body["assistant_message"]["stream_url"], cookie=session_cookie(auth_client)))
+    result = asyncio.run(
+        asgi_sse(
+            body["assistant_message"]["stream_url"], cookie=session_cookie(auth_client)
+        )
+    )
     assert result.status == 200
     assert result.headers["content-type"] == "text/event-stream"
     assert result.completed
@@ -73,20 +81,33 @@ def test_the_model_sees_the_earlier_turns_of_the_thread(start_worker, auth_clien
 
     inference_client.job_enqueue = spy
     try:
-        second = send(auth_client, "What is my name?", first["conversation"]["id"]).json()
+        second = send(
+            auth_client, "What is my name?", first["conversation"]["id"]
+        ).json()
     finally:
         inference_client.job_enqueue = original
     asyncio.run(asgi_sse(second["assistant_message"]["stream_url"], cookie=cookie))
     roles = [(m["role"], m["content"]) for m in captured["messages"]]
     assert roles[0][0] == "system"
-    assert roles[1:] == [("user", "My name is Ada."), ("assistant", "ok"), ("user", "What is my name?")]
+    assert roles[1:] == [
+        ("user", "My name is Ada."),
+        ("assistant", "ok"),
+        ("user", "What is my name?"),
+    ]
 
 
-def test_stop_aborts_generation_within_one_second_and_keeps_the_partial_text(start_worker, auth_client):
+def test_stop_aborts_generation_within_one_second_and_keeps_the_partial_text(
+    start_worker, auth_client
+):
     start_worker(ScriptedEngine(text="word ", cycle=True, delay_ms=10))
-    turn = services.turn_start(user=auth_client.session and _user(auth_client), content="Write a lot",
-                               params={"max_tokens": 2000})
-    stop_url = reverse("message-stop", args=[turn.conversation.id, turn.assistant_message.id])
+    turn = services.turn_start(
+        user=auth_client.session and _user(auth_client),
+        content="Write a lot",
+        params={"max_tokens": 2000},
+    )
+    stop_url = reverse(
+        "message-stop", args=[turn.conversation.id, turn.assistant_message.id]
+    )
     timing = {}
 
     def press_stop():
@@ -102,12 +123,16 @@ def test_stop_aborts_generation_within_one_second_and_keeps_the_partial_text(sta
             timing["ended"] = time.monotonic()
         return False
 
-    result = asyncio.run(asgi_sse(stream_url(turn), cookie=session_cookie(auth_client), stop_when=watch))
+    result = asyncio.run(
+        asgi_sse(stream_url(turn), cookie=session_cookie(auth_client), stop_when=watch)
+    )
     timing["thread"].join()
     assert timing["status"] == 202
     assert timing["ended"] - timing["asked"] < 1.0
     done = result.last("done")
-    assert done.data["status"] == "cancelled" and done.data["finish_reason"] == "cancelled"
+    assert (
+        done.data["status"] == "cancelled" and done.data["finish_reason"] == "cancelled"
+    )
     answer = Message.objects.get(id=turn.assistant_message.id)
     assert answer.status == Message.Status.CANCELLED
     assert answer.content == result.text
@@ -121,7 +146,9 @@ def _user(client):
     return get_user_model().objects.get(pk=client.session["_auth_user_id"])
 
 
-def test_emoji_split_across_two_engine_chunks_arrives_byte_identical(start_worker, auth_client):
+def test_emoji_split_across_two_engine_chunks_arrives_byte_identical(
+    start_worker, auth_client
+):
     start_worker(ScriptedEngine())
     turn = services.turn_start(
         user=_user(auth_client),
@@ -136,20 +163,29 @@ def test_emoji_split_across_two_engine_chunks_arrives_byte_identical(start_worke
     assert answer.token_count == 2  # two engine chunks, the emoji split between them
 
 
-def test_reconnect_with_last_event_id_yields_exactly_the_rest(start_worker, auth_client):
+def test_reconnect_with_last_event_id_yields_exactly_the_rest(
+    start_worker, auth_client
+):
     words = [f"w{i} " for i in range(60)]
     start_worker(ScriptedEngine(delay_ms=15))
     turn = services.turn_start(
-        user=_user(auth_client), content="count", params={"script": {"text": "".join(words)}}
+        user=_user(auth_client),
+        content="count",
+        params={"script": {"text": "".join(words)}},
     )
     cookie = session_cookie(auth_client)
     first = asyncio.run(
-        asgi_sse(stream_url(turn), cookie=cookie,
-                 stop_when=lambda r: sum(e.event == "token" for e in r.events) >= 10)
+        asgi_sse(
+            stream_url(turn),
+            cookie=cookie,
+            stop_when=lambda r: sum(e.event == "token" for e in r.events) >= 10,
+        )
     )
     assert not first.completed and not ended(first)
     last_id = [e for e in first.events if e.id][-1].id
-    rest = asyncio.run(asgi_sse(stream_url(turn), cookie=cookie, headers={"Last-Event-ID": last_id}))
+    rest = asyncio.run(
+        asgi_sse(stream_url(turn), cookie=cookie, headers={"Last-Event-ID": last_id})
+    )
     assert rest.completed and rest.last("done")
     assert first.text + rest.text == "".join(words)
     assert first.text and rest.text
@@ -158,10 +194,14 @@ def test_reconnect_with_last_event_id_yields_exactly_the_rest(start_worker, auth
     assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-"))))
 
 
-def test_disconnecting_the_sse_client_runs_the_relay_cleanup(start_worker, auth_client, settings):
+def test_disconnecting_the_sse_client_runs_the_relay_cleanup(
+    start_worker, auth_client, settings
+):
     settings.INFERENCE_DETACH_GRACE_S = 0.3
     start_worker(ScriptedEngine(text="tok ", cycle=True, delay_ms=10))
-    turn = services.turn_start(user=_user(auth_client), content="go", params={"max_tokens": 2000})
+    turn = services.turn_start(
+        user=_user(auth_client), content="go", params={"max_tokens": 2000}
+    )
     job_id = turn.assistant_message.job_id
     seen = {}
 
@@ -170,7 +210,9 @@ def test_disconnecting_the_sse_client_runs_the_relay_cleanup(start_worker, auth_
             seen["watchers"] = redis_sync().get(protocol.watch_key(job_id))
         return sum(e.event == "token" for e in result.events) >= 3
 
-    result = asyncio.run(asgi_sse(stream_url(turn), cookie=session_cookie(auth_client), stop_when=watch))
+    result = asyncio.run(
+        asgi_sse(stream_url(turn), cookie=session_cookie(auth_client), stop_when=watch)
+    )
     assert not result.completed
     assert seen["watchers"] == "1"
     # cleanup ran: no watcher left, a cancel deadline is scheduled
@@ -188,14 +230,22 @@ def test_disconnecting_the_sse_client_runs_the_relay_cleanup(start_worker, auth_
     assert Message.objects.get(id=job_id).status == Message.Status.CANCELLED
 
 
-def test_reattaching_within_the_grace_period_keeps_the_generation_alive(start_worker, auth_client, settings):
+def test_reattaching_within_the_grace_period_keeps_the_generation_alive(
+    start_worker, auth_client, settings
+):
     settings.INFERENCE_DETACH_GRACE_S = 0.5
     start_worker(ScriptedEngine(text=" ".join(f"w{i}" for i in range(80)), delay_ms=10))
     turn = services.turn_start(user=_user(auth_client), content="go")
     cookie = session_cookie(auth_client)
-    first = asyncio.run(asgi_sse(stream_url(turn), cookie=cookie, stop_when=lambda r: len(r.events) >= 3))
+    first = asyncio.run(
+        asgi_sse(
+            stream_url(turn), cookie=cookie, stop_when=lambda r: len(r.events) >= 3
+        )
+    )
     last_id = [e for e in first.events if e.id][-1].id
-    rest = asyncio.run(asgi_sse(stream_url(turn), cookie=cookie, headers={"Last-Event-ID": last_id}))
+    rest = asyncio.run(
+        asgi_sse(stream_url(turn), cookie=cookie, headers={"Last-Event-ID": last_id})
+    )
     assert rest.last("done").data["status"] == "complete"
 
 
@@ -203,7 +253,9 @@ def test_worker_down_shows_a_clear_error_after_a_bounded_wait(auth_client, setti
     settings.INFERENCE_NO_WORKER_GRACE_S = 1.0
     turn = services.turn_start(user=_user(auth_client), content="anyone there?")
     started = time.monotonic()
-    result = asyncio.run(asgi_sse(stream_url(turn), cookie=session_cookie(auth_client), timeout=15))
+    result = asyncio.run(
+        asgi_sse(stream_url(turn), cookie=session_cookie(auth_client), timeout=15)
+    )
     waited = time.monotonic() - started
     error = result.last("error")
     assert error is not None and result.completed
@@ -214,9 +266,13 @@ def test_worker_down_shows_a_clear_error_after_a_bounded_wait(auth_client, setti
     assert "not available" in answer.error
 
 
-def test_engine_failure_mid_answer_ends_with_an_error_and_keeps_the_partial_text(start_worker, auth_client):
+def test_engine_failure_mid_answer_ends_with_an_error_and_keeps_the_partial_text(
+    start_worker, auth_client
+):
     start_worker(ScriptedEngine(text="one two three four"))
-    turn = services.turn_start(user=_user(auth_client), content="x", params={"script": {"fail_after": 2}})
+    turn = services.turn_start(
+        user=_user(auth_client), content="x", params={"script": {"fail_after": 2}}
+    )
     result = asyncio.run(asgi_sse(stream_url(turn), cookie=session_cookie(auth_client)))
     assert result.last("error").data["code"] == "generation_failed"
     answer = Message.objects.get(id=turn.assistant_message.id)
@@ -229,7 +285,10 @@ def test_reaper_finalises_an_answer_nobody_streamed(start_worker, auth_client):
     turn = services.turn_start(user=_user(auth_client), content="hi")
     job_id = turn.assistant_message.job_id
     for _ in range(300):
-        if inference_client.generation_events(job_id=job_id)[-1:] and inference_client.generation_events(job_id=job_id)[-1].is_terminal:
+        if (
+            inference_client.generation_events(job_id=job_id)[-1:]
+            and inference_client.generation_events(job_id=job_id)[-1].is_terminal
+        ):
             break
         time.sleep(0.01)
     assert Message.objects.get(id=job_id).status == Message.Status.STREAMING
@@ -237,7 +296,10 @@ def test_reaper_finalises_an_answer_nobody_streamed(start_worker, auth_client):
 
     assert reap_streaming_messages.delay(older_than_s=0).get() == 1
     answer = Message.objects.get(id=job_id)
-    assert (answer.status, answer.content) == (Message.Status.COMPLETE, "done without a browser")
+    assert (answer.status, answer.content) == (
+        Message.Status.COMPLETE,
+        "done without a browser",
+    )
     assert services.message_finalize(message_id=job_id) is None  # idempotent
 
 
@@ -264,8 +326,13 @@ def test_stream_of_a_finished_answer_returns_its_final_state(start_worker, auth_
 
 def test_bad_last_event_id_is_a_400(auth_client):
     turn = services.turn_start(user=_user(auth_client), content="hi")
-    result = asyncio.run(asgi_sse(stream_url(turn), cookie=session_cookie(auth_client),
-                                  headers={"Last-Event-ID": "garbage"}))
+    result = asyncio.run(
+        asgi_sse(
+            stream_url(turn),
+            cookie=session_cookie(auth_client),
+            headers={"Last-Event-ID": "garbage"},
+        )
+    )
     assert result.status == 400
     assert b"not a stream position" in result.body
 

@@ -14,11 +14,17 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 def test_full_turn_with_the_real_smollm2_model(start_worker, auth_client):
     start_worker(LlamaCppEngine(n_ctx=2048))
-    response = auth_client.post(reverse("message-send-new"), {"content": "Name three colours."})
+    response = auth_client.post(
+        reverse("message-send-new"), {"content": "Name three colours."}
+    )
     assert response.status_code == 201
     body = response.json()
     result = asyncio.run(
-        asgi_sse(body["assistant_message"]["stream_url"], cookie=session_cookie(auth_client), timeout=120)
+        asgi_sse(
+            body["assistant_message"]["stream_url"],
+            cookie=session_cookie(auth_client),
+            timeout=120,
+        )
     )
     tokens = [e for e in result.events if e.event == "token"]
     assert len(tokens) > 1  # it streamed, not one blob

@@ -17,7 +17,9 @@ def queued_jobs() -> int:
 
 
 def finish(message: Message, content: str = "an answer") -> None:
-    Message.objects.filter(id=message.id).update(status=Message.Status.COMPLETE, content=content)
+    Message.objects.filter(id=message.id).update(
+        status=Message.Status.COMPLETE, content=content
+    )
 
 
 @pytest.fixture
@@ -37,7 +39,9 @@ def test_pages_require_login_and_send_anonymous_users_to_the_login_page():
     client = Client()
     response = client.get(reverse("chat-home"))
     assert response.status_code == 302 and response.url.startswith(reverse("login"))
-    assert client.post(reverse("message-send-new"), {"content": "hi"}).status_code == 302
+    assert (
+        client.post(reverse("message-send-new"), {"content": "hi"}).status_code == 302
+    )
     assert Message.objects.count() == 0
     assert client.get(reverse("login")).status_code == 200
     assert client.get(reverse("signup")).status_code == 200
@@ -47,7 +51,11 @@ def test_signup_creates_an_account_and_signs_in():
     client = Client()
     response = client.post(
         reverse("signup"),
-        {"username": "newbie", "password1": "a-long-passphrase-42", "password2": "a-long-passphrase-42"},
+        {
+            "username": "newbie",
+            "password1": "a-long-passphrase-42",
+            "password2": "a-long-passphrase-42",
+        },
     )
     assert response.status_code == 302
     assert client.get(reverse("chat-home")).status_code == 200
@@ -55,14 +63,18 @@ def test_signup_creates_an_account_and_signs_in():
 
 def test_login_and_logout(user):
     client = Client()
-    response = client.post(reverse("login"), {"username": "alice", "password": "pw-alice-123"})
+    response = client.post(
+        reverse("login"), {"username": "alice", "password": "pw-alice-123"}
+    )
     assert response.status_code == 302
     assert client.get(reverse("chat-home")).status_code == 200
     client.post(reverse("logout"))
     assert client.get(reverse("chat-home")).status_code == 302
 
 
-def test_send_starts_a_conversation_titled_after_the_first_message(auth_client, django_capture_on_commit_callbacks):
+def test_send_starts_a_conversation_titled_after_the_first_message(
+    auth_client, django_capture_on_commit_callbacks
+):
     long_text = "Explain   the difference between TCP and UDP, with examples of when each is used"
     with django_capture_on_commit_callbacks(execute=True):
         response = auth_client.post(reverse("message-send-new"), {"content": long_text})
@@ -74,7 +86,9 @@ def test_send_starts_a_conversation_titled_after_the_first_message(auth_client, 
     assert body["conversation"]["created"] is True
     assert body["assistant_message"]["stream_url"].endswith("/stream/")
     assert queued_jobs() == 1
-    job = protocol.Job.from_fields(redis_sync().xrange(protocol.queue_key("default"))[0][1])
+    job = protocol.Job.from_fields(
+        redis_sync().xrange(protocol.queue_key("default"))[0][1]
+    )
     assert job.job_id == body["assistant_message"]["id"]
     assert job.messages[-1] == {"role": "user", "content": long_text}
 
@@ -98,23 +112,37 @@ def test_missing_content_field_is_a_400(auth_client):
     assert auth_client.post(reverse("message-send-new"), {}).status_code == 400
 
 
-def test_message_over_the_limit_is_a_413_and_stores_nothing(auth_client, turn, settings):
+def test_message_over_the_limit_is_a_413_and_stores_nothing(
+    auth_client, turn, settings
+):
     before = Message.objects.count()
     finish(turn.assistant_message)
     too_long = "x" * (settings.CHAT_MAX_MESSAGE_CHARS + 1)
-    response = auth_client.post(reverse("message-send", args=[turn.conversation.id]), {"content": too_long})
+    response = auth_client.post(
+        reverse("message-send", args=[turn.conversation.id]), {"content": too_long}
+    )
     assert response.status_code == 413
     assert "32,000" in response.json()["error"]["message"]
     assert Message.objects.count() == before
     exactly = "x" * settings.CHAT_MAX_MESSAGE_CHARS
-    ok = auth_client.post(reverse("message-send", args=[turn.conversation.id]), {"content": exactly})
+    ok = auth_client.post(
+        reverse("message-send", args=[turn.conversation.id]), {"content": exactly}
+    )
     assert ok.status_code == 201
 
 
 def test_unknown_conversation_is_a_404(auth_client):
     missing = "00000000-0000-0000-0000-000000000000"
-    assert auth_client.post(reverse("message-send", args=[missing]), {"content": "hi"}).status_code == 404
-    assert auth_client.get(reverse("conversation-detail", args=[missing])).status_code == 404
+    assert (
+        auth_client.post(
+            reverse("message-send", args=[missing]), {"content": "hi"}
+        ).status_code
+        == 404
+    )
+    assert (
+        auth_client.get(reverse("conversation-detail", args=[missing])).status_code
+        == 404
+    )
     assert Message.objects.count() == 0
 
 
@@ -128,7 +156,9 @@ def test_missing_csrf_token_is_a_403(user):
 
 def test_sending_while_an_answer_streams_is_a_409_and_stores_nothing(auth_client, turn):
     before = Message.objects.count()
-    response = auth_client.post(reverse("message-send", args=[turn.conversation.id]), {"content": "more"})
+    response = auth_client.post(
+        reverse("message-send", args=[turn.conversation.id]), {"content": "more"}
+    )
     assert response.status_code == 409
     assert "still being written" in response.json()["error"]["message"]
     assert Message.objects.count() == before
@@ -140,12 +170,31 @@ def test_another_user_cannot_read_send_rename_delete_stop_or_regenerate(intruder
     finish(answer, "private answer")
     page = intruder.get(reverse("conversation-detail", args=[conv.id]))
     assert page.status_code == 404 and b"2+2" not in page.content
-    assert intruder.post(reverse("message-send", args=[conv.id]), {"content": "x"}).status_code == 404
-    assert intruder.post(reverse("conversation-rename", args=[conv.id]), {"title": "pwned"}).status_code == 404
-    assert intruder.get(reverse("conversation-delete", args=[conv.id])).status_code == 404
-    assert intruder.post(reverse("conversation-delete", args=[conv.id])).status_code == 404
-    assert intruder.post(reverse("message-stop", args=[conv.id, answer.id])).status_code == 404
-    assert intruder.post(reverse("message-regenerate", args=[conv.id])).status_code == 404
+    assert (
+        intruder.post(
+            reverse("message-send", args=[conv.id]), {"content": "x"}
+        ).status_code
+        == 404
+    )
+    assert (
+        intruder.post(
+            reverse("conversation-rename", args=[conv.id]), {"title": "pwned"}
+        ).status_code
+        == 404
+    )
+    assert (
+        intruder.get(reverse("conversation-delete", args=[conv.id])).status_code == 404
+    )
+    assert (
+        intruder.post(reverse("conversation-delete", args=[conv.id])).status_code == 404
+    )
+    assert (
+        intruder.post(reverse("message-stop", args=[conv.id, answer.id])).status_code
+        == 404
+    )
+    assert (
+        intruder.post(reverse("message-regenerate", args=[conv.id])).status_code == 404
+    )
     home = intruder.get(reverse("chat-home"))
     assert conv.title.encode() not in home.content
     conv.refresh_from_db()
@@ -163,8 +212,13 @@ def test_conversation_list_is_newest_first_and_only_mine(auth_client, user, othe
 
 
 def test_conversation_page_renders_markdown_safely(auth_client, turn):
-    finish(turn.assistant_message, "# Title\n\n```python\nprint('hi')\n```\n\n<img src=x onerror=alert(1)>")
-    page = auth_client.get(reverse("conversation-detail", args=[turn.conversation.id])).content.decode()
+    finish(
+        turn.assistant_message,
+        "# Title\n\n```python\nprint('hi')\n```\n\n<img src=x onerror=alert(1)>",
+    )
+    page = auth_client.get(
+        reverse("conversation-detail", args=[turn.conversation.id])
+    ).content.decode()
     assert "<h1>Title</h1>" in page
     assert 'class="highlight"' in page
     assert "<img" not in page and "&lt;img" in page
@@ -172,7 +226,9 @@ def test_conversation_page_renders_markdown_safely(auth_client, turn):
 
 def test_rename(auth_client, turn):
     url = reverse("conversation-rename", args=[turn.conversation.id])
-    response = auth_client.post(url, {"title": "  Arithmetic  "}, HTTP_ACCEPT="application/json")
+    response = auth_client.post(
+        url, {"title": "  Arithmetic  "}, HTTP_ACCEPT="application/json"
+    )
     assert response.json()["title"] == "Arithmetic"
     bad = auth_client.post(url, {"title": "   "}, HTTP_ACCEPT="application/json")
     assert bad.status_code == 400
@@ -184,7 +240,9 @@ def test_rename(auth_client, turn):
     assert turn.conversation.title == "From the form"
 
 
-def test_delete_asks_for_confirmation_then_deletes_everything(auth_client, turn, django_capture_on_commit_callbacks):
+def test_delete_asks_for_confirmation_then_deletes_everything(
+    auth_client, turn, django_capture_on_commit_callbacks
+):
     url = reverse("conversation-delete", args=[turn.conversation.id])
     confirm = auth_client.get(url)
     assert confirm.status_code == 200 and b"cannot be undone" in confirm.content
@@ -199,12 +257,16 @@ def test_delete_asks_for_confirmation_then_deletes_everything(auth_client, turn,
 
 
 def test_stop_sets_the_cancel_flag_of_a_streaming_answer(auth_client, turn):
-    response = auth_client.post(reverse("message-stop", args=[turn.conversation.id, turn.assistant_message.id]))
+    response = auth_client.post(
+        reverse("message-stop", args=[turn.conversation.id, turn.assistant_message.id])
+    )
     assert response.status_code == 202
     assert redis_sync().exists(protocol.cancel_key(turn.assistant_message.job_id))
 
 
-def test_regenerate_keeps_the_previous_answer_without_duplicating_the_question(auth_client, turn, django_capture_on_commit_callbacks):
+def test_regenerate_keeps_the_previous_answer_without_duplicating_the_question(
+    auth_client, turn, django_capture_on_commit_callbacks
+):
     finish(turn.assistant_message, "four")
     url = reverse("message-regenerate", args=[turn.conversation.id])
     with django_capture_on_commit_callbacks(execute=True):
@@ -218,7 +280,9 @@ def test_regenerate_keeps_the_previous_answer_without_duplicating_the_question(a
     assert messages[2].parent_id == messages[0].id == messages[1].parent_id
     assert Conversation.objects.count() == 1
     # the new job sees the question once, and not the old answer
-    job = protocol.Job.from_fields(redis_sync().xrange(protocol.queue_key("default"))[-1][1])
+    job = protocol.Job.from_fields(
+        redis_sync().xrange(protocol.queue_key("default"))[-1][1]
+    )
     assert [m["role"] for m in job.messages] == ["system", "user"]
     # while it streams, another regenerate is refused
     assert auth_client.post(url).status_code == 409
@@ -228,7 +292,9 @@ def test_regenerate_keeps_the_previous_answer_without_duplicating_the_question(a
     items = thread_items(conversation=turn.conversation)
     assert [i.message.content for i in items] == ["What is 2+2?", "4"]
     assert [v.content for v in items[1].previous_versions] == ["four"]
-    page = auth_client.get(reverse("conversation-detail", args=[turn.conversation.id])).content.decode()
+    page = auth_client.get(
+        reverse("conversation-detail", args=[turn.conversation.id])
+    ).content.decode()
     assert "Earlier answers (1)" in page
 
 

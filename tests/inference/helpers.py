@@ -6,8 +6,15 @@ from inference import client as inference_client
 from inference import protocol
 
 
-def enqueue(job_id: str, *, pool: str = "default", script: dict | None = None, max_tokens: int = 512,
-            deadline_in: float = 60.0, messages: list | None = None) -> protocol.Job:
+def enqueue(
+    job_id: str,
+    *,
+    pool: str = "default",
+    script: dict | None = None,
+    max_tokens: int = 512,
+    deadline_in: float = 60.0,
+    messages: list | None = None,
+) -> protocol.Job:
     """Put a job on a pool's queue the way the gateway does."""
     now = time.time()
     job = protocol.Job(
@@ -29,7 +36,9 @@ def wait_events(job_id: str, predicate, timeout: float = 10.0) -> list[protocol.
         if predicate(events):
             return events
         if time.time() > deadline:
-            raise AssertionError(f"timed out; events so far: {[e.type for e in events]}")
+            raise AssertionError(
+                f"timed out; events so far: {[e.type for e in events]}"
+            )
         time.sleep(0.01)
 
 

@@ -38,7 +38,10 @@ def test_bundled_model_is_found_through_package_metadata():
 
 
 def test_generates_an_answer_with_exact_usage_from_the_chat_template(engine):
-    items = collect(engine, Job(job_id="a", messages=QUESTION, params={"max_tokens": 48, "temperature": 0}))
+    items = collect(
+        engine,
+        Job(job_id="a", messages=QUESTION, params={"max_tokens": 48, "temperature": 0}),
+    )
     text = "".join(i.text for i in items if isinstance(i, Delta))
     finish = items[-1]
     assert isinstance(finish, Finish)
@@ -52,14 +55,19 @@ def test_generates_an_answer_with_exact_usage_from_the_chat_template(engine):
 def test_repeating_a_prompt_reuses_the_kv_cache_prefix(engine):
     job = Job(job_id="b", messages=QUESTION, params={"max_tokens": 4, "temperature": 0})
     collect(engine, job)
-    again = collect(engine, Job(job_id="c", messages=QUESTION, params={"max_tokens": 4, "temperature": 0}))
+    again = collect(
+        engine,
+        Job(job_id="c", messages=QUESTION, params={"max_tokens": 4, "temperature": 0}),
+    )
     assert again[-1].usage.cached_tokens >= again[-1].usage.prompt_tokens - 1
 
 
 def test_abort_stops_within_one_decode_step(engine):
     job = Job(
         job_id="long",
-        messages=[{"role": "user", "content": "Write a very long story about a dragon."}],
+        messages=[
+            {"role": "user", "content": "Write a very long story about a dragon."}
+        ],
         params={"max_tokens": 900, "temperature": 0.8},
     )
 
@@ -84,11 +92,24 @@ def test_abort_stops_within_one_decode_step(engine):
 def test_a_history_longer_than_the_window_is_trimmed_not_overflowed(engine):
     history = [{"role": "system", "content": "Be brief."}]
     for i in range(300):
-        history.append({"role": "user", "content": f"Message {i}: tell me something about the number {i}."})
-        history.append({"role": "assistant", "content": f"The number {i} is a number that comes after {i - 1}."})
+        history.append(
+            {
+                "role": "user",
+                "content": f"Message {i}: tell me something about the number {i}.",
+            }
+        )
+        history.append(
+            {
+                "role": "assistant",
+                "content": f"The number {i} is a number that comes after {i - 1}.",
+            }
+        )
     history.append({"role": "user", "content": "Say hi."})
     assert engine.count_tokens(history) > engine.n_ctx
-    items = collect(engine, Job(job_id="d", messages=history, params={"max_tokens": 64, "temperature": 0}))
+    items = collect(
+        engine,
+        Job(job_id="d", messages=history, params={"max_tokens": 64, "temperature": 0}),
+    )
     finish = items[-1]
     assert isinstance(finish, Finish)
     assert finish.usage.prompt_tokens + 64 <= engine.n_ctx

@@ -28,8 +28,30 @@ def test_every_event_type_has_a_schema_that_accepts_a_valid_payload():
         ("token", {}, "missing field 't'"),
         ("token", {"t": 3}, "bad value"),
         ("token", {"t": "a", "x": 1}, "unexpected fields"),
-        ("done", {"finish_reason": "exploded", "usage": {"prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0}, "ttft_ms": None, "latency_ms": 1}, "finish_reason"),
-        ("done", {"finish_reason": "stop", "usage": {"prompt_tokens": 1}, "ttft_ms": None, "latency_ms": 1}, "usage"),
+        (
+            "done",
+            {
+                "finish_reason": "exploded",
+                "usage": {
+                    "prompt_tokens": 1,
+                    "completion_tokens": 1,
+                    "cached_tokens": 0,
+                },
+                "ttft_ms": None,
+                "latency_ms": 1,
+            },
+            "finish_reason",
+        ),
+        (
+            "done",
+            {
+                "finish_reason": "stop",
+                "usage": {"prompt_tokens": 1},
+                "ttft_ms": None,
+                "latency_ms": 1,
+            },
+            "usage",
+        ),
         ("meta", {"model": "m", "worker": "w", "queue_ms": True}, "queue_ms"),
         ("nope", {}, "unknown event type"),
     ],
@@ -61,5 +83,12 @@ def test_job_from_fields_rejects_entries_that_are_not_jobs():
 
 def test_event_parse_decodes_bytes_and_text_entries():
     fields = protocol.token_fields("ok")
-    event = protocol.event_parse(b"1-0", {k.encode(): v.encode() for k, v in fields.items()})
-    assert (event.id, event.type, event.data, event.is_terminal) == ("1-0", "token", {"t": "ok"}, False)
+    event = protocol.event_parse(
+        b"1-0", {k.encode(): v.encode() for k, v in fields.items()}
+    )
+    assert (event.id, event.type, event.data, event.is_terminal) == (
+        "1-0",
+        "token",
+        {"t": "ok"},
+        False,
+    )

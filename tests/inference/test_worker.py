@@ -9,7 +9,9 @@ from inference.engines.scripted import ScriptedEngine
 from tests.inference.helpers import enqueue, terminal, wait_events
 
 
-def test_worker_streams_meta_tokens_done_and_every_event_matches_its_schema(start_worker):
+def test_worker_streams_meta_tokens_done_and_every_event_matches_its_schema(
+    start_worker,
+):
     start_worker(ScriptedEngine(text="one two three"))
     enqueue("job-1")
     events = wait_events("job-1", terminal)
@@ -80,7 +82,9 @@ def test_engine_failure_ends_the_generation_with_an_error_event(start_worker):
     assert sum(e.type == "token" for e in events) == 2
 
 
-def test_generation_with_no_client_attached_is_cancelled_after_the_grace_period(start_worker):
+def test_generation_with_no_client_attached_is_cancelled_after_the_grace_period(
+    start_worker,
+):
     start_worker(ScriptedEngine(text="tok ", cycle=True, delay_ms=10))
     enqueue("orphan", max_tokens=2000)
     wait_events("orphan", lambda ev: len(ev) >= 2)
@@ -91,14 +95,18 @@ def test_generation_with_no_client_attached_is_cancelled_after_the_grace_period(
 
 def test_only_one_terminal_event_even_when_the_web_tier_times_a_job_out(start_worker):
     enqueue("raced", deadline_in=60)
-    assert inference_client.generation_fail(job_id="raced", code="queue_timeout", message="late")
+    assert inference_client.generation_fail(
+        job_id="raced", code="queue_timeout", message="late"
+    )
     start_worker(ScriptedEngine(text="a b"))
     time.sleep(0.5)
     events = inference_client.generation_events(job_id="raced")
     raw = redis_sync().xrange(protocol.gen_key("raced"))
     assert [e.type for e in events] == ["error"]
     assert len(raw) == 1
-    assert not inference_client.generation_fail(job_id="raced", code="x", message="again")
+    assert not inference_client.generation_fail(
+        job_id="raced", code="x", message="again"
+    )
 
 
 def test_worker_heartbeat_makes_the_pool_live_and_leaving_removes_it(start_worker):

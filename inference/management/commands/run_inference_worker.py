@@ -17,17 +17,35 @@ class Command(BaseCommand):
     help = "Serve one inference pool from Redis with one engine (SIGTERM drains gracefully)."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--pool", default=None, help="pool name (default: INFERENCE_DEFAULT_POOL)")
-        parser.add_argument("--engine", default="llamacpp", choices=["llamacpp", "scripted"])
-        parser.add_argument("--concurrency", type=int, default=None, help="job slots (default: engine's)")
-        parser.add_argument("--n-ctx", type=int, default=4096, help="llama.cpp context window, tokens")
-        parser.add_argument("--model-path", default=None, help="GGUF file (default: bundled SmolLM2)")
-        parser.add_argument("--delay-ms", type=float, default=20.0, help="scripted engine: ms per token")
+        parser.add_argument(
+            "--pool", default=None, help="pool name (default: INFERENCE_DEFAULT_POOL)"
+        )
+        parser.add_argument(
+            "--engine", default="llamacpp", choices=["llamacpp", "scripted"]
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=None,
+            help="job slots (default: engine's)",
+        )
+        parser.add_argument(
+            "--n-ctx", type=int, default=4096, help="llama.cpp context window, tokens"
+        )
+        parser.add_argument(
+            "--model-path", default=None, help="GGUF file (default: bundled SmolLM2)"
+        )
+        parser.add_argument(
+            "--delay-ms", type=float, default=20.0, help="scripted engine: ms per token"
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         pool = opts["pool"] or settings.INFERENCE_DEFAULT_POOL
         if opts["engine"] == "llamacpp":
-            engine_opts: dict[str, Any] = {"n_ctx": opts["n_ctx"], "slots": opts["concurrency"] or 1}
+            engine_opts: dict[str, Any] = {
+                "n_ctx": opts["n_ctx"],
+                "slots": opts["concurrency"] or 1,
+            }
             if opts["model_path"]:
                 engine_opts["model_path"] = opts["model_path"]
         else:
@@ -43,7 +61,9 @@ class Command(BaseCommand):
             concurrency=opts["concurrency"],
             stream_ttl_s=settings.INFERENCE_STREAM_TTL_S,
         )
-        self.stdout.write(f"inference worker {worker.worker_id}: pool={pool} engine={engine.name}")
+        self.stdout.write(
+            f"inference worker {worker.worker_id}: pool={pool} engine={engine.name}"
+        )
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
@@ -52,4 +72,6 @@ class Command(BaseCommand):
             await worker.run()
 
         asyncio.run(main())
-        self.stdout.write(f"inference worker {worker.worker_id}: drained, {worker.jobs_done} jobs served")
+        self.stdout.write(
+            f"inference worker {worker.worker_id}: drained, {worker.jobs_done} jobs served"
+        )
