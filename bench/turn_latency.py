@@ -61,6 +61,10 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     args = parser.parse_args()
     os.environ["CHAT_MAX_TOKENS"] = str(args.max_tokens)
+    os.environ["INFERENCE_DEFAULT_POOL"] = (
+        "bench"  # a pool only this run's worker serves
+    )
+    os.environ["LOG_LEVEL"] = "WARNING"
 
     django.setup()
     from django.contrib.auth import get_user_model
@@ -107,7 +111,6 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         ),
     ]
-    os.environ["INFERENCE_DEFAULT_POOL"] = "bench"
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
