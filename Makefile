@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export WEB_HOST WEB_PORT
 
-.PHONY: venv services migrate run stop test lint bench clean
+.PHONY: venv services migrate run stop test lint browser bench clean
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,7 +48,15 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
-test: services lint
+# Debian's Chromium for the browser tests (Playwright drives it; no browser download).
+browser:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "chromium is not installed (needs root): browser tests will be skipped"; fi
+
+test: services lint browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: migrate

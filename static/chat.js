@@ -95,7 +95,7 @@
     const response = await fetch(url, {
       method: "POST",
       headers: {"X-CSRFToken": csrf, "Accept": "application/json"},
-      body: data || new FormData(),
+      body: data || null, // an empty multipart body is a 400 in Django
       credentials: "same-origin",
     });
     let payload = {};
@@ -110,6 +110,9 @@
   function startTurn(turn) {
     if (turn.conversation.created) {
       history.pushState({}, "", turn.conversation.url);
+      const heading = document.querySelector(".chat-header h1");
+      if (heading) heading.textContent = turn.conversation.title;
+      document.title = turn.conversation.title + " · Chat";
       chat.dataset.sendUrl = turn.conversation.url + "messages/";
       chat.dataset.regenerateUrl = turn.conversation.url + "regenerate/";
       const list = document.getElementById("conversation-list");

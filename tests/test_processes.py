@@ -4,96 +4,24 @@ with its CSRF token and reading the answer over SSE."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
-from django.conf import settings
-from django.db import connection
 
 from conversations.models import Message
 from tests.sse import parse_frames
+from tests.stack import running_stack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def stack(user):
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "chatsite.settings.test",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "TEST_REDIS_URL": settings.REDIS_URL,
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    port = free_port()
-    bin_dir = Path(sys.executable).parent
-    procs = [
-        subprocess.Popen(
-            [
-                bin_dir / "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "chatsite.asgi:application",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        ),
-        subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "run_inference_worker",
-                "--pool",
-                "default",
-                "--engine",
-                "llamacpp",
-                "--n-ctx",
-                "2048",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        ),
-    ]
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while True:
-        try:
-            httpx.get(base + "/login/", timeout=1)
-            break
-        except httpx.HTTPError:
-            if time.time() > deadline or any(p.poll() is not None for p in procs):
-                raise RuntimeError("daphne did not start") from None
-            time.sleep(0.2)
-    yield base
-    for p in procs:
-        p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    with running_stack(
+        ["--pool", "default", "--engine", "llamacpp", "--n-ctx", "2048"]
+    ) as base:
+        yield base
 
 
 def test_login_send_and_stream_an_answer_through_daphne_and_a_worker_process(stack):

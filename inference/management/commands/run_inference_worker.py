@@ -38,6 +38,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--delay-ms", type=float, default=20.0, help="scripted engine: ms per token"
         )
+        parser.add_argument(
+            "--script-text", default=None, help="scripted engine: answer text"
+        )
+        parser.add_argument(
+            "--cycle",
+            action="store_true",
+            help="scripted engine: repeat the text until max_tokens",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         pool = opts["pool"] or settings.INFERENCE_DEFAULT_POOL
@@ -49,7 +57,9 @@ class Command(BaseCommand):
             if opts["model_path"]:
                 engine_opts["model_path"] = opts["model_path"]
         else:
-            engine_opts = {"delay_ms": opts["delay_ms"], "cycle": False}
+            engine_opts = {"delay_ms": opts["delay_ms"], "cycle": opts["cycle"]}
+            if opts["script_text"]:
+                engine_opts["text"] = opts["script_text"]
         try:
             engine = engine_create(opts["engine"], **engine_opts)
         except (ValueError, FileNotFoundError) as exc:
