@@ -35,13 +35,13 @@ run: migrate
 	@echo "  Login:  demo / demo"
 	@echo "  (Ctrl-C stops the app; 'make stop' stops the embedded PostgreSQL and Redis)"
 	@echo ""
-	$(BIN)/honcho start -f Procfile
+	@mkdir -p .var && echo $$$$ > .var/run.pid && exec $(BIN)/honcho start -f Procfile
 
+# Stops only what this checkout started: the honcho of `make run` (and its processes),
+# then the embedded PostgreSQL and Redis.
 stop:
-	-pkill -f "daphne -b .* chatsite.asgi:application" || true
-	-pkill -f "manage.py run_inference_worker" || true
-	-pkill -f "celery -A chatsite" || true
-	$(BIN)/python scripts/services.py down
+	@if [ -f .var/run.pid ]; then kill -TERM $$(cat .var/run.pid) 2>/dev/null || true; rm -f .var/run.pid; sleep 2; fi
+	@if [ -x $(BIN)/python ]; then $(BIN)/python scripts/services.py down; fi
 
 lint: venv
 	$(BIN)/ruff check .
