@@ -60,7 +60,7 @@ test: services lint browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: migrate
-	$(BIN)/python bench/turn_latency.py
+	$(BIN)/python bench/turn_latency.py $(BENCH_ARGS)
 
 clean: stop
 	rm -rf .var

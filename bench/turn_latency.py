@@ -15,10 +15,7 @@ Prints per-turn figures and medians:
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,12 +41,6 @@ PROMPTS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> None:
     import argparse
 
@@ -71,54 +62,15 @@ def main() -> None:
 
     from conversations.models import Message
     from tests.sse import parse_frames
+    from tests.stack import running_stack
 
     User = get_user_model()
     user, _ = User.objects.get_or_create(username="bench")
     user.set_password("bench-pass-123")
     user.save()
 
-    port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    bin_dir = Path(sys.executable).parent
-    procs = [
-        subprocess.Popen(
-            [
-                bin_dir / "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "chatsite.asgi:application",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ),
-        subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "run_inference_worker",
-                "--pool",
-                "bench",
-                "--engine",
-                "llamacpp",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ),
-    ]
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                httpx.get(base + "/login/", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+    worker = ["--pool", "bench", "--engine", "llamacpp"]
+    with running_stack(worker, for_tests=False) as base:
         rows = []
         with httpx.Client(base_url=base, timeout=120) as client:
             client.get("/login/")
@@ -189,14 +141,6 @@ def main() -> None:
             print(
                 f"median {label:18s} {statistics.median(values):8.1f}   (min {min(values):.1f}, max {max(values):.1f})"
             )
-    finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
 
 
 if __name__ == "__main__":

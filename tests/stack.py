@@ -27,21 +27,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextmanager
-def running_stack(
-    worker_args: list[str], env: dict[str, str] | None = None
-) -> Iterator[str]:
-    """Run daphne and ``manage.py run_inference_worker <worker_args>``; yield the base URL.
-
-    Both processes use the test database (it must be committed: transactional tests) and
-    the test Redis database. Stopped with SIGTERM on exit.
-    """
+def test_env() -> dict[str, str]:
+    """Environment that points processes at the test database and test Redis database."""
     db = connection.settings_dict
-    full_env = {
-        **os.environ,
+    return {
         "DJANGO_SETTINGS_MODULE": "chatsite.settings.test",
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         "TEST_REDIS_URL": settings.REDIS_URL,
+    }
+
+
+@contextmanager
+def running_stack(
+    worker_args: list[str], env: dict[str, str] | None = None, *, for_tests: bool = True
+) -> Iterator[str]:
+    """Run daphne and ``manage.py run_inference_worker <worker_args>``; yield the base URL.
+
+    With ``for_tests`` both processes use the test database (it must be committed:
+    transactional tests) and the test Redis database; otherwise the settings of the
+    environment (dev services). ``env`` adds variables. Stopped with SIGTERM on exit.
+    """
+    full_env = {
+        **os.environ,
+        **(test_env() if for_tests else {}),
         "HF_HUB_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
         "DJANGO_DEBUG": "1",  # static files served by the ASGI static handler
