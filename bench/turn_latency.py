@@ -76,6 +76,14 @@ def main() -> None:
     user, _ = User.objects.get_or_create(username="bench")
     user.set_password("bench-pass-123")
     user.save()
+    from gateway.models import ModelPool, Plan, Subscription
+
+    pool, _ = ModelPool.objects.get_or_create(
+        name="bench", defaults={"model": "SmolLM2-135M-Instruct.Q4_1"}
+    )
+    plan, _ = Plan.objects.get_or_create(name="bench")  # no token limits
+    plan.allowed_pools.set([pool])
+    Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
 
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -130,7 +138,13 @@ def main() -> None:
                     "csrfmiddlewaretoken": client.cookies["csrftoken"],
                 },
             )
-            time.sleep(2.0)  # let the worker load the model and heartbeat
+            # the gateway admits only to a pool with a live worker: wait for its beat
+            from inference.client import workers_live
+
+            for _ in range(600):
+                if workers_live(pool="bench"):
+                    break
+                time.sleep(0.1)
             for i in range(args.turns):
                 prompt = PROMPTS[i % len(PROMPTS)]
                 sent = time.monotonic()

@@ -82,12 +82,18 @@ def _generation_params(params: dict[str, Any] | None) -> dict[str, Any]:
 def _prompt_messages(
     *, conversation: Conversation | None, content: str | None = None
 ) -> list[dict[str, str]]:
-    """Return the prompt of the next answer: the thread so far plus ``content``."""
+    """Return the prompt of the next answer: the thread so far plus ``content``.
+
+    Without ``content`` (regenerate) the current answer to the last user message is
+    left out, as the new answer replaces it.
+    """
     history = (
         selectors.history_for_context(conversation=conversation) if conversation else []
     )
     if content is not None:
         history.append({"role": Message.Role.USER, "content": content})
+    while history and history[-1]["role"] == Message.Role.ASSISTANT:
+        history.pop()
     return context_build(
         system_prompt=settings.CHAT_SYSTEM_PROMPT,
         history=history,

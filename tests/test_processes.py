@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import connection
 
 from conversations.models import Message
+from inference import client as inference_client
 from tests.sse import parse_frames
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -86,6 +87,11 @@ def stack(user):
             if time.time() > deadline or any(p.poll() is not None for p in procs):
                 raise RuntimeError("daphne did not start") from None
             time.sleep(0.2)
+    # the gateway admits a request only to a pool with a live worker (issue #4)
+    while inference_client.workers_live(pool="default") == 0:
+        if time.time() > deadline + 60 or any(p.poll() is not None for p in procs):
+            raise RuntimeError("the inference worker did not start")
+        time.sleep(0.2)
     yield base
     for p in procs:
         p.send_signal(signal.SIGTERM)
