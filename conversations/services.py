@@ -300,8 +300,10 @@ def message_finalize(*, message_id: Any) -> Message | None:
 
     Reads the stream up to its terminal event: content = all token text, status from the
     finish reason (``error`` event: status error, partial text kept), usage and timings
-    from the event. Returns the updated message, or None if the generation has not ended
-    or the message was already final (another process finalised it first).
+    from the event; the gateway records the usage and settles the quota. An engine error
+    before the first token is retried on the fallback pool instead (the message stays
+    streaming). Returns the updated message, or None if the generation has not ended, was
+    retried, or the message was already final (another process finalised it first).
     """
     job_id = str(message_id)
     events = inference_client.generation_events(job_id=job_id)
@@ -309,6 +311,28 @@ def message_finalize(*, message_id: Any) -> Message | None:
         return None
     terminal = events[-1]
     text = "".join(e.data["t"] for e in events if e.type == protocol.EVENT_TOKEN)
+    if terminal.type == protocol.EVENT_ERROR and not text:
+        pool = (
+            Message.objects.filter(id=job_id, status=Message.Status.STREAMING)
+            .values_list("pool", flat=True)
+            .first()
+        )
+        retried_on = (
+            gateway.generation_retry(
+                job_id=job_id,
+                pool=pool,
+                error_code=terminal.data.get("code", ""),
+                terminal_id=terminal.id,
+            )
+            if pool
+            else None
+        )
+        if retried_on is not None:  # failed before its first token: on the fallback
+            if retried_on:
+                Message.objects.filter(
+                    id=job_id, status=Message.Status.STREAMING
+                ).update(pool=retried_on)
+            return None
     meta = next((e.data for e in events if e.type == protocol.EVENT_META), {})
     usage = protocol.Usage.from_dict(terminal.data.get("usage"))
     fields: dict[str, Any] = {

@@ -25,7 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from chatsite.errors import NotFound
-from gateway import quota, routing, selectors
+from gateway import fallback, quota, routing, selectors
 from gateway.models import ApiKey, ModelPool, UsageRecord
 from inference import client as inference_client
 from inference import protocol
@@ -147,8 +147,22 @@ def generation_submit(
         enqueued_at=now,
         deadline=now + settings.INFERENCE_QUEUE_TIMEOUT_S,
     )
+    fallback.job_remember(job=job)
     inference_client.job_enqueue(pool=pool, job=job)
     return Submission(job_id=job_id, pool=pool, enqueued_at=now, deadline=job.deadline)
+
+
+def generation_retry(
+    *, job_id: str, pool: str, error_code: str, terminal_id: str
+) -> str | None:
+    """Retry a generation that failed before its first token on ``pool``'s fallback.
+
+    Returns the new pool, ``""`` if a concurrent finaliser retried it already, or None
+    if it is not retried (see :func:`gateway.fallback.generation_retry`).
+    """
+    return fallback.generation_retry(
+        job_id=job_id, pool=pool, error_code=error_code, terminal_id=terminal_id
+    )
 
 
 def generation_cancel(*, job_id: str) -> None:

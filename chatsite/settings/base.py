@@ -179,6 +179,8 @@ GATEWAY_SATURATED_RETRY_AFTER_S = env.int("GATEWAY_SATURATED_RETRY_AFTER_S", def
 # Difficulty heuristic: a last user message up to this many characters (and 3 lines, no
 # code) is "simple" and goes to the cheapest pool of the plan.
 GATEWAY_SIMPLE_MAX_CHARS = env.int("GATEWAY_SIMPLE_MAX_CHARS", default=280)
+# A generation failing before its first token is retried this often on a fallback pool.
+GATEWAY_FALLBACK_RETRIES = env.int("GATEWAY_FALLBACK_RETRIES", default=1)
 # Request-rate limits (django-ratelimit on the Redis cache): "count/period".
 CHAT_MESSAGE_RATE = env("CHAT_MESSAGE_RATE", default="30/m")  # per user
 LOGIN_RATE = env("LOGIN_RATE", default="10/m")  # per client IP
