@@ -54,6 +54,7 @@ def _chat_page(request: HttpRequest, conversation: Any = None) -> HttpResponse:
         else [],
         "max_chars": settings.CHAT_MAX_MESSAGE_CHARS,
         "quota": gateway_selectors.quota_status(user=request.user),
+        "models": gateway_selectors.pool_choices(user=request.user),
     }
     return render(request, "chat/chat.html", context)
 
@@ -85,6 +86,7 @@ def message_send(request: HttpRequest, conversation_id: Any = None) -> JsonRespo
         user=request.user,
         conversation_id=conversation_id,
         content=request.POST.get("content"),
+        model=request.POST.get("model") or None,
     )
     return JsonResponse(_turn_json(turn), status=201)
 

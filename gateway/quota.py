@@ -242,6 +242,32 @@ def quota_release(*, job_id: str) -> int | None:
     return quota_settle(job_id=job_id, tokens=0)
 
 
+def quota_unseeded(*, user_id: int, now: float | None = None) -> list[Window]:
+    """Return the user's day and month windows whose counters are absent from Redis.
+
+    Absent means a new period, or a Redis that lost its data; the caller seeds them from
+    the usage records (:func:`quota_seed`) so a restart does not reset budgets.
+    """
+    now = time.time() if now is None else now
+    windows = _windows(user_id, Limits(), now)[1:]
+    client = redis_sync()
+    with client.pipeline(transaction=False) as pipe:
+        for w in windows:
+            pipe.exists(w.key)
+        present = pipe.execute()
+    return [w for w, there in zip(windows, present, strict=True) if not there]
+
+
+def quota_seed(*, window: Window, tokens: int, now: float | None = None) -> bool:
+    """Set an absent window counter to ``tokens`` (already spent); never overwrite one.
+
+    Returns True if this call set it (SET NX, so concurrent seeders cannot double it).
+    """
+    now = time.time() if now is None else now
+    ttl = int(window.resets_at - now) + 60
+    return bool(redis_sync().set(window.key, max(0, tokens), nx=True, ex=ttl))
+
+
 def quota_windows(
     *, user_id: int, limits: Limits, now: float | None = None
 ) -> list[Window]:

@@ -94,6 +94,23 @@ def pool_get(*, name: str) -> ModelPool | None:
     return ModelPool.objects.filter(name=name).first()
 
 
+def usage_tokens_since(*, user_id: int, since: dt.datetime) -> int:
+    """Return the prompt + completion tokens recorded for a user since ``since``."""
+    sums = UsageRecord.objects.filter(user_id=user_id, created_at__gte=since).aggregate(
+        p=Sum("prompt_tokens"), c=Sum("completion_tokens")
+    )
+    return (sums["p"] or 0) + (sums["c"] or 0)
+
+
+def pool_choices(*, user: AbstractBaseUser) -> list[ModelPool]:
+    """Return the enabled pools the user's plan allows (for a model picker)."""
+    plan = plan_for_user(user=user)
+    pools = ModelPool.objects.filter(enabled=True)
+    if plan.pk is not None and plan.allowed_pools.exists():
+        pools = plan.allowed_pools.filter(enabled=True)
+    return list(pools.order_by("name"))
+
+
 def api_key_list(*, user: AbstractBaseUser) -> QuerySet[ApiKey]:
     """Return the user's API keys, newest first (revoked ones included)."""
     return ApiKey.objects.filter(user=user).order_by("-created_at")

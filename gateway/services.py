@@ -16,6 +16,7 @@ import math
 import secrets
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -99,6 +100,7 @@ def generation_admit(
     max_tokens = int(params.get("max_tokens") or settings.CHAT_MAX_TOKENS)
     params["max_tokens"] = max(1, min(max_tokens, pool.max_output_tokens))
     reserved = prompt_tokens_estimate(messages) + params["max_tokens"]
+    _quota_seed_from_records(user_id=user.pk)
     quota.quota_reserve(
         user_id=user.pk,
         job_id=job_id,
@@ -117,6 +119,26 @@ def generation_admit(
         params=params,
         reserved_tokens=reserved,
     )
+
+
+def _quota_seed_from_records(*, user_id: int) -> None:
+    """Seed absent day/month counters from the usage records (new period, lost Redis)."""
+    for window in quota.quota_unseeded(user_id=user_id):
+        period = 86400 if window.name == quota.WINDOW_DAY else None
+        start = (
+            datetime.fromtimestamp(window.resets_at - period, tz=UTC)
+            if period
+            else _month_start(window.resets_at)
+        )
+        quota.quota_seed(
+            window=window,
+            tokens=selectors.usage_tokens_since(user_id=user_id, since=start),
+        )
+
+
+def _month_start(month_end: float) -> datetime:
+    last_day = datetime.fromtimestamp(month_end - 1, tz=UTC)
+    return last_day.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
 def generation_release(*, job_id: str) -> None:
@@ -179,7 +201,10 @@ def generation_abandon(*, job_id: str) -> None:
 def usage_cost(
     *, pool: ModelPool | None, prompt_tokens: int, completion_tokens: int
 ) -> Decimal:
-    """Return the cost of a request from its pool's prices per 1,000 tokens (0 if none)."""
+    """Return the cost of a request from its pool's prices per 1,000 tokens (0 if none).
+
+    Cached prompt tokens are priced as input tokens (no discount yet).
+    """
     if pool is None:
         return Decimal("0")
     cost = (

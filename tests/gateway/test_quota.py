@@ -278,3 +278,23 @@ def test_the_chat_page_shows_the_tokens_left(settings, client):
     lines = selectors.quota_status(user=user)
     assert len(lines) == 1 and lines[0].remaining < 1000
     assert "Tokens left" in page and f"{lines[0].remaining} this month" in page
+
+
+def test_budgets_survive_a_redis_restart_through_the_usage_records(settings):
+    user, tiny = _tiny_budget_user(settings, budget=1000)
+    fake_heartbeat()
+    UsageRecord.objects.create(
+        user=user,
+        job_id="earlier",
+        prompt_tokens=600,
+        completion_tokens=300,
+        status="complete",
+    )
+    with pytest.raises(QuotaExceeded) as info:  # 900 spent + 214 > 1000
+        chat.turn_start(user=user, content="hi", params={"max_tokens": 200})
+    assert info.value.headers["x-ratelimit-remaining-tokens"] == "100"
+    chat.turn_start(user=user, content="hi", params={"max_tokens": 64})
+    windows = quota.quota_windows(
+        user_id=user.pk, limits=selectors.plan_limits(plan=tiny)
+    )
+    assert windows[1].used > 900 and windows[2].used > 900

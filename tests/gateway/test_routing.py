@@ -176,3 +176,29 @@ def test_without_any_pool_in_the_database_the_default_pool_is_used(settings):
     plan = Plan(name="x")
     pool = routing.pool_choose(plan=plan, messages=SIMPLE)
     assert pool.name == settings.INFERENCE_DEFAULT_POOL and pool.pk is None
+
+
+def test_the_chat_page_offers_the_plans_models_and_the_post_honours_the_choice(
+    pools, client
+):
+    small, big = pools
+    user = make_user("picker")
+    factories.subscribe(user, factories.plan("pro", pools=[small, big]))
+    fake_heartbeat("small")
+    fake_heartbeat("big")
+    client.force_login(user)
+    page = client.get("/").content.decode()
+    assert 'name="model"' in page and "large-1" in page and "tiny-1" in page
+    response = client.post("/c/messages/", {"content": "hi", "model": "big"})
+    assert response.status_code == 201
+    from conversations.models import Message
+
+    answer = Message.objects.get(id=response.json()["assistant_message"]["id"])
+    assert answer.pool == "big"  # a simple prompt, but the explicit choice wins
+    other = make_user("cheap")
+    factories.subscribe(other, factories.plan("basic", pools=[small]))
+    client.force_login(other)
+    assert 'name="model"' not in client.get("/").content.decode()
+    denied = client.post("/c/messages/", {"content": "hi", "model": "big"})
+    assert denied.status_code == 403
+    assert "does not include" in denied.json()["error"]["message"]
