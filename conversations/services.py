@@ -156,57 +156,49 @@ def turn_start(
     (empty), PayloadTooLarge (over CHAT_MAX_MESSAGE_CHARS characters), NotFound (not the
     user's conversation, unknown model), Conflict (an answer is still streaming),
     Forbidden (model not in the plan), QuotaExceeded (429), PoolSaturated (503).
-    Nothing is stored and nothing reserved when it raises.
+    Nothing is stored and nothing stays reserved when it raises.
     """
     content = _validate_content(content)
     job_id = str(uuid.uuid4())
-    admission: gateway.Admission | None = None
-    try:
-        with transaction.atomic():
-            created = conversation_id is None
-            conversation: Conversation | None = None
-            if not created:
-                conversation = selectors.conversation_get(
-                    user=user, conversation_id=conversation_id
-                )
-                conversation = Conversation.objects.select_for_update().get(
-                    pk=conversation.pk
-                )
-                if conversation.messages.filter(
-                    status=Message.Status.STREAMING
-                ).exists():
-                    raise Conflict(BUSY_MESSAGE, code="conversation_busy")
-            messages = _prompt_messages(conversation=conversation, content=content)
-            admission = gateway.generation_admit(
-                user=user,
-                job_id=job_id,
-                messages=messages,
-                params=_generation_params(params),
-                model=model,
+    with transaction.atomic(), gateway.reservation_guard(job_id=job_id):
+        created = conversation_id is None
+        conversation = None
+        if not created:
+            conversation = selectors.conversation_get(
+                user=user, conversation_id=conversation_id
             )
-            if conversation is None:
-                conversation = Conversation.objects.create(
-                    user=user, title=title_from_text(content)
-                )
-            user_message = Message.objects.create(
-                conversation=conversation, role=Message.Role.USER, content=content
+            conversation = Conversation.objects.select_for_update().get(
+                pk=conversation.pk
             )
-            assistant = _assistant_create(
-                conversation=conversation, parent=user_message, admission=admission
+            if conversation.messages.filter(status=Message.Status.STREAMING).exists():
+                raise Conflict(BUSY_MESSAGE, code="conversation_busy")
+        messages = _prompt_messages(conversation=conversation, content=content)
+        admission = gateway.generation_admit(
+            user=user,
+            job_id=job_id,
+            messages=messages,
+            params=_generation_params(params),
+            model=model,
+        )
+        if conversation is None:
+            conversation = Conversation.objects.create(
+                user=user, title=title_from_text(content)
             )
-            Conversation.objects.filter(pk=conversation.pk).update(
-                updated_at=timezone.now()
-            )
-            _submit_on_commit(
-                conversation=conversation,
-                assistant=assistant,
-                messages=messages,
-                params=admission.params,
-            )
-    except BaseException:
-        if admission is not None:
-            gateway.generation_release(job_id=job_id)
-        raise
+        user_message = Message.objects.create(
+            conversation=conversation, role=Message.Role.USER, content=content
+        )
+        assistant = _assistant_create(
+            conversation=conversation, parent=user_message, admission=admission
+        )
+        Conversation.objects.filter(pk=conversation.pk).update(
+            updated_at=timezone.now()
+        )
+        _submit_on_commit(
+            conversation=conversation,
+            assistant=assistant,
+            messages=messages,
+            params=admission.params,
+        )
     return Turn(conversation, user_message, assistant, created_conversation=created)
 
 
@@ -223,51 +215,42 @@ def turn_regenerate(
     regenerate), and the gateway's errors as :func:`turn_start` does.
     """
     job_id = str(uuid.uuid4())
-    admission: gateway.Admission | None = None
-    try:
-        with transaction.atomic():
-            conversation = selectors.conversation_get(
-                user=user, conversation_id=conversation_id
+    with transaction.atomic(), gateway.reservation_guard(job_id=job_id):
+        conversation = selectors.conversation_get(
+            user=user, conversation_id=conversation_id
+        )
+        conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        last_user = (
+            conversation.messages.filter(role=Message.Role.USER)
+            .order_by("-created_at")
+            .first()
+        )
+        if last_user is None:
+            raise Conflict(
+                "There is no message to answer again.", code="nothing_to_regenerate"
             )
-            conversation = Conversation.objects.select_for_update().get(
-                pk=conversation.pk
-            )
-            last_user = (
-                conversation.messages.filter(role=Message.Role.USER)
-                .order_by("-created_at")
-                .first()
-            )
-            if last_user is None:
-                raise Conflict(
-                    "There is no message to answer again.",
-                    code="nothing_to_regenerate",
-                )
-            if conversation.messages.filter(status=Message.Status.STREAMING).exists():
-                raise Conflict(BUSY_MESSAGE, code="conversation_busy")
-            messages = _prompt_messages(conversation=conversation)
-            admission = gateway.generation_admit(
-                user=user,
-                job_id=job_id,
-                messages=messages,
-                params=_generation_params(params),
-                model=model,
-            )
-            assistant = _assistant_create(
-                conversation=conversation, parent=last_user, admission=admission
-            )
-            Conversation.objects.filter(pk=conversation.pk).update(
-                updated_at=timezone.now()
-            )
-            _submit_on_commit(
-                conversation=conversation,
-                assistant=assistant,
-                messages=messages,
-                params=admission.params,
-            )
-    except BaseException:
-        if admission is not None:
-            gateway.generation_release(job_id=job_id)
-        raise
+        if conversation.messages.filter(status=Message.Status.STREAMING).exists():
+            raise Conflict(BUSY_MESSAGE, code="conversation_busy")
+        messages = _prompt_messages(conversation=conversation)
+        admission = gateway.generation_admit(
+            user=user,
+            job_id=job_id,
+            messages=messages,
+            params=_generation_params(params),
+            model=model,
+        )
+        assistant = _assistant_create(
+            conversation=conversation, parent=last_user, admission=admission
+        )
+        Conversation.objects.filter(pk=conversation.pk).update(
+            updated_at=timezone.now()
+        )
+        _submit_on_commit(
+            conversation=conversation,
+            assistant=assistant,
+            messages=messages,
+            params=admission.params,
+        )
     return Turn(conversation, last_user, assistant)
 
 

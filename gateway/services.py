@@ -15,6 +15,8 @@ import hashlib
 import math
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -144,6 +146,20 @@ def _month_start(month_end: float) -> datetime:
 def generation_release(*, job_id: str) -> None:
     """Give back a job's whole reservation (idempotent; no-op if already settled)."""
     quota.quota_release(job_id=job_id)
+
+
+@contextmanager
+def reservation_guard(*, job_id: str) -> Iterator[None]:
+    """Release ``job_id``'s reservation if the block raises (no-op if none was made).
+
+    Wrap the code that admits a request and stores it, so a request that fails after
+    :func:`generation_admit` (a conflict, a database error) consumes nothing.
+    """
+    try:
+        yield
+    except BaseException:
+        generation_release(job_id=job_id)
+        raise
 
 
 def generation_submit(

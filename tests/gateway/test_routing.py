@@ -202,3 +202,19 @@ def test_the_chat_page_offers_the_plans_models_and_the_post_honours_the_choice(
     denied = client.post("/c/messages/", {"content": "hi", "model": "big"})
     assert denied.status_code == 403
     assert "does not include" in denied.json()["error"]["message"]
+
+
+def test_the_message_post_is_a_503_with_retry_after_when_no_pool_can_answer(
+    pools, client, settings
+):
+    small, big = pools
+    user = make_user("unlucky")
+    factories.subscribe(user, factories.plan("pro", pools=[small, big]))
+    client.force_login(user)  # no worker anywhere
+    response = client.post("/c/messages/", {"content": "hi"})
+    assert response.status_code == 503
+    assert response["Retry-After"] == str(settings.GATEWAY_SATURATED_RETRY_AFTER_S)
+    assert response.json()["error"]["code"] == "pool_saturated"
+    from conversations.models import Message
+
+    assert Message.objects.count() == 0
