@@ -129,7 +129,7 @@ def _assistant_create(
     try:
         with transaction.atomic():
             return Message.objects.create(
-                id=admission.job_id,
+                id=uuid.UUID(admission.job_id),
                 conversation=conversation,
                 role=Message.Role.ASSISTANT,
                 status=Message.Status.STREAMING,

@@ -114,6 +114,7 @@ def generation_admit(
     except BaseException:
         quota.quota_release(job_id=job_id)
         raise
+    params["max_tokens"] = min(params["max_tokens"], pool.max_output_tokens)
     return Admission(
         job_id=job_id,
         pool=pool.name,
