@@ -18,12 +18,11 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Max, Min
 from redis.exceptions import ResponseError
 
 from chatsite.errors import Forbidden, NotFound, PoolSaturated
+from gateway import selectors
 from gateway.models import ModelPool, Plan
-from gateway.selectors import pool_default
 from inference import client as inference_client
 from inference import protocol
 from inference.connections import redis_sync
@@ -56,14 +55,11 @@ def pool_choose(
     ``requested`` is a pool name or model name. Raises NotFound (no such enabled model),
     Forbidden (the plan does not include it, or includes no enabled pool).
     """
-    if not ModelPool.objects.exists():
-        return pool_default()
-    enabled = ModelPool.objects.filter(enabled=True).select_related("fallback")
-    allowed = list(enabled)
-    if plan.pk is not None and plan.allowed_pools.exists():
-        allowed = list(
-            plan.allowed_pools.filter(enabled=True).select_related("fallback")
-        )
+    config = selectors.gateway_config()
+    if not config.pools:
+        return selectors.pool_default()
+    enabled = [p for p in config.pools.values() if p.enabled]
+    allowed = selectors.plan_pools(plan=plan)
     if requested:
         wanted = [p for p in enabled if requested in (p.name, p.model)]
         if not wanted:
@@ -121,9 +117,8 @@ def pool_saturated(*, pool: ModelPool, shed: bool = False) -> bool:
 
 def plan_is_lowest(*, plan: Plan) -> bool:
     """True if ``plan`` has the lowest priority of several distinct ones (shed first)."""
-    bounds = Plan.objects.aggregate(lo=Min("priority"), hi=Max("priority"))
-    lo, hi = bounds["lo"], bounds["hi"]
-    return lo is not None and lo < hi and plan.priority <= lo
+    lo, hi = selectors.gateway_config().priority_bounds
+    return lo is not None and hi is not None and lo < hi and plan.priority <= lo
 
 
 def pool_admit(*, pool: ModelPool, plan: Plan) -> ModelPool:

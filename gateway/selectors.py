@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,19 +17,96 @@ from gateway import quota
 from gateway.models import ApiKey, ModelPool, Plan, Subscription, UsageRecord
 
 
+@dataclass(frozen=True)
+class GatewayConfig:
+    """A snapshot of the admin-edited configuration: pools, plans and their links.
+
+    ``pools`` by name (each ``fallback`` resolved to a pool of the same snapshot),
+    ``plans`` by id, ``allowed`` plan id -> allowed pool names. Shared read-only by the
+    threads of a process: never mutate its objects.
+    """
+
+    pools: dict[str, ModelPool]
+    plans: dict[int, Plan]
+    allowed: dict[int, frozenset[str]]
+    loaded_at: float
+
+    @property
+    def default_plan(self) -> Plan | None:
+        """The plan of users without a subscription, if one is marked default."""
+        return next((p for p in self.plans.values() if p.is_default), None)
+
+    @property
+    def priority_bounds(self) -> tuple[int | None, int | None]:
+        """Lowest and highest plan priority (None, None without plans)."""
+        priorities = [p.priority for p in self.plans.values()]
+        return (min(priorities), max(priorities)) if priorities else (None, None)
+
+
+_config: GatewayConfig | None = None
+_config_lock = threading.Lock()
+
+
+def _config_load() -> GatewayConfig:
+    pools = list(ModelPool.objects.all())
+    by_id = {p.pk: p for p in pools}
+    for pool in pools:
+        if pool.fallback_id is not None and pool.fallback_id in by_id:
+            pool.fallback = by_id[pool.fallback_id]
+    allowed: dict[int, set[str]] = {}
+    for plan_id, name in Plan.allowed_pools.through.objects.values_list(
+        "plan_id", "modelpool__name"
+    ):
+        allowed.setdefault(plan_id, set()).add(name)
+    return GatewayConfig(
+        pools={p.name: p for p in pools},
+        plans={p.pk: p for p in Plan.objects.all()},
+        allowed={k: frozenset(v) for k, v in allowed.items()},
+        loaded_at=time.monotonic(),
+    )
+
+
+def gateway_config() -> GatewayConfig:
+    """Return the pools/plans snapshot, reloaded after GATEWAY_CONFIG_CACHE_S seconds.
+
+    Admin edits reach a running process within that time (0: every call reloads, 3
+    queries). Saves the routing queries on the hot path of every request.
+    """
+    global _config
+    ttl = settings.GATEWAY_CONFIG_CACHE_S
+    config = _config
+    if config is None or ttl <= 0 or time.monotonic() - config.loaded_at >= ttl:
+        with _config_lock:
+            config = _config_load()
+            _config = config
+    return config
+
+
 def plan_for_user(*, user: AbstractBaseUser) -> Plan:
     """Return the user's plan: their subscription's, else the default plan.
 
     With no default plan in the database (e.g. an empty test database) an unsaved,
     unlimited plan of priority 0 is returned, so the chat keeps working.
     """
-    subscription = (
-        Subscription.objects.select_related("plan").filter(user_id=user.pk).first()
+    config = gateway_config()
+    plan_id = (
+        Subscription.objects.filter(user_id=user.pk)
+        .values_list("plan_id", flat=True)
+        .first()
     )
-    if subscription is not None:
-        return subscription.plan
-    plan = Plan.objects.filter(is_default=True).first()
+    if plan_id is not None:
+        plan = config.plans.get(plan_id)
+        return plan if plan is not None else Plan.objects.get(pk=plan_id)
+    plan = config.default_plan
     return plan or Plan(name="unlimited", is_default=True, priority=0)
+
+
+def plan_pools(*, plan: Plan) -> list[ModelPool]:
+    """Return the enabled pools ``plan`` may use (none listed on the plan: all enabled)."""
+    config = gateway_config()
+    enabled = [p for p in config.pools.values() if p.enabled]
+    names = config.allowed.get(plan.pk) if plan.pk is not None else None
+    return [p for p in enabled if p.name in names] if names else enabled
 
 
 def plan_limits(*, plan: Plan) -> quota.Limits:
@@ -90,8 +169,8 @@ def pool_default() -> ModelPool:
 
 
 def pool_get(*, name: str) -> ModelPool | None:
-    """Return the pool named ``name``, or None."""
-    return ModelPool.objects.filter(name=name).first()
+    """Return the pool named ``name`` (from :func:`gateway_config`), or None."""
+    return gateway_config().pools.get(name)
 
 
 def usage_tokens_since(*, user_id: int, since: dt.datetime) -> int:
@@ -103,12 +182,8 @@ def usage_tokens_since(*, user_id: int, since: dt.datetime) -> int:
 
 
 def pool_choices(*, user: AbstractBaseUser) -> list[ModelPool]:
-    """Return the enabled pools the user's plan allows (for a model picker)."""
-    plan = plan_for_user(user=user)
-    pools = ModelPool.objects.filter(enabled=True)
-    if plan.pk is not None and plan.allowed_pools.exists():
-        pools = plan.allowed_pools.filter(enabled=True)
-    return list(pools.order_by("name"))
+    """Return the enabled pools the user's plan allows, by name (for a model picker)."""
+    return sorted(plan_pools(plan=plan_for_user(user=user)), key=lambda p: p.name)
 
 
 def api_key_list(*, user: AbstractBaseUser) -> QuerySet[ApiKey]:

@@ -179,6 +179,8 @@ GATEWAY_SATURATED_RETRY_AFTER_S = env.int("GATEWAY_SATURATED_RETRY_AFTER_S", def
 # Difficulty heuristic: a last user message up to this many characters (and 3 lines, no
 # code) is "simple" and goes to the cheapest pool of the plan.
 GATEWAY_SIMPLE_MAX_CHARS = env.int("GATEWAY_SIMPLE_MAX_CHARS", default=280)
+# Pools and plans (admin-edited) are cached per process for this many seconds.
+GATEWAY_CONFIG_CACHE_S = env.float("GATEWAY_CONFIG_CACHE_S", default=5.0)
 # A generation failing before its first token is retried this often on a fallback pool.
 GATEWAY_FALLBACK_RETRIES = env.int("GATEWAY_FALLBACK_RETRIES", default=1)
 # Request-rate limits (django-ratelimit on the Redis cache): "count/period".

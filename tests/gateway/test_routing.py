@@ -218,3 +218,16 @@ def test_the_message_post_is_a_503_with_retry_after_when_no_pool_can_answer(
     from conversations.models import Message
 
     assert Message.objects.count() == 0
+
+
+def test_the_config_snapshot_is_reused_until_its_ttl_expires(pools, settings):
+    from gateway import selectors
+
+    small, _big = pools
+    settings.GATEWAY_CONFIG_CACHE_S = 60
+    first = selectors.gateway_config()
+    ModelPool.objects.filter(pk=small.pk).update(enabled=False)
+    assert selectors.gateway_config() is first  # within the TTL: no reload
+    assert first.pools["small"].enabled
+    settings.GATEWAY_CONFIG_CACHE_S = 0
+    assert not selectors.gateway_config().pools["small"].enabled
