@@ -68,6 +68,14 @@ def main() -> None:
     user, _ = User.objects.get_or_create(username="bench")
     user.set_password("bench-pass-123")
     user.save()
+    from gateway.models import ModelPool, Plan, Subscription
+
+    pool, _ = ModelPool.objects.get_or_create(
+        name="bench", defaults={"model": "SmolLM2-135M-Instruct.Q4_1"}
+    )
+    plan, _ = Plan.objects.get_or_create(name="bench")  # no token limits
+    plan.allowed_pools.set([pool])
+    Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
 
     worker = ["--pool", "bench", "--engine", "llamacpp"]
     with running_stack(worker, for_tests=False) as base:
@@ -82,7 +90,6 @@ def main() -> None:
                     "csrfmiddlewaretoken": client.cookies["csrftoken"],
                 },
             )
-            time.sleep(2.0)  # let the worker load the model and heartbeat
             for i in range(args.turns):
                 prompt = PROMPTS[i % len(PROMPTS)]
                 sent = time.monotonic()

@@ -61,3 +61,26 @@ class ServiceUnavailable(DomainError):
 
     status = 503
     code = "unavailable"
+
+
+class Forbidden(DomainError):
+    """The user may not do this (403), e.g. a model their plan does not include."""
+
+    status = 403
+    code = "forbidden"
+
+
+class QuotaExceeded(DomainError):
+    """A token or request limit is reached (429, with ``Retry-After`` and
+    ``x-ratelimit-*`` headers)."""
+
+    status = 429
+    code = "quota_exceeded"
+    message = "You have reached a usage limit. Please wait and try again."
+
+
+class PoolSaturated(ServiceUnavailable):
+    """Every model pool that could serve the request is busy or down (503)."""
+
+    code = "pool_saturated"
+    message = "The assistant is busy right now. Please try again in a moment."

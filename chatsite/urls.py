@@ -5,5 +5,6 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("settings/", include("gateway.urls")),
     path("", include("conversations.urls")),
 ]

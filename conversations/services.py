@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,14 +79,35 @@ def _generation_params(params: dict[str, Any] | None) -> dict[str, Any]:
     return merged
 
 
-def _submit_on_commit(
-    *, conversation: Conversation, assistant: Message, params: dict[str, Any]
-) -> None:
-    messages = context_build(
+def _prompt_messages(
+    *, conversation: Conversation | None, content: str | None = None
+) -> list[dict[str, str]]:
+    """Return the prompt of the next answer: the thread so far plus ``content``.
+
+    Without ``content`` (regenerate) the current answer to the last user message is
+    left out, as the new answer replaces it.
+    """
+    history = (
+        selectors.history_for_context(conversation=conversation) if conversation else []
+    )
+    if content is not None:
+        history.append({"role": Message.Role.USER, "content": content})
+    while history and history[-1]["role"] == Message.Role.ASSISTANT:
+        history.pop()
+    return context_build(
         system_prompt=settings.CHAT_SYSTEM_PROMPT,
-        history=selectors.history_for_context(conversation=conversation),
+        history=history,
         max_messages=settings.CHAT_HISTORY_MAX_MESSAGES,
     )
+
+
+def _submit_on_commit(
+    *,
+    conversation: Conversation,
+    assistant: Message,
+    messages: list[dict[str, str]],
+    params: dict[str, Any],
+) -> None:
     enqueued_at = assistant.created_at.timestamp()
 
     def submit() -> None:
@@ -101,15 +123,18 @@ def _submit_on_commit(
     transaction.on_commit(submit)
 
 
-def _assistant_create(*, conversation: Conversation, parent: Message) -> Message:
+def _assistant_create(
+    *, conversation: Conversation, parent: Message, admission: gateway.Admission
+) -> Message:
     try:
         with transaction.atomic():
             return Message.objects.create(
+                id=uuid.UUID(admission.job_id),
                 conversation=conversation,
                 role=Message.Role.ASSISTANT,
                 status=Message.Status.STREAMING,
                 parent=parent,
-                pool=gateway.pool_route(),
+                pool=admission.pool,
             )
     except IntegrityError as exc:  # the partial unique index: one streaming answer
         raise Conflict(BUSY_MESSAGE, code="conversation_busy") from exc
@@ -121,22 +146,24 @@ def turn_start(
     content: Any,
     conversation_id: Any = None,
     params: dict[str, Any] | None = None,
+    model: str | None = None,
 ) -> Turn:
     """Store the user's message and a streaming answer; enqueue the generation on commit.
 
-    ``conversation_id`` None starts a new conversation titled after the message.
-    Raises InvalidInput (empty), PayloadTooLarge (over CHAT_MAX_MESSAGE_CHARS characters),
-    NotFound (not the user's conversation), Conflict (an answer is still streaming).
-    Nothing is stored when it raises.
+    ``conversation_id`` None starts a new conversation titled after the message;
+    ``model`` is an explicit pool/model choice. The gateway reserves the tokens before
+    anything is stored (:func:`gateway.services.generation_admit`). Raises InvalidInput
+    (empty), PayloadTooLarge (over CHAT_MAX_MESSAGE_CHARS characters), NotFound (not the
+    user's conversation, unknown model), Conflict (an answer is still streaming),
+    Forbidden (model not in the plan), QuotaExceeded (429), PoolSaturated (503).
+    Nothing is stored and nothing stays reserved when it raises.
     """
     content = _validate_content(content)
-    with transaction.atomic():
+    job_id = str(uuid.uuid4())
+    with transaction.atomic(), gateway.reservation_guard(job_id=job_id):
         created = conversation_id is None
-        if created:
-            conversation = Conversation.objects.create(
-                user=user, title=title_from_text(content)
-            )
-        else:
+        conversation = None
+        if not created:
             conversation = selectors.conversation_get(
                 user=user, conversation_id=conversation_id
             )
@@ -145,17 +172,32 @@ def turn_start(
             )
             if conversation.messages.filter(status=Message.Status.STREAMING).exists():
                 raise Conflict(BUSY_MESSAGE, code="conversation_busy")
+        messages = _prompt_messages(conversation=conversation, content=content)
+        admission = gateway.generation_admit(
+            user=user,
+            job_id=job_id,
+            messages=messages,
+            params=_generation_params(params),
+            model=model,
+        )
+        if conversation is None:
+            conversation = Conversation.objects.create(
+                user=user, title=title_from_text(content)
+            )
         user_message = Message.objects.create(
             conversation=conversation, role=Message.Role.USER, content=content
         )
-        assistant = _assistant_create(conversation=conversation, parent=user_message)
+        assistant = _assistant_create(
+            conversation=conversation, parent=user_message, admission=admission
+        )
         Conversation.objects.filter(pk=conversation.pk).update(
             updated_at=timezone.now()
         )
         _submit_on_commit(
             conversation=conversation,
             assistant=assistant,
-            params=_generation_params(params),
+            messages=messages,
+            params=admission.params,
         )
     return Turn(conversation, user_message, assistant, created_conversation=created)
 
@@ -165,12 +207,15 @@ def turn_regenerate(
     user: AbstractBaseUser,
     conversation_id: Any,
     params: dict[str, Any] | None = None,
+    model: str | None = None,
 ) -> Turn:
     """Answer the last user message again; the previous answer is kept as an older version.
 
-    Raises NotFound, Conflict (an answer is streaming, or there is nothing to regenerate).
+    Raises NotFound, Conflict (an answer is streaming, or there is nothing to
+    regenerate), and the gateway's errors as :func:`turn_start` does.
     """
-    with transaction.atomic():
+    job_id = str(uuid.uuid4())
+    with transaction.atomic(), gateway.reservation_guard(job_id=job_id):
         conversation = selectors.conversation_get(
             user=user, conversation_id=conversation_id
         )
@@ -186,14 +231,25 @@ def turn_regenerate(
             )
         if conversation.messages.filter(status=Message.Status.STREAMING).exists():
             raise Conflict(BUSY_MESSAGE, code="conversation_busy")
-        assistant = _assistant_create(conversation=conversation, parent=last_user)
+        messages = _prompt_messages(conversation=conversation)
+        admission = gateway.generation_admit(
+            user=user,
+            job_id=job_id,
+            messages=messages,
+            params=_generation_params(params),
+            model=model,
+        )
+        assistant = _assistant_create(
+            conversation=conversation, parent=last_user, admission=admission
+        )
         Conversation.objects.filter(pk=conversation.pk).update(
             updated_at=timezone.now()
         )
         _submit_on_commit(
             conversation=conversation,
             assistant=assistant,
-            params=_generation_params(params),
+            messages=messages,
+            params=admission.params,
         )
     return Turn(conversation, last_user, assistant)
 
@@ -227,8 +283,10 @@ def message_finalize(*, message_id: Any) -> Message | None:
 
     Reads the stream up to its terminal event: content = all token text, status from the
     finish reason (``error`` event: status error, partial text kept), usage and timings
-    from the event. Returns the updated message, or None if the generation has not ended
-    or the message was already final (another process finalised it first).
+    from the event; the gateway records the usage and settles the quota. An engine error
+    before the first token is retried on the fallback pool instead (the message stays
+    streaming). Returns the updated message, or None if the generation has not ended, was
+    retried, or the message was already final (another process finalised it first).
     """
     job_id = str(message_id)
     events = inference_client.generation_events(job_id=job_id)
@@ -236,6 +294,28 @@ def message_finalize(*, message_id: Any) -> Message | None:
         return None
     terminal = events[-1]
     text = "".join(e.data["t"] for e in events if e.type == protocol.EVENT_TOKEN)
+    if terminal.type == protocol.EVENT_ERROR and not text:
+        pool = (
+            Message.objects.filter(id=job_id, status=Message.Status.STREAMING)
+            .values_list("pool", flat=True)
+            .first()
+        )
+        retried_on = (
+            gateway.generation_retry(
+                job_id=job_id,
+                pool=pool,
+                error_code=terminal.data.get("code", ""),
+                terminal_id=terminal.id,
+            )
+            if pool
+            else None
+        )
+        if retried_on is not None:  # failed before its first token: on the fallback
+            if retried_on:
+                Message.objects.filter(
+                    id=job_id, status=Message.Status.STREAMING
+                ).update(pool=retried_on)
+            return None
     meta = next((e.data for e in events if e.type == protocol.EVENT_META), {})
     usage = protocol.Usage.from_dict(terminal.data.get("usage"))
     fields: dict[str, Any] = {
@@ -260,9 +340,20 @@ def message_finalize(*, message_id: Any) -> Message | None:
         ).update(**fields)
         if not updated:
             return None
-        message = Message.objects.get(id=job_id)
+        message = Message.objects.select_related("conversation").get(id=job_id)
         Conversation.objects.filter(pk=message.conversation_id).update(
             updated_at=timezone.now()
+        )
+        gateway.usage_settle(
+            user_id=message.conversation.user_id,
+            job_id=job_id,
+            message_id=message.id,
+            status=message.status,
+            usage=usage,
+            pool=message.pool,
+            model=message.model,
+            ttft_ms=message.ttft_ms,
+            latency_ms=message.latency_ms,
         )
     return message
 
@@ -296,7 +387,7 @@ def streaming_messages_reap(*, older_than_s: float = 5.0) -> int:
     now = time.time()
     cutoff = timezone.now() - timezone.timedelta(seconds=older_than_s)
     done = 0
-    for message in Message.objects.filter(
+    for message in Message.objects.select_related("conversation").filter(
         status=Message.Status.STREAMING, created_at__lt=cutoff
     ):
         if message_finalize(message_id=message.id):
@@ -309,13 +400,23 @@ def streaming_messages_reap(*, older_than_s: float = 5.0) -> int:
         ):
             age = now - message.created_at.timestamp()
             if age > settings.REAPER_STALE_AFTER_S:
-                done += Message.objects.filter(
+                lost = Message.objects.filter(
                     id=message.id, status=Message.Status.STREAMING
                 ).update(
                     status=Message.Status.ERROR,
                     finish_reason="error",
                     error="This answer was lost. Please regenerate it.",
                 )
+                if lost:
+                    gateway.usage_settle(
+                        user_id=message.conversation.user_id,
+                        job_id=message.job_id,
+                        message_id=message.id,
+                        status=Message.Status.ERROR,
+                        usage=protocol.Usage(),
+                        pool=message.pool,
+                    )
+                done += lost
                 continue
         last_event_at = (
             _entry_time(events[-1].id) if events else message.created_at.timestamp()
@@ -362,4 +463,4 @@ def conversation_delete(*, user: AbstractBaseUser, conversation_id: Any) -> None
     ]
     conversation.delete()
     for job_id in streaming:
-        transaction.on_commit(lambda j=job_id: gateway.generation_cancel(job_id=j))
+        transaction.on_commit(lambda j=job_id: gateway.generation_abandon(job_id=j))

@@ -126,6 +126,7 @@ async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
             last_event_at = time.time()
             text: list[str] = []
             text_id = ""
+            after = events[-1].id
             for event in events:
                 if event.type == protocol.EVENT_TOKEN:
                     text.append(event.data["t"])
@@ -136,12 +137,16 @@ async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
                     text = []
                 if event.is_terminal:
                     final = await _finalized(message.id)
+                    if final.status == Message.Status.STREAMING:
+                        # failed before its first token and retried on a fallback
+                        # pool (gateway): read the restarted stream from its start
+                        message, after, started = final, protocol.STREAM_START, False
+                        break
                     yield _final_frame(final, event.id)
                     return
                 yield sse_frame(event.type, event.data, event.id)
             if text:
                 yield sse_frame("token", {"t": "".join(text)}, text_id)
-            after = events[-1].id
             last_sent = time.monotonic()
     finally:
         await inference_client.astream_detach(

@@ -2,6 +2,7 @@
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
+from django_ratelimit.decorators import ratelimit
 
 from conversations import sse, views
 
@@ -10,7 +11,9 @@ urlpatterns = [
     path("signup/", views.signup, name="signup"),
     path(
         "login/",
-        auth_views.LoginView.as_view(redirect_authenticated_user=True),
+        ratelimit(
+            key="ip", rate="gateway.ratelimits.login_rate", method="POST", group="login"
+        )(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -17,11 +17,13 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_ratelimit.decorators import ratelimit
 
 from chatsite.errors import DomainError
 from chatsite.http import json_errors
 from conversations import selectors, services
 from conversations.services import Turn
+from gateway import selectors as gateway_selectors
 
 
 def _turn_json(turn: Turn) -> dict[str, Any]:
@@ -51,6 +53,8 @@ def _chat_page(request: HttpRequest, conversation: Any = None) -> HttpResponse:
         if conversation
         else [],
         "max_chars": settings.CHAT_MAX_MESSAGE_CHARS,
+        "quota": gateway_selectors.quota_status(user=request.user),
+        "models": gateway_selectors.pool_choices(user=request.user),
     }
     return render(request, "chat/chat.html", context)
 
@@ -74,6 +78,7 @@ def conversation_detail(request: HttpRequest, conversation_id: Any) -> HttpRespo
 
 
 @require_POST
+@ratelimit(key="user", rate="gateway.ratelimits.message_rate", group="chat-message")
 @json_errors
 def message_send(request: HttpRequest, conversation_id: Any = None) -> JsonResponse:
     """Start a turn: store the message, queue the answer; 201 with its stream URL."""
@@ -81,11 +86,13 @@ def message_send(request: HttpRequest, conversation_id: Any = None) -> JsonRespo
         user=request.user,
         conversation_id=conversation_id,
         content=request.POST.get("content"),
+        model=request.POST.get("model") or None,
     )
     return JsonResponse(_turn_json(turn), status=201)
 
 
 @require_POST
+@ratelimit(key="user", rate="gateway.ratelimits.message_rate", group="chat-message")
 @json_errors
 def message_regenerate(request: HttpRequest, conversation_id: Any) -> JsonResponse:
     """Answer the last message again (the previous answer is kept as a version)."""

@@ -120,3 +120,24 @@ def make_user(username: str) -> Any:
     return get_user_model().objects.create_user(
         username=username, password=f"pw-{username}-1"
     )
+
+
+def fake_heartbeat(pool: str = "default", worker_id: str = "fake-worker") -> None:
+    """Make ``pool`` look served (a heartbeat an hour ahead) so the gateway admits jobs
+    that no real worker takes: tests of what happens before, or without, a worker."""
+    from inference import protocol
+
+    redis_sync().zadd(protocol.workers_key(pool), {worker_id: time.time() + 3600})
+
+
+def fake_heartbeat_stop(pool: str = "default", worker_id: str = "fake-worker") -> None:
+    """Remove the heartbeat of :func:`fake_heartbeat` (the worker went away)."""
+    from inference import protocol
+
+    redis_sync().zrem(protocol.workers_key(pool), worker_id)
+
+
+@pytest.fixture
+def pool_heartbeat() -> None:
+    """The default pool looks served (see :func:`fake_heartbeat`)."""
+    fake_heartbeat()

@@ -17,6 +17,8 @@ import httpx
 from django.conf import settings
 from django.db import connection
 
+from inference import client as inference_client
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -91,6 +93,19 @@ def running_stack(
                 if time.time() > deadline or any(p.poll() is not None for p in procs):
                     raise RuntimeError("daphne did not start") from None
                 time.sleep(0.2)
+        # the gateway admits a request only to a pool with a live worker (issue #4)
+        pool = (
+            worker_args[worker_args.index("--pool") + 1]
+            if "--pool" in worker_args
+            else None
+        )
+        while (
+            inference_client.workers_live(pool=pool or settings.INFERENCE_DEFAULT_POOL)
+            == 0
+        ):
+            if time.time() > deadline + 60 or any(p.poll() is not None for p in procs):
+                raise RuntimeError("the inference worker did not start")
+            time.sleep(0.2)
         yield base
     finally:
         for p in procs:

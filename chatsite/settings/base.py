@@ -164,3 +164,28 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
+
+# --- Gateway (issue #4) ----------------------------------------------------------------
+# Reservation estimate of prompt tokens: characters per token (low = conservative).
+GATEWAY_CHARS_PER_TOKEN = env.float("GATEWAY_CHARS_PER_TOKEN", default=3.0)
+# Used when the database defines no ModelPool: the INFERENCE_DEFAULT_POOL limits.
+GATEWAY_MAX_OUTPUT_TOKENS = env.int("GATEWAY_MAX_OUTPUT_TOKENS", default=4096)
+GATEWAY_QUEUE_THRESHOLD = env.int("GATEWAY_QUEUE_THRESHOLD", default=32)
+# Under pressure the lowest-priority plan is admitted only below this share of a pool's
+# queue_threshold (shed first).
+GATEWAY_SHED_FRACTION = env.float("GATEWAY_SHED_FRACTION", default=0.5)
+# Retry-After (s) of a 503 when every pool that could answer is saturated.
+GATEWAY_SATURATED_RETRY_AFTER_S = env.int("GATEWAY_SATURATED_RETRY_AFTER_S", default=5)
+# Difficulty heuristic: a last user message up to this many characters (and 3 lines, no
+# code) is "simple" and goes to the cheapest pool of the plan.
+GATEWAY_SIMPLE_MAX_CHARS = env.int("GATEWAY_SIMPLE_MAX_CHARS", default=280)
+# Pools and plans (admin-edited) are cached per process for this many seconds.
+GATEWAY_CONFIG_CACHE_S = env.float("GATEWAY_CONFIG_CACHE_S", default=5.0)
+# A generation failing before its first token is retried this often on a fallback pool.
+GATEWAY_FALLBACK_RETRIES = env.int("GATEWAY_FALLBACK_RETRIES", default=1)
+# Request-rate limits (django-ratelimit on the Redis cache): "count/period".
+CHAT_MESSAGE_RATE = env("CHAT_MESSAGE_RATE", default="30/m")  # per user
+LOGIN_RATE = env("LOGIN_RATE", default="10/m")  # per client IP
+RATELIMIT_USE_CACHE = "default"
+RATELIMIT_VIEW = "gateway.views.ratelimited"
+MIDDLEWARE += ["django_ratelimit.middleware.RatelimitMiddleware"]

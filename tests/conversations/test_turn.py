@@ -15,6 +15,7 @@ from inference import client as inference_client
 from inference import protocol
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
+from tests.conftest import fake_heartbeat, fake_heartbeat_stop
 from tests.sse import asgi_sse, ended, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -251,7 +252,9 @@ def test_reattaching_within_the_grace_period_keeps_the_generation_alive(
 
 def test_worker_down_shows_a_clear_error_after_a_bounded_wait(auth_client, settings):
     settings.INFERENCE_NO_WORKER_GRACE_S = 1.0
+    fake_heartbeat()  # a worker is up at admission, then goes away
     turn = services.turn_start(user=_user(auth_client), content="anyone there?")
+    fake_heartbeat_stop()
     started = time.monotonic()
     result = asyncio.run(
         asgi_sse(stream_url(turn), cookie=session_cookie(auth_client), timeout=15)
@@ -305,6 +308,7 @@ def test_reaper_finalises_an_answer_nobody_streamed(start_worker, auth_client):
 
 def test_reaper_times_out_a_job_no_worker_ever_took(auth_client, settings):
     settings.INFERENCE_QUEUE_TIMEOUT_S = 0.0
+    fake_heartbeat()  # admitted, but no worker ever takes the job
     turn = services.turn_start(user=_user(auth_client), content="hi")
     time.sleep(0.05)
     assert services.streaming_messages_reap(older_than_s=0) == 1
@@ -324,7 +328,7 @@ def test_stream_of_a_finished_answer_returns_its_final_state(start_worker, auth_
     assert "<script>" not in html and "&lt;script&gt;" in html
 
 
-def test_bad_last_event_id_is_a_400(auth_client):
+def test_bad_last_event_id_is_a_400(auth_client, pool_heartbeat):
     turn = services.turn_start(user=_user(auth_client), content="hi")
     result = asyncio.run(
         asgi_sse(
@@ -337,7 +341,9 @@ def test_bad_last_event_id_is_a_400(auth_client):
     assert b"not a stream position" in result.body
 
 
-def test_another_user_cannot_stream_your_answer(auth_client, other_user):
+def test_another_user_cannot_stream_your_answer(
+    auth_client, other_user, pool_heartbeat
+):
     turn = services.turn_start(user=_user(auth_client), content="secret")
     intruder = Client()
     intruder.force_login(other_user)

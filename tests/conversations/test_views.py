@@ -9,7 +9,7 @@ from conversations.models import Conversation, Message
 from inference import protocol
 from inference.connections import redis_sync
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("pool_heartbeat")]
 
 
 def queued_jobs() -> int:

@@ -1,0 +1,120 @@
+"""Cost of the gateway in front of the queue: quota Lua and the whole admission path.
+
+    .venv/bin/python bench/gateway_admission.py [--n 2000] [--threads 16]
+
+Runs on the dev services (`make migrate` first). Prints p50/p99 in microseconds of:
+
+- reserve + settle: the two Redis Lua scripts of one request (gateway/quota.py);
+- admit: :func:`gateway.services.generation_admit` (plan lookup, routing queries,
+  reservation, admission checks) followed by the release, for one user;
+- and the requests/s of admit+release from ``--threads`` threads at once.
+
+It uses a throw-away user and pool (``bench-gw``) and removes its Redis keys afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+os.environ.setdefault("LOG_LEVEL", "WARNING")
+
+
+def pct(values: list[float], q: float) -> float:
+    """Return the q-th percentile (0..100) of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
+
+
+def main() -> None:
+    import argparse
+
+    import django
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=16)
+    args = parser.parse_args()
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from gateway import quota, services
+    from gateway.models import ModelPool, Plan, Subscription
+    from inference import protocol
+    from inference.connections import redis_sync
+
+    user, _ = get_user_model().objects.get_or_create(username="bench-gw")
+    pool, _ = ModelPool.objects.get_or_create(name="bench-gw", defaults={"model": "x"})
+    plan, _ = Plan.objects.get_or_create(
+        name="bench-gw", defaults={"tokens_per_minute": 10**12}
+    )
+    plan.allowed_pools.set([pool])
+    Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
+    r = redis_sync()
+    r.zadd(protocol.workers_key("bench-gw"), {"bench": time.time() + 3600})
+    limits = quota.Limits(per_minute=10**12, per_day=10**12, per_month=10**12)
+    messages = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ]
+    try:
+        lua = []
+        for _ in range(args.n):
+            job = uuid.uuid4().hex
+            t0 = time.perf_counter()
+            quota.quota_reserve(user_id=user.pk, job_id=job, tokens=600, limits=limits)
+            quota.quota_settle(job_id=job, tokens=100)
+            lua.append((time.perf_counter() - t0) * 1e6)
+        admit = []
+        for _ in range(args.n // 4):
+            job = uuid.uuid4().hex
+            t0 = time.perf_counter()
+            services.generation_admit(
+                user=user, job_id=job, messages=messages, params={"max_tokens": 64}
+            )
+            services.generation_release(job_id=job)
+            admit.append((time.perf_counter() - t0) * 1e6)
+        per_thread = max(1, args.n // (4 * args.threads))
+
+        def worker() -> None:
+            for _ in range(per_thread):
+                job = uuid.uuid4().hex
+                services.generation_admit(
+                    user=user, job_id=job, messages=messages, params={"max_tokens": 64}
+                )
+                services.generation_release(job_id=job)
+            connection.close()
+
+        threads = [threading.Thread(target=worker) for _ in range(args.threads)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rate = per_thread * args.threads / (time.perf_counter() - t0)
+        print(
+            f"reserve+settle (Lua x2): n={len(lua)} p50={statistics.median(lua):.0f} us"
+            f" p99={pct(lua, 99):.0f} us"
+        )
+        print(
+            f"admit+release (full path): n={len(admit)} "
+            f"p50={statistics.median(admit):.0f} us p99={pct(admit, 99):.0f} us"
+        )
+        print(f"admit+release, {args.threads} threads: {rate:.0f} requests/s")
+    finally:
+        r.delete(protocol.workers_key("bench-gw"))
+        for key in r.scan_iter(f"gw:quota:{user.pk}:*"):
+            r.delete(key)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""Gateway data: plans and subscriptions, model pools, usage records, API keys (DESIGN §7).
+
+Token limits are in tokens (prompt + completion); prices are in currency units per 1,000
+tokens. An empty limit means "no limit".
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class ModelPool(models.Model):
+    """A set of inference workers serving one model (their queue is ``inf:q:{name}``).
+
+    ``queue_threshold`` is the number of waiting jobs (queued, not yet taken by a
+    worker) above which the pool counts as saturated and requests go to ``fallback``.
+    """
+
+    class Engine(models.TextChoices):
+        LLAMACPP = "llamacpp"
+        VLLM = "vllm"
+        OPENAI = "openai"
+        SCRIPTED = "scripted"
+
+    name = models.SlugField(max_length=100, unique=True)
+    engine = models.CharField(
+        max_length=32, choices=Engine.choices, default=Engine.LLAMACPP
+    )
+    model = models.CharField(max_length=200, help_text="Model name shown to users.")
+    max_context = models.PositiveIntegerField(
+        default=4096, help_text="Context window, tokens."
+    )
+    max_output_tokens = models.PositiveIntegerField(
+        default=1024, help_text="Largest max_tokens accepted, tokens."
+    )
+    price_input_per_1k = models.DecimalField(
+        max_digits=12, decimal_places=6, default=Decimal("0")
+    )
+    price_output_per_1k = models.DecimalField(
+        max_digits=12, decimal_places=6, default=Decimal("0")
+    )
+    fallback = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="fallback_for",
+        help_text="Where requests go when this pool is saturated.",
+    )
+    enabled = models.BooleanField(default=True)
+    queue_threshold = models.PositiveIntegerField(
+        default=32, help_text="Waiting jobs above which the pool is saturated."
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.model})"
+
+
+class Plan(models.Model):
+    """Token limits and the pools a user may use. Higher ``priority`` is shed last."""
+
+    name = models.CharField(max_length=100, unique=True)
+    tokens_per_minute = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens per minute (empty: no limit)."
+    )
+    tokens_per_day = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens per UTC day (empty: no limit)."
+    )
+    monthly_token_budget = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens per UTC month (empty: no limit)."
+    )
+    allowed_pools = models.ManyToManyField(ModelPool, blank=True, related_name="plans")
+    priority = models.IntegerField(
+        default=0, help_text="Higher is served first; the lowest is shed first."
+    )
+    is_default = models.BooleanField(
+        default=False, help_text="The plan of users without a subscription."
+    )
+
+    class Meta:
+        ordering = ["priority", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_default"],
+                condition=Q(is_default=True),
+                name="one_default_plan",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Subscription(models.Model):
+    """The plan of one user (users without one are on the default plan)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="subscription"
+    )
+    plan = models.ForeignKey(
+        Plan, on_delete=models.PROTECT, related_name="subscriptions"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.user} → {self.plan}"
+
+
+class UsageRecord(models.Model):
+    """One request's usage and cost, written once when its generation is settled."""
+
+    class Status(models.TextChoices):
+        COMPLETE = "complete"
+        CANCELLED = "cancelled"
+        ERROR = "error"
+        FILTERED = "filtered"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="usage_records"
+    )
+    pool = models.CharField(max_length=100, blank=True, default="")
+    model = models.CharField(max_length=200, blank=True, default="")
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    cached_tokens = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
+    ttft_ms = models.PositiveIntegerField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    cache_hit = models.BooleanField(default=False)
+    status = models.CharField(max_length=16, choices=Status.choices)
+    job_id = models.CharField(max_length=64, unique=True)
+    message_id = models.UUIDField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["user", "created_at"], name="usage_user_created"),
+            models.Index(fields=["created_at"], name="usage_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.model} {self.total_tokens} tokens"
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+class ApiKey(models.Model):
+    """A Bearer key for the API. Only its SHA-256 is stored; ``prefix`` identifies it."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    name = models.CharField(max_length=100, blank=True, default="")
+    prefix = models.CharField(max_length=16, editable=False)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name or 'unnamed'})"
+
+    @property
+    def is_active(self) -> bool:
+        """True until the key is revoked."""
+        return self.revoked_at is None

@@ -1,0 +1,281 @@
+"""Token quotas that cannot be raced: reserve before enqueue, settle on the terminal event.
+
+Three fixed windows per user, all in tokens (prompt + completion): the current UTC minute
+(tokens per minute), UTC day and UTC calendar month. A request reserves its worst case
+(estimated prompt tokens + ``max_tokens``) against every window in ONE Redis Lua script,
+so concurrent requests can never together pass a limit: either all windows have room and
+all are charged, or none is. Settlement replaces the reservation by the actual usage
+(the rest is refunded), once: the reservation record is deleted by the same script that
+applies the refund. A released (failed or rejected) request is settled at zero.
+
+Redis keys (owned here; the inference tier's keys live in :mod:`inference.protocol`):
+
+- ``gw:quota:{user_id}:m:{epoch_minute}`` / ``:d:{YYYYMMDD}`` / ``:M:{YYYYMM}``: tokens
+  charged in that window (reservations included); expire after their window.
+- ``gw:res:{job_id}``: hash ``amount, k1, k2, k3`` of an unsettled reservation.
+
+Windows are fixed (not sliding): across a minute boundary a user can spend up to twice
+the per-minute limit within 60 s; the day and month limits are exact.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import math
+import time
+from dataclasses import dataclass
+
+from chatsite.errors import QuotaExceeded
+from inference.connections import redis_sync
+
+WINDOW_MINUTE = "minute"
+WINDOW_DAY = "day"
+WINDOW_MONTH = "month"
+WINDOWS = (WINDOW_MINUTE, WINDOW_DAY, WINDOW_MONTH)
+_LABELS = {
+    WINDOW_MINUTE: "per-minute token limit",
+    WINDOW_DAY: "daily token limit",
+    WINDOW_MONTH: "monthly token budget",
+}
+# A reservation nobody settles (a lost web process and reaper) is dropped after this.
+RESERVATION_TTL_S = 40 * 86400
+
+# KEYS: 3 window counters, reservation hash. ARGV: amount, 3 limits (-1: none),
+# 3 TTLs (s), reservation TTL (s). Returns {1, used1, used2, used3} after charging, or
+# {0, window index (1-based), used in that window} when a limit would be passed.
+_RESERVE_LUA = """
+local amount = tonumber(ARGV[1])
+local used = {}
+for i = 1, 3 do
+  used[i] = tonumber(redis.call('GET', KEYS[i]) or '0')
+  local limit = tonumber(ARGV[1 + i])
+  if limit >= 0 and used[i] + amount > limit then
+    return {0, i, used[i]}
+  end
+end
+for i = 1, 3 do
+  used[i] = redis.call('INCRBY', KEYS[i], amount)
+  redis.call('EXPIRE', KEYS[i], ARGV[4 + i])
+end
+redis.call('HSET', KEYS[4], 'amount', amount, 'k1', KEYS[1], 'k2', KEYS[2], 'k3', KEYS[3])
+redis.call('EXPIRE', KEYS[4], ARGV[8])
+return {1, used[1], used[2], used[3]}
+"""
+
+# KEYS: reservation hash. ARGV: actual tokens. Moves every window of the reservation by
+# (actual - reserved), never below zero, then deletes the reservation. Returns the
+# reserved amount, or -1 if there was no reservation (already settled, or none made).
+# The window keys come from the hash (single Redis node, not cluster-safe).
+_SETTLE_LUA = """
+local amount = redis.call('HGET', KEYS[1], 'amount')
+if not amount then return -1 end
+local delta = tonumber(ARGV[1]) - tonumber(amount)
+for i = 1, 3 do
+  local key = redis.call('HGET', KEYS[1], 'k' .. i)
+  if key and redis.call('EXISTS', key) == 1 then
+    local value = redis.call('INCRBY', key, delta)
+    if value < 0 then redis.call('SET', key, 0, 'KEEPTTL') end
+  end
+end
+redis.call('DEL', KEYS[1])
+return tonumber(amount)
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A plan's token limits; None = no limit (tokens)."""
+
+    per_minute: int | None = None
+    per_day: int | None = None
+    per_month: int | None = None
+
+    def as_tuple(self) -> tuple[int | None, int | None, int | None]:
+        """The limits in window order (minute, day, month)."""
+        return (self.per_minute, self.per_day, self.per_month)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window's state for a user: tokens used, limit (None: none), reset time."""
+
+    name: str
+    key: str
+    limit: int | None
+    used: int
+    resets_at: float  # epoch seconds
+
+    @property
+    def remaining(self) -> int | None:
+        """Tokens left in the window (None: no limit)."""
+        return None if self.limit is None else max(0, self.limit - self.used)
+
+
+def reservation_key(job_id: str) -> str:
+    """Return the key holding the unsettled reservation of a job."""
+    return f"gw:res:{job_id}"
+
+
+def _windows(user_id: int, limits: Limits, now: float) -> list[Window]:
+    t = dt.datetime.fromtimestamp(now, tz=dt.UTC)
+    minute = int(now // 60)
+    day_end = dt.datetime(t.year, t.month, t.day, tzinfo=dt.UTC) + dt.timedelta(days=1)
+    days_in_month = calendar.monthrange(t.year, t.month)[1]
+    month_end = dt.datetime(t.year, t.month, 1, tzinfo=dt.UTC) + dt.timedelta(
+        days=days_in_month
+    )
+    base = f"gw:quota:{user_id}"
+    return [
+        Window(
+            WINDOW_MINUTE, f"{base}:m:{minute}", limits.per_minute, 0, (minute + 1) * 60
+        ),
+        Window(
+            WINDOW_DAY,
+            f"{base}:d:{t:%Y%m%d}",
+            limits.per_day,
+            0,
+            day_end.timestamp(),
+        ),
+        Window(
+            WINDOW_MONTH,
+            f"{base}:M:{t:%Y%m}",
+            limits.per_month,
+            0,
+            month_end.timestamp(),
+        ),
+    ]
+
+
+def _duration(seconds: float) -> str:
+    """Format seconds as OpenAI's reset durations do (``"1h2m3s"``, ``"45s"``)."""
+    s = max(1, math.ceil(seconds))
+    hours, rest = divmod(s, 3600)
+    minutes, secs = divmod(rest, 60)
+    out = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
+    return out + (f"{secs}s" if secs or not out else "")
+
+
+def _exceeded(window: Window, *, amount: int, now: float) -> QuotaExceeded:
+    assert window.limit is not None
+    wait_s = max(1, math.ceil(window.resets_at - now))
+    at = dt.datetime.fromtimestamp(window.resets_at, tz=dt.UTC)
+    when = f"{at:%H:%M:%S} UTC" if wait_s < 86400 else f"{at:%Y-%m-%d %H:%M} UTC"
+    label = _LABELS[window.name]
+    if amount > window.limit:
+        message = (
+            f"This request may use up to {amount:,} tokens, more than your plan's "
+            f"{label} of {window.limit:,} tokens. Ask for a shorter answer "
+            "(lower max_tokens) or a shorter prompt."
+        )
+    else:
+        message = (
+            f"You have reached your plan's {label} ({window.limit:,} tokens; "
+            f"{window.remaining:,} left, this request needs up to {amount:,}). "
+            f"It resets in {_duration(wait_s)} (at {when})."
+        )
+    return QuotaExceeded(
+        message,
+        code=f"quota_{window.name}",
+        headers={
+            "Retry-After": str(wait_s),
+            "x-ratelimit-limit-tokens": str(window.limit),
+            "x-ratelimit-remaining-tokens": str(window.remaining),
+            "x-ratelimit-reset-tokens": _duration(wait_s),
+        },
+    )
+
+
+def quota_reserve(
+    *,
+    user_id: int,
+    job_id: str,
+    tokens: int,
+    limits: Limits,
+    now: float | None = None,
+) -> list[Window]:
+    """Reserve ``tokens`` (estimated prompt + max_tokens) in every window, atomically.
+
+    Returns the windows after charging. Raises :class:`QuotaExceeded` (429, with
+    ``Retry-After`` and ``x-ratelimit-*-tokens`` headers naming the first window that
+    has no room); nothing is charged then.
+    """
+    now = time.time() if now is None else now
+    windows = _windows(user_id, limits, now)
+    ttls = [int(w.resets_at - now) + 60 for w in windows]
+    result = redis_sync().eval(
+        _RESERVE_LUA,
+        4,
+        *[w.key for w in windows],
+        reservation_key(job_id),
+        tokens,
+        *[-1 if w.limit is None else w.limit for w in windows],
+        *ttls,
+        RESERVATION_TTL_S,
+    )
+    if int(result[0]) == 0:
+        blocked = windows[int(result[1]) - 1]
+        blocked = Window(
+            blocked.name, blocked.key, blocked.limit, int(result[2]), blocked.resets_at
+        )
+        raise _exceeded(blocked, amount=tokens, now=now)
+    return [
+        Window(w.name, w.key, w.limit, int(used), w.resets_at)
+        for w, used in zip(windows, result[1:], strict=True)
+    ]
+
+
+def quota_settle(*, job_id: str, tokens: int) -> int | None:
+    """Replace a job's reservation by its actual usage (``tokens``); refund the rest.
+
+    Idempotent: only the first call for a job changes the counters. Returns the tokens
+    that had been reserved, or None when there was nothing to settle.
+    """
+    reserved = int(
+        redis_sync().eval(_SETTLE_LUA, 1, reservation_key(job_id), max(0, tokens))
+    )
+    return None if reserved < 0 else reserved
+
+
+def quota_release(*, job_id: str) -> int | None:
+    """Give back a whole reservation (the request was rejected or failed)."""
+    return quota_settle(job_id=job_id, tokens=0)
+
+
+def quota_unseeded(*, user_id: int, now: float | None = None) -> list[Window]:
+    """Return the user's day and month windows whose counters are absent from Redis.
+
+    Absent means a new period, or a Redis that lost its data; the caller seeds them from
+    the usage records (:func:`quota_seed`) so a restart does not reset budgets.
+    """
+    now = time.time() if now is None else now
+    windows = _windows(user_id, Limits(), now)[1:]
+    client = redis_sync()
+    with client.pipeline(transaction=False) as pipe:
+        for w in windows:
+            pipe.exists(w.key)
+        present = pipe.execute()
+    return [w for w, there in zip(windows, present, strict=True) if not there]
+
+
+def quota_seed(*, window: Window, tokens: int, now: float | None = None) -> bool:
+    """Set an absent window counter to ``tokens`` (already spent); never overwrite one.
+
+    Returns True if this call set it (SET NX, so concurrent seeders cannot double it).
+    """
+    now = time.time() if now is None else now
+    ttl = int(window.resets_at - now) + 60
+    return bool(redis_sync().set(window.key, max(0, tokens), nx=True, ex=ttl))
+
+
+def quota_windows(
+    *, user_id: int, limits: Limits, now: float | None = None
+) -> list[Window]:
+    """Return the user's current windows (tokens used, limits, reset times)."""
+    now = time.time() if now is None else now
+    windows = _windows(user_id, limits, now)
+    values = redis_sync().mget([w.key for w in windows])
+    return [
+        Window(w.name, w.key, w.limit, int(v or 0), w.resets_at)
+        for w, v in zip(windows, values, strict=True)
+    ]

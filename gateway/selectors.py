@@ -1,0 +1,230 @@
+"""Reads of the gateway: a user's plan and quota, pools, API keys, usage reports."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Count, QuerySet, Sum
+from django.db.models.functions import TruncDate
+
+from gateway import quota
+from gateway.models import ApiKey, ModelPool, Plan, Subscription, UsageRecord
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """A snapshot of the admin-edited configuration: pools, plans and their links.
+
+    ``pools`` by name (each ``fallback`` resolved to a pool of the same snapshot),
+    ``plans`` by id, ``allowed`` plan id -> allowed pool names. Shared read-only by the
+    threads of a process: never mutate its objects.
+    """
+
+    pools: dict[str, ModelPool]
+    plans: dict[int, Plan]
+    allowed: dict[int, frozenset[str]]
+    loaded_at: float
+
+    @property
+    def default_plan(self) -> Plan | None:
+        """The plan of users without a subscription, if one is marked default."""
+        return next((p for p in self.plans.values() if p.is_default), None)
+
+    @property
+    def priority_bounds(self) -> tuple[int | None, int | None]:
+        """Lowest and highest plan priority (None, None without plans)."""
+        priorities = [p.priority for p in self.plans.values()]
+        return (min(priorities), max(priorities)) if priorities else (None, None)
+
+
+_config: GatewayConfig | None = None
+_config_lock = threading.Lock()
+
+
+def _config_load() -> GatewayConfig:
+    pools = list(ModelPool.objects.all())
+    by_id = {p.pk: p for p in pools}
+    for pool in pools:
+        if pool.fallback_id is not None and pool.fallback_id in by_id:
+            pool.fallback = by_id[pool.fallback_id]
+    allowed: dict[int, set[str]] = {}
+    for plan_id, name in Plan.allowed_pools.through.objects.values_list(
+        "plan_id", "modelpool__name"
+    ):
+        allowed.setdefault(plan_id, set()).add(name)
+    return GatewayConfig(
+        pools={p.name: p for p in pools},
+        plans={p.pk: p for p in Plan.objects.all()},
+        allowed={k: frozenset(v) for k, v in allowed.items()},
+        loaded_at=time.monotonic(),
+    )
+
+
+def gateway_config() -> GatewayConfig:
+    """Return the pools/plans snapshot, reloaded after GATEWAY_CONFIG_CACHE_S seconds.
+
+    Admin edits reach a running process within that time (0: every call reloads, 3
+    queries). Saves the routing queries on the hot path of every request.
+    """
+    global _config
+    ttl = settings.GATEWAY_CONFIG_CACHE_S
+    config = _config
+    if config is None or ttl <= 0 or time.monotonic() - config.loaded_at >= ttl:
+        with _config_lock:
+            config = _config_load()
+            _config = config
+    return config
+
+
+def plan_for_user(*, user: AbstractBaseUser) -> Plan:
+    """Return the user's plan: their subscription's, else the default plan.
+
+    With no default plan in the database (e.g. an empty test database) an unsaved,
+    unlimited plan of priority 0 is returned, so the chat keeps working.
+    """
+    config = gateway_config()
+    plan_id = (
+        Subscription.objects.filter(user_id=user.pk)
+        .values_list("plan_id", flat=True)
+        .first()
+    )
+    if plan_id is not None:
+        plan = config.plans.get(plan_id)
+        return plan if plan is not None else Plan.objects.get(pk=plan_id)
+    plan = config.default_plan
+    return plan or Plan(name="unlimited", is_default=True, priority=0)
+
+
+def plan_pools(*, plan: Plan) -> list[ModelPool]:
+    """Return the enabled pools ``plan`` may use (none listed on the plan: all enabled)."""
+    config = gateway_config()
+    enabled = [p for p in config.pools.values() if p.enabled]
+    names = config.allowed.get(plan.pk) if plan.pk is not None else None
+    return [p for p in enabled if p.name in names] if names else enabled
+
+
+def plan_limits(*, plan: Plan) -> quota.Limits:
+    """Return a plan's token limits (tokens; None = none)."""
+    return quota.Limits(
+        per_minute=plan.tokens_per_minute,
+        per_day=plan.tokens_per_day,
+        per_month=plan.monthly_token_budget,
+    )
+
+
+@dataclass(frozen=True)
+class QuotaLine:
+    """One limit as shown to the user."""
+
+    label: str
+    limit: int
+    used: int
+    remaining: int
+    resets_at: dt.datetime
+
+
+_LABELS = {
+    quota.WINDOW_MINUTE: "this minute",
+    quota.WINDOW_DAY: "today",
+    quota.WINDOW_MONTH: "this month",
+}
+
+
+def quota_status(*, user: AbstractBaseUser) -> list[QuotaLine]:
+    """Return the user's limited windows with tokens used and left (reservations count)."""
+    plan = plan_for_user(user=user)
+    lines = []
+    for w in quota.quota_windows(user_id=user.pk, limits=plan_limits(plan=plan)):
+        if w.limit is None:
+            continue
+        lines.append(
+            QuotaLine(
+                label=_LABELS[w.name],
+                limit=w.limit,
+                used=w.used,
+                remaining=w.remaining or 0,
+                resets_at=dt.datetime.fromtimestamp(w.resets_at, tz=dt.UTC),
+            )
+        )
+    return lines
+
+
+def pool_default() -> ModelPool:
+    """Return an unsaved pool standing for ``INFERENCE_DEFAULT_POOL``.
+
+    Used when the database defines no pool at all (a fresh or flushed database).
+    """
+    return ModelPool(
+        name=settings.INFERENCE_DEFAULT_POOL,
+        model="",
+        max_output_tokens=settings.GATEWAY_MAX_OUTPUT_TOKENS,
+        queue_threshold=settings.GATEWAY_QUEUE_THRESHOLD,
+    )
+
+
+def pool_get(*, name: str) -> ModelPool | None:
+    """Return the pool named ``name`` (from :func:`gateway_config`), or None."""
+    return gateway_config().pools.get(name)
+
+
+def usage_tokens_since(*, user_id: int, since: dt.datetime) -> int:
+    """Return the prompt + completion tokens recorded for a user since ``since``."""
+    sums = UsageRecord.objects.filter(user_id=user_id, created_at__gte=since).aggregate(
+        p=Sum("prompt_tokens"), c=Sum("completion_tokens")
+    )
+    return (sums["p"] or 0) + (sums["c"] or 0)
+
+
+def pool_choices(*, user: AbstractBaseUser) -> list[ModelPool]:
+    """Return the enabled pools the user's plan allows, by name (for a model picker)."""
+    return sorted(plan_pools(plan=plan_for_user(user=user)), key=lambda p: p.name)
+
+
+def api_key_list(*, user: AbstractBaseUser) -> QuerySet[ApiKey]:
+    """Return the user's API keys, newest first (revoked ones included)."""
+    return ApiKey.objects.filter(user=user).order_by("-created_at")
+
+
+def usage_by_user_day_model(
+    *,
+    start: dt.date | None = None,
+    end: dt.date | None = None,
+    ids: list[int] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Aggregate usage per (user, UTC day, model) and overall totals.
+
+    ``start``/``end`` are inclusive UTC dates; ``ids`` limits it to those records.
+    Returns ``(rows, totals)``; each row has
+    ``username, day, model, requests, prompt_tokens, completion_tokens, cached_tokens,
+    cost`` (tokens in tokens, cost in currency units).
+    """
+    records = UsageRecord.objects.all()
+    if ids is not None:
+        records = records.filter(pk__in=ids)
+    if start:
+        records = records.filter(created_at__date__gte=start)  # UTC: USE_TZ
+    if end:
+        records = records.filter(created_at__date__lte=end)
+    sums = {
+        "requests": Count("id"),
+        "prompt_tokens": Sum("prompt_tokens"),
+        "completion_tokens": Sum("completion_tokens"),
+        "cached_tokens": Sum("cached_tokens"),
+        "cost": Sum("cost"),
+    }
+    rows = list(
+        records.annotate(day=TruncDate("created_at", tzinfo=dt.UTC))
+        .values("user__username", "day", "model")
+        .annotate(**sums)
+        .order_by("-day", "user__username", "model")
+    )
+    for row in rows:
+        row["username"] = row.pop("user__username")
+    totals = records.aggregate(**sums)
+    return rows, totals
