@@ -8,3 +8,5 @@ urlpatterns = [
     path("settings/", include("gateway.urls")),
     path("", include("conversations.urls")),
 ]
+
+handler400 = "chatsite.http.bad_request"

@@ -14,7 +14,8 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
-_FORMATTER = HtmlFormatter(cssclass="highlight", nowrap=False)
+# nowrap: markdown-it must not wrap pygments' own <div><pre> in another <pre><code>.
+_FORMATTER = HtmlFormatter(nowrap=True)
 
 ALLOWED_TAGS = {
     "p",
@@ -65,7 +66,8 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
         lexer = get_lexer_by_name(lang)
     except ClassNotFound:
         return ""
-    return highlight(code, lexer, _FORMATTER)
+    body = highlight(code, lexer, _FORMATTER)
+    return f'<pre class="highlight"><code>{body}</code></pre>\n'
 
 
 @functools.cache

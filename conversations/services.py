@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+import unicodedata
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -43,11 +44,29 @@ class Turn:
     created_conversation: bool = False
 
 
+def _is_blank(text: str) -> bool:
+    """True if ``text`` has no visible character (spaces, controls, zero-width marks)."""
+    return all(ch.isspace() or unicodedata.category(ch) in _INVISIBLE for ch in text)
+
+
+_INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}
+
+
+def _check_text(text: str, *, what: str) -> None:
+    if "\x00" in text:
+        raise InvalidInput(
+            f"Your {what} contains a NUL character (\\0), which cannot be stored. "
+            "Remove it and try again.",
+            code="invalid_character",
+        )
+
+
 def _validate_content(content: Any) -> str:
-    if not isinstance(content, str) or not content.strip():
+    if not isinstance(content, str) or _is_blank(content):
         raise InvalidInput(
             "Your message is empty. Type something to send.", code="empty_message"
         )
+    _check_text(content, what="message")
     limit = settings.CHAT_MAX_MESSAGE_CHARS
     if len(content) > limit:
         raise PayloadTooLarge(
@@ -265,6 +284,8 @@ def turn_stop(
     message = selectors.message_get(
         user=user, conversation_id=conversation_id, message_id=message_id
     )
+    if message.role != Message.Role.ASSISTANT:
+        raise InvalidInput("Only an answer can be stopped.", code="not_stoppable")
     if message.status == Message.Status.STREAMING:
         gateway.generation_cancel(job_id=message.job_id)
     return message
@@ -437,17 +458,22 @@ def _entry_time(entry_id: str) -> float:
 def conversation_rename(
     *, user: AbstractBaseUser, conversation_id: Any, title: Any
 ) -> Conversation:
-    """Rename the user's conversation. Raises InvalidInput (empty or over 200 characters)."""
-    if not isinstance(title, str) or not title.strip():
+    """Rename the user's conversation.
+
+    Raises NotFound (not the user's conversation) before InvalidInput (empty, over 200
+    characters, or a NUL character).
+    """
+    conversation = selectors.conversation_get(
+        user=user, conversation_id=conversation_id
+    )
+    if not isinstance(title, str) or _is_blank(title):
         raise InvalidInput("A title cannot be empty.", code="empty_title")
+    _check_text(title, what="title")
     title = " ".join(title.split())
     if len(title) > 200:
         raise InvalidInput(
             "A title can be at most 200 characters long.", code="title_too_long"
         )
-    conversation = selectors.conversation_get(
-        user=user, conversation_id=conversation_id
-    )
     conversation.title = title
     conversation.save(update_fields=["title"])
     return conversation

@@ -79,7 +79,9 @@ def _resume_point(request: HttpRequest) -> str:
     )
     if not last:
         return protocol.STREAM_START
-    if not protocol.STREAM_ID_RE.match(last):
+    if not protocol.STREAM_ID_RE.match(last) or any(
+        int(part) >= 2**64 for part in last.split("-")
+    ):
         raise InvalidInput(
             "Last-Event-ID is not a stream position.", code="bad_last_event_id"
         )

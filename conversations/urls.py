@@ -8,7 +8,16 @@ from conversations import sse, views
 
 urlpatterns = [
     path("", views.chat_home, name="chat-home"),
-    path("signup/", views.signup, name="signup"),
+    path(
+        "signup/",
+        ratelimit(
+            key="ip",
+            rate="gateway.ratelimits.login_rate",
+            method="POST",
+            group="signup",
+        )(views.signup),
+        name="signup",
+    ),
     path(
         "login/",
         ratelimit(

@@ -14,6 +14,7 @@
   const errorBox = document.getElementById("composer-error");
   const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
   let active = null; // {source, article, stopUrl}
+  let sending = false; // a send/regenerate POST is in flight (guards double Enter)
 
   function setBusy(busy) {
     sendBtn.disabled = busy;
@@ -107,11 +108,42 @@
     return payload;
   }
 
+  // Rename form and Delete link for a conversation created on this page (the server
+  // renders the same controls on later page loads).
+  function conversationControls(conversation) {
+    const wrap = document.createElement("div");
+    wrap.className = "header-controls";
+    const rename = document.createElement("form");
+    rename.method = "post";
+    rename.action = conversation.url + "rename/";
+    rename.className = "rename";
+    const token = document.createElement("input");
+    token.type = "hidden";
+    token.name = "csrfmiddlewaretoken";
+    token.value = csrf;
+    const title = document.createElement("input");
+    title.name = "title";
+    title.value = conversation.title;
+    title.maxLength = 200;
+    title.required = true;
+    title.setAttribute("aria-label", "Conversation title");
+    const button = document.createElement("button");
+    button.type = "submit";
+    button.textContent = "Rename";
+    rename.append(token, title, button);
+    const del = document.createElement("a");
+    del.className = "delete-link";
+    del.href = conversation.url + "delete/";
+    del.textContent = "Delete";
+    wrap.append(rename, del);
+    return wrap;
+  }
+
   function startTurn(turn) {
     if (turn.conversation.created) {
       history.pushState({}, "", turn.conversation.url);
       const heading = document.querySelector(".chat-header h1");
-      if (heading) heading.textContent = turn.conversation.title;
+      if (heading) heading.replaceWith(conversationControls(turn.conversation));
       document.title = turn.conversation.title + " · Chat";
       chat.dataset.sendUrl = turn.conversation.url + "messages/";
       chat.dataset.regenerateUrl = turn.conversation.url + "regenerate/";
@@ -134,7 +166,8 @@
     showError("");
     const text = input.value;
     if (!text.trim()) { showError("Your message is empty. Type something to send."); return; }
-    if (active) return;
+    if (active || sending) return;
+    sending = true;
     setBusy(true);
     try {
       const turn = await post(chat.dataset.sendUrl, new FormData(form));
@@ -143,7 +176,9 @@
       startTurn(turn);
     } catch (err) {
       showError(err.message);
-      setBusy(false);
+      if (!active) setBusy(false);
+    } finally {
+      sending = false;
     }
   });
 
@@ -157,8 +192,9 @@
   });
 
   regenBtn.addEventListener("click", async function () {
-    if (active || !chat.dataset.regenerateUrl) return;
+    if (active || sending || !chat.dataset.regenerateUrl) return;
     showError("");
+    sending = true;
     setBusy(true);
     try {
       const turn = await post(chat.dataset.regenerateUrl);
@@ -168,9 +204,13 @@
       startTurn(turn);
     } catch (err) {
       showError(err.message);
-      setBusy(false);
+      if (!active) setBusy(false);
+    } finally {
+      sending = false;
     }
   });
+
+  thread.scrollTop = thread.scrollHeight; // open a conversation at its newest message
 
   // Resume an answer that was still streaming when the page loaded (reload, other tab).
   const pending = thread.querySelector("article[data-status=streaming]");

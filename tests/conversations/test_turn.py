@@ -352,3 +352,15 @@ def test_another_user_cannot_stream_your_answer(
     assert b"secret" not in result.body
     anonymous = asyncio.run(asgi_sse(stream_url(turn)))
     assert anonymous.status == 302 and "/login/" in anonymous.headers["location"]
+
+
+def test_last_event_id_beyond_the_redis_id_range_is_a_400(auth_client, pool_heartbeat):
+    turn = services.turn_start(user=_user(auth_client), content="hi")
+    result = asyncio.run(
+        asgi_sse(
+            stream_url(turn),
+            cookie=session_cookie(auth_client),
+            headers={"Last-Event-ID": "99999999999999999999-0"},
+        )
+    )
+    assert result.status == 400

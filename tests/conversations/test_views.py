@@ -302,3 +302,53 @@ def test_regenerate_with_nothing_to_answer_is_a_409(auth_client, user):
     conversation = Conversation.objects.create(user=user, title="empty")
     response = auth_client.post(reverse("message-regenerate", args=[conversation.id]))
     assert response.status_code == 409
+
+
+@pytest.mark.parametrize("content", ["hi\x00there", "\u200b\u200b", "\u200d \ufeff"])
+def test_nul_bytes_and_invisible_only_messages_are_a_400_and_store_nothing(
+    auth_client, content
+):
+    response = auth_client.post(reverse("message-send-new"), {"content": content})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] in ("invalid_character", "empty_message")
+    assert Message.objects.count() == 0 and Conversation.objects.count() == 0
+
+
+def test_titles_with_nul_bytes_are_refused_and_the_old_title_kept(auth_client, turn):
+    url = reverse("conversation-rename", args=[turn.conversation.id])
+    response = auth_client.post(
+        url, {"title": "a\x00b"}, HTTP_ACCEPT="application/json"
+    )
+    assert response.status_code == 400
+    turn.conversation.refresh_from_db()
+    assert turn.conversation.title == "What is 2+2?"
+
+
+def test_renaming_someone_elses_conversation_is_a_404_even_with_a_bad_title(
+    intruder, turn
+):
+    url = reverse("conversation-rename", args=[turn.conversation.id])
+    assert (
+        intruder.post(url, {"title": ""}, HTTP_ACCEPT="application/json").status_code
+        == 404
+    )
+
+
+def test_stopping_a_user_message_is_a_400(auth_client, turn):
+    url = reverse("message-stop", args=[turn.conversation.id, turn.user_message.id])
+    response = auth_client.post(url)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "not_stoppable"
+
+
+def test_a_request_body_over_the_upload_limit_is_a_json_413(auth_client, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    response = auth_client.post(
+        reverse("message-send-new"),
+        {"content": "x" * 20_000},
+        HTTP_ACCEPT="application/json",
+        HTTP_X_CSRFTOKEN="unused",
+    )
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"
+    assert Message.objects.count() == 0
