@@ -118,3 +118,13 @@ def test_empty_message_shows_a_clear_error_and_sends_nothing(page):
     page.click("#send")
     assert "empty" in page.locator("#composer-error").inner_text()
     assert Message.objects.count() == 0
+
+
+def test_pressing_enter_repeatedly_sends_one_message(page):
+    page.fill("#content", "Only once please")
+    for _ in range(3):
+        page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    assert Conversation.objects.count() == 1
+    assert Message.objects.filter(role="user").count() == 1
+    assert page.locator("#stop").is_hidden()
