@@ -42,6 +42,16 @@ def _usage_from(raw: dict[str, Any]) -> Usage:
     )
 
 
+def _error(base_url: str, status: int, detail: str) -> EngineError:
+    """Map a server error (HTTP status and body) to an EngineError and its code."""
+    lowered = detail.lower()
+    overflow = "context" in lowered and ("length" in lowered or "window" in lowered)
+    return EngineError(
+        f"{base_url} answered {status}: {detail[:500]}",
+        code=protocol.ERROR_CONTEXT_OVERFLOW if overflow else protocol.ERROR_ENGINE,
+    )
+
+
 class OpenAIEngine(Engine):
     """Stream chat completions from a remote OpenAI-compatible server.
 
@@ -141,23 +151,18 @@ class OpenAIEngine(Engine):
                 "POST", "/v1/chat/completions", json=self._body(job)
             ) as resp:
                 if resp.status_code >= 400:
-                    detail = (await resp.aread()).decode(errors="replace")[:500]
-                    code = (
-                        protocol.ERROR_CONTEXT_OVERFLOW
-                        if resp.status_code == 400 and "context" in detail.lower()
-                        else protocol.ERROR_ENGINE
-                    )
-                    raise EngineError(
-                        f"{self.base_url} answered {resp.status_code}: {detail}",
-                        code=code,
-                    )
+                    detail = (await resp.aread()).decode(errors="replace")
+                    raise _error(self.base_url, resp.status_code, detail)
                 async for line in resp.aiter_lines():
                     if not line.startswith("data:"):
                         continue
                     data = line[5:].strip()
                     if data == "[DONE]":
+                        finish = finish or "stop"
                         break
                     chunk = json.loads(data)
+                    if chunk.get("error"):
+                        raise _error(self.base_url, 200, json.dumps(chunk["error"]))
                     if chunk.get("usage"):
                         usage = _usage_from(chunk["usage"])
                     for choice in chunk.get("choices") or []:
@@ -166,7 +171,10 @@ class OpenAIEngine(Engine):
                             items.put_nowait(text)
                         if choice.get("finish_reason"):
                             finish = choice["finish_reason"]
-            items.put_nowait((_FINISH_REASONS.get(finish or "stop", "stop"), usage))
+            if finish is None:
+                # no finish_reason and no [DONE]: the server broke the stream off
+                raise EngineError(f"{self.base_url} ended the stream mid-answer")
+            items.put_nowait((_FINISH_REASONS.get(finish, protocol.FINISH_STOP), usage))
         except httpx.HTTPError as exc:
             items.put_nowait(EngineError(f"{self.base_url} failed: {exc!r}"))
         except EngineError as exc:
@@ -177,8 +185,9 @@ class OpenAIEngine(Engine):
     async def generate(self, job: Job) -> AsyncIterator[Delta | Finish]:
         """Yield the remote deltas, then a Finish with the server's usage.
 
-        Raises :class:`EngineError` on a connection failure or an HTTP error status
-        (``context_overflow`` for a 400 about the context length).
+        Raises :class:`EngineError` on a connection failure, an HTTP error status or
+        an error chunk (code ``context_overflow`` when the server says the prompt is
+        over its context length), or a stream that ends without finishing.
         """
         items: asyncio.Queue[Any] = asyncio.Queue()
         reader = asyncio.create_task(self._read(job, items))

@@ -205,8 +205,7 @@ def test_shared_system_prompt_hits_the_prefix_cache_on_the_second_request(
     engine, lt = vllm_engine
     nonce = uuid.uuid4().hex  # nothing cached from earlier tests
     system = f"Session {nonce}. You are a careful assistant for a bakery. " + (
-        "Answer politely, briefly and only about bread, cakes and opening hours. "
-        * 25
+        "Answer politely, briefly and only about bread, cakes and opening hours. " * 25
     )
     first = _job("When do you open?", system=system, max_tokens=8)
     second = _job("Do you sell rye bread?", system=system, max_tokens=8)
@@ -250,7 +249,9 @@ def test_worker_serves_concurrent_jobs_and_a_cancel_with_the_vllm_engine(
         now = time.time()
         jobs = []
         for i, max_tokens in enumerate((12, 12, 12, 1500)):
-            job = _job(f"Say something nice about the number {i}.", max_tokens=max_tokens)
+            job = _job(
+                f"Say something nice about the number {i}.", max_tokens=max_tokens
+            )
             job.enqueued_at, job.deadline = now, now + 300
             if max_tokens > 100:
                 job.params["ignore_eos"] = True
