@@ -10,6 +10,7 @@ loop, so vLLM starts once.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import threading
 import time
@@ -132,7 +133,7 @@ def test_concurrent_jobs_are_batched_and_all_streams_progress_together(vllm_engi
     assert max(s[0] for s in stamps) < min(s[-1] for s in stamps)
     # ...and the streams interleave token by token instead of one after another
     timeline = sorted((t, i) for i, s in enumerate(stamps) for t in s)
-    switches = sum(1 for a, b in zip(timeline, timeline[1:]) if a[1] != b[1])
+    switches = sum(1 for a, b in itertools.pairwise(timeline) if a[1] != b[1])
     assert switches >= n * (max_tokens // 4)
 
 
