@@ -88,7 +88,7 @@ $(VLLM_MODEL)/.converted: | $(VLLM_STAMP)
 	$(VLLM_ENV) $(VLLM_BIN)/python scripts/smollm2_hf.py $(VLLM_MODEL)
 
 test-vllm: services $(VLLM_STAMP) $(VLLM_MODEL)/.converted
-	REQUIRE_VLLM=1 $(VLLM_ENV) $(VLLM_BIN)/python -m pytest tests/inference/test_vllm.py $(PYTEST_ARGS)
+	REQUIRE_VLLM=1 $(VLLM_ENV) $(VLLM_BIN)/python -m pytest tests/inference/test_vllm.py tests/inference/test_openai_vllm.py $(PYTEST_ARGS)
 
-bench-batching: migrate $(VLLM_STAMP) $(VLLM_MODEL)/.converted
+bench-batching: $(VLLM_STAMP) $(VLLM_MODEL)/.converted
 	$(VLLM_ENV) $(VLLM_BIN)/python bench/batching.py

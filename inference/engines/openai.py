@@ -139,6 +139,8 @@ class OpenAIEngine(Engine):
         }
         if params.get("stop"):
             body["stop"] = params["stop"]
+        if params.get("ignore_eos"):
+            body["ignore_eos"] = True  # vLLM extension (benchmarks, tests)
         return body
 
     async def _read(self, job: Job, items: asyncio.Queue[Any]) -> None:
