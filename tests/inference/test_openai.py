@@ -226,3 +226,10 @@ def test_stream_broken_off_by_the_server_raises_engine_error(server):
     job.messages = [{"role": "user", "content": "word " * 4000}]
     with pytest.raises(EngineError, match="mid-answer"):
         asyncio.run(_collect(engine, job))
+
+
+def test_worker_command_needs_a_base_url_and_model_for_the_openai_engine():
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--base-url and --model"):
+        call_command("run_inference_worker", "--engine", "openai", "--model", "m")
