@@ -125,7 +125,11 @@ class VllmEngine(Engine):
     async def start(self) -> None:
         """Start vLLM (its engine-core process) on ``model_dir``; idempotent.
 
-        Raises :class:`EngineError` if the checkpoint directory does not exist.
+        AsyncLLM must be built on the loop that will run :meth:`generate` (its output
+        handler task and ZMQ sockets belong to that loop), so this blocks the loop
+        while vLLM starts (tens of seconds on CPU); the worker calls it before it
+        takes jobs or heartbeats. Raises :class:`EngineError` if the checkpoint
+        directory does not exist.
         """
         if self._engine is not None:
             return
