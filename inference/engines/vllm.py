@@ -7,7 +7,9 @@ model's own chat template rendered by its Hugging Face tokenizer and passed as t
 so ``prompt_tokens`` is exact; ``completion_tokens`` counts the generated token ids and
 ``cached_tokens`` is vLLM's prefix-cache hit (``RequestOutput.num_cached_tokens``).
 ``abort(job_id)`` calls ``AsyncLLM.abort``: the request leaves the scheduler at once
-and the generation finishes with ``finish_reason="cancelled"``.
+and the generation finishes with ``finish_reason="cancelled"``. Job params used:
+``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``repeat_penalty``, ``stop``,
+``seed`` and ``ignore_eos`` (benchmarks and tests: generate exactly ``max_tokens``).
 
 vLLM lives in its own venv (``.venv-vllm``, ``make test-vllm``): it pins its own torch
 and transformers. On CPU it needs an HF checkpoint (``scripts/smollm2_hf.py`` converts
