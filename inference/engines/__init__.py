@@ -8,10 +8,11 @@ from inference.engines.base import Engine
 
 
 def engine_create(name: str, **options: Any) -> Engine:
-    """Instantiate an engine by name (``llamacpp`` or ``scripted``).
+    """Instantiate an engine by name: ``llamacpp``, ``vllm``, ``openai`` or ``scripted``.
 
     Raises ``ValueError`` for an unknown name. Engines are imported lazily so a process
-    that never uses llama.cpp never loads it.
+    that never uses llama.cpp (or vLLM, which only exists in ``.venv-vllm``) never
+    loads it.
     """
     if name == "llamacpp":
         from inference.engines.llamacpp import LlamaCppEngine
@@ -21,4 +22,14 @@ def engine_create(name: str, **options: Any) -> Engine:
         from inference.engines.scripted import ScriptedEngine
 
         return ScriptedEngine(**options)
-    raise ValueError(f"unknown engine {name!r}: choose llamacpp or scripted")
+    if name == "vllm":
+        from inference.engines.vllm import VllmEngine
+
+        return VllmEngine(**options)
+    if name == "openai":
+        from inference.engines.openai import OpenAIEngine
+
+        return OpenAIEngine(**options)
+    raise ValueError(
+        f"unknown engine {name!r}: choose llamacpp, vllm, openai or scripted"
+    )

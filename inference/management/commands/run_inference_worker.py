@@ -1,8 +1,10 @@
-"""`manage.py run_inference_worker --pool NAME --engine llamacpp|scripted [--concurrency N]`."""
+"""`manage.py run_inference_worker --pool NAME --engine llamacpp|vllm|openai|scripted
+[--concurrency N] [--model M] [--base-url URL]`."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from typing import Any
 
@@ -21,7 +23,9 @@ class Command(BaseCommand):
             "--pool", default=None, help="pool name (default: INFERENCE_DEFAULT_POOL)"
         )
         parser.add_argument(
-            "--engine", default="llamacpp", choices=["llamacpp", "scripted"]
+            "--engine",
+            default="llamacpp",
+            choices=["llamacpp", "vllm", "openai", "scripted"],
         )
         parser.add_argument(
             "--concurrency",
@@ -46,6 +50,26 @@ class Command(BaseCommand):
             action="store_true",
             help="scripted engine: repeat the text until max_tokens",
         )
+        parser.add_argument(
+            "--model",
+            default=None,
+            help="vllm: HF checkpoint dir (default .var/models/smollm2-hf); "
+            "openai: the served model name",
+        )
+        parser.add_argument(
+            "--base-url",
+            default=None,
+            help="openai: server root, e.g. http://127.0.0.1:8001 (a /v1 suffix is ok)",
+        )
+        parser.add_argument(
+            "--api-key", default=None, help="openai: bearer token (or OPENAI_API_KEY)"
+        )
+        parser.add_argument(
+            "--max-model-len", type=int, default=2048, help="vllm: context, tokens"
+        )
+        parser.add_argument(
+            "--kv-cache-gib", type=float, default=1.0, help="vllm: KV cache, GiB"
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         pool = opts["pool"] or settings.INFERENCE_DEFAULT_POOL
@@ -56,6 +80,23 @@ class Command(BaseCommand):
             }
             if opts["model_path"]:
                 engine_opts["model_path"] = opts["model_path"]
+        elif opts["engine"] == "vllm":
+            engine_opts = {
+                "max_concurrency": opts["concurrency"] or 8,
+                "max_model_len": opts["max_model_len"],
+                "kv_cache_gib": opts["kv_cache_gib"],
+            }
+            if opts["model"]:
+                engine_opts["model_dir"] = opts["model"]
+        elif opts["engine"] == "openai":
+            if not opts["base_url"] or not opts["model"]:
+                raise CommandError("--engine openai needs --base-url and --model")
+            engine_opts = {
+                "base_url": opts["base_url"],
+                "model": opts["model"],
+                "api_key": opts["api_key"] or os.environ.get("OPENAI_API_KEY"),
+                "max_concurrency": opts["concurrency"] or 8,
+            }
         else:
             engine_opts = {"delay_ms": opts["delay_ms"], "cycle": opts["cycle"]}
             if opts["script_text"]:

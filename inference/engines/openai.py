@@ -1,0 +1,225 @@
+"""Remote engine: an OpenAI-compatible server (a ``vllm serve`` fleet, llama.cpp server,
+TGI) reached over HTTP with httpx streaming (DESIGN §6).
+
+Each job is one ``POST {base_url}/v1/chat/completions`` with ``stream: true`` and
+``stream_options: {"include_usage": true}``; the server-sent ``data:`` chunks carry the
+text deltas (JSON strings, so always whole characters) and, last, the exact usage.
+``abort(job_id)`` cancels the task reading the stream, which closes the HTTP response
+(and its connection), so a server that watches for disconnects (vLLM, llama.cpp) stops
+generating at once. When the server sends no usage chunk (older servers, or a cancelled
+stream), ``completion_tokens`` falls back to the number of content chunks received (one
+token per chunk for vLLM and llama.cpp) and ``prompt_tokens`` to 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from inference import protocol
+from inference.engines.base import Delta, Engine, EngineError, Finish
+from inference.protocol import Job, Usage
+
+_FINISH_REASONS = {
+    "stop": protocol.FINISH_STOP,
+    "length": protocol.FINISH_LENGTH,
+    "content_filter": protocol.FINISH_CONTENT_FILTER,
+    "abort": protocol.FINISH_CANCELLED,
+}
+_END = object()
+
+
+def _usage_from(raw: dict[str, Any]) -> Usage:
+    details = raw.get("prompt_tokens_details") or {}
+    return Usage(
+        prompt_tokens=int(raw.get("prompt_tokens") or 0),
+        completion_tokens=int(raw.get("completion_tokens") or 0),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+    )
+
+
+def _error(base_url: str, status: int, detail: str) -> EngineError:
+    """Map a server error (HTTP status and body) to an EngineError and its code."""
+    lowered = detail.lower()
+    overflow = "context" in lowered and ("length" in lowered or "window" in lowered)
+    return EngineError(
+        f"{base_url} answered {status}: {detail[:500]}",
+        code=protocol.ERROR_CONTEXT_OVERFLOW if overflow else protocol.ERROR_ENGINE,
+    )
+
+
+class OpenAIEngine(Engine):
+    """Stream chat completions from a remote OpenAI-compatible server.
+
+    ``base_url`` is the server root (``http://host:port``; a trailing ``/v1`` is
+    accepted), ``model`` the served model name, ``api_key`` an optional bearer token.
+    ``connect_timeout_s`` bounds connecting; ``read_timeout_s`` bounds the wait for each
+    chunk (seconds). ``max_concurrency`` is how many jobs one worker streams at once.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        max_concurrency: int = 8,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 120.0,
+    ) -> None:
+        base = base_url.rstrip("/")
+        self.base_url = base[: -len("/v1")] if base.endswith("/v1") else base
+        self.model = model
+        self.max_concurrency = max(1, max_concurrency)
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
+        self._client: httpx.AsyncClient | None = None
+        self._readers: dict[str, asyncio.Task[None]] = {}
+        self._aborted: set[str] = set()
+
+    async def start(self) -> None:
+        """Open the HTTP connection pool (one connection per concurrent job)."""
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=self._headers,
+            timeout=self._timeout,
+            limits=httpx.Limits(max_connections=self.max_concurrency + 2),
+        )
+
+    async def close(self) -> None:
+        """Close the HTTP connection pool."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def abort(self, job_id: str) -> None:
+        """Close ``job_id``'s stream now (or make it finish cancelled before it opens).
+
+        Call from the event loop that runs :meth:`generate`.
+        """
+        self._aborted.add(job_id)
+        reader = self._readers.get(job_id)
+        if reader is not None and not reader.done():
+            reader.cancel()
+
+    def count_tokens(self, messages: list[dict[str, str]]) -> int:
+        """Return the prompt tokens of ``messages`` as the server counts them.
+
+        Uses vLLM's ``POST /tokenize`` (chat template applied by the server). Raises
+        :class:`EngineError` when the server does not offer it (e.g. llama.cpp).
+        """
+        try:
+            resp = httpx.post(
+                f"{self.base_url}/tokenize",
+                json={"model": self.model, "messages": messages},
+                headers=self._headers,
+                timeout=self._timeout,
+            )
+            resp.raise_for_status()
+            return int(resp.json()["count"])
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            raise EngineError(f"{self.base_url} cannot count tokens: {exc}") from exc
+
+    def _body(self, job: Job) -> dict[str, Any]:
+        params = job.params
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": job.messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": job.max_tokens,
+            "temperature": float(params.get("temperature", 0.7)),
+            "top_p": float(params.get("top_p", 0.95)),
+        }
+        if params.get("stop"):
+            body["stop"] = params["stop"]
+        if params.get("ignore_eos"):
+            body["ignore_eos"] = True  # vLLM extension (benchmarks, tests)
+        return body
+
+    async def _read(self, job: Job, items: asyncio.Queue[Any]) -> None:
+        """Stream one completion into ``items``: str deltas, then (reason, usage|None)."""
+        assert self._client is not None, "engine not started"
+        finish: str | None = None
+        usage: Usage | None = None
+        try:
+            async with self._client.stream(
+                "POST", "/v1/chat/completions", json=self._body(job)
+            ) as resp:
+                if resp.status_code >= 400:
+                    detail = (await resp.aread()).decode(errors="replace")
+                    raise _error(self.base_url, resp.status_code, detail)
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        finish = finish or "stop"
+                        break
+                    chunk = json.loads(data)
+                    if chunk.get("error"):
+                        raise _error(self.base_url, 200, json.dumps(chunk["error"]))
+                    if chunk.get("usage"):
+                        usage = _usage_from(chunk["usage"])
+                    for choice in chunk.get("choices") or []:
+                        text = (choice.get("delta") or {}).get("content")
+                        if text:
+                            items.put_nowait(text)
+                        if choice.get("finish_reason"):
+                            finish = choice["finish_reason"]
+            if finish is None:
+                # no finish_reason and no [DONE]: the server broke the stream off
+                raise EngineError(f"{self.base_url} ended the stream mid-answer")
+            items.put_nowait((_FINISH_REASONS.get(finish, protocol.FINISH_STOP), usage))
+        except httpx.HTTPError as exc:
+            items.put_nowait(EngineError(f"{self.base_url} failed: {exc!r}"))
+        except EngineError as exc:
+            items.put_nowait(exc)
+        except ValueError as exc:
+            items.put_nowait(EngineError(f"{self.base_url} sent a bad chunk: {exc}"))
+
+    async def generate(self, job: Job) -> AsyncIterator[Delta | Finish]:
+        """Yield the remote deltas, then a Finish with the server's usage.
+
+        Raises :class:`EngineError` on a connection failure, an HTTP error status or
+        an error chunk (code ``context_overflow`` when the server says the prompt is
+        over its context length), or a stream that ends without finishing.
+        """
+        items: asyncio.Queue[Any] = asyncio.Queue()
+        reader = asyncio.create_task(self._read(job, items))
+        # also when the reader is cancelled before it ever ran
+        reader.add_done_callback(lambda _task: items.put_nowait(_END))
+        self._readers[job.job_id] = reader
+        if job.job_id in self._aborted:
+            reader.cancel()
+        chunks = 0
+        result: tuple[str, Usage | None] | None = None
+        try:
+            while True:
+                item = await items.get()
+                if item is _END:
+                    break
+                if isinstance(item, Exception):
+                    raise item
+                if isinstance(item, tuple):
+                    result = item
+                    continue
+                chunks += 1
+                yield Delta(item)
+            if job.job_id in self._aborted or result is None:
+                reason, usage = protocol.FINISH_CANCELLED, None
+            else:
+                reason, usage = result
+            yield Finish(reason, usage or Usage(completion_tokens=chunks))
+        finally:
+            if not reader.done():
+                reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            self._readers.pop(job.job_id, None)
+            self._aborted.discard(job.job_id)
