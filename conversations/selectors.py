@@ -117,3 +117,30 @@ def history_for_context(*, conversation: Conversation) -> list[dict[str, str]]:
         if m.role in (Message.Role.USER, Message.Role.ASSISTANT):
             history.append({"role": m.role, "content": m.content})
     return history
+
+
+def history_and_summary(
+    *, conversation: Conversation
+) -> tuple[list[dict[str, str]], str, int]:
+    """Return ``(history, summary, covers)`` for the next prompt.
+
+    ``history`` is :func:`history_for_context`; ``summary`` is the conversation's last
+    complete rolling summary and ``covers`` how many leading history messages it
+    summarises (those created up to ``summary_upto``; 0 without a summary).
+    """
+    history: list[dict[str, str]] = []
+    covers = 0
+    upto = conversation.summary_upto
+    for item in thread_items(conversation=conversation):
+        m = item.message
+        if m.role == Message.Role.ASSISTANT and (
+            m.status in (Message.Status.STREAMING, Message.Status.ERROR)
+            or not m.content
+        ):
+            continue
+        if m.role in (Message.Role.USER, Message.Role.ASSISTANT):
+            history.append({"role": m.role, "content": m.content})
+            if upto is not None and m.created_at <= upto.created_at:
+                covers = len(history)
+    summary = conversation.summary if upto is not None else ""
+    return history, summary, covers

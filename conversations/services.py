@@ -25,7 +25,8 @@ from conversations.models import Conversation, Message
 from gateway import services as gateway
 from inference import client as inference_client
 from inference import protocol
-from memory.context import context_build
+from memory import services as memory_services
+from memory.context import turn_context
 
 logger = logging.getLogger(__name__)
 
@@ -81,11 +82,21 @@ def _generation_params(params: dict[str, Any] | None) -> dict[str, Any]:
 def _submit_on_commit(
     *, conversation: Conversation, assistant: Message, params: dict[str, Any]
 ) -> None:
-    messages = context_build(
+    """Build the prompt to the token (memory.context) and enqueue it after commit."""
+    history, summary, covers = selectors.history_and_summary(conversation=conversation)
+    built = turn_context(
+        user_id=conversation.user_id,
         system_prompt=settings.CHAT_SYSTEM_PROMPT,
-        history=selectors.history_for_context(conversation=conversation),
-        max_messages=settings.CHAT_HISTORY_MAX_MESSAGES,
+        history=history,
+        max_tokens=int(params["max_tokens"]),
+        summary=summary,
+        summary_covers=covers,
     )
+    messages = built.messages
+    if built.passages:
+        memory_services.citations_store(
+            message_id=assistant.id, chunk_ids=[p.key for p in built.passages]
+        )
     enqueued_at = assistant.created_at.timestamp()
 
     def submit() -> None:

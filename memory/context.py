@@ -21,8 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from chatsite.errors import PayloadTooLarge
-
 Message = dict[str, str]
 Counter = Callable[[list[Message]], int]
 
@@ -62,6 +60,7 @@ class BuiltContext:
     summary_used: bool = False
     history_kept: int = 0  # messages of history kept verbatim (new message included)
     history_dropped: int = 0
+    overflow: bool = False  # the new message alone exceeds the window (not trimmed)
 
 
 def _text_cost(count: Counter, text: str) -> int:
@@ -136,8 +135,9 @@ def context_build(
     when the summary is used those messages are left out, when it does not fit its
     budget they stay candidates. ``facts`` and ``passages`` are most relevant first.
     ``count(messages)`` returns the prompt tokens under the serving model's chat template.
-    ``max_tokens`` and ``context_tokens`` are tokens. Raises PayloadTooLarge when even
-    the system prompt and the new message alone leave no room for the answer.
+    ``max_tokens`` and ``context_tokens`` are tokens. When even the system prompt and
+    the new message alone leave no room for the answer, the result has ``overflow`` set
+    and holds just those (the message is never cut; the engine reports the overflow).
     """
     budgets = budgets or Budgets()
     limit = context_tokens - max_tokens
@@ -170,11 +170,17 @@ def context_build(
             earlier = history[:-1]
         system, base = fixed()
     if base > limit:
-        raise PayloadTooLarge(
-            f"This message is too long for the model: the prompt needs {base:,} tokens "
-            f"and the answer {max_tokens:,}, but the model reads at most "
-            f"{context_tokens:,}. Shorten the message.",
-            code="context_overflow",
+        # The new message alone is too long: send it without history; the engine then
+        # answers with its clear context_overflow error (or a shorter answer).
+        return BuiltContext(
+            messages=_assemble(system, [], last, passages),
+            prompt_tokens=base,
+            passages=passages,
+            facts=facts,
+            summary_used=use_summary,
+            history_kept=1,
+            history_dropped=len(earlier),
+            overflow=True,
         )
     # History, newest first, by per-message cost; then an exact check of the whole prompt.
     room = limit - base

@@ -13,6 +13,7 @@ request; that prefix is reported as ``cached_tokens``.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.metadata
 import os
 import queue
@@ -101,6 +102,7 @@ def chat_prompt_load(model_path: str | Path | None = None) -> ChatPrompt:
 
     path = Path(model_path) if model_path else bundled_model_path()
     llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    atexit.register(llm.close)  # free it before interpreter teardown unloads llama.cpp
     return ChatPrompt(llm, name=path.name)
 
 
