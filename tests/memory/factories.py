@@ -17,7 +17,10 @@ def pdf_with_text(text: str) -> bytes:
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
         b"/Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Length " + str(len(stream)).encode() + b" >>\nstream\n" + stream
+        b"<< /Length "
+        + str(len(stream)).encode()
+        + b" >>\nstream\n"
+        + stream
         + b"\nendstream",
     ]
     out = io.BytesIO()
@@ -81,7 +84,15 @@ def chunks_bulk_load(*, document, vectors, build_index: bool = True) -> None:
         copy.set_types(["int8", "int4", "int4", "text", "int4", "int4", "vector"])
         for i, v in enumerate(vectors, start):
             copy.write_row(
-                (document.id, document.user_id, i, f"{document.title} passage {i}", 0, 1, v)
+                (
+                    document.id,
+                    document.user_id,
+                    i,
+                    f"{document.title} passage {i}",
+                    0,
+                    1,
+                    v,
+                )
             )
     raw.close()
     if build_index:

@@ -115,7 +115,9 @@ def test_deleting_a_document_removes_its_chunks_and_marker_search_finds_nothing(
 ):
     marker = "Xylophone-Quasar-4411 is the secret launch phrase."
     doc = services.document_upload(
-        user=user, name="secret.txt", data=(NOTES + marker).encode(),
+        user=user,
+        name="secret.txt",
+        data=(NOTES + marker).encode(),
         ingest_on_commit=False,
     )
     services.document_ingest(document_id=doc.id)
