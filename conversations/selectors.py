@@ -119,6 +119,21 @@ def history_for_context(*, conversation: Conversation) -> list[dict[str, str]]:
     return history
 
 
+def context_messages(*, conversation: Conversation) -> list[Message]:
+    """Return the messages a prompt may hold, oldest first (see history_for_context)."""
+    kept: list[Message] = []
+    for item in thread_items(conversation=conversation):
+        m = item.message
+        if m.role == Message.Role.ASSISTANT and (
+            m.status in (Message.Status.STREAMING, Message.Status.ERROR)
+            or not m.content
+        ):
+            continue
+        if m.role in (Message.Role.USER, Message.Role.ASSISTANT):
+            kept.append(m)
+    return kept
+
+
 def history_and_summary(
     *, conversation: Conversation
 ) -> tuple[list[dict[str, str]], str, int]:
@@ -128,19 +143,10 @@ def history_and_summary(
     complete rolling summary and ``covers`` how many leading history messages it
     summarises (those created up to ``summary_upto``; 0 without a summary).
     """
-    history: list[dict[str, str]] = []
-    covers = 0
+    messages = context_messages(conversation=conversation)
     upto = conversation.summary_upto
-    for item in thread_items(conversation=conversation):
-        m = item.message
-        if m.role == Message.Role.ASSISTANT and (
-            m.status in (Message.Status.STREAMING, Message.Status.ERROR)
-            or not m.content
-        ):
-            continue
-        if m.role in (Message.Role.USER, Message.Role.ASSISTANT):
-            history.append({"role": m.role, "content": m.content})
-            if upto is not None and m.created_at <= upto.created_at:
-                covers = len(history)
-    summary = conversation.summary if upto is not None else ""
-    return history, summary, covers
+    covers = 0
+    if upto is not None:
+        covers = sum(1 for m in messages if m.created_at <= upto.created_at)
+    history = [{"role": m.role, "content": m.content} for m in messages]
+    return history, (conversation.summary if upto is not None else ""), covers

@@ -25,7 +25,10 @@ from conversations.models import Conversation, Message
 from gateway import services as gateway
 from inference import client as inference_client
 from inference import protocol
+from inference.tokens import prompt_counter
 from memory import services as memory_services
+from memory import summary as memory_summary
+from memory import tasks as memory_tasks
 from memory.context import turn_context
 
 logger = logging.getLogger(__name__)
@@ -112,6 +115,16 @@ def _submit_on_commit(
     transaction.on_commit(submit)
 
 
+def _remember_on_commit(*, user: AbstractBaseUser, message: Message) -> None:
+    """Queue storing the fact of a "remember that …" message (after commit)."""
+    fact = memory_services.remember_request_parse(message.content)
+    if fact:
+        user_id, message_id = user.pk, str(message.id)
+        transaction.on_commit(
+            lambda: memory_tasks.remember_fact.delay(user_id, fact, message_id)
+        )
+
+
 def _assistant_create(*, conversation: Conversation, parent: Message) -> Message:
     try:
         with transaction.atomic():
@@ -159,6 +172,7 @@ def turn_start(
         user_message = Message.objects.create(
             conversation=conversation, role=Message.Role.USER, content=content
         )
+        _remember_on_commit(user=user, message=user_message)
         assistant = _assistant_create(conversation=conversation, parent=user_message)
         Conversation.objects.filter(pk=conversation.pk).update(
             updated_at=timezone.now()
@@ -275,7 +289,122 @@ def message_finalize(*, message_id: Any) -> Message | None:
         Conversation.objects.filter(pk=message.conversation_id).update(
             updated_at=timezone.now()
         )
+        if settings.CHAT_BACKGROUND_JOBS:
+            transaction.on_commit(lambda: _after_answer(message=message))
     return message
+
+
+def _after_answer(*, message: Message) -> None:
+    """Queue the background work of a finished answer (DESIGN §9): title the
+    conversation after its first exchange, roll its summary, extract user facts."""
+    from conversations import tasks
+
+    conversation_id = str(message.conversation_id)
+    tasks.title_conversation.delay(conversation_id)
+    if message.status != Message.Status.COMPLETE:
+        return
+    tasks.summarize_conversation.delay(conversation_id)
+    if settings.MEMORY_EXTRACT_FACTS and message.parent_id:
+        question = Message.objects.filter(id=message.parent_id).first()
+        if question is not None:
+            memory_tasks.extract_facts.delay(
+                message.conversation.user_id,
+                [
+                    {"role": "user", "content": question.content},
+                    {"role": "assistant", "content": message.content},
+                ],
+                str(question.id),
+                settings.MEMORY_SMALL_POOL,
+            )
+
+
+def conversation_title_generate(*, conversation_id: Any) -> str | None:
+    """Title a conversation after its first exchange; return the title set, or None.
+
+    The model writes the title (pool MEMORY_SMALL_POOL); on a failed, cut or empty
+    generation, or when the first answer failed, the title is the first user message
+    cut to CHAT_TITLE_MAX_CHARS (:func:`title_from_text`), never empty. A title the
+    user changed is never overwritten; only the first exchange is titled (idempotent).
+    """
+    conversation = Conversation.objects.filter(id=conversation_id).first()
+    if conversation is None:
+        return None
+    first = (
+        conversation.messages.filter(role=Message.Role.USER)
+        .order_by("created_at")
+        .first()
+    )
+    if first is None:
+        return None
+    default = title_from_text(first.content)
+    if conversation.title != default:
+        return None  # renamed by the user, or titled already
+    answer = (
+        conversation.messages.filter(parent=first, role=Message.Role.ASSISTANT)
+        .order_by("-created_at")
+        .first()
+    )
+    title = None
+    if (
+        answer is not None
+        and answer.status == Message.Status.COMPLETE
+        and answer.content.strip()
+        and first.content.strip()
+    ):
+        title = memory_summary.title_generate(
+            user_text=first.content,
+            answer_text=answer.content,
+            pool=settings.MEMORY_SMALL_POOL,
+            timeout_s=settings.MEMORY_GENERATION_TIMEOUT_S,
+        )
+    title = (title or default)[:200].strip() or default
+    updated = Conversation.objects.filter(id=conversation.id, title=default).update(
+        title=title
+    )
+    return title if updated else None
+
+
+def conversation_summarize(*, conversation_id: Any) -> bool:
+    """Roll a conversation's summary forward when its unsummarised history is long.
+
+    When the messages after ``summary_upto`` pass MEMORY_SUMMARY_TRIGGER_TOKENS tokens
+    (serving tokenizer), all but the last MEMORY_SUMMARY_KEEP_MESSAGES are folded into
+    the summary by the model (pool MEMORY_SMALL_POOL). A failed or cut generation
+    changes nothing (the last complete summary stays in force); the update is
+    conditional on ``summary_upto`` being unchanged, so concurrent or repeated runs are
+    idempotent. Returns True if a new summary was stored.
+    """
+    conversation = Conversation.objects.filter(id=conversation_id).first()
+    if conversation is None:
+        return False
+    messages = selectors.context_messages(conversation=conversation)
+    upto = conversation.summary_upto
+    if upto is not None:
+        messages = [m for m in messages if m.created_at > upto.created_at]
+    keep = settings.MEMORY_SUMMARY_KEEP_MESSAGES
+    older = messages[:-keep] if keep else messages
+    # the kept window must start with a user turn
+    while older and older[-1].role != Message.Role.ASSISTANT:
+        older = older[:-1]
+    if not older:
+        return False
+    count = prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)
+    as_dicts = [{"role": m.role, "content": m.content} for m in messages]
+    if count(as_dicts) < settings.MEMORY_SUMMARY_TRIGGER_TOKENS:
+        return False
+    summary = memory_summary.summary_generate(
+        previous=conversation.summary if upto is not None else "",
+        messages=[{"role": m.role, "content": m.content} for m in older],
+        pool=settings.MEMORY_SMALL_POOL,
+        timeout_s=settings.MEMORY_GENERATION_TIMEOUT_S,
+    )
+    if summary is None:
+        return False
+    return bool(
+        Conversation.objects.filter(
+            id=conversation.id, summary_upto=conversation.summary_upto_id
+        ).update(summary=summary, summary_upto=older[-1])
+    )
 
 
 def message_watchdog(

@@ -222,3 +222,32 @@ def citations_store(*, message_id: Any, chunk_ids: list[int]) -> None:
             for n, chunk_id in enumerate(chunk_ids, 1)
         ]
     )
+
+
+def facts_extract(
+    *,
+    user_id: int,
+    messages: list[dict[str, str]],
+    source_message_id: Any = None,
+    pool: str,
+    timeout_s: float,
+) -> list[MemoryFact]:
+    """Ask the model for facts about the user in ``messages`` and remember them.
+
+    Near-duplicates merge into existing facts (:func:`fact_add`). Nothing happens when
+    the user's memory is off, or when the generation fails or is cut (``timeout_s``
+    seconds at most). Returns the facts stored or updated.
+    """
+    from memory.summary import facts_propose
+
+    if not selectors.memory_enabled(user=user_id):
+        return []
+    stored = []
+    for text in facts_propose(messages=messages, pool=pool, timeout_s=timeout_s):
+        try:
+            fact = fact_add(user=user_id, text=text, source_message_id=source_message_id)
+        except InvalidInput:
+            continue
+        if fact is not None:
+            stored.append(fact)
+    return stored

@@ -195,3 +195,7 @@ MEMORY_SUMMARY_KEEP_MESSAGES = env.int("MEMORY_SUMMARY_KEEP_MESSAGES", default=6
 MEMORY_GENERATION_TIMEOUT_S = env.float("MEMORY_GENERATION_TIMEOUT_S", default=120.0)
 # Extract facts from conversations with the model after each exchange (Celery).
 MEMORY_EXTRACT_FACTS = env.bool("MEMORY_EXTRACT_FACTS", default=True)
+# Background generations (titles, summaries, fact extraction) run on this pool.
+MEMORY_SMALL_POOL = env("MEMORY_SMALL_POOL", default=INFERENCE_DEFAULT_POOL)
+# After an answer: title the conversation, roll its summary, extract facts (Celery).
+CHAT_BACKGROUND_JOBS = env.bool("CHAT_BACKGROUND_JOBS", default=True)

@@ -17,3 +17,5 @@ CELERY_TASK_ALWAYS_EAGER = True
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 SSE_HEARTBEAT_S = 1.0
 INFERENCE_NO_WORKER_GRACE_S = 2.0
+# Tasks run eagerly here: tests trigger titles/summaries/facts explicitly (issue #5).
+CHAT_BACKGROUND_JOBS = False
