@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 
 from chatsite.errors import NotFound
 from conversations.models import Conversation, Message
+from memory.models import Citation
 
 
 def _as_uuid(value: Any) -> uuid.UUID:
@@ -82,7 +83,15 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
     Older answers to the same user message (regenerated) are attached as
     ``previous_versions``, oldest first.
     """
-    messages = list(conversation.messages.order_by("created_at"))
+    citations = Prefetch(
+        "citations",
+        queryset=Citation.objects.select_related("chunk__document").only(
+            "number", "message_id", "chunk__ord", "chunk__document__title"
+        ),
+    )
+    messages = list(
+        conversation.messages.order_by("created_at").prefetch_related(citations)
+    )
     answers: dict[Any, list[Message]] = {}
     for m in messages:
         if m.role == Message.Role.ASSISTANT and m.parent_id is not None:

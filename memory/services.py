@@ -245,7 +245,9 @@ def facts_extract(
     stored = []
     for text in facts_propose(messages=messages, pool=pool, timeout_s=timeout_s):
         try:
-            fact = fact_add(user=user_id, text=text, source_message_id=source_message_id)
+            fact = fact_add(
+                user=user_id, text=text, source_message_id=source_message_id
+            )
         except InvalidInput:
             continue
         if fact is not None:

@@ -69,9 +69,7 @@ def test_similar_facts_are_merged_and_far_ones_are_not_retrieved(user):
     services.fact_add(user=user, text="My name is Ada Lovelace!")
     assert MemoryFact.objects.filter(user=user).count() == 1
     services.fact_add(user=user, text="I work as a marine biologist.")
-    vector = __import__("inference.embeddings").embeddings.embed_text(
-        "What is my job?"
-    )
+    vector = __import__("inference.embeddings").embeddings.embed_text("What is my job?")
     hits = selectors.facts_search(user=user, vector=vector, k=5, max_distance=0.8)
     assert hits[0][0].text == "I work as a marine biologist."
 
@@ -104,16 +102,15 @@ def test_memory_page_lists_edits_deletes_and_switches_off(auth_client, user):
     assert not MemoryFact.objects.filter(id=fact.id).exists()
     auth_client.post(reverse("memory-toggle"), {"enabled": "0"})
     assert not selectors.memory_enabled(user=user)
-    assert b"Memory is <strong>off</strong>" in auth_client.get(
-        reverse("memory-page")
-    ).content
+    assert (
+        b"Memory is <strong>off</strong>"
+        in auth_client.get(reverse("memory-page")).content
+    )
 
 
 def test_another_users_fact_cannot_be_edited_or_deleted(auth_client, other_user):
     theirs = services.fact_add(user=other_user, text="Their secret.")
-    assert (
-        auth_client.post(reverse("fact-delete", args=[theirs.id])).status_code == 404
-    )
+    assert auth_client.post(reverse("fact-delete", args=[theirs.id])).status_code == 404
     assert (
         auth_client.post(
             reverse("fact-edit", args=[theirs.id]), {"text": "x"}
@@ -143,7 +140,9 @@ def test_extraction_job_stores_the_facts_the_model_proposes(start_worker, user):
         "The user's name is Ada.",
     ]
     # running it again merges duplicates instead of adding rows
-    services.facts_extract(user_id=user.pk, messages=exchange, pool="default", timeout_s=10)
+    services.facts_extract(
+        user_id=user.pk, messages=exchange, pool="default", timeout_s=10
+    )
     assert MemoryFact.objects.filter(user=user).count() == 2
 
 
