@@ -40,7 +40,14 @@ def document_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "memory/documents.html",
-        {"documents": documents, "max_bytes": settings.MEMORY_UPLOAD_MAX_BYTES},
+        {
+            "documents": documents,
+            "max_bytes": settings.MEMORY_UPLOAD_MAX_BYTES,
+            # the page reloads itself every 3 s while a document is being processed
+            "processing": any(
+                d.status in (d.Status.PENDING, d.Status.PROCESSING) for d in documents
+            ),
+        },
     )
 
 

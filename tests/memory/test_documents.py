@@ -164,3 +164,16 @@ def test_ingest_documents_command_loads_a_directory(tmp_path, user, capsys):
     assert out.out.count("chunks") == 2
     assert "chunk" in out.err  # the progress bar
     assert set(Document.objects.values_list("status", flat=True)) == {"ready"}
+
+
+def test_documents_page_refreshes_itself_while_a_document_is_processing(
+    auth_client, user
+):
+    doc = services.document_upload(
+        user=user, name="wait.txt", data=NOTES.encode(), ingest_on_commit=False
+    )
+    page = auth_client.get(reverse("document-list")).content.decode()
+    assert 'data-status="pending"' in page and 'http-equiv="refresh"' in page
+    services.document_ingest(document_id=doc.id)
+    page = auth_client.get(reverse("document-list")).content.decode()
+    assert 'data-status="ready"' in page and 'http-equiv="refresh"' not in page
