@@ -21,6 +21,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from django.conf import settings
+
+from inference.embeddings import embed_text
+from inference.tokens import prompt_counter
+from memory import selectors
+from memory.models import MemoryFact
+
 Message = dict[str, str]
 Counter = Callable[[list[Message]], int]
 
@@ -229,12 +236,6 @@ def turn_context(
     MEMORY_TOKENIZER_ENGINE tokenizer against MEMORY_CONTEXT_TOKENS. See
     :func:`context_build` for the rules and errors.
     """
-    from django.conf import settings
-
-    from inference.tokens import prompt_counter
-    from memory import selectors
-    from memory.models import MemoryFact
-
     facts: list[str] = []
     passages: list[Passage] = []
     want_facts = (
@@ -243,8 +244,6 @@ def turn_context(
     )
     want_docs = selectors.user_has_documents(user=user_id)
     if want_facts or want_docs:
-        from inference.embeddings import embed_text
-
         vector = embed_text(history[-1]["content"])
         if want_facts:
             facts = [

@@ -80,7 +80,6 @@ class Chunk(models.Model):
             models.UniqueConstraint(fields=["document", "ord"], name="chunk_doc_ord")
         ]
         indexes = [
-            models.Index(fields=["user"], name="chunk_user"),
             HnswIndex(
                 name="chunk_embedding_hnsw",
                 fields=["embedding"],

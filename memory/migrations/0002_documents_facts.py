@@ -95,10 +95,6 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='chunk',
-            index=models.Index(fields=['user'], name='chunk_user'),
-        ),
-        migrations.AddIndex(
-            model_name='chunk',
             index=pgvector.django.indexes.HnswIndex(ef_construction=64, fields=['embedding'], m=16, name='chunk_embedding_hnsw', opclasses=['vector_cosine_ops']),
         ),
         migrations.AddConstraint(

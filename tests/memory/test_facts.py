@@ -5,6 +5,7 @@ from django.urls import reverse
 
 from conversations import services as chat_services
 from inference import client as inference_client
+from inference.embeddings import embed_text
 from inference.engines.scripted import ScriptedEngine
 from memory import selectors, services
 from memory.context import turn_context
@@ -69,7 +70,7 @@ def test_similar_facts_are_merged_and_far_ones_are_not_retrieved(user):
     services.fact_add(user=user, text="My name is Ada Lovelace!")
     assert MemoryFact.objects.filter(user=user).count() == 1
     services.fact_add(user=user, text="I work as a marine biologist.")
-    vector = __import__("inference.embeddings").embeddings.embed_text("What is my job?")
+    vector = embed_text("What is my job?")
     hits = selectors.facts_search(user=user, vector=vector, k=5, max_distance=0.8)
     assert hits[0][0].text == "I work as a marine biologist."
 
