@@ -13,7 +13,7 @@ transaction that is rolled back at the end: nothing stays in the database.
    embedding N passages on a CPU), bulk-loaded for one user, HNSW index built
    (m=16, ef_construction=64). Then for --queries query vectors (other real passages):
    - latency of memory.selectors.chunks_search(k=5) end to end (ORM, iterative scan,
-     ef_search=40), p50/p99 in ms, measured in a pass of its own;
+     each --ef-search), p50/p99 in ms, measured in a pass of its own;
    - recall@5: |HNSW top-5 ∩ exact top-5| / 5, exact = the same query with index scans
      disabled (sequential scan + sort);
    - the same latency and recall for a user owning 1% of the rows (filtered search).
@@ -67,6 +67,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--passages", type=int, default=1500)
+    parser.add_argument("--ef-search", type=int, nargs="+", default=[40, 100, 200])
     args = parser.parse_args()
 
     import django
@@ -142,16 +143,34 @@ def main() -> None:
                 np.float32
             ) * (0.3 / np.sqrt(queries_base.shape[1]))
             qs /= np.linalg.norm(qs, axis=1, keepdims=True)
-            for label, user in (("all rows", owner), ("1% user", small)):
+            runs = [(f"all rows, ef_search={ef}", owner, ef) for ef in args.ef_search]
+            runs.append(("1% user", small, settings.MEMORY_HNSW_EF_SEARCH))
+            for label, user, ef in runs:
                 # Latency first, in its own pass: the exact scans below read the whole
                 # table and would evict the index from shared_buffers between queries.
                 lat: list[float] = []
                 found: list[set[int]] = []
                 for q in qs:
                     s = time.perf_counter()
-                    hits = selectors.chunks_search(user=user, vector=q.tolist(), k=5)
+                    hits = selectors.chunks_search(
+                        user=user, vector=q.tolist(), k=5, ef_search=ef
+                    )
                     lat.append((time.perf_counter() - s) * 1000)
                     found.append({h.chunk.id for h in hits})
+                with transaction.atomic(), connection.cursor() as c:
+                    c.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                    c.execute(f"SET LOCAL hnsw.ef_search = {int(ef)}")
+                    c.execute(
+                        "EXPLAIN SELECT id FROM memory_chunk WHERE user_id = %s "
+                        "ORDER BY embedding <=> %s::vector LIMIT 5",
+                        [user.id, str(qs[0].tolist())],
+                    )
+                    plan_text = " ".join(r[0] for r in c.fetchall())
+                plan = (
+                    "HNSW index"
+                    if "chunk_embedding_hnsw" in plan_text
+                    else "exact: btree/seq scan + sort"
+                )
                 recall: list[float] = []
                 for q, got in zip(qs, found, strict=True):
                     with transaction.atomic(), connection.cursor() as c:
@@ -167,7 +186,7 @@ def main() -> None:
                 print(
                     f"  top-5 ({label}): p50 {pct(lat, 0.5):.1f} ms, "
                     f"p99 {pct(lat, 0.99):.1f} ms, recall@5 {statistics.mean(recall):.3f}"
-                    f" over {len(qs)} queries"
+                    f" over {len(qs)} queries [plan: {plan}]"
                 )
             transaction.set_rollback(True)
 

@@ -263,6 +263,7 @@ def turn_context(
                     vector=vector,
                     k=settings.MEMORY_RETRIEVAL_K,
                     max_distance=settings.MEMORY_RETRIEVAL_MAX_DISTANCE,
+                    ef_search=settings.MEMORY_HNSW_EF_SEARCH,
                 )
             ]
     return context_build(

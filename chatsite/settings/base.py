@@ -174,6 +174,8 @@ MEMORY_CHUNK_OVERLAP_TOKENS = env.int("MEMORY_CHUNK_OVERLAP_TOKENS", default=40)
 # Retrieval per turn: top-k chunks / facts within a cosine distance (0..2).
 MEMORY_RETRIEVAL_K = env.int("MEMORY_RETRIEVAL_K", default=5)
 MEMORY_RETRIEVAL_MAX_DISTANCE = env.float("MEMORY_RETRIEVAL_MAX_DISTANCE", default=0.7)
+# HNSW candidate list size per search (pgvector hnsw.ef_search): recall vs latency.
+MEMORY_HNSW_EF_SEARCH = env.int("MEMORY_HNSW_EF_SEARCH", default=100)
 MEMORY_FACTS_K = env.int("MEMORY_FACTS_K", default=5)
 MEMORY_FACTS_MAX_DISTANCE = env.float("MEMORY_FACTS_MAX_DISTANCE", default=0.8)
 # A new fact this close (cosine distance) to an existing one replaces it.
