@@ -166,6 +166,7 @@ def main() -> None:
                         [user.id, str(qs[0].tolist())],
                     )
                     plan_text = " ".join(r[0] for r in c.fetchall())
+                    transaction.set_rollback(True)  # undo the SET LOCALs
                 plan = (
                     "HNSW index"
                     if "chunk_embedding_hnsw" in plan_text
@@ -182,6 +183,9 @@ def main() -> None:
                             [user.id, str(q.tolist())],
                         )
                         exact = {r[0] for r in c.fetchall()}
+                        # roll the savepoint back: a released one keeps SET LOCAL
+                        # (index scans off) for the rest of the outer transaction
+                        transaction.set_rollback(True)
                     recall.append(len(exact & got) / 5)
                 print(
                     f"  top-5 ({label}): p50 {pct(lat, 0.5):.1f} ms, "

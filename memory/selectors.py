@@ -71,6 +71,9 @@ def chunks_search(
             .annotate(distance=CosineDistance("embedding", vector))
             .order_by("distance")[:k]
         )
+        # Read-only: roll back so the SET LOCALs end here even inside an outer
+        # transaction (a released savepoint would keep them to its end).
+        transaction.set_rollback(True)
     hits = sorted(
         (ChunkHit(c, float(c.distance)) for c in rows), key=lambda h: h.distance
     )
@@ -123,6 +126,7 @@ def facts_search(
             .annotate(distance=CosineDistance("embedding", vector))
             .order_by("distance")[:k]
         )
+        transaction.set_rollback(True)  # read-only: end the SET LOCALs here
     hits = sorted(((f, float(f.distance)) for f in rows), key=lambda h: h[1])
     if max_distance is not None:
         hits = [h for h in hits if h[1] <= max_distance]
