@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export WEB_HOST WEB_PORT
 
-.PHONY: venv services migrate run stop test lint browser bench clean
+.PHONY: venv services migrate run stop test lint browser bench bench-retrieval clean
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,9 @@ test: services lint browser
 
 bench: migrate
 	$(BIN)/python bench/turn_latency.py $(BENCH_ARGS)
+
+bench-retrieval: migrate
+	$(BIN)/python bench/retrieval.py
 
 clean: stop
 	rm -rf .var

@@ -7,6 +7,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("settings/", include("gateway.urls")),
     path("", include("conversations.urls")),
+    path("", include("memory.urls")),
 ]
 
 handler400 = "chatsite.http.bad_request"

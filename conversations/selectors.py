@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 
 from chatsite.errors import NotFound
 from conversations.models import Conversation, Message
+from memory.models import Citation
 
 
 def _as_uuid(value: Any) -> uuid.UUID:
@@ -82,7 +83,15 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
     Older answers to the same user message (regenerated) are attached as
     ``previous_versions``, oldest first.
     """
-    messages = list(conversation.messages.order_by("created_at"))
+    citations = Prefetch(
+        "citations",
+        queryset=Citation.objects.select_related("chunk__document").only(
+            "number", "message_id", "chunk__ord", "chunk__document__title"
+        ),
+    )
+    messages = list(
+        conversation.messages.order_by("created_at").prefetch_related(citations)
+    )
     answers: dict[Any, list[Message]] = {}
     for m in messages:
         if m.role == Message.Role.ASSISTANT and m.parent_id is not None:
@@ -117,3 +126,36 @@ def history_for_context(*, conversation: Conversation) -> list[dict[str, str]]:
         if m.role in (Message.Role.USER, Message.Role.ASSISTANT):
             history.append({"role": m.role, "content": m.content})
     return history
+
+
+def context_messages(*, conversation: Conversation) -> list[Message]:
+    """Return the messages a prompt may hold, oldest first (see history_for_context)."""
+    kept: list[Message] = []
+    for item in thread_items(conversation=conversation):
+        m = item.message
+        if m.role == Message.Role.ASSISTANT and (
+            m.status in (Message.Status.STREAMING, Message.Status.ERROR)
+            or not m.content
+        ):
+            continue
+        if m.role in (Message.Role.USER, Message.Role.ASSISTANT):
+            kept.append(m)
+    return kept
+
+
+def history_and_summary(
+    *, conversation: Conversation
+) -> tuple[list[dict[str, str]], str, int]:
+    """Return ``(history, summary, covers)`` for the next prompt.
+
+    ``history`` is :func:`history_for_context`; ``summary`` is the conversation's last
+    complete rolling summary and ``covers`` how many leading history messages it
+    summarises (those created up to ``summary_upto``; 0 without a summary).
+    """
+    messages = context_messages(conversation=conversation)
+    upto = conversation.summary_upto
+    covers = 0
+    if upto is not None:
+        covers = sum(1 for m in messages if m.created_at <= upto.created_at)
+    history = [{"role": m.role, "content": m.content} for m in messages]
+    return history, (conversation.summary if upto is not None else ""), covers

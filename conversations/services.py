@@ -27,7 +27,11 @@ from conversations.models import Conversation, Message
 from gateway import services as gateway
 from inference import client as inference_client
 from inference import protocol
-from memory.context import context_build
+from inference.tokens import prompt_counter
+from memory import services as memory_services
+from memory import summary as memory_summary
+from memory import tasks as memory_tasks
+from memory.context import BuiltContext, turn_context
 
 logger = logging.getLogger(__name__)
 
@@ -98,25 +102,37 @@ def _generation_params(params: dict[str, Any] | None) -> dict[str, Any]:
     return merged
 
 
-def _prompt_messages(
-    *, conversation: Conversation | None, content: str | None = None
-) -> list[dict[str, str]]:
-    """Return the prompt of the next answer: the thread so far plus ``content``.
+def _prompt_context(
+    *,
+    user: AbstractBaseUser,
+    conversation: Conversation | None,
+    max_tokens: int,
+    content: str | None = None,
+) -> BuiltContext:
+    """Build the prompt of the next answer to the token (memory.context.turn_context).
 
-    Without ``content`` (regenerate) the current answer to the last user message is
-    left out, as the new answer replaces it.
+    The thread so far (with its rolling summary) plus ``content``; without ``content``
+    (regenerate) the current answer to the last user message is left out, as the new
+    answer replaces it. ``max_tokens`` is the answer's reserve, in tokens. Built before
+    anything is stored, so the gateway can reserve its tokens first.
     """
-    history = (
-        selectors.history_for_context(conversation=conversation) if conversation else []
-    )
+    history: list[dict[str, str]] = []
+    summary, covers = "", 0
+    if conversation is not None:
+        history, summary, covers = selectors.history_and_summary(
+            conversation=conversation
+        )
     if content is not None:
         history.append({"role": Message.Role.USER, "content": content})
     while history and history[-1]["role"] == Message.Role.ASSISTANT:
         history.pop()
-    return context_build(
+    return turn_context(
+        user_id=user.pk,
         system_prompt=settings.CHAT_SYSTEM_PROMPT,
         history=history,
-        max_messages=settings.CHAT_HISTORY_MAX_MESSAGES,
+        max_tokens=max_tokens,
+        summary=summary,
+        summary_covers=min(covers, len(history)),
     )
 
 
@@ -124,9 +140,15 @@ def _submit_on_commit(
     *,
     conversation: Conversation,
     assistant: Message,
-    messages: list[dict[str, str]],
+    built: BuiltContext,
     params: dict[str, Any],
 ) -> None:
+    """Store the answer's citations and enqueue its prompt after commit."""
+    messages = built.messages
+    if built.passages:
+        memory_services.citations_store(
+            message_id=assistant.id, chunk_ids=[p.key for p in built.passages]
+        )
     enqueued_at = assistant.created_at.timestamp()
 
     def submit() -> None:
@@ -140,6 +162,16 @@ def _submit_on_commit(
         )
 
     transaction.on_commit(submit)
+
+
+def _remember_on_commit(*, user: AbstractBaseUser, message: Message) -> None:
+    """Queue storing the fact of a "remember that …" message (after commit)."""
+    fact = memory_services.remember_request_parse(message.content)
+    if fact:
+        user_id, message_id = user.pk, str(message.id)
+        transaction.on_commit(
+            lambda: memory_tasks.remember_fact.delay(user_id, fact, message_id)
+        )
 
 
 def _assistant_create(
@@ -191,12 +223,18 @@ def turn_start(
             )
             if conversation.messages.filter(status=Message.Status.STREAMING).exists():
                 raise Conflict(BUSY_MESSAGE, code="conversation_busy")
-        messages = _prompt_messages(conversation=conversation, content=content)
+        generation_params = _generation_params(params)
+        built = _prompt_context(
+            user=user,
+            conversation=conversation,
+            content=content,
+            max_tokens=int(generation_params["max_tokens"]),
+        )
         admission = gateway.generation_admit(
             user=user,
             job_id=job_id,
-            messages=messages,
-            params=_generation_params(params),
+            messages=built.messages,
+            params=generation_params,
             model=model,
         )
         if conversation is None:
@@ -206,6 +244,7 @@ def turn_start(
         user_message = Message.objects.create(
             conversation=conversation, role=Message.Role.USER, content=content
         )
+        _remember_on_commit(user=user, message=user_message)
         assistant = _assistant_create(
             conversation=conversation, parent=user_message, admission=admission
         )
@@ -215,7 +254,7 @@ def turn_start(
         _submit_on_commit(
             conversation=conversation,
             assistant=assistant,
-            messages=messages,
+            built=built,
             params=admission.params,
         )
     return Turn(conversation, user_message, assistant, created_conversation=created)
@@ -250,12 +289,17 @@ def turn_regenerate(
             )
         if conversation.messages.filter(status=Message.Status.STREAMING).exists():
             raise Conflict(BUSY_MESSAGE, code="conversation_busy")
-        messages = _prompt_messages(conversation=conversation)
+        generation_params = _generation_params(params)
+        built = _prompt_context(
+            user=user,
+            conversation=conversation,
+            max_tokens=int(generation_params["max_tokens"]),
+        )
         admission = gateway.generation_admit(
             user=user,
             job_id=job_id,
-            messages=messages,
-            params=_generation_params(params),
+            messages=built.messages,
+            params=generation_params,
             model=model,
         )
         assistant = _assistant_create(
@@ -267,7 +311,7 @@ def turn_regenerate(
         _submit_on_commit(
             conversation=conversation,
             assistant=assistant,
-            messages=messages,
+            built=built,
             params=admission.params,
         )
     return Turn(conversation, last_user, assistant)
@@ -376,7 +420,122 @@ def message_finalize(*, message_id: Any) -> Message | None:
             ttft_ms=message.ttft_ms,
             latency_ms=message.latency_ms,
         )
+        if settings.CHAT_BACKGROUND_JOBS:
+            transaction.on_commit(lambda: _after_answer(message=message))
     return message
+
+
+def _after_answer(*, message: Message) -> None:
+    """Queue the background work of a finished answer (DESIGN §9): title the
+    conversation after its first exchange, roll its summary, extract user facts."""
+    from conversations import tasks
+
+    conversation_id = str(message.conversation_id)
+    tasks.title_conversation.delay(conversation_id)
+    if message.status != Message.Status.COMPLETE:
+        return
+    tasks.summarize_conversation.delay(conversation_id)
+    if settings.MEMORY_EXTRACT_FACTS and message.parent_id:
+        question = Message.objects.filter(id=message.parent_id).first()
+        if question is not None:
+            memory_tasks.extract_facts.delay(
+                message.conversation.user_id,
+                [
+                    {"role": "user", "content": question.content},
+                    {"role": "assistant", "content": message.content},
+                ],
+                str(question.id),
+                settings.MEMORY_SMALL_POOL,
+            )
+
+
+def conversation_title_generate(*, conversation_id: Any) -> str | None:
+    """Title a conversation after its first exchange; return the title set, or None.
+
+    The model writes the title (pool MEMORY_SMALL_POOL); on a failed, cut or empty
+    generation, or when the first answer failed, the title is the first user message
+    cut to CHAT_TITLE_MAX_CHARS (:func:`title_from_text`), never empty. A title the
+    user changed is never overwritten; only the first exchange is titled (idempotent).
+    """
+    conversation = Conversation.objects.filter(id=conversation_id).first()
+    if conversation is None:
+        return None
+    first = (
+        conversation.messages.filter(role=Message.Role.USER)
+        .order_by("created_at")
+        .first()
+    )
+    if first is None:
+        return None
+    default = title_from_text(first.content)
+    if conversation.title != default:
+        return None  # renamed by the user, or titled already
+    answer = (
+        conversation.messages.filter(parent=first, role=Message.Role.ASSISTANT)
+        .order_by("-created_at")
+        .first()
+    )
+    title = None
+    if (
+        answer is not None
+        and answer.status == Message.Status.COMPLETE
+        and answer.content.strip()
+        and first.content.strip()
+    ):
+        title = memory_summary.title_generate(
+            user_text=first.content,
+            answer_text=answer.content,
+            pool=settings.MEMORY_SMALL_POOL,
+            timeout_s=settings.MEMORY_GENERATION_TIMEOUT_S,
+        )
+    title = (title or default)[:200].strip() or default
+    updated = Conversation.objects.filter(id=conversation.id, title=default).update(
+        title=title
+    )
+    return title if updated else None
+
+
+def conversation_summarize(*, conversation_id: Any) -> bool:
+    """Roll a conversation's summary forward when its unsummarised history is long.
+
+    When the messages after ``summary_upto`` pass MEMORY_SUMMARY_TRIGGER_TOKENS tokens
+    (serving tokenizer), all but the last MEMORY_SUMMARY_KEEP_MESSAGES are folded into
+    the summary by the model (pool MEMORY_SMALL_POOL). A failed or cut generation
+    changes nothing (the last complete summary stays in force); the update is
+    conditional on ``summary_upto`` being unchanged, so concurrent or repeated runs are
+    idempotent. Returns True if a new summary was stored.
+    """
+    conversation = Conversation.objects.filter(id=conversation_id).first()
+    if conversation is None:
+        return False
+    messages = selectors.context_messages(conversation=conversation)
+    upto = conversation.summary_upto
+    if upto is not None:
+        messages = [m for m in messages if m.created_at > upto.created_at]
+    keep = settings.MEMORY_SUMMARY_KEEP_MESSAGES
+    older = messages[:-keep] if keep else messages
+    # the kept window must start with a user turn
+    while older and older[-1].role != Message.Role.ASSISTANT:
+        older = older[:-1]
+    if not older:
+        return False
+    count = prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)
+    as_dicts = [{"role": m.role, "content": m.content} for m in messages]
+    if count(as_dicts) < settings.MEMORY_SUMMARY_TRIGGER_TOKENS:
+        return False
+    summary = memory_summary.summary_generate(
+        previous=conversation.summary if upto is not None else "",
+        messages=[{"role": m.role, "content": m.content} for m in older],
+        pool=settings.MEMORY_SMALL_POOL,
+        timeout_s=settings.MEMORY_GENERATION_TIMEOUT_S,
+    )
+    if summary is None:
+        return False
+    return bool(
+        Conversation.objects.filter(
+            id=conversation.id, summary_upto=conversation.summary_upto_id
+        ).update(summary=summary, summary_upto=older[-1])
+    )
 
 
 def message_watchdog(

@@ -8,6 +8,8 @@ shapes come from :mod:`inference.protocol`.
 from __future__ import annotations
 
 import time
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -196,3 +198,94 @@ def generation_watchdog(
     else:
         return None
     return code if generation_fail(job_id=job_id, code=code, message=message) else None
+
+
+@dataclass
+class GenerationResult:
+    """The outcome of a non-streaming generation (:func:`generation_run`).
+
+    ``complete`` is True only for a ``done`` event with finish reason ``stop``: the
+    model ended its answer itself (not cut by max_tokens, cancel, error or timeout).
+    """
+
+    job_id: str
+    text: str
+    finish_reason: str
+    error_code: str = ""
+    usage: protocol.Usage | None = None
+
+    @property
+    def complete(self) -> bool:
+        """True when the model finished the answer on its own."""
+        return self.finish_reason == protocol.FINISH_STOP and not self.error_code
+
+
+def generation_run(
+    *,
+    pool: str,
+    messages: list[dict[str, str]],
+    params: dict[str, Any],
+    timeout_s: float,
+    user_ref: str = "",
+    stream_ttl_s: int = 600,
+) -> GenerationResult:
+    """Enqueue a job and wait (blocking, sync) for its terminal event; return the text.
+
+    For background work (summaries, titles, fact extraction) run from Celery or
+    commands, never from the event loop. ``params`` are the job's sampling parameters
+    (``max_tokens`` in tokens). After ``timeout_s`` seconds without a terminal event the
+    generation is ended with a ``queue_timeout`` error (and cancelled) and the result
+    carries ``error_code``; the partial text is returned but is not ``complete``.
+    """
+    job_id = str(uuid.uuid4())
+    now = time.time()
+    job = protocol.Job(
+        job_id=job_id,
+        messages=messages,
+        params=params,
+        user_ref=user_ref,
+        enqueued_at=now,
+        deadline=now + timeout_s,
+    )
+    job_enqueue(pool=pool, job=job)
+    client = redis_sync()
+    key = protocol.gen_key(job_id)
+    last = protocol.STREAM_START
+    parts: list[str] = []
+    deadline = now + timeout_s
+    while True:
+        block_ms = max(1, int(min(1.0, deadline - time.time()) * 1000))
+        result = client.xread({key: last}, count=1024, block=block_ms)
+        for _key, entries in result or []:
+            for entry_id, fields in entries:
+                last = entry_id
+                event = protocol.event_parse(entry_id, fields)
+                if event.type == protocol.EVENT_TOKEN:
+                    parts.append(event.data["t"])
+                elif event.type == protocol.EVENT_DONE:
+                    return GenerationResult(
+                        job_id=job_id,
+                        text="".join(parts),
+                        finish_reason=event.data["finish_reason"],
+                        usage=protocol.Usage.from_dict(event.data.get("usage")),
+                    )
+                elif event.type == protocol.EVENT_ERROR:
+                    return GenerationResult(
+                        job_id=job_id,
+                        text="".join(parts),
+                        finish_reason="error",
+                        error_code=event.data.get("code", protocol.ERROR_ENGINE),
+                    )
+        if time.time() >= deadline:
+            generation_fail(
+                job_id=job_id,
+                code=protocol.ERROR_QUEUE_TIMEOUT,
+                message="The background generation timed out.",
+                ttl_s=stream_ttl_s,
+            )
+            return GenerationResult(
+                job_id=job_id,
+                text="".join(parts),
+                finish_reason="error",
+                error_code=protocol.ERROR_QUEUE_TIMEOUT,
+            )

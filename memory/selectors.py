@@ -1,0 +1,133 @@
+"""Reads of memory: documents, vector searches over chunks and facts (always per user).
+
+Vector searches use the HNSW cosine indexes with pgvector's iterative scan (>= 0.8):
+``SET LOCAL hnsw.iterative_scan = relaxed_order`` inside a transaction makes the index
+scan continue until ``k`` rows pass the owner filter, so a user whose rows are a tiny
+fraction of the table still gets ``k`` results. Distances are cosine distances
+(``1 - cosine similarity``, 0 = same direction, 2 = opposite).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection, transaction
+from django.db.models import QuerySet
+from pgvector.django import CosineDistance
+
+from chatsite.errors import NotFound
+from memory.models import Chunk, Document, MemoryFact, MemorySettings
+
+
+def document_list(*, user: AbstractBaseUser) -> QuerySet[Document]:
+    """Return the user's documents, newest first (text deferred)."""
+    return Document.objects.filter(user=user).defer("text").order_by("-created")
+
+
+def document_get(*, user: AbstractBaseUser, document_id: Any) -> Document:
+    """Return the user's document; raises NotFound for unknown or others' ids."""
+    try:
+        return Document.objects.get(id=int(document_id), user=user)
+    except (Document.DoesNotExist, ValueError, TypeError) as exc:
+        raise NotFound("This document does not exist.") from exc
+
+
+@dataclass
+class ChunkHit:
+    """A retrieved chunk and its cosine distance to the query."""
+
+    chunk: Chunk
+    distance: float
+
+
+def _iterative_scan(ef_search: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        cursor.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+
+
+def chunks_search(
+    *,
+    user: AbstractBaseUser | int,
+    vector: list[float],
+    k: int,
+    max_distance: float | None = None,
+    ef_search: int = 40,
+) -> list[ChunkHit]:
+    """Return up to ``k`` of the user's chunks nearest to ``vector`` (384-d), nearest first.
+
+    Only the user's own (ready) documents are searched. ``max_distance`` drops hits whose
+    cosine distance is larger. ``ef_search`` is HNSW's candidate list size.
+    """
+    user_id = getattr(user, "pk", user)
+    with transaction.atomic():
+        _iterative_scan(ef_search)
+        rows = list(
+            Chunk.objects.filter(user_id=user_id)
+            .select_related("document")
+            .defer("document__text", "embedding")
+            .annotate(distance=CosineDistance("embedding", vector))
+            .order_by("distance")[:k]
+        )
+        # Read-only: roll back so the SET LOCALs end here even inside an outer
+        # transaction (a released savepoint would keep them to its end).
+        transaction.set_rollback(True)
+    hits = sorted(
+        (ChunkHit(c, float(c.distance)) for c in rows), key=lambda h: h.distance
+    )
+    if max_distance is not None:
+        hits = [h for h in hits if h.distance <= max_distance]
+    return hits
+
+
+def user_has_documents(*, user: AbstractBaseUser | int) -> bool:
+    """True if the user has at least one chunk to search."""
+    return Chunk.objects.filter(user_id=getattr(user, "pk", user)).exists()
+
+
+def memory_enabled(*, user: AbstractBaseUser | int) -> bool:
+    """Whether long-term memory is on for the user (on unless they switched it off)."""
+    row = MemorySettings.objects.filter(user_id=getattr(user, "pk", user)).first()
+    return row.enabled if row else True
+
+
+def fact_list(*, user: AbstractBaseUser) -> QuerySet[MemoryFact]:
+    """Return the user's remembered facts, newest first."""
+    return MemoryFact.objects.filter(user=user).defer("embedding").order_by("-created")
+
+
+def fact_get(*, user: AbstractBaseUser, fact_id: Any) -> MemoryFact:
+    """Return one of the user's facts; raises NotFound otherwise."""
+    try:
+        return MemoryFact.objects.get(id=int(fact_id), user=user)
+    except (MemoryFact.DoesNotExist, ValueError, TypeError) as exc:
+        raise NotFound("This memory does not exist.") from exc
+
+
+def facts_search(
+    *,
+    user: AbstractBaseUser | int,
+    vector: list[float],
+    k: int,
+    max_distance: float | None = None,
+) -> list[tuple[MemoryFact, float]]:
+    """Return up to ``k`` of the user's facts nearest to ``vector`` with their distances.
+
+    Only this user's facts are ever searched. ``max_distance`` (cosine) drops far ones.
+    """
+    user_id = getattr(user, "pk", user)
+    with transaction.atomic():
+        _iterative_scan(40)
+        rows = list(
+            MemoryFact.objects.filter(user_id=user_id)
+            .defer("embedding")
+            .annotate(distance=CosineDistance("embedding", vector))
+            .order_by("distance")[:k]
+        )
+        transaction.set_rollback(True)  # read-only: end the SET LOCALs here
+    hits = sorted(((f, float(f.distance)) for f in rows), key=lambda h: h[1])
+    if max_distance is not None:
+        hits = [h for h in hits if h[1] <= max_distance]
+    return hits

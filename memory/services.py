@@ -1,0 +1,255 @@
+"""Writes of memory: documents (upload, ingest, delete) and long-term facts.
+
+Ingest (DESIGN §9): the upload stores the document's text (status ``pending``) and, on
+commit, queues :func:`memory.tasks.ingest_document`; ingesting chunks the text (token
+sized, overlapping, no character dropped), embeds the chunks and stores them with the
+status ``ready`` in one transaction, so a failure leaves no chunk behind (status
+``failed`` with the reason). Ingesting again is idempotent (chunks are replaced).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from chatsite.errors import InvalidInput, NotFound
+from inference.embeddings import embed_text, embed_texts
+from memory import selectors
+from memory.chunking import text_chunk
+from memory.extract import text_extract
+from memory.models import Chunk, Document, MemoryFact, MemorySettings
+
+logger = logging.getLogger(__name__)
+
+# Progress callback: (chunks embedded so far, total chunks).
+Progress = Callable[[int, int], None]
+
+
+def document_upload(
+    *,
+    user: AbstractBaseUser,
+    name: str,
+    data: bytes,
+    conversation_id: Any = None,
+    ingest_on_commit: bool = True,
+) -> Document:
+    """Store an uploaded file's text as a ``pending`` document; ingest it after commit.
+
+    ``data`` is the file's bytes (limit MEMORY_UPLOAD_MAX_BYTES). Raises InvalidInput
+    (unsupported type, empty, not UTF-8, PDF without text) or PayloadTooLarge; nothing
+    is stored when it raises.
+    """
+    kind, text = text_extract(
+        name=name, data=data, max_bytes=settings.MEMORY_UPLOAD_MAX_BYTES
+    )
+    title = (name or "document").rsplit("/", 1)[-1][:255]
+    with transaction.atomic():
+        document = Document.objects.create(
+            user=user,
+            conversation_id=conversation_id,
+            title=title,
+            content_type=kind,
+            size=len(data),
+            text=text,
+        )
+        if ingest_on_commit:
+            from memory.tasks import ingest_document
+
+            transaction.on_commit(lambda: ingest_document.delay(document.id))
+    return document
+
+
+def document_ingest(*, document_id: int, progress: Progress | None = None) -> Document:
+    """Chunk, embed and store a document's chunks; return it ``ready`` or ``failed``.
+
+    Idempotent: existing chunks are replaced. Sizes come from MEMORY_CHUNK_TOKENS and
+    MEMORY_CHUNK_OVERLAP_TOKENS (tokens of the embedding model). ``progress`` is called
+    with (chunks embedded, total chunks) after each batch. Raises NotFound if the document
+    is gone (deleted meanwhile).
+    """
+    updated = Document.objects.filter(id=document_id).update(
+        status=Document.Status.PROCESSING, error=""
+    )
+    if not updated:
+        raise NotFound("This document does not exist.")
+    document = Document.objects.get(id=document_id)
+    try:
+        pieces = text_chunk(
+            document.text,
+            max_tokens=settings.MEMORY_CHUNK_TOKENS,
+            overlap_tokens=settings.MEMORY_CHUNK_OVERLAP_TOKENS,
+        )
+        batch = 64
+        vectors: list[Any] = []
+        for i in range(0, len(pieces), batch):
+            vectors.extend(embed_texts([p.text for p in pieces[i : i + batch]]))
+            if progress:
+                progress(min(i + batch, len(pieces)), len(pieces))
+        with transaction.atomic():
+            if not Document.objects.select_for_update().filter(id=document_id).exists():
+                raise NotFound("This document does not exist.")
+            Chunk.objects.filter(document_id=document_id).delete()
+            Chunk.objects.bulk_create(
+                [
+                    Chunk(
+                        document_id=document_id,
+                        user_id=document.user_id,
+                        ord=p.ord,
+                        text=p.text,
+                        start_char=p.start,
+                        end_char=p.end,
+                        embedding=v,
+                    )
+                    for p, v in zip(pieces, vectors, strict=True)
+                ],
+                batch_size=500,
+            )
+            Document.objects.filter(id=document_id).update(
+                status=Document.Status.READY, chunk_count=len(pieces), error=""
+            )
+    except NotFound:
+        raise
+    except Exception as exc:  # noqa: BLE001 - recorded on the document for the user
+        logger.exception("ingest of document %s failed", document_id)
+        Document.objects.filter(id=document_id).update(
+            status=Document.Status.FAILED,
+            error=f"Processing failed: {exc}"[:1000],
+        )
+    document.refresh_from_db()
+    return document
+
+
+def document_delete(*, user: AbstractBaseUser, document_id: Any) -> None:
+    """Delete the user's document with its chunks and vectors. Raises NotFound."""
+    document = selectors.document_get(user=user, document_id=document_id)
+    document.delete()
+
+
+# --- Long-term facts -----------------------------------------------------------------
+
+_REMEMBER_RE = re.compile(
+    r"^\s*(?:please\s+)?remember\s+(?:that\s+)?(?P<fact>.+?)\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def remember_request_parse(text: str) -> str | None:
+    """Return the fact of a "remember that …" message, or None if it is not one."""
+    match = _REMEMBER_RE.match(text or "")
+    if not match:
+        return None
+    fact = " ".join(match.group("fact").split()).rstrip(".!")
+    return fact or None
+
+
+def _fact_clean(text: Any) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput("A memory cannot be empty.", code="empty_fact")
+    text = " ".join(text.split())
+    if len(text) > 500:
+        raise InvalidInput(
+            "A memory can be at most 500 characters long.", code="fact_too_long"
+        )
+    return text
+
+
+def fact_add(
+    *, user: AbstractBaseUser | int, text: Any, source_message_id: Any = None
+) -> MemoryFact | None:
+    """Remember a fact about the user; return it, or None when memory is off.
+
+    A fact within MEMORY_FACT_DUPLICATE_DISTANCE (cosine) of an existing one of the same
+    user is merged into it (the newer wording wins). Raises InvalidInput (empty, over
+    500 characters).
+    """
+    user_id = getattr(user, "pk", user)
+    text = _fact_clean(text)
+    if not selectors.memory_enabled(user=user_id):
+        return None
+    vector = embed_text(text)
+    near = selectors.facts_search(
+        user=user_id,
+        vector=vector,
+        k=1,
+        max_distance=settings.MEMORY_FACT_DUPLICATE_DISTANCE,
+    )
+    if near:
+        fact = near[0][0]
+        MemoryFact.objects.filter(id=fact.id).update(text=text, embedding=vector)
+        fact.refresh_from_db()
+        return fact
+    return MemoryFact.objects.create(
+        user_id=user_id,
+        text=text,
+        embedding=vector,
+        source_message_id=source_message_id,
+    )
+
+
+def fact_update(*, user: AbstractBaseUser, fact_id: Any, text: Any) -> MemoryFact:
+    """Edit one of the user's facts (re-embedded). Raises NotFound, InvalidInput."""
+    fact = selectors.fact_get(user=user, fact_id=fact_id)
+    fact.text = _fact_clean(text)
+    fact.embedding = embed_text(fact.text)
+    fact.save(update_fields=["text", "embedding"])
+    return fact
+
+
+def fact_delete(*, user: AbstractBaseUser, fact_id: Any) -> None:
+    """Forget one of the user's facts. Raises NotFound."""
+    selectors.fact_get(user=user, fact_id=fact_id).delete()
+
+
+def memory_enabled_set(*, user: AbstractBaseUser, enabled: bool) -> None:
+    """Switch the user's long-term memory on or off (off: facts are neither stored nor
+    used; the stored ones are kept until deleted)."""
+    MemorySettings.objects.update_or_create(user=user, defaults={"enabled": enabled})
+
+
+def citations_store(*, message_id: Any, chunk_ids: list[int]) -> None:
+    """Record the passages an answer was given, numbered 1..n in prompt order."""
+    from memory.models import Citation
+
+    Citation.objects.bulk_create(
+        [
+            Citation(message_id=message_id, chunk_id=chunk_id, number=n)
+            for n, chunk_id in enumerate(chunk_ids, 1)
+        ]
+    )
+
+
+def facts_extract(
+    *,
+    user_id: int,
+    messages: list[dict[str, str]],
+    source_message_id: Any = None,
+    pool: str,
+    timeout_s: float,
+) -> list[MemoryFact]:
+    """Ask the model for facts about the user in ``messages`` and remember them.
+
+    Near-duplicates merge into existing facts (:func:`fact_add`). Nothing happens when
+    the user's memory is off, or when the generation fails or is cut (``timeout_s``
+    seconds at most). Returns the facts stored or updated.
+    """
+    from memory.summary import facts_propose
+
+    if not selectors.memory_enabled(user=user_id):
+        return []
+    stored = []
+    for text in facts_propose(messages=messages, pool=pool, timeout_s=timeout_s):
+        try:
+            fact = fact_add(
+                user=user_id, text=text, source_message_id=source_message_id
+            )
+        except InvalidInput:
+            continue
+        if fact is not None:
+            stored.append(fact)
+    return stored

@@ -1,0 +1,162 @@
+"""Documents and Memory pages: thin views (validate, call one service, render)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages as flash
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from chatsite.errors import DomainError, InvalidInput
+from memory import selectors, services
+
+
+def _not_found(request: HttpRequest) -> HttpResponse:
+    return render(request, "chat/not_found.html", status=404)
+
+
+@require_GET
+def document_list(request: HttpRequest) -> HttpResponse:
+    """The Documents page: the user's documents with their ingest status, and an upload form."""
+    documents = selectors.document_list(user=request.user)
+    if "application/json" in request.headers.get("Accept", ""):
+        return JsonResponse(
+            {
+                "documents": [
+                    {
+                        "id": d.id,
+                        "title": d.title,
+                        "status": d.status,
+                        "error": d.error,
+                        "chunks": d.chunk_count,
+                    }
+                    for d in documents
+                ]
+            }
+        )
+    return render(
+        request,
+        "memory/documents.html",
+        {
+            "documents": documents,
+            "max_bytes": settings.MEMORY_UPLOAD_MAX_BYTES,
+            # the page reloads itself every 3 s while a document is being processed
+            "processing": any(
+                d.status in (d.Status.PENDING, d.Status.PROCESSING) for d in documents
+            ),
+        },
+    )
+
+
+@require_POST
+def document_upload(request: HttpRequest) -> HttpResponse:
+    """Upload a .txt/.md/.pdf; it is processed in the background (status on the page)."""
+    upload = request.FILES.get("file")
+    try:
+        if upload is None:
+            raise InvalidInput("Choose a file to upload.", code="no_file")
+        limit = settings.MEMORY_UPLOAD_MAX_BYTES
+        data = upload.read(limit + 1)
+        document = services.document_upload(
+            user=request.user, name=upload.name, data=data
+        )
+    except DomainError as exc:
+        flash.error(request, exc.message)
+        return redirect("document-list")
+    flash.success(request, f"“{document.title}” uploaded; it is being processed.")
+    return redirect("document-list")
+
+
+@require_GET
+def document_detail(request: HttpRequest, document_id: int) -> HttpResponse:
+    """One document's passages, each with an anchor (``#p<ord>``) that citations link to."""
+    try:
+        document = selectors.document_get(user=request.user, document_id=document_id)
+    except DomainError:
+        return _not_found(request)
+    chunks = document.chunks.defer("embedding").order_by("ord")
+    return render(
+        request, "memory/document.html", {"document": document, "chunks": chunks}
+    )
+
+
+@require_POST
+def document_delete(request: HttpRequest, document_id: int) -> HttpResponse:
+    """Delete a document with its chunks and vectors."""
+    try:
+        services.document_delete(user=request.user, document_id=document_id)
+    except DomainError:
+        return _not_found(request)
+    flash.success(request, "Document deleted.")
+    return redirect("document-list")
+
+
+@require_GET
+def memory_page(request: HttpRequest) -> HttpResponse:
+    """The Memory page: what the assistant remembers, with edit/delete and an on/off switch."""
+    return render(
+        request,
+        "memory/memory.html",
+        {
+            "facts": selectors.fact_list(user=request.user),
+            "enabled": selectors.memory_enabled(user=request.user),
+        },
+    )
+
+
+def _memory_action(request: HttpRequest, action: Any, done: str) -> HttpResponse:
+    try:
+        action()
+    except DomainError as exc:
+        if exc.status == 404:
+            return _not_found(request)
+        flash.error(request, exc.message)
+        return redirect("memory-page")
+    flash.success(request, done)
+    return redirect("memory-page")
+
+
+@require_POST
+def fact_add(request: HttpRequest) -> HttpResponse:
+    """Add a fact by hand."""
+    return _memory_action(
+        request,
+        lambda: services.fact_add(user=request.user, text=request.POST.get("text")),
+        "Remembered.",
+    )
+
+
+@require_POST
+def fact_edit(request: HttpRequest, fact_id: int) -> HttpResponse:
+    """Edit a fact."""
+    return _memory_action(
+        request,
+        lambda: services.fact_update(
+            user=request.user, fact_id=fact_id, text=request.POST.get("text")
+        ),
+        "Memory updated.",
+    )
+
+
+@require_POST
+def fact_delete(request: HttpRequest, fact_id: int) -> HttpResponse:
+    """Forget a fact."""
+    return _memory_action(
+        request,
+        lambda: services.fact_delete(user=request.user, fact_id=fact_id),
+        "Forgotten.",
+    )
+
+
+@require_POST
+def memory_toggle(request: HttpRequest) -> HttpResponse:
+    """Switch memory on (``enabled=1``) or off."""
+    enabled = request.POST.get("enabled") == "1"
+    return _memory_action(
+        request,
+        lambda: services.memory_enabled_set(user=request.user, enabled=enabled),
+        "Memory is on." if enabled else "Memory is off.",
+    )

@@ -1,0 +1,179 @@
+"""Documents: upload, ingest, status page, bad input, delete (memory/services.py, views)."""
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import call_command
+from django.urls import reverse
+
+from chatsite.errors import InvalidInput, PayloadTooLarge
+from conversations import services as chat_services
+from inference.embeddings import embed_text
+from memory import selectors, services
+from memory.models import Chunk, Document
+from tests.memory.factories import pdf_with_text, pdf_without_text
+
+pytestmark = pytest.mark.django_db
+
+NOTES = (
+    "Project Heron notes.\n\nThe launch window opens on 14 March. "
+    "The budget owner is Dana Whitfield. "
+) * 40
+
+
+def upload(client, name, data):
+    return client.post(
+        reverse("document-upload"), {"file": SimpleUploadedFile(name, data)}
+    )
+
+
+def test_upload_is_chunked_embedded_and_shown_ready_on_the_documents_page(
+    auth_client, user, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(auth_client, "heron.md", NOTES.encode())
+    assert response.status_code == 302
+    document = Document.objects.get(user=user)
+    assert document.status == Document.Status.READY
+    assert document.content_type == "md"
+    chunks = list(document.chunks.order_by("ord"))
+    assert len(chunks) == document.chunk_count > 1
+    for c in chunks:
+        assert document.text[c.start_char : c.end_char] == c.text
+        assert len(c.embedding) == 384
+    page = auth_client.get(reverse("document-list"))
+    assert page.status_code == 200
+    assert b"heron.md" in page.content and b'data-status="ready"' in page.content
+    listing = auth_client.get(
+        reverse("document-list"), HTTP_ACCEPT="application/json"
+    ).json()
+    assert listing["documents"][0]["status"] == "ready"
+    detail = auth_client.get(reverse("document-detail", args=[document.id]))
+    assert b'id="p0"' in detail.content
+
+
+def test_pdf_text_layer_is_ingested(user):
+    document = services.document_upload(
+        user=user,
+        name="memo.pdf",
+        data=pdf_with_text("The vault code is ZEBRA-7731."),
+        ingest_on_commit=False,
+    )
+    document = services.document_ingest(document_id=document.id)
+    assert document.status == Document.Status.READY
+    assert "ZEBRA-7731" in document.chunks.get().text
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "error", "code"),
+    [
+        ("virus.exe", b"MZ...", InvalidInput, "unsupported_type"),
+        ("empty.txt", b"", InvalidInput, "empty_file"),
+        ("blank.md", b"  \n\t ", InvalidInput, "empty_file"),
+        ("latin1.txt", "caf\xe9".encode("latin-1"), InvalidInput, "not_utf8"),
+        ("scan.pdf", None, InvalidInput, "pdf_no_text"),
+        ("broken.pdf", b"%PDF-1.4 garbage", InvalidInput, "bad_pdf"),
+        ("big.txt", b"x" * 2049, PayloadTooLarge, "file_too_large"),
+    ],
+)
+def test_bad_input_gets_a_clear_message_and_stores_nothing(
+    user, settings, name, data, error, code
+):
+    settings.MEMORY_UPLOAD_MAX_BYTES = 2048
+    if data is None:
+        data = pdf_without_text()
+    with pytest.raises(error) as info:
+        services.document_upload(user=user, name=name, data=data)
+    assert info.value.code == code
+    assert name.split("/")[-1] in info.value.message or code == "file_too_large"
+    assert not Document.objects.exists() and not Chunk.objects.exists()
+
+
+def test_bad_upload_through_the_page_shows_the_message(auth_client):
+    response = upload(auth_client, "scan.pdf", pdf_without_text())
+    page = auth_client.get(response.url)
+    assert "has no text layer" in page.content.decode()
+    assert not Document.objects.exists()
+
+
+def test_failed_ingest_is_marked_failed_with_no_chunk_left(user, monkeypatch):
+    document = services.document_upload(
+        user=user, name="a.txt", data=NOTES.encode(), ingest_on_commit=False
+    )
+
+    def broken(texts, **kwargs):
+        raise RuntimeError("embedding backend exploded")
+
+    monkeypatch.setattr(services, "embed_texts", broken)
+    document = services.document_ingest(document_id=document.id)
+    assert document.status == Document.Status.FAILED
+    assert "exploded" in document.error
+    assert not Chunk.objects.exists()
+
+
+def test_deleting_a_document_removes_its_chunks_and_marker_search_finds_nothing(
+    user,
+):
+    marker = "Xylophone-Quasar-4411 is the secret launch phrase."
+    doc = services.document_upload(
+        user=user,
+        name="secret.txt",
+        data=(NOTES + marker).encode(),
+        ingest_on_commit=False,
+    )
+    services.document_ingest(document_id=doc.id)
+    vector = embed_text(marker)
+    hits = selectors.chunks_search(user=user, vector=vector, k=3)
+    assert any("Xylophone-Quasar-4411" in h.chunk.text for h in hits)
+    services.document_delete(user=user, document_id=doc.id)
+    assert not Chunk.objects.filter(document_id=doc.id).exists()
+    assert selectors.chunks_search(user=user, vector=vector, k=3) == []
+
+
+def test_deleting_a_conversation_deletes_the_documents_uploaded_in_it(user):
+    turn = chat_services.turn_start(user=user, content="hello")
+    doc = services.document_upload(
+        user=user,
+        name="in-chat.txt",
+        data=NOTES.encode(),
+        conversation_id=turn.conversation.id,
+        ingest_on_commit=False,
+    )
+    services.document_ingest(document_id=doc.id)
+    assert Chunk.objects.filter(document=doc).exists()
+    chat_services.conversation_delete(user=user, conversation_id=turn.conversation.id)
+    assert not Document.objects.filter(id=doc.id).exists()
+    assert not Chunk.objects.exists()
+
+
+def test_another_users_document_is_not_visible_or_deletable(auth_client, other_user):
+    doc = services.document_upload(
+        user=other_user, name="theirs.txt", data=b"private", ingest_on_commit=False
+    )
+    assert auth_client.get(reverse("document-detail", args=[doc.id])).status_code == 404
+    response = auth_client.post(reverse("document-delete", args=[doc.id]))
+    assert response.status_code == 404
+    assert Document.objects.filter(id=doc.id).exists()
+
+
+def test_ingest_documents_command_loads_a_directory(tmp_path, user, capsys):
+    (tmp_path / "a.txt").write_text(NOTES)
+    (tmp_path / "b.md").write_text("# Title\n\nSome *markdown* body")
+    (tmp_path / "skip.bin").write_bytes(b"\x00\x01")
+    call_command("ingest_documents", str(tmp_path), "--user", user.username)
+    out = capsys.readouterr()
+    assert out.out.count("chunks") == 2
+    assert "chunk" in out.err  # the progress bar
+    assert set(Document.objects.values_list("status", flat=True)) == {"ready"}
+
+
+def test_documents_page_refreshes_itself_while_a_document_is_processing(
+    auth_client, user
+):
+    doc = services.document_upload(
+        user=user, name="wait.txt", data=NOTES.encode(), ingest_on_commit=False
+    )
+    page = auth_client.get(reverse("document-list")).content.decode()
+    assert 'data-status="pending"' in page and 'http-equiv="refresh"' in page
+    services.document_ingest(document_id=doc.id)
+    page = auth_client.get(reverse("document-list")).content.decode()
+    assert 'data-status="ready"' in page and 'http-equiv="refresh"' not in page
