@@ -129,7 +129,9 @@ def test_deleting_a_document_removes_its_chunks_and_marker_search_finds_nothing(
     assert selectors.chunks_search(user=user, vector=vector, k=3) == []
 
 
-def test_deleting_a_conversation_deletes_the_documents_uploaded_in_it(user):
+def test_deleting_a_conversation_deletes_the_documents_uploaded_in_it(
+    user, pool_heartbeat
+):
     turn = chat_services.turn_start(user=user, content="hello")
     doc = services.document_upload(
         user=user,

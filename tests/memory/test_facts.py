@@ -27,7 +27,7 @@ def prompt_for(user, text):
 
 
 def test_remember_that_message_stores_a_fact_used_in_later_prompts(
-    user, django_capture_on_commit_callbacks
+    user, django_capture_on_commit_callbacks, pool_heartbeat
 ):
     with django_capture_on_commit_callbacks(execute=True):
         turn = chat_services.turn_start(
@@ -42,7 +42,7 @@ def test_remember_that_message_stores_a_fact_used_in_later_prompts(
 
 
 def test_facts_of_one_user_never_reach_another_users_prompt(
-    user, other_user, monkeypatch, django_capture_on_commit_callbacks
+    user, other_user, monkeypatch, django_capture_on_commit_callbacks, pool_heartbeat
 ):
     services.fact_add(user=other_user, text="My favourite tea is sencha.")
     services.fact_add(user=user, text="I am allergic to peanuts.")
@@ -75,7 +75,9 @@ def test_similar_facts_are_merged_and_far_ones_are_not_retrieved(user):
     assert hits[0][0].text == "I work as a marine biologist."
 
 
-def test_memory_off_stores_and_uses_nothing(user, django_capture_on_commit_callbacks):
+def test_memory_off_stores_and_uses_nothing(
+    user, django_capture_on_commit_callbacks, pool_heartbeat
+):
     services.fact_add(user=user, text="I live in Lisbon.")
     services.memory_enabled_set(user=user, enabled=False)
     assert services.fact_add(user=user, text="I have a cat.") is None
