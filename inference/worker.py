@@ -80,6 +80,7 @@ class Worker:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._aborted: set[str] = set()
         self._stopping = asyncio.Event()
+        self._closing = False
         self._redis: aioredis.Redis | None = None
         self.jobs_done = 0
         self.jobs_reclaimed = 0
@@ -127,9 +128,12 @@ class Worker:
             if self._running:
                 await asyncio.gather(*self._running.values(), return_exceptions=True)
         finally:
+            # The loops also check _closing: redis-py can absorb a CancelledError that
+            # lands inside a command, and a loop must not outlive the worker.
+            self._closing = True
             for task in aux:
                 task.cancel()
-            await asyncio.gather(*aux, return_exceptions=True)
+            await asyncio.wait(aux, timeout=5)
             await self.redis.zrem(protocol.workers_key(self.pool), self.worker_id)
             await self.redis.delete(protocol.worker_key(self.worker_id))
             await self.engine.close()
@@ -371,7 +375,7 @@ class Worker:
         metrics.REQUESTS_WAITING.labels(pool=self.pool).set(waiting)
 
     async def _heartbeat_loop(self) -> None:
-        while True:
+        while not self._closing:
             await asyncio.sleep(self.heartbeat_s)
             try:
                 await self._heartbeat()
@@ -379,7 +383,7 @@ class Worker:
                 logger.exception("heartbeat failed")
 
     async def _reclaim_loop(self) -> None:
-        while True:
+        while not self._closing:
             await asyncio.sleep(self.reclaim_s)
             try:
                 await self.reclaim()
@@ -493,7 +497,7 @@ class Worker:
         await self._ack(entry_id)
 
     async def _cancel_loop(self) -> None:
-        while True:
+        while not self._closing:
             await asyncio.sleep(self.cancel_poll_s)
             job_ids = [j for j in self._running if j not in self._aborted]
             if not job_ids:
