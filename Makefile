@@ -35,6 +35,8 @@ run: migrate
 	@echo "  Login:  demo / demo"
 	@echo "  (Ctrl-C stops the app; 'make stop' stops the embedded PostgreSQL and Redis)"
 	@echo ""
+	@# Prometheus multiprocess files are per run (inference/metrics.py)
+	rm -rf .var/prometheus
 	$(BIN)/honcho start -f Procfile
 
 stop:
@@ -53,6 +55,7 @@ test: services lint
 
 bench: migrate
 	$(BIN)/python bench/turn_latency.py
+	$(BIN)/python bench/engine_throughput.py
 
 clean: stop
 	rm -rf .var

@@ -46,6 +46,7 @@ class Worker:
     ``heartbeat_s``, ``cancel_poll_s``, ``worker_ttl_s`` (a heartbeat older than this
     means the worker is dead) and ``reclaim_s`` (crash-recovery scan interval) are
     seconds; ``block_ms`` is how long one XREADGROUP waits for new jobs, in milliseconds.
+    Raises ``ValueError`` when ``worker_ttl_s`` is under twice ``heartbeat_s``.
     """
 
     def __init__(
@@ -74,6 +75,11 @@ class Worker:
         self.heartbeat_s = heartbeat_s
         self.cancel_poll_s = cancel_poll_s
         self.block_ms = block_ms
+        if worker_ttl_s < 2 * heartbeat_s:
+            raise ValueError(
+                f"worker_ttl_s ({worker_ttl_s}) must be at least twice heartbeat_s "
+                f"({heartbeat_s}), or live workers would look dead"
+            )
         self.worker_ttl_s = worker_ttl_s
         self.reclaim_s = reclaim_s
         self._labels = {"model_name": engine.model, "pool": pool}

@@ -112,3 +112,21 @@ def test_metrics_view_serves_loopback_and_staff_and_refuses_others(
     )
     remote.force_login(staff)
     assert remote.get("/metrics").status_code == 200
+
+
+def test_waiting_gauge_shows_the_pools_backlog(start_worker):
+    start_worker(
+        ScriptedEngine(text="t", cycle=True, delay_ms=10),
+        pool="metrics",
+        concurrency=1,
+    )
+    for i in range(3):
+        enqueue(f"m-wait-{i}", pool="metrics", max_tokens=5000)
+    wait_events("m-wait-0", lambda ev: len(ev) >= 2)
+    deadline = time.time() + 5
+    waiting = ("vllm:num_requests_waiting", (("pool", "metrics"),))
+    while samples().get(waiting) != 2:
+        assert time.time() < deadline, samples().get(waiting)
+        time.sleep(0.05)
+    for i in range(3):
+        inference_client.job_cancel(job_id=f"m-wait-{i}")
