@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import statistics
 import sys
@@ -49,6 +50,7 @@ from inference.engines.llamacpp import LlamaCppEngine  # noqa: E402
 from inference.worker import Worker  # noqa: E402
 
 POOL = "bench-throughput"
+print = functools.partial(print, flush=True)  # noqa: A001 - progress when piped
 SYSTEM = "You are a helpful, concise assistant."
 PROMPTS = [
     "Write a short story about a lighthouse keeper.",

@@ -454,9 +454,9 @@ class Worker:
                 if fields is None:  # deleted meanwhile
                     await self._ack(entry_id)
                     continue
-                await self._recover(entry_id, fields, consumer)
                 handled += 1
-        self.jobs_reclaimed += handled
+                self.jobs_reclaimed += 1
+                await self._recover(entry_id, fields, consumer)
         return handled
 
     async def _recover(self, entry_id: str, fields: dict[str, Any], dead: str) -> None:
