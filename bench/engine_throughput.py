@@ -14,8 +14,8 @@ SmolLM2 once (one slot) and alternates, round by round, between:
 Prompt by prompt, the two paths run back to back in alternating order, so changes in
 machine load (a shared CI box) hit both alike.
 
-Same prompts, greedy sampling (temperature 0), so both paths generate the same tokens;
-tokens are the engine's exact completion counts. Prints tokens/s per round and path,
+Same prompts, greedy sampling (temperature 0); tokens are the engine's exact completion
+counts. Prints tokens/s per round and path,
 the medians and the ratio worker/direct (target ≥ 0.95).
 """
 
@@ -220,7 +220,12 @@ def main() -> None:
         f"ratio worker/direct: {via_worker / direct:.3f} "
         f"(per round: {', '.join(f'{x:.3f}' for x in ratios)}; target >= 0.95)"
     )
-    print(f"identical text on both paths: {'yes' if same_text else 'NO'}")
+    # Greedy decoding, but llama.cpp's KV-cache prefix reuse (the slot's previous job
+    # differs between the paths) can flip a near-tie, so texts may differ in places.
+    print(
+        f"tokens: direct {totals['direct'][0]}, worker {totals['worker'][0]}; "
+        f"identical text: {'yes' if same_text else 'not always'}"
+    )
 
 
 if __name__ == "__main__":
