@@ -29,6 +29,7 @@ import statistics
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,8 +171,9 @@ def main() -> None:
         time.sleep(0.05)
 
     # Warm-up (first-call costs in both paths), not measured.
-    run_direct(engine, "warm-d", PROMPTS[0], 16)
-    run_worker_path("warm-w", PROMPTS[0], 16)
+    run_tag = f"bench-{uuid.uuid4().hex[:8]}"  # fresh job ids: no stale streams
+    run_direct(engine, f"{run_tag}-warm-d", PROMPTS[0], 16)
+    run_worker_path(f"{run_tag}-warm-w", PROMPTS[0], 16)
 
     # Prompt by prompt, the two paths back to back (order alternating), so a change
     # in machine load hits both alike.
@@ -185,7 +187,7 @@ def main() -> None:
             order = ["direct", "worker"] if (n + i) % 2 == 0 else ["worker", "direct"]
             texts = {}
             for path in order:
-                job_id = f"{path}-{n}-{i}"
+                job_id = f"{run_tag}-{path}-{n}-{i}"
                 if path == "direct":
                     tokens, secs, texts[path] = run_direct(
                         engine, job_id, prompt, args.max_tokens
