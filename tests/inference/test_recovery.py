@@ -9,7 +9,7 @@ import time
 from inference import protocol
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
-from tests.inference.helpers import enqueue, terminal, wait_events
+from tests.inference.helpers import enqueue, queue_drained, terminal, wait_events
 
 FAST_RECLAIM = {"reclaim_s": 0.2, "worker_ttl_s": 2.0}
 
@@ -36,12 +36,6 @@ def ghost_takes(job_id: str, *, pool: str = "default", tokens: list[str] = ()) -
     return entry_id
 
 
-def queue_is_empty(pool: str = "default") -> bool:
-    r = redis_sync()
-    queue = protocol.queue_key(pool)
-    return r.xlen(queue) == 0 and r.xpending(queue, protocol.GROUP)["pending"] == 0
-
-
 def test_job_lost_before_its_first_token_is_retried_once_and_completes(start_worker):
     enqueue("lost-early", script={"text": "alpha beta gamma"})
     ghost_takes("lost-early")
@@ -62,7 +56,7 @@ def test_job_lost_before_its_first_token_is_retried_once_and_completes(start_wor
     assert redis_sync().get(protocol.attempts_key("lost-early")) == "1"
     time.sleep(0.6)  # several more recovery scans: nothing runs it again
     assert len(wait_events("lost-early", terminal)) == len(events)
-    assert queue_is_empty()
+    assert queue_drained()
     consumers = redis_sync().xinfo_consumers(protocol.queue_key("default"), "workers")
     assert [c["name"] for c in consumers] == [handle.worker.worker_id]
 
@@ -79,7 +73,7 @@ def test_job_lost_after_tokens_ends_with_worker_lost_and_keeps_its_partial_text(
     assert "".join(e.data["t"] for e in events if e.type == "token") == (
         "Partial answer"
     )
-    assert queue_is_empty()
+    assert queue_drained()
 
 
 def test_a_retried_job_that_loses_its_worker_again_is_not_retried_twice(
@@ -116,10 +110,7 @@ def test_a_job_that_ended_before_its_ack_was_lost_is_only_acknowledged(start_wor
         ),
     )
     start_worker(ScriptedEngine(), **FAST_RECLAIM)
-    deadline = time.time() + 10
-    while not queue_is_empty():
-        assert time.time() < deadline, "the orphaned entry was not acknowledged"
-        time.sleep(0.05)
+    assert queue_drained(), "the orphaned entry was not acknowledged"
     assert [e.type for e in wait_events("ended", terminal)] == ["meta", "token", "done"]
 
 

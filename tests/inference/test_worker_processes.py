@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from inference import protocol
 from inference.connections import redis_sync
 from inference.metrics import metrics_render
-from tests.inference.helpers import enqueue, terminal, wait_events
+from tests.inference.helpers import enqueue, queue_drained, terminal, wait_events
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -92,12 +92,6 @@ def tokens_text(events: list[protocol.Event]) -> str:
     return "".join(e.data["t"] for e in events if e.type == "token")
 
 
-def queue_is_empty(pool: str) -> bool:
-    r = redis_sync()
-    queue = protocol.queue_key(pool)
-    return r.xlen(queue) == 0 and r.xpending(queue, protocol.GROUP)["pending"] == 0
-
-
 def test_kill_9_before_the_first_token_the_job_is_retried_and_completes_once(spawn):
     stuck = spawn("crash-a", "--delay-ms", "5000")  # would wait 5 s per token
     enqueue("crash-early", pool="crash-a", script={"text": "alpha beta gamma"})
@@ -120,7 +114,7 @@ def test_kill_9_before_the_first_token_the_job_is_retried_and_completes_once(spa
     assert events[-1].data["finish_reason"] == "stop"
     time.sleep(1.5)  # more recovery scans: the job is not run a second time
     assert len(wait_events("crash-early", terminal)) == len(events)
-    assert queue_is_empty("crash-a")
+    assert queue_drained("crash-a")
 
 
 def test_kill_9_mid_answer_ends_the_job_with_worker_lost_and_keeps_the_partial(spawn):
@@ -140,7 +134,7 @@ def test_kill_9_mid_answer_ends_the_job_with_worker_lost_and_keeps_the_partial(s
     partial = tokens_text(events)
     assert len(partial.split()) >= 3 and text.startswith(partial)
     assert partial != text
-    assert queue_is_empty("crash-b")
+    assert queue_drained("crash-b")
     assert rescuer.proc.poll() is None
 
 
@@ -176,3 +170,19 @@ def test_sigterm_finishes_the_running_answer_takes_no_new_job_and_exits_0(spawn)
     assert _counter(
         "vllm:generation_tokens_total", model_name="scripted-1", pool="drain"
     ) == pytest.approx(20)
+
+
+def test_a_second_sigterm_cancels_the_running_answer_and_exits_at_once(spawn):
+    worker = spawn("abort", "--delay-ms", "200")
+    text = " ".join(f"w{i}" for i in range(200))  # 40 s at 200 ms a token
+    enqueue("aborted", pool="abort", script={"text": text})
+    wait_events("aborted", lambda ev: sum(e.type == "token" for e in ev) >= 2)
+    worker.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.proc.wait(timeout=15) == 0
+    events = wait_events("aborted", terminal)
+    assert events[-1].type == "done"
+    assert events[-1].data["finish_reason"] == "cancelled"
+    assert 2 <= sum(e.type == "token" for e in events) < 200
+    assert queue_drained("abort")
