@@ -35,6 +35,8 @@ run: migrate
 	@echo "  Login:  demo / demo"
 	@echo "  (Ctrl-C stops the app; 'make stop' stops the embedded PostgreSQL and Redis)"
 	@echo ""
+	@# Prometheus multiprocess files are per run (inference/metrics.py)
+	rm -rf .var/prometheus
 	@mkdir -p .var && echo $$$$ > .var/run.pid && exec $(BIN)/honcho start -f Procfile
 
 # Stops only what this checkout started: the honcho of `make run` (and its processes),
@@ -61,6 +63,7 @@ test: services lint browser
 
 bench: migrate
 	$(BIN)/python bench/turn_latency.py $(BENCH_ARGS)
+	$(BIN)/python bench/engine_throughput.py
 
 bench-retrieval: migrate
 	$(BIN)/python bench/retrieval.py

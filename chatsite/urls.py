@@ -8,6 +8,7 @@ urlpatterns = [
     path("settings/", include("gateway.urls")),
     path("", include("conversations.urls")),
     path("", include("memory.urls")),
+    path("", include("inference.urls")),
 ]
 
 handler400 = "chatsite.http.bad_request"

@@ -16,6 +16,11 @@ Keys
   and the epoch second after which a generation with none attached is cancelled.
 - ``inf:workers:{pool}``: sorted set, member = worker id, score = last heartbeat (epoch s).
 - ``inf:worker:{worker_id}``: hash with the worker's slots (``slots``, ``busy``).
+- ``inf:attempts:{job_id}``: how many times crash recovery re-queued the job (a job that
+  lost its worker before its first token is retried at most :data:`MAX_RETRIES` times).
+
+Queue entries are deleted (XACK + XDEL) once handled, so ``XLEN inf:q:{pool}`` is the
+jobs waiting plus the jobs running (the consumer group's pending entries).
 
 Events on ``inf:gen:{job_id}`` (payload schemas in :data:`EVENT_SCHEMAS`)
 - ``meta``  ``{"model": str, "worker": str, "queue_ms": int}``, first, when a worker takes the job.
@@ -54,6 +59,11 @@ ERROR_QUEUE_TIMEOUT = "queue_timeout"
 ERROR_NO_WORKER = "worker_unavailable"
 ERROR_ENGINE = "engine_error"
 ERROR_CONTEXT_OVERFLOW = "context_overflow"
+ERROR_WORKER_LOST = "worker_lost"
+
+# Crash recovery: a job whose worker died before its first token is re-queued this many
+# times at most; after that (or once it emitted a token) it ends with `worker_lost`.
+MAX_RETRIES = 1
 
 STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
 STREAM_START = "0-0"
@@ -87,6 +97,25 @@ def watch_key(job_id: str) -> str:
 def detached_key(job_id: str) -> str:
     """Return the key holding the cancel deadline (epoch s) of an unwatched generation."""
     return f"inf:detached:{job_id}"
+
+
+def attempts_key(job_id: str) -> str:
+    """Return the key counting crash-recovery retries of a job."""
+    return f"inf:attempts:{job_id}"
+
+
+def pool_from_queue_key(key: str) -> str:
+    """Return the pool name of a ``inf:q:{pool}`` key (inverse of :func:`queue_key`)."""
+    return key.removeprefix("inf:q:")
+
+
+def pool_from_workers_key(key: str) -> str:
+    """Return the pool name of a ``inf:workers:{pool}`` key."""
+    return key.removeprefix("inf:workers:")
+
+
+QUEUE_KEY_PATTERN = "inf:q:*"
+WORKERS_KEY_PATTERN = "inf:workers:*"
 
 
 def workers_key(pool: str) -> str:

@@ -6,6 +6,18 @@ slots), so backlog stays in Redis where the gateway can see it. Each job's delta
 appended to its own ``inf:gen:{job_id}`` stream; the terminal event carries exact usage.
 A cancel watcher polls the cancel flags and detach deadlines of running jobs every
 ``cancel_poll_s`` seconds and aborts them in the engine.
+
+Crash recovery: every ``reclaim_s`` seconds a worker looks at its pool's pending entries
+(delivered, not acknowledged) and claims those owned by a consumer whose heartbeat is
+older than ``worker_ttl_s`` (a live worker's long job is never taken, however long it
+runs). A claimed job that emitted no token is re-queued, at most
+:data:`~inference.protocol.MAX_RETRIES` times; one that did (or that ran out of retries)
+ends with an ``error`` event ``worker_lost``; its partial text stays on the stream. XCLAIM
+is atomic, so of several workers reclaiming at once exactly one handles each entry.
+
+Graceful stop (SIGTERM): :meth:`Worker.stop` makes the worker take no new job (entries
+that arrive during the last blocking read are put back on the queue untouched), finish
+its running jobs, and return from :meth:`Worker.run`.
 """
 
 from __future__ import annotations
@@ -21,8 +33,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from inference import protocol
-from inference.client import terminal_append
+from inference import metrics, protocol
+from inference.client import WORKER_TTL_S, terminal_append
 from inference.engines.base import Delta, Engine, EngineError, Finish
 
 logger = logging.getLogger(__name__)
@@ -31,8 +43,10 @@ logger = logging.getLogger(__name__)
 class Worker:
     """Serve one pool with one engine until :meth:`stop` is called.
 
-    ``heartbeat_s`` and ``cancel_poll_s`` are seconds; ``block_ms`` is how long one
-    XREADGROUP waits for new jobs, in milliseconds.
+    ``heartbeat_s``, ``cancel_poll_s``, ``worker_ttl_s`` (a heartbeat older than this
+    means the worker is dead) and ``reclaim_s`` (crash-recovery scan interval) are
+    seconds; ``block_ms`` is how long one XREADGROUP waits for new jobs, in milliseconds.
+    Raises ``ValueError`` when ``worker_ttl_s`` is under twice ``heartbeat_s``.
     """
 
     def __init__(
@@ -47,6 +61,8 @@ class Worker:
         heartbeat_s: float = 2.0,
         cancel_poll_s: float = 0.05,
         block_ms: int = 500,
+        worker_ttl_s: float = WORKER_TTL_S,
+        reclaim_s: float = 5.0,
     ) -> None:
         self.pool = pool
         self.engine = engine
@@ -59,11 +75,21 @@ class Worker:
         self.heartbeat_s = heartbeat_s
         self.cancel_poll_s = cancel_poll_s
         self.block_ms = block_ms
+        if worker_ttl_s < 2 * heartbeat_s:
+            raise ValueError(
+                f"worker_ttl_s ({worker_ttl_s}) must be at least twice heartbeat_s "
+                f"({heartbeat_s}), or live workers would look dead"
+            )
+        self.worker_ttl_s = worker_ttl_s
+        self.reclaim_s = reclaim_s
+        self._labels = {"model_name": engine.model, "pool": pool}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._aborted: set[str] = set()
         self._stopping = asyncio.Event()
+        self._closing = False
         self._redis: aioredis.Redis | None = None
         self.jobs_done = 0
+        self.jobs_reclaimed = 0
 
     @property
     def redis(self) -> aioredis.Redis:
@@ -88,9 +114,13 @@ class Worker:
         self._redis = aioredis.Redis.from_url(self.redis_url, decode_responses=True)
         await self._ensure_group()
         await self.engine.start()
+        # Beat once before the first read, so no other worker ever sees our entries
+        # owned by a consumer without a heartbeat.
+        await self._heartbeat()
         aux = [
             asyncio.create_task(self._heartbeat_loop()),
             asyncio.create_task(self._cancel_loop()),
+            asyncio.create_task(self._reclaim_loop()),
         ]
         logger.info(
             "worker %s serving pool %r with %s (%s slots)",
@@ -104,9 +134,12 @@ class Worker:
             if self._running:
                 await asyncio.gather(*self._running.values(), return_exceptions=True)
         finally:
+            # The loops also check _closing: redis-py can absorb a CancelledError that
+            # lands inside a command, and a loop must not outlive the worker.
+            self._closing = True
             for task in aux:
                 task.cancel()
-            await asyncio.gather(*aux, return_exceptions=True)
+            await asyncio.wait(aux, timeout=5)
             await self.redis.zrem(protocol.workers_key(self.pool), self.worker_id)
             await self.redis.delete(protocol.worker_key(self.worker_id))
             await self.engine.close()
@@ -144,7 +177,20 @@ class Worker:
             )
             for _key, entries in result or []:
                 for entry_id, fields in entries:
-                    self._start_job(entry_id, fields, slot_freed)
+                    if self._stopping.is_set():
+                        # Stop arrived during the blocking read: hand the job back.
+                        await self._requeue(entry_id, fields)
+                    else:
+                        self._start_job(entry_id, fields, slot_freed)
+
+    async def _requeue(self, entry_id: str, fields: dict[str, Any]) -> None:
+        """Put a delivered entry back on the queue (as a new entry) and drop ours."""
+        queue = protocol.queue_key(self.pool)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(queue, fields)
+            pipe.xack(queue, protocol.GROUP, entry_id)
+            pipe.xdel(queue, entry_id)
+            await pipe.execute()
 
     def _start_job(
         self, entry_id: str, fields: dict[str, Any], slot_freed: asyncio.Event
@@ -166,7 +212,11 @@ class Worker:
         task.add_done_callback(_done)
 
     async def _ack(self, entry_id: str) -> None:
-        await self.redis.xack(protocol.queue_key(self.pool), protocol.GROUP, entry_id)
+        queue = protocol.queue_key(self.pool)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xack(queue, protocol.GROUP, entry_id)
+            pipe.xdel(queue, entry_id)
+            await pipe.execute()
 
     async def _terminal(
         self, job_id: str, event_type: str, payload: dict[str, Any]
@@ -178,6 +228,8 @@ class Worker:
             payload=payload,
             ttl_s=self.stream_ttl_s,
         )
+        if written and event_type == protocol.EVENT_ERROR:
+            metrics.REQUEST_ERRORS.labels(**self._labels, code=payload["code"]).inc()
         return bool(written)
 
     async def _run_job(self, entry_id: str, job: protocol.Job) -> None:
@@ -197,11 +249,9 @@ class Worker:
                 return
             if await self.redis.exists(protocol.final_key(job.job_id)):
                 return  # ended elsewhere (e.g. timed out by the web tier)
-            queue_ms = (
-                int(max(0.0, started - job.enqueued_at) * 1000)
-                if job.enqueued_at
-                else 0
-            )
+            queue_s = max(0.0, started - job.enqueued_at) if job.enqueued_at else 0.0
+            queue_ms = int(queue_s * 1000)
+            metrics.QUEUE_TIME.labels(**self._labels).observe(queue_s)
             meta = protocol.event_fields(
                 protocol.EVENT_META,
                 {
@@ -213,12 +263,20 @@ class Worker:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.xadd(gen, meta)
                 pipe.expire(gen, self.stream_ttl_s * 24)
+                pipe.hset(
+                    protocol.worker_key(self.worker_id), "busy", len(self._running)
+                )
                 await pipe.execute()
             if job.job_id in self._aborted or await self.redis.exists(
                 protocol.cancel_key(job.job_id)
             ):
                 self.engine.abort(job.job_id)
-            await self._stream(job, gen)
+            running = metrics.REQUESTS_RUNNING.labels(**self._labels)
+            running.inc()
+            try:
+                await self._stream(job, gen)
+            finally:
+                running.dec()
         except asyncio.CancelledError:
             self.engine.abort(job.job_id)
             raise
@@ -240,14 +298,21 @@ class Worker:
 
     async def _stream(self, job: protocol.Job, gen: str) -> None:
         first_token_at: float | None = None
+        last_at = 0.0
+        itl = metrics.INTER_TOKEN_LATENCY.labels(**self._labels)
         async for item in self.engine.generate(job):
             if isinstance(item, Delta):
+                now = time.time()
                 if first_token_at is None:
-                    first_token_at = time.time()
+                    first_token_at = now
+                else:
+                    itl.observe(now - last_at)
+                last_at = now
                 await self.redis.xadd(gen, protocol.token_fields(item.text))
             elif isinstance(item, Finish):
                 end = time.time()
                 origin = job.enqueued_at or end
+                self._record_finish(job, item, first_token_at, end)
                 await self._terminal(
                     job.job_id,
                     protocol.EVENT_DONE,
@@ -265,25 +330,180 @@ class Worker:
                     },
                 )
 
+    def _record_finish(
+        self,
+        job: protocol.Job,
+        finish: Finish,
+        first_token_at: float | None,
+        end: float,
+    ) -> None:
+        labels = self._labels
+        origin = job.enqueued_at or end
+        if first_token_at is not None:
+            metrics.TIME_TO_FIRST_TOKEN.labels(**labels).observe(
+                max(0.0, first_token_at - origin)
+            )
+        metrics.E2E_LATENCY.labels(**labels).observe(max(0.0, end - origin))
+        usage = finish.usage
+        metrics.PROMPT_TOKENS.labels(**labels).inc(usage.prompt_tokens)
+        metrics.GENERATION_TOKENS.labels(**labels).inc(usage.completion_tokens)
+        metrics.PREFIX_CACHE_QUERIES.labels(**labels).inc(usage.prompt_tokens)
+        metrics.PREFIX_CACHE_HITS.labels(**labels).inc(usage.cached_tokens)
+        metrics.REQUEST_SUCCESS.labels(
+            **labels, finished_reason=finish.finish_reason
+        ).inc()
+        if finish.finish_reason == protocol.FINISH_CANCELLED:
+            metrics.REQUESTS_ABORTED.labels(**labels).inc()
+
+    async def _heartbeat(self) -> None:
+        now = time.time()
+        queue = protocol.queue_key(self.pool)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(protocol.workers_key(self.pool), {self.worker_id: now})
+            pipe.hset(
+                protocol.worker_key(self.worker_id),
+                mapping={
+                    "slots": self.concurrency,
+                    "busy": len(self._running),
+                    "pool": self.pool,
+                    "engine": self.engine.name,
+                    "model": self.engine.model,
+                    "heartbeat": f"{now:.3f}",
+                },
+            )
+            pipe.expire(
+                protocol.worker_key(self.worker_id), int(self.worker_ttl_s * 3) + 1
+            )
+            pipe.xlen(queue)
+            pipe.xpending(queue, protocol.GROUP)
+            results = await pipe.execute()
+        waiting = max(0, int(results[-2]) - int(results[-1]["pending"]))
+        metrics.REQUESTS_WAITING.labels(pool=self.pool).set(waiting)
+
     async def _heartbeat_loop(self) -> None:
-        while True:
-            now = time.time()
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.zadd(protocol.workers_key(self.pool), {self.worker_id: now})
-                pipe.hset(
-                    protocol.worker_key(self.worker_id),
-                    mapping={
-                        "slots": self.concurrency,
-                        "busy": len(self._running),
-                        "pool": self.pool,
-                    },
-                )
-                pipe.expire(protocol.worker_key(self.worker_id), 30)
-                await pipe.execute()
+        while not self._closing:
             await asyncio.sleep(self.heartbeat_s)
+            try:
+                await self._heartbeat()
+            except Exception:  # noqa: BLE001 - a Redis blip must not end the heartbeats
+                logger.exception("heartbeat failed")
+
+    async def _reclaim_loop(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.reclaim_s)
+            try:
+                await self.reclaim()
+            except Exception:  # noqa: BLE001 - retried at the next interval
+                logger.exception("crash recovery scan failed")
+
+    async def reclaim(self) -> int:
+        """Take over the pending jobs of dead workers of this pool; return how many.
+
+        A consumer is dead when its heartbeat (``inf:workers:{pool}``) is missing or
+        older than ``worker_ttl_s`` seconds. Each of its entries is claimed (XCLAIM, so
+        one worker wins) and then: already ended → acknowledged; no token yet and
+        retries left → re-queued as a new entry; else ended with ``worker_lost``.
+        Dead consumers left with no pending entry are removed from the group and the
+        heartbeat set.
+        """
+        queue = protocol.queue_key(self.pool)
+        now = time.time()
+        live = set(
+            await self.redis.zrangebyscore(
+                protocol.workers_key(self.pool), now - self.worker_ttl_s, "+inf"
+            )
+        )
+        live.add(self.worker_id)
+        try:
+            consumers = await self.redis.xinfo_consumers(queue, protocol.GROUP)
+        except ResponseError:
+            return 0  # no stream or group yet
+        handled = 0
+        for consumer in consumers:
+            name = consumer["name"]
+            if name in live:
+                continue
+            if int(consumer["pending"]):
+                handled += await self._reclaim_consumer(name)
+                still = await self.redis.xpending_range(
+                    queue, protocol.GROUP, min="-", max="+", count=1, consumername=name
+                )
+                if still:
+                    continue
+            await self.redis.xgroup_delconsumer(queue, protocol.GROUP, name)
+            await self.redis.zrem(protocol.workers_key(self.pool), name)
+        return handled
+
+    async def _reclaim_consumer(self, consumer: str) -> int:
+        queue = protocol.queue_key(self.pool)
+        entries = await self.redis.xpending_range(
+            queue, protocol.GROUP, min="-", max="+", count=100, consumername=consumer
+        )
+        handled = 0
+        for entry in entries:
+            # min_idle_time makes the claim conditional: a second reclaimer racing us
+            # finds the idle time reset by our claim and gets nothing.
+            claimed = await self.redis.xclaim(
+                queue,
+                protocol.GROUP,
+                self.worker_id,
+                min_idle_time=500,
+                message_ids=[entry["message_id"]],
+            )
+            for entry_id, fields in claimed:
+                if fields is None:  # deleted meanwhile
+                    await self._ack(entry_id)
+                    continue
+                handled += 1
+                self.jobs_reclaimed += 1
+                await self._recover(entry_id, fields, consumer)
+        return handled
+
+    async def _recover(self, entry_id: str, fields: dict[str, Any], dead: str) -> None:
+        try:
+            job = protocol.Job.from_fields(fields)
+        except (ValueError, TypeError):
+            await self._ack(entry_id)
+            return
+        if await self.redis.exists(protocol.final_key(job.job_id)):
+            await self._ack(entry_id)  # it ended; only the ack was lost
+            return
+        head = await self.redis.xrange(protocol.gen_key(job.job_id), count=8)
+        emitted = any(f.get("e") == protocol.EVENT_TOKEN for _id, f in head)
+        if not emitted:
+            attempts = await self.redis.incr(protocol.attempts_key(job.job_id))
+            await self.redis.expire(
+                protocol.attempts_key(job.job_id), self.stream_ttl_s
+            )
+            if attempts <= protocol.MAX_RETRIES:
+                # A fresh queue window: the first one was spent on the dead worker.
+                now = time.time()
+                if job.deadline and job.enqueued_at:
+                    job.deadline = now + max(1.0, job.deadline - job.enqueued_at)
+                logger.warning(
+                    "job %s lost worker %s before its first token: retry %s",
+                    job.job_id,
+                    dead,
+                    attempts,
+                )
+                metrics.REQUESTS_RETRIED.labels(pool=self.pool).inc()
+                await self._requeue(entry_id, job.to_fields())
+                return
+        logger.warning("job %s lost worker %s mid-answer", job.job_id, dead)
+        await self._terminal(
+            job.job_id,
+            protocol.EVENT_ERROR,
+            {
+                "code": protocol.ERROR_WORKER_LOST,
+                "message": "The model worker stopped while answering. "
+                "The answer is incomplete; please try again.",
+                "usage": None,
+            },
+        )
+        await self._ack(entry_id)
 
     async def _cancel_loop(self) -> None:
-        while True:
+        while not self._closing:
             await asyncio.sleep(self.cancel_poll_s)
             job_ids = [j for j in self._running if j not in self._aborted]
             if not job_ids:

@@ -4,9 +4,12 @@ an in-process inference worker, users and SSE helpers."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +22,15 @@ from inference.connections import redis_sync
 from inference.engines.base import Engine
 from inference.engines.scripted import ScriptedEngine
 from inference.worker import Worker
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _metrics_dir() -> Iterator[None]:
+    """Remove this session's Prometheus multiprocess folder (settings/test.py) at the end."""
+    yield
+    folder = Path(settings.PROMETHEUS_MULTIPROC_DIR)
+    if folder.name == f"prometheus-test-{os.getpid()}":
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

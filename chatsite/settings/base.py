@@ -225,3 +225,22 @@ MEMORY_EXTRACT_FACTS = env.bool("MEMORY_EXTRACT_FACTS", default=True)
 MEMORY_SMALL_POOL = env("MEMORY_SMALL_POOL", default=INFERENCE_DEFAULT_POOL)
 # After an answer: title the conversation, roll its summary, extract facts (Celery).
 CHAT_BACKGROUND_JOBS = env.bool("CHAT_BACKGROUND_JOBS", default=True)
+# --- Inference workers and metrics (issue #3) ------------------------------------------
+# Workers beat every INFERENCE_HEARTBEAT_S s; one silent for INFERENCE_WORKER_TTL_S s is
+# dead, and every INFERENCE_RECLAIM_S s live workers take over its pending jobs.
+INFERENCE_HEARTBEAT_S = env.float("INFERENCE_HEARTBEAT_S", default=2.0)
+INFERENCE_WORKER_TTL_S = env.float("INFERENCE_WORKER_TTL_S", default=10.0)
+INFERENCE_RECLAIM_S = env.float("INFERENCE_RECLAIM_S", default=5.0)
+# prometheus_client multiprocess mode: every process (web, workers) writes its samples to
+# files in this folder and /metrics aggregates them. prometheus_client reads the variable
+# when first imported, so it is exported here; `make run` empties the folder at start.
+PROMETHEUS_MULTIPROC_DIR = env(
+    "PROMETHEUS_MULTIPROC_DIR", default=str(VAR_DIR / "prometheus")
+)
+env.ENVIRON["PROMETHEUS_MULTIPROC_DIR"] = PROMETHEUS_MULTIPROC_DIR
+Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
+# /metrics is served to staff users, to requests from these addresses (a scraper on the
+# same host; empty it when a reverse proxy on this host forwards public traffic), and to
+# `Authorization: Bearer METRICS_TOKEN` when that is set.
+METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"])
+METRICS_TOKEN = env("METRICS_TOKEN", default="")

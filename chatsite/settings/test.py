@@ -1,7 +1,19 @@
 """Test settings: the same real PostgreSQL and Redis as dev, a private Redis database."""
 
-from chatsite.settings.base import *  # noqa: F403
-from chatsite.settings.base import REDIS_URL, env
+import os
+from pathlib import Path
+
+# Each test session gets its own Prometheus multiprocess folder (worker processes that
+# the tests start inherit it through the environment); set before base exports it.
+os.environ.setdefault(
+    "PROMETHEUS_MULTIPROC_DIR",
+    str(
+        Path(__file__).resolve().parents[2] / ".var" / f"prometheus-test-{os.getpid()}"
+    ),
+)
+
+from chatsite.settings.base import *  # noqa: E402, F403
+from chatsite.settings.base import REDIS_URL, env  # noqa: E402
 
 # Tests own Redis database 15 of the same server and flush it between tests.
 REDIS_URL = env("TEST_REDIS_URL", default=REDIS_URL.rsplit("/", 1)[0] + "/15")

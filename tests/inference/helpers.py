@@ -4,6 +4,7 @@ import time
 
 from inference import client as inference_client
 from inference import protocol
+from inference.connections import redis_sync
 
 
 def enqueue(
@@ -45,3 +46,16 @@ def wait_events(job_id: str, predicate, timeout: float = 10.0) -> list[protocol.
 def terminal(events: list[protocol.Event]) -> bool:
     """True once the last event is terminal."""
     return bool(events) and events[-1].is_terminal
+
+
+def queue_drained(pool: str = "default", timeout: float = 10.0) -> bool:
+    """Wait until a pool's queue has no entry left, waiting or pending (acks follow the
+    terminal event by a moment); return False after ``timeout`` s."""
+    r = redis_sync()
+    queue = protocol.queue_key(pool)
+    deadline = time.time() + timeout
+    while r.xlen(queue) or r.xpending(queue, protocol.GROUP)["pending"]:
+        if time.time() > deadline:
+            return False
+        time.sleep(0.02)
+    return True

@@ -8,6 +8,7 @@ import pytest
 from inference.engines.base import Delta, Finish
 from inference.engines.llamacpp import LlamaCppEngine, bundled_model_path
 from inference.protocol import Job
+from tests.inference.helpers import enqueue, terminal, wait_events
 
 pytestmark = pytest.mark.slow
 
@@ -114,3 +115,30 @@ def test_a_history_longer_than_the_window_is_trimmed_not_overflowed(engine):
     assert isinstance(finish, Finish)
     assert finish.usage.prompt_tokens + 64 <= engine.n_ctx
     assert finish.usage.completion_tokens > 0
+
+
+def _stream_pos(entry_id: str) -> tuple[int, int]:
+    ms, seq = entry_id.split("-")
+    return int(ms), int(seq)
+
+
+def test_two_slots_serve_two_concurrent_jobs_that_progress_together(start_worker):
+    handle = start_worker(
+        LlamaCppEngine(n_ctx=512, slots=2, n_threads=1, seed=7), concurrency=2
+    )
+    assert handle.worker.concurrency == 2
+    story = [{"role": "user", "content": "Write a long story about a brave dragon."}]
+    for job_id in ("left", "right"):
+        enqueue(job_id, messages=story, max_tokens=40)
+    left = wait_events("left", terminal, timeout=120)
+    right = wait_events("right", terminal, timeout=120)
+    for events in (left, right):
+        assert events[-1].type == "done", events[-1]
+        assert events[-1].data["usage"]["completion_tokens"] > 5
+
+    def first_token(events):
+        return _stream_pos(next(e.id for e in events if e.type == "token"))
+
+    # Each job streamed its first token before the other one ended: both ran at once.
+    assert first_token(left) < _stream_pos(right[-1].id)
+    assert first_token(right) < _stream_pos(left[-1].id)

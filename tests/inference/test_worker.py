@@ -115,3 +115,17 @@ def test_worker_heartbeat_makes_the_pool_live_and_leaving_removes_it(start_worke
     assert inference_client.workers_live(pool="default") == 1
     handle.stop()
     assert inference_client.workers_live(pool="default") == 0
+
+
+def test_a_job_arriving_while_the_worker_stops_is_put_back_not_taken(start_worker):
+    handle = start_worker(ScriptedEngine(text="x"), block_ms=5000)
+    time.sleep(0.2)  # the worker is now blocked reading the queue
+    handle.loop.call_soon_threadsafe(handle.worker.stop)
+    enqueue("late")
+    handle.thread.join(timeout=10)
+    assert not handle.thread.is_alive()
+    assert inference_client.generation_events(job_id="late") == []
+    queue = protocol.queue_key("default")
+    [(_id, fields)] = redis_sync().xrange(queue)
+    assert protocol.Job.from_fields(fields).job_id == "late"
+    assert redis_sync().xpending(queue, protocol.GROUP)["pending"] == 0

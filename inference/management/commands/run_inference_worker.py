@@ -1,5 +1,10 @@
 """`manage.py run_inference_worker --pool NAME --engine llamacpp|vllm|openai|scripted
-[--concurrency N] [--model M] [--base-url URL]`."""
+[--concurrency N] [--model M] [--base-url URL]`.
+
+SIGTERM / SIGINT: drain (take no new job, finish the running ones, exit 0). A second
+signal aborts the running jobs (they end ``cancelled``) so the worker exits at once.
+Timing settings: INFERENCE_HEARTBEAT_S, INFERENCE_WORKER_TTL_S, INFERENCE_RECLAIM_S.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from inference import metrics
 from inference.engines import engine_create
 from inference.worker import Worker
 
@@ -35,6 +41,12 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--n-ctx", type=int, default=4096, help="llama.cpp context window, tokens"
+        )
+        parser.add_argument(
+            "--threads",
+            type=int,
+            default=None,
+            help="llama.cpp threads per slot (default: CPU cores / slots)",
         )
         parser.add_argument(
             "--model-path", default=None, help="GGUF file (default: bundled SmolLM2)"
@@ -74,9 +86,11 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         pool = opts["pool"] or settings.INFERENCE_DEFAULT_POOL
         if opts["engine"] == "llamacpp":
+            slots = opts["concurrency"] or 1
             engine_opts: dict[str, Any] = {
                 "n_ctx": opts["n_ctx"],
-                "slots": opts["concurrency"] or 1,
+                "slots": slots,
+                "n_threads": opts["threads"] or max(1, (os.cpu_count() or 2) // slots),
             }
             if opts["model_path"]:
                 engine_opts["model_path"] = opts["model_path"]
@@ -111,18 +125,31 @@ class Command(BaseCommand):
             redis_url=settings.REDIS_URL,
             concurrency=opts["concurrency"],
             stream_ttl_s=settings.INFERENCE_STREAM_TTL_S,
+            heartbeat_s=settings.INFERENCE_HEARTBEAT_S,
+            worker_ttl_s=settings.INFERENCE_WORKER_TTL_S,
+            reclaim_s=settings.INFERENCE_RECLAIM_S,
         )
         self.stdout.write(
             f"inference worker {worker.worker_id}: pool={pool} engine={engine.name}"
         )
 
+        signals = 0
+
+        def on_signal() -> None:
+            nonlocal signals
+            signals += 1
+            worker.stop(abort_running=signals > 1)
+
         async def main() -> None:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, worker.stop)
+                loop.add_signal_handler(sig, on_signal)
             await worker.run()
 
-        asyncio.run(main())
+        try:
+            asyncio.run(main())
+        finally:
+            metrics.process_exited()
         self.stdout.write(
             f"inference worker {worker.worker_id}: drained, {worker.jobs_done} jobs served"
         )

@@ -1,0 +1,193 @@
+"""Prometheus metrics of the inference tier (DESIGN §11), multiprocess-safe.
+
+Workers record; the web process serves (:func:`metrics_render`, view ``/metrics``).
+Every process writes its samples to memory-mapped files in ``PROMETHEUS_MULTIPROC_DIR``
+(``prometheus_client`` multiprocess mode); the settings set that variable (default
+``.var/prometheus``) before ``prometheus_client`` is first imported, and ``make run``
+empties the folder at start. Names follow vLLM's where vLLM has one, with its
+``model_name`` label plus our ``pool`` label; times are seconds, counts are tokens.
+
+- ``vllm:time_to_first_token_seconds``: enqueue → first token (histogram).
+- ``vllm:inter_token_latency_seconds``: between two streamed deltas (histogram).
+- ``vllm:e2e_request_latency_seconds``: enqueue → terminal event (histogram).
+- ``vllm:request_queue_time_seconds``: enqueue → taken by a worker (histogram).
+- ``vllm:num_requests_running``: jobs in engine slots (gauge, summed over live workers).
+- ``vllm:num_requests_waiting``: jobs queued and not yet taken (gauge, the pool's
+  latest sample, taken by workers at each heartbeat).
+- ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``: exact engine counts.
+- ``vllm:prefix_cache_queries_total`` / ``vllm:prefix_cache_hits_total``: prompt tokens
+  looked up / found in the KV cache.
+- ``vllm:request_success_total{finished_reason}``: generations that ended with ``done``.
+- ``inference:requests_aborted_total``: generations stopped by a cancel (user stop,
+  no client left, shutdown); ``inference:request_errors_total{code}``: ``error`` ends;
+  ``inference:requests_retried_total``: jobs re-queued by crash recovery.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+LABELS = ("model_name", "pool")
+
+# Buckets in seconds: vLLM's for TTFT / ITL, a coarser ladder for whole requests.
+_TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+_ITL_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+)
+_REQUEST_BUCKETS = (
+    0.05,
+    0.1,
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+)
+
+TIME_TO_FIRST_TOKEN = Histogram(
+    "vllm:time_to_first_token_seconds",
+    "Time from enqueue to the first generated token, in seconds.",
+    LABELS,
+    buckets=_TTFT_BUCKETS,
+)
+INTER_TOKEN_LATENCY = Histogram(
+    "vllm:inter_token_latency_seconds",
+    "Time between two streamed deltas of one generation, in seconds.",
+    LABELS,
+    buckets=_ITL_BUCKETS,
+)
+E2E_LATENCY = Histogram(
+    "vllm:e2e_request_latency_seconds",
+    "Time from enqueue to the terminal event, in seconds.",
+    LABELS,
+    buckets=_REQUEST_BUCKETS,
+)
+QUEUE_TIME = Histogram(
+    "vllm:request_queue_time_seconds",
+    "Time a job waited in its pool's queue before a worker took it, in seconds.",
+    LABELS,
+    buckets=_REQUEST_BUCKETS,
+)
+REQUESTS_RUNNING = Gauge(
+    "vllm:num_requests_running",
+    "Jobs running in engine slots.",
+    LABELS,
+    multiprocess_mode="livesum",
+)
+REQUESTS_WAITING = Gauge(
+    "vllm:num_requests_waiting",
+    "Jobs queued in the pool and not yet taken by a worker.",
+    ("pool",),
+    multiprocess_mode="mostrecent",
+)
+PROMPT_TOKENS = Counter(
+    "vllm:prompt_tokens", "Prompt tokens processed (exact, engine tokenizer).", LABELS
+)
+GENERATION_TOKENS = Counter(
+    "vllm:generation_tokens", "Tokens generated (exact, engine count).", LABELS
+)
+PREFIX_CACHE_QUERIES = Counter(
+    "vllm:prefix_cache_queries", "Prompt tokens looked up in the KV cache.", LABELS
+)
+PREFIX_CACHE_HITS = Counter(
+    "vllm:prefix_cache_hits", "Prompt tokens found in the KV cache.", LABELS
+)
+REQUEST_SUCCESS = Counter(
+    "vllm:request_success",
+    "Generations that ended with a done event, by finish reason.",
+    (*LABELS, "finished_reason"),
+)
+REQUESTS_ABORTED = Counter(
+    "inference:requests_aborted",
+    "Generations stopped by a cancel (user stop, no client attached, shutdown).",
+    LABELS,
+)
+REQUEST_ERRORS = Counter(
+    "inference:request_errors",
+    "Generations that ended with an error event, by error code.",
+    (*LABELS, "code"),
+)
+REQUESTS_RETRIED = Counter(
+    "inference:requests_retried",
+    "Jobs re-queued by crash recovery after their worker died before any token.",
+    ("pool",),
+)
+
+
+def metrics_render() -> tuple[bytes, str]:
+    """Return the Prometheus text exposition of every process's samples, and its type.
+
+    Aggregates the files of ``PROMETHEUS_MULTIPROC_DIR`` when it is set (the normal
+    case), else this process's default registry.
+    """
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    from prometheus_client import REGISTRY
+
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+def process_exited(pid: int | None = None) -> None:
+    """Drop the live-gauge files of a process that ends (call once at clean exit)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(pid or os.getpid())

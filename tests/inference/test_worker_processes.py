@@ -1,0 +1,188 @@
+"""Real `manage.py run_inference_worker --engine scripted` processes: kill -9 and SIGTERM.
+
+Workers run with fast timings (heartbeat 0.3 s, dead after 2 s, recovery scan every
+0.5 s) through the environment, against the test Redis database.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from prometheus_client.parser import text_string_to_metric_families
+
+from inference import protocol
+from inference.connections import redis_sync
+from inference.metrics import metrics_render
+from tests.inference.helpers import enqueue, queue_drained, terminal, wait_events
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+class WorkerProcess:
+    """One worker process of ``pool``; ``worker_id`` is read from its heartbeat."""
+
+    def __init__(self, pool: str, *args: str) -> None:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "chatsite.settings.test",
+            "TEST_REDIS_URL": settings.REDIS_URL,
+            "INFERENCE_HEARTBEAT_S": "0.3",
+            "INFERENCE_WORKER_TTL_S": "2",
+            "INFERENCE_RECLAIM_S": "0.5",
+            "PYTHONUNBUFFERED": "1",
+        }
+        known = set(redis_sync().zrange(protocol.workers_key(pool), 0, -1))
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "manage.py",
+                "run_inference_worker",
+                "--pool",
+                pool,
+                "--engine",
+                "scripted",
+                *args,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.time() + 60
+        while True:
+            new = set(redis_sync().zrange(protocol.workers_key(pool), 0, -1)) - known
+            if new:
+                (self.worker_id,) = new
+                break
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.proc.kill()
+                raise RuntimeError(f"worker did not start: {self.proc.stdout.read()}")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def spawn():
+    procs: list[WorkerProcess] = []
+
+    def _spawn(pool: str, *args: str) -> WorkerProcess:
+        proc = WorkerProcess(pool, *args)
+        procs.append(proc)
+        return proc
+
+    yield _spawn
+    for proc in procs:
+        proc.close()
+
+
+def tokens_text(events: list[protocol.Event]) -> str:
+    return "".join(e.data["t"] for e in events if e.type == "token")
+
+
+def test_kill_9_before_the_first_token_the_job_is_retried_and_completes_once(spawn):
+    stuck = spawn("crash-a", "--delay-ms", "5000")  # would wait 5 s per token
+    enqueue("crash-early", pool="crash-a", script={"text": "alpha beta gamma"})
+    events = wait_events("crash-early", lambda ev: len(ev) >= 1, timeout=20)
+    assert events[0].data["worker"] == stuck.worker_id
+    rescuer = spawn("crash-a", "--delay-ms", "10")
+    stuck.proc.send_signal(signal.SIGKILL)
+    stuck.proc.wait(timeout=10)
+    events = wait_events("crash-early", terminal, timeout=30)
+    assert [e.type for e in events] == [
+        "meta",
+        "meta",
+        "token",
+        "token",
+        "token",
+        "done",
+    ]
+    assert events[1].data["worker"] == rescuer.worker_id
+    assert tokens_text(events) == "alpha beta gamma"
+    assert events[-1].data["finish_reason"] == "stop"
+    time.sleep(1.5)  # more recovery scans: the job is not run a second time
+    assert len(wait_events("crash-early", terminal)) == len(events)
+    assert queue_drained("crash-a")
+
+
+def test_kill_9_mid_answer_ends_the_job_with_worker_lost_and_keeps_the_partial(spawn):
+    text = " ".join(f"w{i}" for i in range(40))
+    dying = spawn("crash-b", "--delay-ms", "150")
+    enqueue("crash-late", pool="crash-b", script={"text": text})
+    wait_events(
+        "crash-late", lambda ev: sum(e.type == "token" for e in ev) >= 3, timeout=20
+    )
+    rescuer = spawn("crash-b", "--delay-ms", "10")
+    dying.proc.send_signal(signal.SIGKILL)
+    dying.proc.wait(timeout=10)
+    events = wait_events("crash-late", terminal, timeout=30)
+    kinds = [e.type for e in events]
+    assert kinds.count("meta") == 1 and kinds[-1] == "error"
+    assert events[-1].data["code"] == protocol.ERROR_WORKER_LOST
+    partial = tokens_text(events)
+    assert len(partial.split()) >= 3 and text.startswith(partial)
+    assert partial != text
+    assert queue_drained("crash-b")
+    assert rescuer.proc.poll() is None
+
+
+def _counter(name: str, **labels: str) -> float:
+    body, _ = metrics_render()
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name == name and all(
+                sample.labels.get(k) == v for k, v in labels.items()
+            ):
+                return sample.value
+    return 0.0
+
+
+def test_sigterm_finishes_the_running_answer_takes_no_new_job_and_exits_0(spawn):
+    text = " ".join(f"w{i}" for i in range(20))
+    worker = spawn("drain", "--delay-ms", "100")
+    enqueue("draining", pool="drain", script={"text": text})
+    wait_events("draining", lambda ev: sum(e.type == "token" for e in ev) >= 2)
+    worker.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    enqueue("after-stop", pool="drain", script={"text": "should not run"})
+    assert worker.proc.wait(timeout=30) == 0
+    events = wait_events("draining", terminal)
+    assert events[-1].type == "done" and events[-1].data["finish_reason"] == "stop"
+    assert tokens_text(events) == text
+    assert redis_sync().xrange(protocol.gen_key("after-stop")) == []
+    queue = protocol.queue_key("drain")
+    assert redis_sync().xlen(queue) == 1
+    assert redis_sync().xpending(queue, protocol.GROUP)["pending"] == 0
+    assert "drained, 1 jobs served" in worker.proc.stdout.read()
+    # The worker process's samples reach /metrics through the multiprocess folder.
+    assert _counter(
+        "vllm:generation_tokens_total", model_name="scripted-1", pool="drain"
+    ) == pytest.approx(20)
+
+
+def test_a_second_sigterm_cancels_the_running_answer_and_exits_at_once(spawn):
+    worker = spawn("abort", "--delay-ms", "200")
+    text = " ".join(f"w{i}" for i in range(200))  # 40 s at 200 ms a token
+    enqueue("aborted", pool="abort", script={"text": text})
+    wait_events("aborted", lambda ev: sum(e.type == "token" for e in ev) >= 2)
+    worker.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.proc.wait(timeout=15) == 0
+    events = wait_events("aborted", terminal)
+    assert events[-1].type == "done"
+    assert events[-1].data["finish_reason"] == "cancelled"
+    assert 2 <= sum(e.type == "token" for e in events) < 200
+    assert queue_drained("abort")
