@@ -184,7 +184,8 @@ def generation_watchdog(
     if not started and now - enqueued_at > queue_timeout_s:
         code, message = (
             protocol.ERROR_QUEUE_TIMEOUT,
-            "No model worker took this request in time. Please try again.",
+            "The model is busy: no worker could take this request in time. "
+            "Please try again in a moment.",
         )
     elif (
         now - last_event_at > no_worker_grace_s

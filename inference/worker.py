@@ -242,7 +242,8 @@ class Worker:
                     protocol.EVENT_ERROR,
                     {
                         "code": protocol.ERROR_QUEUE_TIMEOUT,
-                        "message": "The request waited too long in the queue. Please try again.",
+                        "message": "The model is busy: this request waited too long in the "
+                        "queue. Please try again in a moment.",
                         "usage": None,
                     },
                 )
@@ -281,6 +282,13 @@ class Worker:
             self.engine.abort(job.job_id)
             raise
         except Exception as exc:  # noqa: BLE001 - any engine failure ends the job with an event
+            # An EngineError with its own code (e.g. context_overflow) carries a message
+            # written for the user; anything else gets a generic one.
+            user_message = (
+                str(exc)
+                if isinstance(exc, EngineError) and exc.code != protocol.ERROR_ENGINE
+                else "The model failed while answering. Please try again."
+            )
             code = exc.code if isinstance(exc, EngineError) else protocol.ERROR_ENGINE
             logger.exception("job %s failed", job.job_id)
             await self._terminal(
@@ -288,7 +296,7 @@ class Worker:
                 protocol.EVENT_ERROR,
                 {
                     "code": code,
-                    "message": "The model failed while answering. Please try again.",
+                    "message": user_message,
                     "usage": None,
                 },
             )

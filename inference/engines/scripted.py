@@ -10,7 +10,7 @@ exercised exactly. Options come from the constructor and can be overridden per j
   default: one word (with its leading space) per token.
 - ``delay_ms`` (float): sleep before each token, in milliseconds.
 - ``fail_after`` (int|None): raise :class:`EngineError` after this many tokens (0 = before
-  the first token).
+  the first token); ``fail_code`` (str): its error code (default ``engine_error``).
 
 Token accounting: one emitted chunk is one completion token; a prompt costs one token per
 whitespace-separated word plus 4 per message (a stand-in for a chat template).
@@ -102,7 +102,10 @@ class ScriptedEngine(Engine):
                 if fail_after is not None and usage.completion_tokens >= int(
                     fail_after
                 ):
-                    raise EngineError("scripted failure", code=protocol.ERROR_ENGINE)
+                    raise EngineError(
+                        f"Scripted failure ({opts.get('fail_code') or 'engine_error'}).",
+                        code=opts.get("fail_code") or protocol.ERROR_ENGINE,
+                    )
                 if delay_s:
                     await asyncio.sleep(delay_s)
                     if job.job_id in self._aborted:

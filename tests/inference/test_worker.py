@@ -129,3 +129,17 @@ def test_a_job_arriving_while_the_worker_stops_is_put_back_not_taken(start_worke
     [(_id, fields)] = redis_sync().xrange(queue)
     assert protocol.Job.from_fields(fields).job_id == "late"
     assert redis_sync().xpending(queue, protocol.GROUP)["pending"] == 0
+
+
+def test_an_engine_error_with_its_own_code_keeps_its_message_for_the_user(start_worker):
+    start_worker(ScriptedEngine(text="a b"))
+    enqueue("too-long", script={"fail_after": 0, "fail_code": "context_overflow"})
+    events = wait_events("too-long", terminal)
+    assert events[-1].data["code"] == "context_overflow"
+    assert events[-1].data["message"] == "Scripted failure (context_overflow)."
+    enqueue("generic", script={"fail_after": 0})
+    events = wait_events("generic", terminal)
+    assert (
+        events[-1].data["message"]
+        == "The model failed while answering. Please try again."
+    )
