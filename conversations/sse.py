@@ -28,6 +28,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.urls import reverse
 
 from chatsite.errors import DomainError, InvalidInput
 from chatsite.http import error_response
@@ -47,7 +48,21 @@ def sse_frame(event: str, data: dict[str, Any], event_id: str | None = None) -> 
 
 
 def message_payload(message: Message) -> dict[str, Any]:
-    """Return the final state of an answer as sent in ``done`` / ``error`` frames."""
+    """Return the final state of an answer as sent in ``done`` / ``error`` frames.
+
+    Sync (reads the answer's citations): call it through ``sync_to_async``. Each citation
+    is ``{"number", "title", "passage", "url"}`` (passage numbers start at 1).
+    """
+    citations = [
+        {
+            "number": c.number,
+            "title": c.chunk.document.title,
+            "passage": c.chunk.ord + 1,
+            "url": reverse("document-detail", args=[c.chunk.document_id])
+            + f"#p{c.chunk.ord}",
+        }
+        for c in message.citations.select_related("chunk__document").order_by("number")
+    ]
     return {
         "message_id": str(message.id),
         "status": message.status,
@@ -62,11 +77,12 @@ def message_payload(message: Message) -> dict[str, Any]:
         "latency_ms": message.latency_ms,
         "html": markdown_to_html(message.content),
         "error": message.error,
+        "citations": citations,
     }
 
 
-def _final_frame(message: Message, event_id: str | None) -> str:
-    payload = message_payload(message)
+async def _final_frame(message: Message, event_id: str | None) -> str:
+    payload = await sync_to_async(message_payload)(message)
     if message.status == Message.Status.ERROR:
         payload.update(code="generation_failed", message=message.error)
         return sse_frame("error", payload, event_id)
@@ -99,7 +115,7 @@ async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
     job_id = message.job_id
     yield "retry: 1000\n\n"
     if message.status != Message.Status.STREAMING:
-        yield _final_frame(message, None)
+        yield await _final_frame(message, None)
         return
     await inference_client.astream_attach(job_id=job_id)
     try:
@@ -144,7 +160,7 @@ async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
                         # pool (gateway): read the restarted stream from its start
                         message, after, started = final, protocol.STREAM_START, False
                         break
-                    yield _final_frame(final, event.id)
+                    yield await _final_frame(final, event.id)
                     return
                 yield sse_frame(event.type, event.data, event.id)
             if text:

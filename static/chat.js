@@ -55,6 +55,21 @@
     article.dataset.status = data.status || (failed ? "error" : "complete");
     article.classList.remove("status-streaming");
     article.classList.add("status-" + article.dataset.status);
+    if (data.citations && data.citations.length && !article.querySelector(".citations")) {
+      const list = document.createElement("ol");
+      list.className = "citations";
+      list.setAttribute("aria-label", "Sources");
+      for (const c of data.citations) {
+        const item = document.createElement("li");
+        item.value = c.number;
+        const link = document.createElement("a");
+        link.href = c.url;
+        link.textContent = "[" + c.number + "] " + c.title + ", passage " + c.passage;
+        item.append(link);
+        list.append(item);
+      }
+      article.insertBefore(list, article.querySelector(".msg-footer"));
+    }
     const state = article.querySelector(".msg-state");
     if (failed) state.textContent = data.message || "The answer failed.";
     else if (data.status === "cancelled") state.textContent = "Stopped";

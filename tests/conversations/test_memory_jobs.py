@@ -202,3 +202,32 @@ def test_answer_that_used_passages_shows_numbered_citations(
     assert f'href="{link}"' in html and "[1] heron.md" in html
     services.conversation_delete(user=user, conversation_id=turn.conversation.id)
     assert not Citation.objects.exists()
+
+
+def test_the_streamed_done_frame_carries_the_citations(start_worker, auth_client, user):
+    import asyncio
+
+    from tests.sse import asgi_sse, session_cookie
+
+    doc = memory_services.document_upload(
+        user=user,
+        name="heron.md",
+        data=b"Project Heron launches on 14 March from the north pad.",
+        ingest_on_commit=False,
+    )
+    memory_services.document_ingest(document_id=doc.id)
+    start_worker(ScriptedEngine(text="It launches on 14 March [1]."))
+    turn = services.turn_start(user=user, content="When does Project Heron launch?")
+    url = reverse(
+        "message-stream", args=[turn.conversation.id, turn.assistant_message.id]
+    )
+    result = asyncio.run(asgi_sse(url, cookie=session_cookie(auth_client)))
+    done = result.last("done")
+    assert done.data["citations"] == [
+        {
+            "number": 1,
+            "title": "heron.md",
+            "passage": 1,
+            "url": reverse("document-detail", args=[doc.id]) + "#p0",
+        }
+    ]
