@@ -136,14 +136,28 @@ def _prompt_context(
     )
 
 
+def _cache_policy(built: BuiltContext, *, lookup: bool) -> gateway.CachePolicy:
+    """How a turn may use the gateway's answer caches (gateway.cache): the semantic cache
+    needs a first turn without memory; ``lookup`` False (regenerate) never serves one."""
+    return gateway.CachePolicy(
+        single_turn=built.history_kept == 1
+        and built.history_dropped == 0
+        and not built.summary_used,
+        personal=bool(built.facts or built.passages or built.summary_used),
+        lookup=lookup,
+    )
+
+
 def _submit_on_commit(
     *,
     conversation: Conversation,
     assistant: Message,
     built: BuiltContext,
     params: dict[str, Any],
+    cache_hit: gateway.CacheHit | None = None,
 ) -> None:
-    """Store the answer's citations and enqueue its prompt after commit."""
+    """Store the answer's citations and enqueue its prompt (or serve the cache hit)
+    after commit."""
     messages = built.messages
     if built.passages:
         memory_services.citations_store(
@@ -159,6 +173,7 @@ def _submit_on_commit(
             user_ref=str(conversation.user_id),
             pool=assistant.pool,
             enqueued_at=enqueued_at,
+            cache_hit=cache_hit,
         )
 
     transaction.on_commit(submit)
@@ -236,6 +251,7 @@ def turn_start(
             messages=built.messages,
             params=generation_params,
             model=model,
+            cache_policy=_cache_policy(built, lookup=True),
         )
         if conversation is None:
             conversation = Conversation.objects.create(
@@ -256,6 +272,7 @@ def turn_start(
             assistant=assistant,
             built=built,
             params=admission.params,
+            cache_hit=admission.cache_hit,
         )
     return Turn(conversation, user_message, assistant, created_conversation=created)
 
@@ -301,6 +318,9 @@ def turn_regenerate(
             messages=built.messages,
             params=generation_params,
             model=model,
+            # the user wants a new answer: never a cached one (a complete new answer
+            # replaces the cached one)
+            cache_policy=_cache_policy(built, lookup=False),
         )
         assistant = _assistant_create(
             conversation=conversation, parent=last_user, admission=admission
@@ -313,6 +333,7 @@ def turn_regenerate(
             assistant=assistant,
             built=built,
             params=admission.params,
+            cache_hit=admission.cache_hit,
         )
     return Turn(conversation, last_user, assistant)
 
@@ -419,6 +440,9 @@ def message_finalize(*, message_id: Any) -> Message | None:
             model=message.model,
             ttft_ms=message.ttft_ms,
             latency_ms=message.latency_ms,
+            cache_hit=bool(meta.get("cache")),
+            answer=text,
+            finish_reason=message.finish_reason,
         )
         if settings.CHAT_BACKGROUND_JOBS:
             transaction.on_commit(lambda: _after_answer(message=message))

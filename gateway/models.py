@@ -1,4 +1,4 @@
-"""Gateway data: plans and subscriptions, model pools, usage records, API keys (DESIGN §7).
+"""Gateway data: plans, pools, usage records, API keys, semantic cache (DESIGN §7).
 
 Token limits are in tokens (prompt + completion); prices are in currency units per 1,000
 tokens. An empty limit means "no limit".
@@ -12,6 +12,9 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from pgvector.django import HnswIndex, VectorField
+
+from inference.embeddings import EMBEDDING_DIM
 
 
 class ModelPool(models.Model):
@@ -179,3 +182,52 @@ class ApiKey(models.Model):
     def is_active(self) -> bool:
         """True until the key is revoked."""
         return self.revoked_at is None
+
+
+class SemanticCacheEntry(models.Model):
+    """A complete answer to a single-turn prompt without personal context (gateway.cache).
+
+    Looked up by cosine similarity of ``embedding`` (all-MiniLM-L6-v2, 384-d, unit
+    length) to a new prompt, only within the same scope: ``user``, ``model`` (the pool's
+    model), ``system_hash`` (SHA-256 of the system prompt) and ``params_hash`` (SHA-256
+    of the sampling parameters). ``prompt_hash`` (SHA-256 of the prompt text) makes one
+    row per identical prompt in a scope (a newer answer replaces it).
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    model = models.CharField(max_length=200)
+    system_hash = models.CharField(max_length=64)
+    params_hash = models.CharField(max_length=64)
+    prompt_hash = models.CharField(max_length=64)
+    prompt = models.TextField()
+    embedding = VectorField(dimensions=EMBEDDING_DIM)
+    answer = models.TextField()
+    answer_model = models.CharField(
+        max_length=200, blank=True, default="", help_text="Model that wrote the answer."
+    )
+    finish_reason = models.CharField(max_length=32)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "model", "system_hash", "params_hash", "prompt_hash"],
+                name="semantic_cache_one_per_prompt",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["created_at"], name="semantic_cache_created"),
+            HnswIndex(
+                name="semantic_cache_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} {self.model}: {self.prompt[:40]}"

@@ -6,11 +6,16 @@ pool (plan, explicit choice, difficulty), reserve its worst-case tokens atomical
 After commit :func:`generation_submit` enqueues it. When its generation ends,
 :func:`usage_settle` writes the one :class:`UsageRecord` and settles the reservation to
 the actual usage; :func:`generation_release` gives a reservation back (rejected, failed
-or abandoned request).
+or abandoned request). Admission also consults the answer caches (:mod:`gateway.cache`):
+a hit is admitted with ``cache_hit`` set and its reservation released, and
+:func:`generation_submit` then writes the cached answer as the generation's stream
+instead of enqueueing a job; settlement records it (cost 0) and stores complete
+answers in the caches.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import secrets
@@ -28,12 +33,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from chatsite.errors import NotFound
-from gateway import fallback, quota, routing, selectors
+from gateway import cache, fallback, quota, routing, selectors
+from gateway.cache import CacheHit, CachePolicy
 from gateway.models import ApiKey, ModelPool, UsageRecord
 from inference import client as inference_client
 from inference import protocol
 
 API_KEY_PREFIX = "sk-"
+
+__all__ = ["CacheHit", "CachePolicy"]  # re-exported for the chat turn and the API
 
 
 @dataclass
@@ -52,7 +60,8 @@ class Admission:
 
     ``params`` are the sampling parameters to enqueue (``max_tokens`` capped at the
     pool's ``max_output_tokens``); ``reserved_tokens`` = estimated prompt tokens +
-    ``max_tokens``.
+    ``max_tokens``. With ``cache_hit`` the answer comes from a cache: nothing is
+    reserved (``reserved_tokens`` 0) and :func:`generation_submit` must be given it.
     """
 
     job_id: str
@@ -60,6 +69,7 @@ class Admission:
     model: str
     params: dict[str, Any]
     reserved_tokens: int
+    cache_hit: CacheHit | None = None
 
 
 def prompt_tokens_estimate(messages: list[dict[str, str]]) -> int:
@@ -87,18 +97,24 @@ def generation_admit(
     messages: list[dict[str, str]],
     params: dict[str, Any],
     model: str | None = None,
+    cache_policy: CachePolicy | None = None,
 ) -> Admission:
     """Route, reserve quota and admit a request; call before storing anything.
 
     ``messages`` are the OpenAI chat messages to send; ``params["max_tokens"]`` is in
-    tokens; ``model`` an explicit pool/model choice. Raises NotFound / Forbidden (model
-    choice), QuotaExceeded (429, nothing reserved), PoolSaturated (503, the reservation
-    is given back). On success the caller owns the reservation: it must end in
-    :func:`usage_settle` or :func:`generation_release`.
+    tokens; ``params["cache"]`` true opts in to cached answers (it is never enqueued);
+    ``model`` an explicit pool/model choice. ``cache_policy`` (None: no cache) lets the
+    request use the answer caches (:mod:`gateway.cache`): after the reservation the
+    routed pool's caches are looked up; on a hit the reservation is released and the
+    returned admission carries ``cache_hit`` (a saturated pool does not matter then).
+    Raises NotFound / Forbidden (model choice), QuotaExceeded (429, nothing reserved),
+    PoolSaturated (503, the reservation is given back). On success the caller owns the
+    reservation: it must end in :func:`usage_settle` or :func:`generation_release`.
     """
     plan = selectors.plan_for_user(user=user)
     pool = routing.pool_choose(plan=plan, messages=messages, requested=model)
     params = dict(params)
+    opt_in = bool(params.pop(cache.CACHE_PARAM, False))
     max_tokens = int(params.get("max_tokens") or settings.CHAT_MAX_TOKENS)
     params["max_tokens"] = max(1, min(max_tokens, pool.max_output_tokens))
     reserved = prompt_tokens_estimate(messages) + params["max_tokens"]
@@ -109,12 +125,39 @@ def generation_admit(
         tokens=reserved,
         limits=selectors.plan_limits(plan=plan),
     )
+    material = None
     try:
+        if cache_policy is not None:
+            if opt_in and not cache_policy.opt_in:
+                cache_policy = dataclasses.replace(cache_policy, opt_in=True)
+            material = cache.cache_prepare(
+                user_id=user.pk, messages=messages, params=params, policy=cache_policy
+            )
+        hit = (
+            cache.cache_lookup(material=material, pool=pool.name, model=pool.model)
+            if material is not None
+            else None
+        )
+        if hit is not None:
+            quota.quota_release(job_id=job_id)
+            return Admission(
+                job_id=job_id,
+                pool=pool.name,
+                model=pool.model,
+                params=params,
+                reserved_tokens=0,
+                cache_hit=hit,
+            )
         pool = routing.pool_admit(pool=pool, plan=plan)
     except BaseException:
         quota.quota_release(job_id=job_id)
         raise
     params["max_tokens"] = min(params["max_tokens"], pool.max_output_tokens)
+    if material is not None:
+        material.params = dict(params)
+        cache.cache_pending_store(
+            job_id=job_id, material=material, pool=pool.name, model=pool.model
+        )
     return Admission(
         job_id=job_id,
         pool=pool.name,
@@ -171,13 +214,19 @@ def generation_submit(
     user_ref: str,
     pool: str,
     enqueued_at: float | None = None,
+    cache_hit: CacheHit | None = None,
 ) -> Submission:
     """Enqueue a generation on ``pool``; the job expires INFERENCE_QUEUE_TIMEOUT_S later.
 
     ``messages`` are OpenAI chat messages; ``params`` are sampling parameters
-    (``max_tokens`` in tokens). Call after the surrounding transaction commits.
+    (``max_tokens`` in tokens). With ``cache_hit`` (from the admission) nothing is
+    enqueued: the cached answer is written as the generation's stream
+    (:func:`gateway.cache.cache_serve`). Call after the surrounding transaction commits.
     """
     now = time.time() if enqueued_at is None else enqueued_at
+    if cache_hit is not None:
+        cache.cache_serve(job_id=job_id, hit=cache_hit, enqueued_at=now)
+        return Submission(job_id=job_id, pool=pool, enqueued_at=now, deadline=now)
     job = protocol.Job(
         job_id=job_id,
         messages=messages,
@@ -243,15 +292,20 @@ def usage_settle(
     ttft_ms: int | None = None,
     latency_ms: int | None = None,
     cache_hit: bool = False,
+    answer: str | None = None,
+    finish_reason: str = "",
 ) -> UsageRecord | None:
     """Record a finished request once and settle its reservation to the actual usage.
 
     ``status`` is a :class:`UsageRecord.Status`; an ``error`` consumes nothing (the
-    reservation is released and the record holds zero tokens). The quota counters move
-    after the surrounding transaction commits. Idempotent: returns the new record, or
-    None if this job was already settled (another finaliser was first).
+    reservation is released and the record holds zero tokens); a ``cache_hit`` costs
+    nothing (zero tokens, cost 0). The quota counters move after the surrounding
+    transaction commits; then the answer (``answer`` text, ``finish_reason``) is stored
+    in the caches if the request was admitted as cacheable and the answer is complete
+    (:func:`gateway.cache.cache_settle`). Idempotent: returns the new record, or None
+    if this job was already settled (another finaliser was first).
     """
-    if status == UsageRecord.Status.ERROR:
+    if status == UsageRecord.Status.ERROR or cache_hit:
         usage = protocol.Usage()
     pool_obj = selectors.pool_get(name=pool) if pool else None
     with transaction.atomic():
@@ -280,6 +334,18 @@ def usage_settle(
             return None
         tokens = usage.total_tokens
         transaction.on_commit(lambda: quota.quota_settle(job_id=job_id, tokens=tokens))
+        transaction.on_commit(
+            lambda: cache.cache_settle(
+                job_id=job_id,
+                pool=pool,
+                status=status,
+                finish_reason=finish_reason,
+                answer=answer,
+                answer_model=model,
+                cache_hit=cache_hit,
+            ),
+            robust=True,
+        )
     return record
 
 

@@ -24,6 +24,8 @@ jobs waiting plus the jobs running (the consumer group's pending entries).
 
 Events on ``inf:gen:{job_id}`` (payload schemas in :data:`EVENT_SCHEMAS`)
 - ``meta``  ``{"model": str, "worker": str, "queue_ms": int}``, first, when a worker takes the job.
+  A generation the gateway answers from its cache (no job, no worker) carries
+  ``"cache": "exact"|"semantic"`` too (optional field; ``worker`` is ``"cache"``).
 - ``token`` ``{"t": str}``, whole Unicode characters only.
 - ``done``  ``{"finish_reason": "stop"|"length"|"cancelled"|"content_filter",
   "usage": Usage, "ttft_ms": int|None, "latency_ms": int}``: terminal.
@@ -64,6 +66,11 @@ ERROR_WORKER_LOST = "worker_lost"
 # Crash recovery: a job whose worker died before its first token is re-queued this many
 # times at most; after that (or once it emitted a token) it ends with `worker_lost`.
 MAX_RETRIES = 1
+
+# The gateway's answer caches (the optional ``cache`` field of a ``meta`` event).
+CACHE_EXACT = "exact"
+CACHE_SEMANTIC = "semantic"
+CACHE_KINDS = frozenset({CACHE_EXACT, CACHE_SEMANTIC})
 
 STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
 STREAM_START = "0-0"
@@ -207,8 +214,20 @@ def _optional_int(value: Any) -> bool:
     return value is None or isinstance(value, int)
 
 
+@dataclass(frozen=True)
+class Optional:
+    """Marks a schema field that may be absent; when present it must pass ``check``."""
+
+    check: Any
+
+
 EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
-    EVENT_META: {"model": str, "worker": str, "queue_ms": int},
+    EVENT_META: {
+        "model": str,
+        "worker": str,
+        "queue_ms": int,
+        "cache": Optional(lambda v: v in CACHE_KINDS),
+    },
     EVENT_TOKEN: {"t": str},
     EVENT_DONE: {
         "finish_reason": lambda v: v in FINISH_REASONS,
@@ -227,7 +246,9 @@ EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
 def event_validate(event_type: str, payload: dict[str, Any]) -> None:
     """Check a payload against its event schema.
 
-    Raises ``ValueError`` naming the first missing, extra or ill-typed field.
+    Every field is required except those marked :class:`Optional` (absent is fine,
+    present must be valid). Raises ``ValueError`` naming the first missing, extra or
+    ill-typed field.
     """
     schema = EVENT_SCHEMAS.get(event_type)
     if schema is None:
@@ -236,7 +257,11 @@ def event_validate(event_type: str, payload: dict[str, Any]) -> None:
     if extra:
         raise ValueError(f"{event_type}: unexpected fields {sorted(extra)}")
     for name, check in schema.items():
-        if name not in payload:
+        if isinstance(check, Optional):
+            if name not in payload:
+                continue
+            check = check.check
+        elif name not in payload:
             raise ValueError(f"{event_type}: missing field {name!r}")
         value = payload[name]
         ok = isinstance(value, check) if isinstance(check, type) else check(value)

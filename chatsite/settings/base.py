@@ -244,3 +244,21 @@ Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
 # `Authorization: Bearer METRICS_TOKEN` when that is set.
 METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"])
 METRICS_TOKEN = env("METRICS_TOKEN", default="")
+# --- Gateway answer caches (issue #4, gateway/cache.py) --------------------------------
+# Used only for deterministic requests (temperature 0) or when the request opts in
+# (param "cache": true). Exact cache (Redis): an entry lives this many seconds.
+GATEWAY_CACHE_ENABLED = env.bool("GATEWAY_CACHE_ENABLED", default=True)
+GATEWAY_CACHE_TTL_S = env.int("GATEWAY_CACHE_TTL_S", default=86400)
+# Semantic cache (pgvector): a hit needs at least this cosine similarity (0..1) between
+# the prompts' all-MiniLM-L6-v2 embeddings; entries older than the TTL are not served.
+GATEWAY_SEMANTIC_CACHE_ENABLED = env.bool(
+    "GATEWAY_SEMANTIC_CACHE_ENABLED", default=True
+)
+GATEWAY_SEMANTIC_CACHE_MIN_SIMILARITY = env.float(
+    "GATEWAY_SEMANTIC_CACHE_MIN_SIMILARITY", default=0.9
+)
+GATEWAY_SEMANTIC_CACHE_TTL_S = env.int(
+    "GATEWAY_SEMANTIC_CACHE_TTL_S", default=7 * 86400
+)
+# A cached answer is streamed as token events of at most this many characters.
+GATEWAY_CACHE_CHUNK_CHARS = env.int("GATEWAY_CACHE_CHUNK_CHARS", default=24)

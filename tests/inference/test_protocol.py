@@ -20,6 +20,9 @@ def test_every_event_type_has_a_schema_that_accepts_a_valid_payload():
     assert set(valid) == set(protocol.EVENT_SCHEMAS)
     for event_type, payload in valid.items():
         protocol.event_validate(event_type, payload)
+    # a cached answer's meta marks its cache (optional field)
+    for kind in ("exact", "semantic"):
+        protocol.event_validate("meta", {**valid["meta"], "cache": kind})
 
 
 @pytest.mark.parametrize(
@@ -53,6 +56,12 @@ def test_every_event_type_has_a_schema_that_accepts_a_valid_payload():
             "usage",
         ),
         ("meta", {"model": "m", "worker": "w", "queue_ms": True}, "queue_ms"),
+        (
+            "meta",
+            {"model": "m", "worker": "cache", "queue_ms": 0, "cache": "fuzzy"},
+            "cache",
+        ),
+        ("meta", {"model": "m", "queue_ms": 0, "cache": "exact"}, "missing field"),
         ("nope", {}, "unknown event type"),
     ],
 )
