@@ -1,4 +1,5 @@
-"""Admin: the billing console (plans, subscriptions, pools, usage report + CSV, API keys)."""
+"""Admin: the billing console (plans, subscriptions, pools, usage report + CSV, API keys)
+and the semantic answer cache (read-only; delete entries to evict them)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from gateway import selectors, services
-from gateway.models import ApiKey, ModelPool, Plan, Subscription, UsageRecord
+from gateway.models import (
+    ApiKey,
+    ModelPool,
+    Plan,
+    SemanticCacheEntry,
+    Subscription,
+    UsageRecord,
+)
 
 CSV_COLUMNS = [
     "day",
@@ -188,3 +196,22 @@ class ApiKeyAdmin(admin.ModelAdmin):
         for key in queryset:
             services.api_key_revoke(key_id=key.pk)
         self.message_user(request, f"Revoked {queryset.count()} key(s).")
+
+
+@admin.register(SemanticCacheEntry)
+class SemanticCacheEntryAdmin(admin.ModelAdmin):
+    """Semantic-cache entries: read-only (they are written by settlement), deletable."""
+
+    list_display = ("user", "model", "prompt", "finish_reason", "created_at")
+    list_filter = ("model",)
+    search_fields = ("user__username", "prompt")
+    readonly_fields = [
+        f.name for f in SemanticCacheEntry._meta.fields if f.name != "embedding"
+    ]
+    exclude = ("embedding",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

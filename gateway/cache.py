@@ -232,8 +232,9 @@ def _semantic_get(material: CacheMaterial, model: str) -> CacheHit | None:
     cutoff = timezone.now() - timedelta(seconds=settings.GATEWAY_SEMANTIC_CACHE_TTL_S)
     with transaction.atomic():
         with connection.cursor() as cursor:
-            # keep scanning the HNSW index until a row of this scope is found
-            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            # keep scanning the HNSW index until a row of this scope is found (the
+            # scope filter runs after the index scan); strict: the first is the nearest
+            cursor.execute("SET LOCAL hnsw.iterative_scan = strict_order")
         entry = (
             SemanticCacheEntry.objects.filter(
                 user_id=material.user_id,

@@ -262,3 +262,7 @@ GATEWAY_SEMANTIC_CACHE_TTL_S = env.int(
 )
 # A cached answer is streamed as token events of at most this many characters.
 GATEWAY_CACHE_CHUNK_CHARS = env.int("GATEWAY_CACHE_CHUNK_CHARS", default=24)
+CELERY_BEAT_SCHEDULE["prune-semantic-cache"] = {
+    "task": "gateway.tasks.prune_semantic_cache",
+    "schedule": 3600.0,
+}

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from conversations import services as chat
 from conversations.models import Message
@@ -351,3 +353,24 @@ def test_a_cached_answer_is_written_with_valid_events(user):
     assert "".join(e.data["t"] for e in events if e.type == "token") == hit.text
     assert events[-1].data["finish_reason"] == "length"
     assert redis_sync().exists(protocol.final_key("job-c"))
+
+
+def test_old_semantic_entries_are_not_served_and_are_pruned(user, settings):
+    settings.GATEWAY_SEMANTIC_CACHE_TTL_S = 60
+    messages = [{"role": "user", "content": "What is a prime number?"}]
+    material = cache.cache_prepare(
+        user_id=user.pk,
+        messages=messages,
+        params=DETERMINISTIC,
+        policy=cache.CachePolicy(single_turn=True, personal=False),
+    )
+    cache.cache_pending_store(job_id="j", material=material, pool="p", model="m")
+    cache.cache_settle(
+        job_id="j", pool="p", status="complete", finish_reason="stop", answer="A."
+    )
+    redis_sync().delete(*redis_sync().keys("gw:cache:exact:*"))
+    assert cache.cache_lookup(material=material, pool="p", model="m").kind == "semantic"
+    SemanticCacheEntry.objects.update(created_at=timezone.now() - timedelta(seconds=61))
+    assert cache.cache_lookup(material=material, pool="p", model="m") is None
+    assert cache.semantic_cache_prune() == 1
+    assert not SemanticCacheEntry.objects.exists()

@@ -1,0 +1,146 @@
+"""Answer-cache benchmark: what a cacheable request pays at admission (gateway/cache.py).
+
+    .venv/bin/python bench/cache_lookup.py [--entries 20000] [--users 100] [--queries 200]
+
+Runs on the dev services (`make migrate` first), inside one transaction that is rolled
+back at the end (semantic rows), on a scratch Redis key prefix it deletes (exact keys):
+nothing stays behind. Prints, in ms (p50 / p99 over --queries lookups):
+
+1. embedding one prompt (all-MiniLM-L6-v2, CPU): paid by every first-turn cacheable
+   request (temperature 0 or opted in), hit or miss;
+2. exact lookup (SHA-256 of the rendered request + one Redis GET);
+3. semantic lookup (pgvector HNSW cosine, iterative scan, scoped to one user, model,
+   system prompt and params) with --entries rows spread over --users users: each query
+   is a stored vector plus noise, so most are hits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def pct(values: list[float], q: float) -> float:
+    """Return the q-quantile (0..1) of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def report(name: str, ms: list[float]) -> None:
+    """Print p50/p99 of a list of milliseconds."""
+    print(
+        f"{name:<28} p50 {statistics.median(ms):8.2f} ms   p99 {pct(ms, 0.99):8.2f} ms"
+    )
+
+
+def main() -> None:
+    """Run the three measurements and print them."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--entries", type=int, default=20000)
+    parser.add_argument("--users", type=int, default=100)
+    parser.add_argument("--queries", type=int, default=200)
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    import numpy as np
+    from django.contrib.auth import get_user_model
+    from django.db import transaction
+
+    from gateway import cache
+    from gateway.models import SemanticCacheEntry
+    from inference.embeddings import EMBEDDING_DIM, embed_text
+
+    prompts = [f"How do I do task number {i} in Python quickly?" for i in range(50)]
+    embed_text("warm up")
+    ms = []
+    for i in range(min(args.queries, 50)):
+        start = time.perf_counter()
+        embed_text(prompts[i])
+        ms.append((time.perf_counter() - start) * 1000)
+    report("embed one prompt", ms)
+
+    rng = np.random.default_rng(7)
+    with transaction.atomic():
+        users = [
+            get_user_model().objects.create(username=f"bench-cache-{i}")
+            for i in range(args.users)
+        ]
+        base = rng.normal(size=(args.entries, EMBEDDING_DIM)).astype(np.float32)
+        base /= np.linalg.norm(base, axis=1, keepdims=True)
+        params = {"temperature": 0, "max_tokens": 512}
+        phash = cache.params_hash(params)
+        system_hash = cache._sha256("You are helpful.")
+        start = time.perf_counter()
+        SemanticCacheEntry.objects.bulk_create(
+            [
+                SemanticCacheEntry(
+                    user=users[i % args.users],
+                    model="m",
+                    system_hash=system_hash,
+                    params_hash=phash,
+                    prompt_hash=f"{i:064d}",
+                    prompt=f"prompt {i}",
+                    embedding=base[i].tolist(),
+                    answer="answer",
+                    finish_reason="stop",
+                )
+                for i in range(args.entries)
+            ],
+            batch_size=2000,
+        )
+        print(
+            f"loaded {args.entries} entries for {args.users} users "
+            f"in {time.perf_counter() - start:.1f} s"
+        )
+        messages = [
+            {"role": "system", "content": "You are helpful."},
+            {"role": "user", "content": "q"},
+        ]
+        exact_ms, semantic_ms, hits = [], [], 0
+        for _ in range(args.queries):
+            i = int(rng.integers(args.entries))
+            vector = base[i] + rng.normal(scale=0.01, size=EMBEDDING_DIM)
+            vector /= np.linalg.norm(vector)
+            material = cache.CacheMaterial(
+                user_id=users[i % args.users].pk,
+                messages=messages,
+                params=params,
+                semantic=True,
+                prompt="q",
+                system_hash=system_hash,
+                vector=vector.astype(np.float32).tolist(),
+            )
+            start = time.perf_counter()
+            cache._exact_get(
+                cache.exact_digest(
+                    user_id=material.user_id,
+                    pool="bench",
+                    model="m",
+                    messages=messages,
+                    params=params,
+                )
+            )
+            exact_ms.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            hit = cache._semantic_get(material, "m")
+            semantic_ms.append((time.perf_counter() - start) * 1000)
+            hits += hit is not None
+        report("exact lookup (miss)", exact_ms)
+        report(f"semantic lookup ({args.entries} rows)", semantic_ms)
+        print(f"semantic hits: {hits}/{args.queries}")
+        transaction.set_rollback(True)
+
+
+if __name__ == "__main__":
+    main()
