@@ -244,3 +244,9 @@ Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
 # `Authorization: Bearer METRICS_TOKEN` when that is set.
 METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"])
 METRICS_TOKEN = env("METRICS_TOKEN", default="")
+# --- OpenAI-compatible API (/v1/, issue #4) --------------------------------------------
+# Most characters accepted in one request's messages (413 above).
+API_MAX_PROMPT_CHARS = env.int("API_MAX_PROMPT_CHARS", default=128_000)
+# A client that disconnects cancels its job; its usage is settled from the worker's final
+# event, waited for at most this many seconds.
+API_CANCEL_SETTLE_WAIT_S = env.float("API_CANCEL_SETTLE_WAIT_S", default=3.0)
