@@ -174,7 +174,9 @@ def _content_text(content: Any, index: int, role: str) -> str:
 
 def _messages(raw: Any) -> list[dict[str, str]]:
     if not isinstance(raw, list) or not raw:
-        raise _bad("`messages` must be a non-empty list of messages.", "invalid_messages")
+        raise _bad(
+            "`messages` must be a non-empty list of messages.", "invalid_messages"
+        )
     messages: list[dict[str, str]] = []
     for i, message in enumerate(raw):
         if not isinstance(message, dict):
@@ -516,7 +518,9 @@ def _data(obj: Any) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-async def completion_stream(started: Started, include_usage: bool) -> AsyncIterator[str]:
+async def completion_stream(
+    started: Started, include_usage: bool
+) -> AsyncIterator[str]:
     """Yield the SSE lines of a streamed completion (chunks, then ``data: [DONE]``)."""
     cid = _completion_id(started)
 

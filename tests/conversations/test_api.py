@@ -100,7 +100,9 @@ async def asgi(
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
             result.status = message["status"]
-            result.headers = {k.decode().lower(): v.decode() for k, v in message["headers"]}
+            result.headers = {
+                k.decode().lower(): v.decode() for k, v in message["headers"]
+            }
         elif message["type"] == "http.response.body":
             result.body += message.get("body", b"")
             if disconnect_when and not gone.is_set() and disconnect_when(result):
@@ -269,9 +271,7 @@ async def test_a_missing_unknown_or_revoked_key_is_a_401_in_openai_shape(
         (_ask(n=2), "invalid_parameter"),
     ],
 )
-async def test_invalid_requests_are_400s_naming_the_problem(
-    user, api_key, body, code
-):
+async def test_invalid_requests_are_400s_naming_the_problem(user, api_key, body, code):
     result = await asgi("POST", "/v1/chat/completions", body=body, key=api_key)
     assert result.status == 400, result.body
     error = result.json()["error"]
@@ -383,38 +383,69 @@ def test_the_openai_client_streams_and_not_with_usage(user, api_key, stack):
 
 @pytest.mark.slow
 def test_the_openai_client_retries_a_429_and_then_succeeds(user, api_key, stack):
-    plan = factories.plan(tokens_per_day=400)
+    plan = factories.plan(tokens_per_minute=400, tokens_per_day=10_000)
     factories.subscribe(user, plan)
-    limits = quota.Limits(per_day=400)
+    limits = quota.Limits(per_minute=400, per_day=10_000)
+    # Hold most of this minute's budget shortly before the minute ends: the request
+    # gets a 429 whose Retry-After is the ~2 s left, and the client's retry lands in
+    # the next minute, where it fits (the client honours Retry-After up to 60 s).
+    left = 60 - time.time() % 60
+    if left < 1.5:
+        time.sleep(left + 0.1)
+        left = 60 - time.time() % 60
+    if left > 3:
+        time.sleep(left - 2.5)
     quota.quota_reserve(user_id=user.pk, job_id="hold", tokens=390, limits=limits)
-    seen: list[int] = []
+    seen: list[tuple[int, str]] = []
 
     def on_response(response: httpx.Response) -> None:
-        seen.append(response.status_code)
-        if response.status_code == 429:
-            quota.quota_release(job_id="hold")  # the budget frees up: the retry fits
+        seen.append((response.status_code, response.headers.get("retry-after", "")))
 
     http = httpx.Client(event_hooks={"response": [on_response]})
     client = openai.OpenAI(
         base_url=stack + "/v1", api_key=api_key, max_retries=2, http_client=http
     )
-    started = time.monotonic()
     completion = client.chat.completions.create(
-        model="default",
-        messages=[{"role": "user", "content": "Hi"}],
-        max_tokens=100,
+        model="default", messages=[{"role": "user", "content": "Hi"}], max_tokens=100
     )
-    assert seen == [429, 200]
-    assert completion.choices[0].message.content
-    assert time.monotonic() - started < 30
+    assert [status for status, _ in seen] == [429, 200]
+    assert 1 <= int(seen[0][1]) <= 4
+    assert completion.choices[0].message.content == DEFAULT_TEXT
     assert UsageRecord.objects.filter(user=user).count() == 1
     # with no retries left the client raises RateLimitError with our message
-    quota.quota_reserve(user_id=user.pk, job_id="hold2", tokens=390, limits=limits)
+    quota.quota_reserve(user_id=user.pk, job_id="hold2", tokens=300, limits=limits)
     strict = openai.OpenAI(base_url=stack + "/v1", api_key=api_key, max_retries=0)
     with pytest.raises(openai.RateLimitError) as caught:
         strict.chat.completions.create(
-            model="default", messages=[{"role": "user", "content": "Hi"}], max_tokens=100
+            model="default",
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=100,
         )
+    assert caught.value.code == "quota_minute"
+    assert "per-minute token limit" in caught.value.message
+
+
+@pytest.mark.slow
+def test_the_openai_client_does_not_retry_a_daily_limit(user, api_key, stack):
+    factories.subscribe(user, factories.plan(tokens_per_day=400))
+    quota.quota_reserve(
+        user_id=user.pk, job_id="hold", tokens=390, limits=quota.Limits(per_day=400)
+    )
+    seen: list[int] = []
+    http = httpx.Client(
+        event_hooks={"response": [lambda r: seen.append(r.status_code)]}
+    )
+    client = openai.OpenAI(
+        base_url=stack + "/v1", api_key=api_key, max_retries=2, http_client=http
+    )
+    with pytest.raises(openai.RateLimitError) as caught:
+        client.chat.completions.create(
+            model="default",
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=100,
+        )
+    # Retry-After is hours away (past the client's 60 s): one request, no retry
+    assert seen == [429]
     assert caught.value.code == "quota_day"
     assert "daily token limit" in caught.value.message
 
