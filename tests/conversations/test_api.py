@@ -279,6 +279,80 @@ async def test_invalid_requests_are_400s_naming_the_problem(user, api_key, body,
     assert await UsageRecord.objects.acount() == 0 and _no_reservations()
 
 
+@pytest.fixture
+def two_pools(user, api_key, start_worker):
+    """Pool "big" fails before its first token (or, with "partial", after two) and
+    falls back to "small"; the user's plan allows both."""
+    small = factories.pool("small", model="small-1")
+    big = factories.pool("big", model="big-1", fallback=small)
+    factories.subscribe(user, factories.plan("pro", pools=[small, big]))
+    start_worker(
+        ScriptedEngine(model="small-1", text="Answer from small"), pool="small"
+    )
+
+    def start_big(fail_after: int) -> None:
+        start_worker(
+            ScriptedEngine(model="big-1", text="one two three", fail_after=fail_after),
+            pool="big",
+        )
+
+    return start_big
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_failure_before_the_first_token_is_answered_by_the_fallback(
+    user, api_key, two_pools, stream
+):
+    await sync_to_async(two_pools)(0)
+    result = await asgi(
+        "POST",
+        "/v1/chat/completions",
+        body=_ask(model="big", stream=stream),
+        key=api_key,
+    )
+    assert result.status == 200
+    if stream:
+        text = "".join(
+            c["choices"][0]["delta"].get("content", "") for c in result.chunks
+        )
+        model = result.chunks[-1]["model"]
+    else:
+        text = result.json()["choices"][0]["message"]["content"]
+        model = result.json()["model"]
+    assert (text, model) == ("Answer from small", "small-1")
+    record = await UsageRecord.objects.aget(user=user)
+    assert (record.pool, record.model, record.status) == (
+        "small",
+        "small-1",
+        "complete",
+    )
+
+
+async def test_a_failure_after_tokens_ends_the_stream_with_an_error_object(
+    user, api_key, two_pools
+):
+    await sync_to_async(two_pools)(2)
+    result = await asgi(
+        "POST", "/v1/chat/completions", body=_ask(model="big", stream=True), key=api_key
+    )
+    assert result.status == 200
+    assert "[DONE]" not in result.data_lines
+    *chunks, last = result.chunks
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == (
+        "one two"
+    )
+    assert last["error"]["type"] == "server_error" and last["error"]["message"]
+    record = await UsageRecord.objects.aget(user=user)
+    assert record.status == "error" and record.total_tokens == 0
+    # not streamed: a 500 in OpenAI's error shape
+    result = await asgi(
+        "POST", "/v1/chat/completions", body=_ask(model="big"), key=api_key
+    )
+    assert result.status == 500
+    assert result.json()["error"]["code"] == protocol.ERROR_ENGINE
+    assert _no_reservations()
+
+
 async def test_text_parts_and_developer_messages_are_accepted(api_key, start_worker):
     start_worker(ScriptedEngine())
     body = _ask(
