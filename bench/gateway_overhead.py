@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -242,6 +243,13 @@ def main() -> None:
         )
         litellm_bin = ROOT / ".venv-litellm" / "bin" / "litellm"
         have_litellm = litellm_bin.exists()
+        litellm_key = "sk-" + secrets.token_hex(32)
+        # no database for LiteLLM (our DATABASE_URL would make it start Prisma), and its
+        # bundled model cost map (no fetch)
+        litellm_env = {
+            k: v for k, v in env.items() if k not in ("DATABASE_URL", "REDIS_URL")
+        }
+        litellm_env.update(LITELLM_LOG="ERROR", LITELLM_LOCAL_MODEL_COST_MAP="True")
         if have_litellm:
             (tmp / "litellm.yaml").write_text(
                 "model_list:\n"
@@ -252,13 +260,15 @@ def main() -> None:
                 "      api_key: none\n"
                 "litellm_settings:\n"
                 "  drop_params: true\n"
+                "general_settings:\n"
+                f"  master_key: {litellm_key}\n"
             )
             procs.append(
                 subprocess.Popen(
                     [litellm_bin, "--config", tmp / "litellm.yaml"]
                     + ["--port", str(llm_port), "--host", "127.0.0.1"],
                     cwd=tmp,
-                    env={**env, "LITELLM_LOG": "ERROR"},
+                    env=litellm_env,
                     **quiet,
                 )
             )
@@ -278,7 +288,7 @@ def main() -> None:
             "ours": (f"http://127.0.0.1:{web_port}/v1", key),
         }
         if have_litellm:
-            targets["litellm"] = (f"http://127.0.0.1:{llm_port}", "none")
+            targets["litellm"] = (f"http://127.0.0.1:{llm_port}", litellm_key)
         print(
             f"upstream: {args.tokens} chunks, {args.token_ms} ms apart; "
             f"{args.rounds} rounds per level; TTFT in ms"
