@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,8 +132,9 @@ async def one(client, model: str) -> tuple[float, float]:
 
 async def run_level(
     base_url: str, key: str, model: str, concurrency: int, rounds: int
-) -> tuple[list[float], float, int]:
-    """``rounds`` x ``concurrency`` concurrent streams; TTFTs (ms), req/s, errors."""
+) -> tuple[list[float], float, Counter[str]]:
+    """``rounds`` x ``concurrency`` concurrent streams; TTFTs (ms), req/s, errors by
+    kind."""
     import httpx
     import openai
 
@@ -144,7 +146,7 @@ async def run_level(
         base_url=base_url, api_key=key, max_retries=0, http_client=http
     )
     ttfts: list[float] = []
-    errors = 0
+    errors: Counter[str] = Counter()
     started = time.perf_counter()
     done = 0
     for _ in range(rounds):
@@ -153,7 +155,7 @@ async def run_level(
         )
         for r in results:
             if isinstance(r, BaseException):
-                errors += 1
+                errors[f"{type(r).__name__}: {str(r)[:100]}"] += 1
             else:
                 ttfts.append(r[0])
                 done += 1
@@ -313,8 +315,11 @@ def main() -> None:
                 overhead[name] = (p50 - base50, p99 - base99)
                 print(
                     f"{c:>5} {name:>8} {p50:>9.1f} {p99:>9.1f} "
-                    f"{p50 - base50:>8.1f} {p99 - base99:>8.1f} {rps:>7.1f} {errors:>6}"
+                    f"{p50 - base50:>8.1f} {p99 - base99:>8.1f} {rps:>7.1f} "
+                    f"{sum(errors.values()):>6}"
                 )
+                for kind, count in errors.most_common(3):
+                    print(f"{'':>15} {count} x {kind}")
             if "litellm" in overhead:
                 ours, theirs = overhead["ours"], overhead["litellm"]
                 ratio50 = ours[0] / theirs[0] if theirs[0] > 0 else float("nan")
