@@ -17,6 +17,7 @@ Errors use OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
@@ -29,6 +30,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -287,13 +289,33 @@ def completion_request_parse(body: bytes) -> CompletionRequest:
 # --- authentication and admission (sync, run through sync_to_async) ------------------
 
 
+def _db_brief(fn: Any) -> Any:
+    """Run ``fn`` through sync_to_async, then close its thread's database connection.
+
+    Under ASGI each request has its own sync thread and connection, which a stream would
+    hold for its whole length: at 200 concurrent streams that passes PostgreSQL's
+    connection limit. Closing after each short sync step keeps only the requests that
+    are querying right now connected (outside a transaction only).
+    """
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if not connection.in_atomic_block:
+                connection.close()
+
+    return sync_to_async(run)
+
+
 def _bearer(request: HttpRequest) -> str:
     scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
     return raw.strip() if scheme.lower() == "bearer" else ""
 
 
 async def _api_user(request: HttpRequest) -> AbstractBaseUser:
-    user = await sync_to_async(gateway.api_key_authenticate)(raw=_bearer(request))
+    user = await _db_brief(gateway.api_key_authenticate)(raw=_bearer(request))
     if user is None:
         raise InvalidApiKey()
     return user
@@ -419,11 +441,11 @@ async def _abandon(
             if event.type == protocol.EVENT_META:
                 model = event.data.get("model") or model
             elif event.is_terminal:
-                await sync_to_async(_settle)(
+                await _db_brief(_settle)(
                     started=started, event=event, model=model, pool=pool
                 )
                 return
-    await sync_to_async(gateway.usage_settle)(
+    await _db_brief(gateway.usage_settle)(
         user_id=started.user_id,
         job_id=started.job_id,
         status=UsageRecord.Status.CANCELLED,
@@ -474,7 +496,7 @@ async def generation_relay(started: Started) -> AsyncIterator[str | Outcome]:
                     yield event.data["t"]
                 elif event.is_terminal:
                     if event.type == protocol.EVENT_ERROR and not tokens_seen:
-                        retried = await sync_to_async(gateway.generation_retry)(
+                        retried = await _db_brief(gateway.generation_retry)(
                             job_id=started.job_id,
                             pool=pool,
                             error_code=event.data.get("code", ""),
@@ -483,7 +505,7 @@ async def generation_relay(started: Started) -> AsyncIterator[str | Outcome]:
                         if retried:
                             pool, after, begun = retried, protocol.STREAM_START, False
                             break
-                    await sync_to_async(_settle)(
+                    await _db_brief(_settle)(
                         started=started, event=event, model=model, pool=pool
                     )
                     settled = True
@@ -613,7 +635,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     try:
         user = await _api_user(request)
         req = completion_request_parse(request.body)
-        started = await sync_to_async(_start)(user=user, req=req)
+        started = await _db_brief(_start)(user=user, req=req)
     except DomainError as exc:
         return api_error(exc)
     if not req.stream:
@@ -655,4 +677,4 @@ async def models_list(request: HttpRequest) -> HttpResponse:
         user = await _api_user(request)
     except DomainError as exc:
         return api_error(exc)
-    return JsonResponse(await sync_to_async(_models_json)(user))
+    return JsonResponse(await _db_brief(_models_json)(user))
