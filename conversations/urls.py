@@ -4,7 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django_ratelimit.decorators import ratelimit
 
-from conversations import sse, views
+from conversations import api, sse, views
 
 urlpatterns = [
     path("", views.chat_home, name="chat-home"),
@@ -58,4 +58,7 @@ urlpatterns = [
         views.message_stop,
         name="message-stop",
     ),
+    # the OpenAI-compatible API (Bearer API keys, no session or CSRF)
+    path("v1/chat/completions", api.chat_completions, name="api-chat-completions"),
+    path("v1/models", api.models_list, name="api-models"),
 ]

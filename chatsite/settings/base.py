@@ -266,3 +266,9 @@ CELERY_BEAT_SCHEDULE["prune-semantic-cache"] = {
     "task": "gateway.tasks.prune_semantic_cache",
     "schedule": 3600.0,
 }
+# --- OpenAI-compatible API (/v1/, issue #4) --------------------------------------------
+# Most characters accepted in one request's messages (413 above).
+API_MAX_PROMPT_CHARS = env.int("API_MAX_PROMPT_CHARS", default=128_000)
+# A client that disconnects cancels its job; its usage is settled from the worker's final
+# event, waited for at most this many seconds.
+API_CANCEL_SETTLE_WAIT_S = env.float("API_CANCEL_SETTLE_WAIT_S", default=3.0)

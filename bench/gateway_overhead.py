@@ -1,0 +1,343 @@
+"""Overhead of our full API path vs LiteLLM proxy, both in front of the same upstream.
+
+    .venv/bin/python bench/gateway_overhead.py [--concurrency 1 50 200] [--rounds 3]
+
+Needs the dev services (`make migrate`) and, for the LiteLLM column, LiteLLM proxy in
+its own venv: ``python3 -m venv .venv-litellm && .venv-litellm/bin/pip install
+'litellm[proxy]'`` (never in requirements.txt); without it only ours is measured.
+
+It starts:
+
+- an upstream: a local OpenAI-compatible server (Starlette + uvicorn) that streams a
+  fixed answer of ``--tokens`` chunks (``--token-ms`` apart) with a usage chunk;
+- ours: daphne + ``run_inference_worker --engine openai`` (the worker reaches the
+  upstream through inference/engines/openai.py), a throw-away user (``bench-api``) on an
+  unlimited plan and a fresh API key: requests take the whole path (Bearer auth,
+  routing, token reservation, admission, Redis queue, worker, Redis stream, settlement);
+- LiteLLM proxy with one model routed to the upstream.
+
+The same client (the official ``openai`` AsyncOpenAI, streaming) sends ``c`` concurrent
+requests, ``--rounds`` times, to the upstream directly, to ours and to LiteLLM. Printed
+per concurrency: TTFT p50/p99 (ms, to the first content delta), overhead = TTFT through
+the gateway minus TTFT direct (p50/p99, ms), requests/s, and the ratio of our overhead
+to LiteLLM's (below 1: ours adds less).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+os.environ.setdefault("LOG_LEVEL", "WARNING")
+
+MODEL = "bench-fixed"
+POOL = "bench-api"
+
+UPSTREAM = """
+import asyncio, json, os, time
+from starlette.applications import Starlette
+from starlette.responses import StreamingResponse, JSONResponse
+from starlette.routing import Route
+
+TOKENS = int(os.environ["BENCH_TOKENS"])
+DELAY = float(os.environ["BENCH_TOKEN_MS"]) / 1000.0
+
+async def completions(request):
+    body = await request.json()
+    cid, created = "chatcmpl-up", int(time.time())
+    def chunk(delta, finish=None, usage=None):
+        return {"id": cid, "object": "chat.completion.chunk", "created": created,
+                "model": body.get("model", ""), "choices": [] if usage else
+                [{"index": 0, "delta": delta, "finish_reason": finish}],
+                **({"usage": usage} if usage else {})}
+    async def gen():
+        yield "data: " + json.dumps(chunk({"role": "assistant", "content": ""})) + "\\n\\n"
+        for i in range(TOKENS):
+            if DELAY:
+                await asyncio.sleep(DELAY)
+            yield "data: " + json.dumps(chunk({"content": f" tok{i}"})) + "\\n\\n"
+        yield "data: " + json.dumps(chunk({}, "stop")) + "\\n\\n"
+        yield "data: " + json.dumps(chunk({}, usage={"prompt_tokens": 10,
+            "completion_tokens": TOKENS, "total_tokens": 10 + TOKENS})) + "\\n\\n"
+        yield "data: [DONE]\\n\\n"
+    return StreamingResponse(gen(), media_type="text/event-stream")
+
+async def models(request):
+    return JSONResponse({"object": "list", "data": [{"id": "bench-fixed",
+        "object": "model", "created": 0, "owned_by": "bench"}]})
+
+app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"]),
+                        Route("/v1/models", models)])
+"""
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(values: list[float], q: float) -> float:
+    """Return the q-th percentile (0..100) of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
+
+
+def wait_http(url: str, procs: list[subprocess.Popen], timeout: float = 120) -> None:
+    """Wait until ``url`` answers (any status)."""
+    import httpx
+
+    deadline = time.time() + timeout
+    while True:
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.HTTPError:
+            if time.time() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"{url} did not come up") from None
+            time.sleep(0.3)
+
+
+async def one(client, model: str) -> tuple[float, float]:
+    """Stream one completion; return (TTFT, total) in ms."""
+    start = time.perf_counter()
+    ttft = None
+    stream = await client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Say the fixed answer."}],
+        stream=True,
+        max_tokens=256,
+    )
+    async for chunk in stream:
+        if ttft is None and chunk.choices and chunk.choices[0].delta.content:
+            ttft = (time.perf_counter() - start) * 1000
+    total = (time.perf_counter() - start) * 1000
+    return (ttft if ttft is not None else total), total
+
+
+async def run_level(
+    base_url: str, key: str, model: str, concurrency: int, rounds: int
+) -> tuple[list[float], float, Counter[str]]:
+    """``rounds`` x ``concurrency`` concurrent streams; TTFTs (ms), req/s, errors by
+    kind."""
+    import httpx
+    import openai
+
+    http = httpx.AsyncClient(
+        limits=httpx.Limits(max_connections=concurrency + 10),
+        timeout=httpx.Timeout(300),
+    )
+    client = openai.AsyncOpenAI(
+        base_url=base_url, api_key=key, max_retries=0, http_client=http
+    )
+    ttfts: list[float] = []
+    errors: Counter[str] = Counter()
+    started = time.perf_counter()
+    done = 0
+    for _ in range(rounds):
+        results = await asyncio.gather(
+            *(one(client, model) for _ in range(concurrency)), return_exceptions=True
+        )
+        for r in results:
+            if isinstance(r, BaseException):
+                errors[f"{type(r).__name__}: {str(r)[:100]}"] += 1
+            else:
+                ttfts.append(r[0])
+                done += 1
+    elapsed = time.perf_counter() - started
+    await http.aclose()
+    return ttfts, done / elapsed, errors
+
+
+def setup_ours() -> str:
+    """Create the bench user, an unlimited plan, the pool and a fresh API key."""
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+
+    from gateway import services
+    from gateway.models import ModelPool, Plan, Subscription
+
+    user, _ = get_user_model().objects.get_or_create(username="bench-api")
+    pool, _ = ModelPool.objects.update_or_create(
+        name=POOL,
+        defaults={
+            "model": MODEL,
+            "engine": ModelPool.Engine.OPENAI,
+            "queue_threshold": 100_000,
+            "max_output_tokens": 4096,
+            "enabled": True,
+        },
+    )
+    plan, _ = Plan.objects.get_or_create(name="bench-api", defaults={"priority": 100})
+    plan.allowed_pools.set([pool])
+    Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
+    return services.api_key_create(user=user, name="bench")[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50, 200])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--token-ms", type=float, default=5.0)
+    args = parser.parse_args()
+
+    key = setup_ours()
+    env = {
+        **os.environ,
+        "BENCH_TOKENS": str(args.tokens),
+        "BENCH_TOKEN_MS": str(args.token_ms),
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    bin_dir = Path(sys.executable).parent
+    tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
+    (tmp / "upstream.py").write_text(UPSTREAM)
+    up_port, web_port, llm_port = free_port(), free_port(), free_port()
+    upstream = f"http://127.0.0.1:{up_port}"
+    procs: list[subprocess.Popen] = []
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    try:
+        procs.append(
+            subprocess.Popen(
+                [bin_dir / "uvicorn", "upstream:app", "--port", str(up_port)]
+                + ["--log-level", "warning", "--no-access-log"],
+                cwd=tmp,
+                env=env,
+                **quiet,
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                [bin_dir / "daphne", "-b", "127.0.0.1", "-p", str(web_port)]
+                + ["chatsite.asgi:application"],
+                cwd=ROOT,
+                env=env,
+                **quiet,
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "manage.py", "run_inference_worker", "--pool", POOL]
+                + ["--engine", "openai", "--base-url", upstream, "--model", MODEL]
+                + ["--concurrency", str(max(args.concurrency) + 8)],
+                cwd=ROOT,
+                env=env,
+                **quiet,
+            )
+        )
+        litellm_bin = ROOT / ".venv-litellm" / "bin" / "litellm"
+        have_litellm = litellm_bin.exists()
+        litellm_key = "sk-" + secrets.token_hex(32)
+        # no database for LiteLLM (our DATABASE_URL would make it start Prisma), and its
+        # bundled model cost map (no fetch)
+        litellm_env = {
+            k: v for k, v in env.items() if k not in ("DATABASE_URL", "REDIS_URL")
+        }
+        litellm_env.update(LITELLM_LOG="ERROR", LITELLM_LOCAL_MODEL_COST_MAP="True")
+        if have_litellm:
+            (tmp / "litellm.yaml").write_text(
+                "model_list:\n"
+                f"  - model_name: {MODEL}\n"
+                "    litellm_params:\n"
+                f"      model: openai/{MODEL}\n"
+                f"      api_base: {upstream}/v1\n"
+                "      api_key: none\n"
+                "litellm_settings:\n"
+                "  drop_params: true\n"
+                "general_settings:\n"
+                f"  master_key: {litellm_key}\n"
+            )
+            procs.append(
+                subprocess.Popen(
+                    [litellm_bin, "--config", tmp / "litellm.yaml"]
+                    + ["--port", str(llm_port), "--host", "127.0.0.1"],
+                    cwd=tmp,
+                    env=litellm_env,
+                    **quiet,
+                )
+            )
+        wait_http(upstream + "/v1/models", procs)
+        wait_http(f"http://127.0.0.1:{web_port}/login/", procs)
+        if have_litellm:
+            wait_http(f"http://127.0.0.1:{llm_port}/health/liveliness", procs)
+        from inference import client as inference_client
+
+        deadline = time.time() + 60
+        while inference_client.workers_live(pool=POOL) == 0:
+            if time.time() > deadline:
+                raise RuntimeError("the worker did not start")
+            time.sleep(0.3)
+        targets = {
+            "direct": (upstream + "/v1", "none"),
+            "ours": (f"http://127.0.0.1:{web_port}/v1", key),
+        }
+        if have_litellm:
+            targets["litellm"] = (f"http://127.0.0.1:{llm_port}", litellm_key)
+        print(
+            f"upstream: {args.tokens} chunks, {args.token_ms} ms apart; "
+            f"{args.rounds} rounds per level; TTFT in ms"
+        )
+        print(
+            f"{'conc':>5} {'target':>8} {'ttft p50':>9} {'ttft p99':>9} "
+            f"{'ovh p50':>8} {'ovh p99':>8} {'req/s':>7} {'errors':>6}"
+        )
+        for c in args.concurrency:
+            rows = {}
+            for name, (url, api_key) in targets.items():
+                asyncio.run(run_level(url, api_key, MODEL, min(c, 5), 1))  # warm up
+                ttfts, rps, errors = asyncio.run(
+                    run_level(url, api_key, MODEL, c, args.rounds)
+                )
+                rows[name] = (ttfts, rps, errors)
+            base50 = pct(rows["direct"][0], 50)
+            base99 = pct(rows["direct"][0], 99)
+            overhead = {}
+            for name, (ttfts, rps, errors) in rows.items():
+                p50, p99 = pct(ttfts, 50), pct(ttfts, 99)
+                overhead[name] = (p50 - base50, p99 - base99)
+                print(
+                    f"{c:>5} {name:>8} {p50:>9.1f} {p99:>9.1f} "
+                    f"{p50 - base50:>8.1f} {p99 - base99:>8.1f} {rps:>7.1f} "
+                    f"{sum(errors.values()):>6}"
+                )
+                for kind, count in errors.most_common(3):
+                    print(f"{'':>15} {count} x {kind}")
+            if "litellm" in overhead:
+                ours, theirs = overhead["ours"], overhead["litellm"]
+                ratio50 = ours[0] / theirs[0] if theirs[0] > 0 else float("nan")
+                ratio99 = ours[1] / theirs[1] if theirs[1] > 0 else float("nan")
+                print(
+                    f"{c:>5}    ratio ours/litellm overhead: p50 {ratio50:.2f}, "
+                    f"p99 {ratio99:.2f}"
+                )
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
