@@ -148,6 +148,39 @@ def _cache_policy(built: BuiltContext, *, lookup: bool) -> gateway.CachePolicy:
     )
 
 
+def _admit(
+    *,
+    user: AbstractBaseUser,
+    conversation: Conversation | None,
+    job_id: str,
+    params: dict[str, Any] | None,
+    model: str | None,
+    cache_lookup: bool,
+    content: str | None = None,
+) -> tuple[BuiltContext, gateway.Admission]:
+    """Build the next answer's prompt and pass it through the gateway (reserve, route).
+
+    Raises the gateway's errors (QuotaExceeded, PoolSaturated, Forbidden, NotFound)
+    before anything is stored.
+    """
+    generation_params = _generation_params(params)
+    built = _prompt_context(
+        user=user,
+        conversation=conversation,
+        content=content,
+        max_tokens=int(generation_params["max_tokens"]),
+    )
+    admission = gateway.generation_admit(
+        user=user,
+        job_id=job_id,
+        messages=built.messages,
+        params=generation_params,
+        model=model,
+        cache_policy=_cache_policy(built, lookup=cache_lookup),
+    )
+    return built, admission
+
+
 def _submit_on_commit(
     *,
     conversation: Conversation,
@@ -238,20 +271,14 @@ def turn_start(
             )
             if conversation.messages.filter(status=Message.Status.STREAMING).exists():
                 raise Conflict(BUSY_MESSAGE, code="conversation_busy")
-        generation_params = _generation_params(params)
-        built = _prompt_context(
+        built, admission = _admit(
             user=user,
             conversation=conversation,
             content=content,
-            max_tokens=int(generation_params["max_tokens"]),
-        )
-        admission = gateway.generation_admit(
-            user=user,
             job_id=job_id,
-            messages=built.messages,
-            params=generation_params,
+            params=params,
             model=model,
-            cache_policy=_cache_policy(built, lookup=True),
+            cache_lookup=True,
         )
         if conversation is None:
             conversation = Conversation.objects.create(
@@ -306,21 +333,15 @@ def turn_regenerate(
             )
         if conversation.messages.filter(status=Message.Status.STREAMING).exists():
             raise Conflict(BUSY_MESSAGE, code="conversation_busy")
-        generation_params = _generation_params(params)
-        built = _prompt_context(
+        # the user wants a new answer: never a cached one (a complete new answer
+        # replaces the cached one)
+        built, admission = _admit(
             user=user,
             conversation=conversation,
-            max_tokens=int(generation_params["max_tokens"]),
-        )
-        admission = gateway.generation_admit(
-            user=user,
             job_id=job_id,
-            messages=built.messages,
-            params=generation_params,
+            params=params,
             model=model,
-            # the user wants a new answer: never a cached one (a complete new answer
-            # replaces the cached one)
-            cache_policy=_cache_policy(built, lookup=False),
+            cache_lookup=False,
         )
         assistant = _assistant_create(
             conversation=conversation, parent=last_user, admission=admission
