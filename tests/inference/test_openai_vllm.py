@@ -190,7 +190,13 @@ def test_abort_closes_the_stream_and_vllm_drops_the_request(vllm_server):
                 if isinstance(item, Delta):
                     seen += 1
                     if seen == 3:
-                        before = await _running(vllm_server)
+                        # vLLM's running gauge is refreshed by its stat logger, not
+                        # at every step: poll (the request keeps running meanwhile)
+                        for _ in range(50):
+                            before = await _running(vllm_server)
+                            if before == 1:
+                                break
+                            await asyncio.sleep(0.1)
                     if seen == 5:
                         asked = time.monotonic()
                         engine.abort(job.job_id)
