@@ -294,8 +294,9 @@ def _db_brief(fn: Any) -> Any:
 
     Under ASGI each request has its own sync thread and connection, which a stream would
     hold for its whole length: at 200 concurrent streams that passes PostgreSQL's
-    connection limit. Closing after each short sync step keeps only the requests that
-    are querying right now connected (outside a transaction only).
+    connection limit. Closing after each short sync step hands the connection back to
+    the pool (``chatsite.settings.base.database_pool``), so only the requests querying
+    right now hold one (outside a transaction only).
     """
 
     @functools.wraps(fn)
@@ -314,8 +315,9 @@ def _bearer(request: HttpRequest) -> str:
     return raw.strip() if scheme.lower() == "bearer" else ""
 
 
-async def _api_user(request: HttpRequest) -> AbstractBaseUser:
-    user = await _db_brief(gateway.api_key_authenticate)(raw=_bearer(request))
+def _api_user(request: HttpRequest) -> AbstractBaseUser:
+    """Return the user of the request's API key; raise InvalidApiKey (401)."""
+    user = gateway.api_key_authenticate(raw=_bearer(request))
     if user is None:
         raise InvalidApiKey()
     return user
@@ -371,6 +373,14 @@ def _start(*, user: AbstractBaseUser, req: CompletionRequest) -> Started:
         enqueued_at=submission.enqueued_at,
         created=int(submission.enqueued_at),
     )
+
+
+def _authenticate_and_start(request: HttpRequest) -> tuple[Started, CompletionRequest]:
+    """Authenticate, validate the body, admit and enqueue: one sync step (one thread
+    hop, one pooled connection) for the whole admission path."""
+    user = _api_user(request)
+    req = completion_request_parse(request.body)
+    return _start(user=user, req=req), req
 
 
 # --- the generation: relay, settle once, cancel on disconnect ------------------------
@@ -633,9 +643,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _method_not_allowed("POST")
     try:
-        user = await _api_user(request)
-        req = completion_request_parse(request.body)
-        started = await _db_brief(_start)(user=user, req=req)
+        started, req = await _db_brief(_authenticate_and_start)(request)
     except DomainError as exc:
         return api_error(exc)
     if not req.stream:
@@ -674,7 +682,7 @@ async def models_list(request: HttpRequest) -> HttpResponse:
     if request.method != "GET":
         return _method_not_allowed("GET")
     try:
-        user = await _api_user(request)
+        body = await _db_brief(lambda: _models_json(_api_user(request)))()
     except DomainError as exc:
         return api_error(exc)
-    return JsonResponse(await _db_brief(_models_json)(user))
+    return JsonResponse(body)

@@ -82,6 +82,21 @@ def gateway_config() -> GatewayConfig:
     return config
 
 
+def _subscription_plan_id(user: AbstractBaseUser) -> int | None:
+    """The user's subscribed plan id: from the subscription loaded with the user
+    (``select_related("user__subscription")``, as API-key authentication does: no
+    query), else one query."""
+    descriptor = getattr(type(user), "subscription", None)
+    if descriptor is not None and descriptor.is_cached(user):
+        subscription = descriptor.related.get_cached_value(user)
+        return subscription.plan_id if subscription is not None else None
+    return (
+        Subscription.objects.filter(user_id=user.pk)
+        .values_list("plan_id", flat=True)
+        .first()
+    )
+
+
 def plan_for_user(*, user: AbstractBaseUser) -> Plan:
     """Return the user's plan: their subscription's, else the default plan.
 
@@ -89,11 +104,7 @@ def plan_for_user(*, user: AbstractBaseUser) -> Plan:
     unlimited plan of priority 0 is returned, so the chat keeps working.
     """
     config = gateway_config()
-    plan_id = (
-        Subscription.objects.filter(user_id=user.pk)
-        .values_list("plan_id", flat=True)
-        .first()
-    )
+    plan_id = _subscription_plan_id(user)
     if plan_id is not None:
         plan = config.plans.get(plan_id)
         return plan if plan is not None else Plan.objects.get(pk=plan_id)

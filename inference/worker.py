@@ -248,7 +248,12 @@ class Worker:
                     },
                 )
                 return
-            if await self.redis.exists(protocol.final_key(job.job_id)):
+            # one round trip before the engine starts: TTFT
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.exists(protocol.final_key(job.job_id))
+                pipe.exists(protocol.cancel_key(job.job_id))
+                ended, cancelled = await pipe.execute()
+            if ended:
                 return  # ended elsewhere (e.g. timed out by the web tier)
             queue_s = max(0.0, started - job.enqueued_at) if job.enqueued_at else 0.0
             queue_ms = int(queue_s * 1000)
@@ -268,9 +273,7 @@ class Worker:
                     protocol.worker_key(self.worker_id), "busy", len(self._running)
                 )
                 await pipe.execute()
-            if job.job_id in self._aborted or await self.redis.exists(
-                protocol.cancel_key(job.job_id)
-            ):
+            if job.job_id in self._aborted or cancelled:
                 self.engine.abort(job.job_id)
             running = metrics.REQUESTS_RUNNING.labels(**self._labels)
             running.inc()
