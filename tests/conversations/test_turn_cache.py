@@ -50,9 +50,7 @@ def client_for(user: Any) -> Client:
 def relay(client: Client, body: dict[str, Any]) -> SseResult:
     """Stream a started turn's answer to its end through the ASGI app."""
     return asyncio.run(
-        asgi_sse(
-            body["assistant_message"]["stream_url"], cookie=session_cookie(client)
-        )
+        asgi_sse(body["assistant_message"]["stream_url"], cookie=session_cookie(client))
     )
 
 
@@ -159,9 +157,7 @@ def test_regenerate_writes_a_new_answer_with_reuse_on(start_worker, user, enqueu
     cached, _ = ask(client, QUESTION)
     assert cached.cache_kind == "exact" and len(enqueued) == 1
 
-    response = client.post(
-        reverse("message-regenerate", args=[cached.conversation_id])
-    )
+    response = client.post(reverse("message-regenerate", args=[cached.conversation_id]))
     assert response.status_code == 201
     result = relay(client, response.json())
 
