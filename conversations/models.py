@@ -47,6 +47,11 @@ class Message(models.Model):
         SYSTEM = "system"
         TOOL = "tool"
 
+    class CacheKind(models.TextChoices):
+        NONE = "", "generated"
+        EXACT = "exact"
+        SEMANTIC = "semantic"
+
     class Status(models.TextChoices):
         STREAMING = "streaming"
         COMPLETE = "complete"
@@ -78,6 +83,10 @@ class Message(models.Model):
     error = models.TextField(blank=True, default="")
     ttft_ms = models.PositiveIntegerField(null=True, blank=True)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    # an answer served from the gateway's answer caches (gateway.cache), not generated
+    cache_kind = models.CharField(
+        max_length=16, choices=CacheKind.choices, blank=True, default=CacheKind.NONE
+    )
 
     class Meta:
         ordering = ["created_at"]

@@ -24,6 +24,7 @@ from django.utils import timezone
 from chatsite.errors import Conflict, InvalidInput, PayloadTooLarge
 from conversations import selectors
 from conversations.models import Conversation, Message
+from gateway import selectors as gateway_selectors
 from gateway import services as gateway
 from inference import client as inference_client
 from inference import protocol
@@ -136,14 +137,19 @@ def _prompt_context(
     )
 
 
-def _cache_policy(built: BuiltContext, *, lookup: bool) -> gateway.CachePolicy:
+def _cache_policy(
+    built: BuiltContext, *, lookup: bool, opt_in: bool = False
+) -> gateway.CachePolicy:
     """How a turn may use the gateway's answer caches (gateway.cache): the semantic cache
-    needs a first turn without memory; ``lookup`` False (regenerate) never serves one."""
+    needs a first turn without memory; ``lookup`` False (regenerate) never serves one;
+    ``opt_in`` (the user's "Reuse cached answers" preference) lets a turn at
+    CHAT_TEMPERATURE > 0 use them at all."""
     return gateway.CachePolicy(
         single_turn=built.history_kept == 1
         and built.history_dropped == 0
         and not built.summary_used,
         personal=bool(built.facts or built.passages or built.summary_used),
+        opt_in=opt_in,
         lookup=lookup,
     )
 
@@ -160,8 +166,10 @@ def _admit(
 ) -> tuple[BuiltContext, gateway.Admission]:
     """Build the next answer's prompt and pass it through the gateway (reserve, route).
 
-    Raises the gateway's errors (QuotaExceeded, PoolSaturated, Forbidden, NotFound)
-    before anything is stored.
+    The answer caches are used when the request is deterministic or the user turned on
+    "Reuse cached answers" (:func:`gateway.selectors.cache_opt_in`). Raises the
+    gateway's errors (QuotaExceeded, PoolSaturated, Forbidden, NotFound) before anything
+    is stored.
     """
     generation_params = _generation_params(params)
     built = _prompt_context(
@@ -176,7 +184,11 @@ def _admit(
         messages=built.messages,
         params=generation_params,
         model=model,
-        cache_policy=_cache_policy(built, lookup=cache_lookup),
+        cache_policy=_cache_policy(
+            built,
+            lookup=cache_lookup,
+            opt_in=gateway_selectors.cache_opt_in(user=user),
+        ),
     )
     return built, admission
 
@@ -390,7 +402,8 @@ def message_finalize(*, message_id: Any) -> Message | None:
 
     Reads the stream up to its terminal event: content = all token text, status from the
     finish reason (``error`` event: status error, partial text kept), usage and timings
-    from the event; the gateway records the usage and settles the quota. An engine error
+    from the event, ``cache_kind`` from its ``meta`` event (an answer served from the
+    gateway's caches); the gateway records the usage and settles the quota. An engine error
     before the first token is retried on the fallback pool instead (the message stays
     streaming). Returns the updated message, or None if the generation has not ended, was
     retried, or the message was already final (another process finalised it first).
@@ -431,6 +444,7 @@ def message_finalize(*, message_id: Any) -> Message | None:
         "token_count": usage.completion_tokens,
         "prompt_tokens": usage.prompt_tokens,
         "cached_tokens": usage.cached_tokens,
+        "cache_kind": meta.get("cache") or "",
     }
     if terminal.type == protocol.EVENT_DONE:
         fields["status"] = _STATUS_BY_FINISH[terminal.data["finish_reason"]]

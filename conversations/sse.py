@@ -4,9 +4,11 @@
 StreamingHttpResponse (streams under daphne). It reads ``inf:gen:{job_id}`` with
 XREAD BLOCK from the ``Last-Event-ID`` header (or ``?last_event_id=``) onwards and writes:
 
-- ``event: meta``  ``{"model", "worker", "queue_ms"}``
+- ``event: meta``  ``{"model", "worker", "queue_ms"}`` (+ ``"cache": "exact"|"semantic"``
+  for an answer served from the gateway's answer caches)
 - ``event: token`` ``{"t": "..."}``: consecutive deltas coalesced into one frame
-- ``event: done``  ``{"message_id", "status", "finish_reason", "usage", "html", ...}``
+- ``event: done``  ``{"message_id", "status", "finish_reason", "usage", "html", "cache",
+  ...}`` (``cache``: the message's ``cache_kind``, "" when generated)
 - ``event: error`` ``{"code", "message", "message_id", "html"}``
 - ``: ping`` comment every SSE_HEARTBEAT_S seconds
 
@@ -77,6 +79,7 @@ def message_payload(message: Message) -> dict[str, Any]:
         "latency_ms": message.latency_ms,
         "html": markdown_to_html(message.content),
         "error": message.error,
+        "cache": message.cache_kind,
         "citations": citations,
     }
 

@@ -1,5 +1,6 @@
-"""Admin: the billing console (plans, subscriptions, pools, usage report + CSV, API keys)
-and the semantic answer cache (read-only; delete entries to evict them)."""
+"""Admin: the billing console (plans, subscriptions, pools, usage report + CSV, API keys),
+the semantic answer cache (read-only; delete entries to evict them) and users'
+gateway preferences."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from gateway.models import (
     SemanticCacheEntry,
     Subscription,
     UsageRecord,
+    UserPreference,
 )
 
 CSV_COLUMNS = [
@@ -215,3 +217,11 @@ class SemanticCacheEntryAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(UserPreference)
+class UserPreferenceAdmin(admin.ModelAdmin):
+    list_display = ("user", "reuse_cached_answers", "updated_at")
+    list_filter = ("reuse_cached_answers",)
+    search_fields = ("user__username",)
+    raw_id_fields = ("user",)

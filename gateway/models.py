@@ -1,4 +1,5 @@
-"""Gateway data: plans, pools, usage records, API keys, semantic cache (DESIGN §7).
+"""Gateway data: plans, pools, usage records, API keys, semantic cache, user
+preferences (DESIGN §7).
 
 Token limits are in tokens (prompt + completion); prices are in currency units per 1,000
 tokens. An empty limit means "no limit".
@@ -182,6 +183,29 @@ class ApiKey(models.Model):
     def is_active(self) -> bool:
         """True until the key is revoked."""
         return self.revoked_at is None
+
+
+class UserPreference(models.Model):
+    """A user's gateway preferences (no row: every preference at its default).
+
+    ``reuse_cached_answers``: the user's chat turns may be answered from their own
+    earlier answers (gateway.cache: the opt-in of a request at temperature > 0).
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="gateway_preference",
+    )
+    reuse_cached_answers = models.BooleanField(
+        default=False,
+        help_text="Answer identical or near-identical questions from the user's "
+        "own earlier answers (no tokens used).",
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"preferences of {self.user}"
 
 
 class SemanticCacheEntry(models.Model):

@@ -1,4 +1,5 @@
-"""Reads of the gateway: a user's plan and quota, pools, API keys, usage reports."""
+"""Reads of the gateway: a user's plan, quota and preferences, pools, API keys, usage
+reports."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDate
 
 from gateway import quota
-from gateway.models import ApiKey, ModelPool, Plan, Subscription, UsageRecord
+from gateway.models import (
+    ApiKey,
+    ModelPool,
+    Plan,
+    Subscription,
+    UsageRecord,
+    UserPreference,
+)
 
 
 @dataclass(frozen=True)
@@ -200,6 +208,25 @@ def pool_choices(*, user: AbstractBaseUser) -> list[ModelPool]:
 def api_key_list(*, user: AbstractBaseUser) -> QuerySet[ApiKey]:
     """Return the user's API keys, newest first (revoked ones included)."""
     return ApiKey.objects.filter(user=user).order_by("-created_at")
+
+
+def user_preference_get(*, user: AbstractBaseUser) -> UserPreference:
+    """Return the user's gateway preferences; an unsaved row of defaults if none is stored.
+
+    One query. Defaults: ``reuse_cached_answers`` False (see :class:`UserPreference`).
+    """
+    preference = UserPreference.objects.filter(user_id=user.pk).first()
+    return preference or UserPreference(user_id=user.pk)
+
+
+def cache_opt_in(*, user: AbstractBaseUser) -> bool:
+    """True if the user chose to reuse cached answers (gateway.cache opt-in; off by
+    default). One query; read by the chat turn before admission."""
+    return bool(
+        UserPreference.objects.filter(user_id=user.pk)
+        .values_list("reuse_cached_answers", flat=True)
+        .first()
+    )
 
 
 def usage_by_user_day_model(

@@ -1,4 +1,5 @@
-"""Gateway services: admit, submit, cancel and settle generations; API keys (DESIGN §4.2).
+"""Gateway services: admit, submit, cancel and settle generations; API keys; user
+preferences (DESIGN §4.2).
 
 A request goes through :func:`generation_admit` before anything is stored: route to a
 pool (plan, explicit choice, difficulty), reserve its worst-case tokens atomically
@@ -35,7 +36,7 @@ from django.utils import timezone
 from chatsite.errors import NotFound
 from gateway import cache, fallback, quota, routing, selectors
 from gateway.cache import CacheHit, CachePolicy
-from gateway.models import ApiKey, ModelPool, UsageRecord
+from gateway.models import ApiKey, ModelPool, UsageRecord, UserPreference
 from inference import client as inference_client
 from inference import protocol
 
@@ -408,3 +409,22 @@ def api_key_authenticate(*, raw: str) -> AbstractBaseUser | None:
     ):
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
     return key.user
+
+
+def user_preference_set(
+    *, user: AbstractBaseUser, reuse_cached_answers: bool
+) -> UserPreference:
+    """Store the user's gateway preferences (creates the row on first use); return it.
+
+    ``reuse_cached_answers`` True opts the user's chat turns in to the answer caches
+    (:mod:`gateway.cache`: identical or near-identical questions answered from their
+    own earlier answers, even at temperature > 0). Idempotent.
+    """
+    preference, _ = UserPreference.objects.update_or_create(
+        user_id=user.pk,
+        defaults={
+            "reuse_cached_answers": bool(reuse_cached_answers),
+            "updated_at": timezone.now(),
+        },
+    )
+    return preference

@@ -1,4 +1,5 @@
-"""Gateway views: the 429 page of request-rate limits, and API keys in user settings."""
+"""Gateway views: the 429 page of request-rate limits; the user's settings (API keys,
+preferences)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 def account_settings(request: HttpRequest) -> HttpResponse:
-    """The user's settings page: quota left, and API keys (create once-shown, revoke)."""
+    """The user's settings page: quota left, preferences, and API keys (create
+    once-shown, revoke)."""
     new_key: str | None = None
     if request.method == "POST":
         _key, new_key = services.api_key_create(
@@ -55,8 +57,21 @@ def account_settings(request: HttpRequest) -> HttpResponse:
         "new_key": new_key,
         "quota": selectors.quota_status(user=request.user),
         "plan": selectors.plan_for_user(user=request.user),
+        "preference": selectors.user_preference_get(user=request.user),
     }
     return render(request, "gateway/settings.html", context)
+
+
+@require_POST
+def preferences_update(request: HttpRequest) -> HttpResponse:
+    """Store the preferences form of the settings page (an unticked box turns it off)."""
+    reuse = request.POST.get("reuse_cached_answers", "").lower() in {"on", "true", "1"}
+    services.user_preference_set(user=request.user, reuse_cached_answers=reuse)
+    flash.success(
+        request,
+        "Cached answers are on." if reuse else "Cached answers are off.",
+    )
+    return redirect("account-settings")
 
 
 @require_POST

@@ -1,4 +1,5 @@
-// Chat page: send, stream (SSE), stop, regenerate.
+// Chat page: send, stream (SSE), stop, regenerate; a "cached answer" label on answers
+// the gateway served from its answer caches.
 // Model text is appended with textContent while streaming; on `done` the server's
 // sanitised HTML (markdown-it-py + nh3) replaces it. Nothing else is set as HTML.
 (function () {
@@ -49,12 +50,31 @@
     return article;
   }
 
+  const CACHE_TITLES = {
+    exact: "Answered instantly from your earlier answer to the same question",
+    semantic: "Answered instantly from your earlier answer to a near-identical question",
+  };
+
+  // Mark an answer served from the gateway's answer caches (meta/done `cache`).
+  function markCached(article, kind) {
+    if (!kind || article.querySelector(".msg-cache")) return;
+    const label = document.createElement("span");
+    label.className = "msg-cache";
+    label.dataset.cache = kind;
+    label.title = (CACHE_TITLES[kind] || "Answered from a cached answer") +
+      "; no tokens used. Regenerate writes a new answer.";
+    label.textContent = "cached answer";
+    const footer = article.querySelector(".msg-footer");
+    if (footer) footer.prepend(label);
+  }
+
   function finish(article, data, failed) {
     const body = article.querySelector(".msg-body");
     if (data.html !== undefined) body.innerHTML = data.html; // sanitised on the server
     article.dataset.status = data.status || (failed ? "error" : "complete");
     article.classList.remove("status-streaming");
     article.classList.add("status-" + article.dataset.status);
+    markCached(article, data.cache);
     if (data.citations && data.citations.length && !article.querySelector(".citations")) {
       const list = document.createElement("ol");
       list.className = "citations";
@@ -100,6 +120,7 @@
       body.append(document.createTextNode(JSON.parse(e.data).t));
       if (window.innerHeight + window.scrollY >= document.body.scrollHeight - 80) article.scrollIntoView({block: "end"});
     });
+    source.addEventListener("meta", function (e) { markCached(article, JSON.parse(e.data).cache); });
     source.addEventListener("done", function (e) { finish(article, JSON.parse(e.data), false); end(); });
     source.addEventListener("error", function (e) {
       if (e.data) { finish(article, JSON.parse(e.data), true); end(); }

@@ -128,3 +128,23 @@ def test_pressing_enter_repeatedly_sends_one_message(page):
     assert Conversation.objects.count() == 1
     assert Message.objects.filter(role="user").count() == 1
     assert page.locator("#stop").is_hidden()
+
+
+def test_a_repeated_question_is_marked_as_a_cached_answer(page, site, user):
+    from gateway import services as gateway_services
+
+    gateway_services.user_preference_set(user=user, reuse_cached_answers=True)
+    page.fill("#content", "What is a cache?")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    assert last_answer(page).locator(".msg-cache").count() == 0
+    page.goto(site + "/")  # a new chat, the same question
+    page.fill("#content", "What is a cache?")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete .msg-cache")
+    assert last_answer(page).locator(".msg-cache").inner_text() == "cached answer"
+    page.screenshot(path=str(SHOTS / "chat-cached-answer.png"), full_page=True)
+    page.reload()
+    assert last_answer(page).locator(".msg-cache").inner_text() == "cached answer"
+    cached = Message.objects.filter(role="assistant").order_by("created_at").last()
+    assert cached.cache_kind == "exact" and cached.content.startswith(ANSWER)
