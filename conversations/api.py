@@ -42,6 +42,8 @@ from inference import client as inference_client
 from inference import protocol
 
 READ_BLOCK_MS = 1000
+# Response header naming the cache that answered ("exact" / "semantic"); absent: a model.
+CACHE_HEADER = "x-chatsite-cache"
 # OpenAI roles accepted, and the role the engine sees
 ROLES = {
     "system": "system",
@@ -131,6 +133,8 @@ class CompletionRequest:
 
     ``messages`` are engine-ready (``developer`` folded into ``system``, content parts
     joined); ``params`` the sampling parameters given (``max_tokens`` in tokens).
+    ``cache`` is our extension (``extra_body={"cache": true}`` in the openai client): the
+    answer may come from this user's answer caches even at a temperature above 0.
     """
 
     model: str
@@ -138,6 +142,7 @@ class CompletionRequest:
     params: dict[str, Any] = field(default_factory=dict)
     stream: bool = False
     include_usage: bool = False
+    cache: bool = False  # opted in to cached answers at any temperature
 
 
 def _bad(message: str, code: str = "invalid_request") -> InvalidInput:
@@ -277,12 +282,16 @@ def completion_request_parse(body: bytes) -> CompletionRequest:
         if not isinstance(options, dict):
             raise _bad("`stream_options` must be an object.", "invalid_parameter")
         include_usage = bool(options.get("include_usage", False))
+    cache = data.get("cache", False)
+    if not isinstance(cache, bool):
+        raise _bad("`cache` must be true or false.", "invalid_parameter")
     return CompletionRequest(
         model=model.strip(),
         messages=_messages(data.get("messages")),
         params=_params(data),
         stream=stream,
         include_usage=include_usage,
+        cache=cache,
     )
 
 
@@ -344,10 +353,17 @@ class Started:
     model: str
     enqueued_at: float
     created: int  # epoch seconds, the ``created`` of the completion
+    cache_kind: str = ""  # "exact" / "semantic" when a cache answers, else ""
 
 
 def _start(*, user: AbstractBaseUser, req: CompletionRequest) -> Started:
-    """Admit (reserve tokens) and enqueue; nothing stays reserved if it raises."""
+    """Admit (reserve tokens) and enqueue; nothing stays reserved if it raises.
+
+    The answer caches apply as to a chat turn (:mod:`gateway.cache`): at temperature 0
+    or with ``cache`` true; an API request carries no personal context (no memory is
+    injected), so a single-turn prompt may use the semantic cache. A hit is served
+    by the gateway without a job.
+    """
     _model_check(req.model)
     job_id = str(uuid.uuid4())
     with gateway.reservation_guard(job_id=job_id):
@@ -357,6 +373,9 @@ def _start(*, user: AbstractBaseUser, req: CompletionRequest) -> Started:
             messages=req.messages,
             params=req.params,
             model=req.model,
+            cache_policy=gateway.CachePolicy(
+                single_turn=True, personal=False, opt_in=req.cache
+            ),
         )
         submission = gateway.generation_submit(
             job_id=job_id,
@@ -364,6 +383,7 @@ def _start(*, user: AbstractBaseUser, req: CompletionRequest) -> Started:
             params=admission.params,
             user_ref=str(user.pk),
             pool=admission.pool,
+            cache_hit=admission.cache_hit,
         )
     return Started(
         job_id=job_id,
@@ -372,6 +392,7 @@ def _start(*, user: AbstractBaseUser, req: CompletionRequest) -> Started:
         model=admission.model or req.model,
         enqueued_at=submission.enqueued_at,
         created=int(submission.enqueued_at),
+        cache_kind=admission.cache_hit.kind if admission.cache_hit else "",
     )
 
 
@@ -397,11 +418,19 @@ class Outcome:
 
 
 def _settle(
-    *, started: Started, event: protocol.Event, model: str, pool: str
+    *,
+    started: Started,
+    event: protocol.Event,
+    model: str,
+    pool: str,
+    answer: str | None = None,
 ) -> UsageRecord | None:
+    """Record the generation's usage once; ``answer`` (the whole text) is offered to
+    the answer caches, which keep it only if the request was cacheable and complete."""
     usage = protocol.Usage.from_dict(event.data.get("usage"))
+    finish_reason = event.data.get("finish_reason", "")
     if event.type == protocol.EVENT_DONE:
-        status = _STATUS[event.data["finish_reason"]]
+        status = _STATUS[finish_reason]
         ttft, latency = event.data.get("ttft_ms"), event.data.get("latency_ms")
     else:
         status, ttft, latency = UsageRecord.Status.ERROR, None, None
@@ -414,6 +443,9 @@ def _settle(
         model=model,
         ttft_ms=ttft,
         latency_ms=latency,
+        cache_hit=bool(started.cache_kind),
+        answer=answer,
+        finish_reason=finish_reason,
     )
 
 
@@ -476,6 +508,7 @@ async def generation_relay(started: Started) -> AsyncIterator[str | Outcome]:
     after = protocol.STREAM_START
     pool, model = started.pool, started.model
     begun, tokens_seen, settled = False, 0, False
+    parts: list[str] = []  # the answer, for the caches
     last_event_at = started.enqueued_at
     task = asyncio.current_task()
     try:
@@ -503,6 +536,7 @@ async def generation_relay(started: Started) -> AsyncIterator[str | Outcome]:
                     model = event.data.get("model") or model
                 elif event.type == protocol.EVENT_TOKEN:
                     tokens_seen += 1
+                    parts.append(event.data["t"])
                     yield event.data["t"]
                 elif event.is_terminal:
                     if event.type == protocol.EVENT_ERROR and not tokens_seen:
@@ -516,7 +550,11 @@ async def generation_relay(started: Started) -> AsyncIterator[str | Outcome]:
                             pool, after, begun = retried, protocol.STREAM_START, False
                             break
                     await _db_brief(_settle)(
-                        started=started, event=event, model=model, pool=pool
+                        started=started,
+                        event=event,
+                        model=model,
+                        pool=pool,
+                        answer="".join(parts),
                     )
                     settled = True
                     yield _outcome(event, model)
@@ -647,12 +685,16 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     except DomainError as exc:
         return api_error(exc)
     if not req.stream:
-        return await completion_collect(started)
-    response = StreamingHttpResponse(
-        completion_stream(started, req.include_usage), content_type="text/event-stream"
-    )
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
+        response = await completion_collect(started)
+    else:
+        response = StreamingHttpResponse(
+            completion_stream(started, req.include_usage),
+            content_type="text/event-stream",
+        )
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+    if started.cache_kind:
+        response[CACHE_HEADER] = started.cache_kind
     return response
 
 

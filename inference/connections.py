@@ -28,6 +28,21 @@ def redis_sync(url: str | None = None) -> redis.Redis:
     return client
 
 
+def redis_async_new(url: str) -> aioredis.Redis:
+    """Return a new async client for ``url`` whose pool holds up to
+    REDIS_ASYNC_MAX_CONNECTIONS connections.
+
+    redis-py 8's async pool allows 100 by default and then raises MaxConnectionsError,
+    but every open SSE stream holds one connection in a blocking XREAD and a worker
+    writes for each running job: at 200 streams the default broke requests.
+    """
+    return aioredis.Redis.from_url(
+        url,
+        decode_responses=True,
+        max_connections=settings.REDIS_ASYNC_MAX_CONNECTIONS,
+    )
+
+
 def redis_async(url: str | None = None) -> aioredis.Redis:
     """Return the async client of the running event loop for ``url``."""
     url = url or settings.REDIS_URL
@@ -35,5 +50,5 @@ def redis_async(url: str | None = None) -> aioredis.Redis:
     per_loop = _async_clients.setdefault(loop, {})
     client = per_loop.get(url)
     if client is None:
-        client = per_loop[url] = aioredis.Redis.from_url(url, decode_responses=True)
+        client = per_loop[url] = redis_async_new(url)
     return client

@@ -35,6 +35,7 @@ from redis.exceptions import ResponseError
 
 from inference import metrics, protocol
 from inference.client import WORKER_TTL_S, terminal_append
+from inference.connections import redis_async_new
 from inference.engines.base import Delta, Engine, EngineError, Finish
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ class Worker:
 
     async def run(self) -> None:
         """Serve until :meth:`stop`; running jobs finish before this returns."""
-        self._redis = aioredis.Redis.from_url(self.redis_url, decode_responses=True)
+        self._redis = redis_async_new(self.redis_url)
         await self._ensure_group()
         await self.engine.start()
         # Beat once before the first read, so no other worker ever sees our entries

@@ -33,6 +33,19 @@ def _metrics_dir() -> Iterator[None]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's test database, with the connection pools closed before it is
+    dropped (pooled connections of ASGI threads would keep it "in use")."""
+    yield
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        for connection in connections.all():
+            if getattr(connection, "pool", None) is not None:
+                connection.close_pool()
+
+
 @pytest.fixture(autouse=True)
 def _clean_redis() -> Iterator[None]:
     """Each test starts with an empty private Redis database (db 15)."""

@@ -103,6 +103,9 @@ DATABASES["default"] = database_pool(DATABASES["default"], DATABASE_POOL_MAX_SIZ
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
+# Connections one process's async Redis client may open (inference/connections.py): one
+# per open stream (blocking XREAD) in the web tier. Redis itself accepts 10,000 clients.
+REDIS_ASYNC_MAX_CONNECTIONS = env.int("REDIS_ASYNC_MAX_CONNECTIONS", default=5000)
 
 CACHES = {
     "default": {

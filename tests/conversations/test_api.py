@@ -538,3 +538,130 @@ def test_the_openai_client_raises_authentication_error_for_a_bad_key(api_key, st
         ).chat.completions.create(
             model="nope", messages=[{"role": "user", "content": "Hi"}]
         )
+
+
+# --- answer caches (gateway/cache.py) through the API ----------------------------------
+
+
+@pytest.fixture
+def enqueued(monkeypatch) -> list[str]:
+    """Job ids enqueued on any pool (spy on the real job_enqueue)."""
+    seen: list[str] = []
+    original = inference_client.job_enqueue
+
+    def spy(*, pool: str, job: protocol.Job) -> str:
+        seen.append(job.job_id)
+        return original(pool=pool, job=job)
+
+    monkeypatch.setattr(inference_client, "job_enqueue", spy)
+    return seen
+
+
+CAPITAL = "What is the capital of France?"
+
+
+def _capital(**extra: Any) -> dict[str, Any]:
+    return _ask(messages=[{"role": "user", "content": CAPITAL}], **extra)
+
+
+async def test_a_repeated_deterministic_request_is_answered_by_the_exact_cache(
+    user, api_key, start_worker, enqueued
+):
+    start_worker(ScriptedEngine(text="Paris is the capital."))
+    first = await asgi(
+        "POST", "/v1/chat/completions", body=_capital(temperature=0), key=api_key
+    )
+    assert first.status == 200 and "x-chatsite-cache" not in first.headers
+
+    second = await asgi(
+        "POST",
+        "/v1/chat/completions",
+        body=_capital(
+            temperature=0, stream=True, stream_options={"include_usage": True}
+        ),
+        key=api_key,
+    )
+
+    assert second.status == 200 and second.headers["x-chatsite-cache"] == "exact"
+    chunks = second.chunks
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
+    assert text == "Paris is the capital."
+    assert chunks[-1]["usage"]["total_tokens"] == 0
+    assert len(enqueued) == 1  # the second request never reached a worker
+    records = await sync_to_async(list)(UsageRecord.objects.order_by("created_at"))
+    assert [r.cache_hit for r in records] == [False, True]
+    assert records[1].total_tokens == 0 and records[1].cost == 0
+    assert _no_reservations()
+
+
+async def test_a_sampled_request_is_not_cached_unless_it_opts_in(
+    api_key, start_worker, enqueued
+):
+    start_worker(ScriptedEngine(text="Paris."))
+    for _ in range(2):
+        result = await asgi(
+            "POST", "/v1/chat/completions", body=_capital(temperature=0.8), key=api_key
+        )
+        assert result.status == 200 and "x-chatsite-cache" not in result.headers
+    assert len(enqueued) == 2
+
+    await asgi(
+        "POST",
+        "/v1/chat/completions",
+        body=_capital(temperature=0.8, cache=True),
+        key=api_key,
+    )
+    hit = await asgi(
+        "POST",
+        "/v1/chat/completions",
+        body=_capital(temperature=0.8, cache=True),
+        key=api_key,
+    )
+    assert hit.headers["x-chatsite-cache"] == "exact"
+    assert hit.json()["choices"][0]["message"]["content"] == "Paris."
+    assert len(enqueued) == 3
+
+
+async def test_another_users_key_never_gets_the_cached_answer(
+    user, other_user, api_key, start_worker, enqueued
+):
+    start_worker(ScriptedEngine(text="Paris."))
+    await asgi(
+        "POST", "/v1/chat/completions", body=_capital(temperature=0), key=api_key
+    )
+    other_key = (await sync_to_async(services.api_key_create)(user=other_user))[1]
+
+    result = await asgi(
+        "POST", "/v1/chat/completions", body=_capital(temperature=0), key=other_key
+    )
+
+    assert result.status == 200 and "x-chatsite-cache" not in result.headers
+    assert len(enqueued) == 2
+
+
+async def test_a_paraphrase_is_answered_by_the_semantic_cache(
+    api_key, start_worker, enqueued, settings
+):
+    settings.GATEWAY_SEMANTIC_CACHE_MIN_SIMILARITY = 0.9
+    start_worker(ScriptedEngine(text="Paris."))
+    await asgi(
+        "POST", "/v1/chat/completions", body=_capital(temperature=0), key=api_key
+    )
+    paraphrase = _ask(
+        messages=[{"role": "user", "content": "What's the capital city of France?"}],
+        temperature=0,
+    )
+
+    result = await asgi("POST", "/v1/chat/completions", body=paraphrase, key=api_key)
+
+    assert result.headers["x-chatsite-cache"] == "semantic"
+    assert result.json()["choices"][0]["message"]["content"] == "Paris."
+    assert len(enqueued) == 1
+
+
+async def test_a_non_boolean_cache_flag_is_a_400(api_key):
+    result = await asgi(
+        "POST", "/v1/chat/completions", body=_capital(cache="yes"), key=api_key
+    )
+    assert result.status == 400
+    assert result.json()["error"]["code"] == "invalid_parameter"
