@@ -17,7 +17,8 @@ It starts:
 - LiteLLM proxy with one model routed to the upstream.
 
 The same client (the official ``openai`` AsyncOpenAI, streaming) sends ``c`` concurrent
-requests, ``--rounds`` times, to the upstream directly, to ours and to LiteLLM. Printed
+requests, ``--rounds`` times, to the upstream directly, to ours and to LiteLLM, the
+targets interleaved round by round (load drifts on a shared machine hit all). Printed
 per concurrency: TTFT p50/p99 (ms, to the first content delta), overhead = TTFT through
 the gateway minus TTFT direct (p50/p99, ms), requests/s, and the ratio of our overhead
 to LiteLLM's (below 1: ours adds less).
@@ -130,38 +131,60 @@ async def one(client, model: str) -> tuple[float, float]:
     return (ttft if ttft is not None else total), total
 
 
-async def run_level(
-    base_url: str, key: str, model: str, concurrency: int, rounds: int
-) -> tuple[list[float], float, Counter[str]]:
-    """``rounds`` x ``concurrency`` concurrent streams; TTFTs (ms), req/s, errors by
-    kind."""
+async def run_levels(
+    targets: dict[str, tuple[str, str]], model: str, concurrency: int, rounds: int
+) -> dict[str, tuple[list[float], float, Counter[str]]]:
+    """Interleaved rounds of ``concurrency`` concurrent streams against each target.
+
+    Each round runs every target once, in an order rotated from round to round, so a
+    drift in machine load hits all targets alike. One client (and connection pool) per
+    target, warmed up first. Returns per target: TTFTs (ms), requests/s over the time
+    spent on that target, errors by kind.
+    """
     import httpx
     import openai
 
-    http = httpx.AsyncClient(
-        limits=httpx.Limits(max_connections=concurrency + 10),
-        timeout=httpx.Timeout(300),
-    )
-    client = openai.AsyncOpenAI(
-        base_url=base_url, api_key=key, max_retries=0, http_client=http
-    )
-    ttfts: list[float] = []
-    errors: Counter[str] = Counter()
-    started = time.perf_counter()
-    done = 0
-    for _ in range(rounds):
-        results = await asyncio.gather(
-            *(one(client, model) for _ in range(concurrency)), return_exceptions=True
+    clients = {
+        name: openai.AsyncOpenAI(
+            base_url=url,
+            api_key=key,
+            max_retries=0,
+            http_client=httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=concurrency + 10),
+                timeout=httpx.Timeout(300),
+            ),
         )
-        for r in results:
-            if isinstance(r, BaseException):
-                errors[f"{type(r).__name__}: {str(r)[:100]}"] += 1
-            else:
-                ttfts.append(r[0])
-                done += 1
-    elapsed = time.perf_counter() - started
-    await http.aclose()
-    return ttfts, done / elapsed, errors
+        for name, (url, key) in targets.items()
+    }
+    ttfts: dict[str, list[float]] = {name: [] for name in targets}
+    errors: dict[str, Counter[str]] = {name: Counter() for name in targets}
+    busy_s = dict.fromkeys(targets, 0.0)
+    for client in clients.values():  # warm up
+        await asyncio.gather(
+            *(one(client, model) for _ in range(min(concurrency, 5))),
+            return_exceptions=True,
+        )
+    names = list(targets)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            started = time.perf_counter()
+            results = await asyncio.gather(
+                *(one(clients[name], model) for _ in range(concurrency)),
+                return_exceptions=True,
+            )
+            busy_s[name] += time.perf_counter() - started
+            for result in results:
+                if isinstance(result, BaseException):
+                    kind = f"{type(result).__name__}: {str(result)[:100]}"
+                    errors[name][kind] += 1
+                else:
+                    ttfts[name].append(result[0])
+    for client in clients.values():
+        await client.close()
+    return {
+        name: (ttfts[name], len(ttfts[name]) / busy_s[name], errors[name])
+        for name in targets
+    }
 
 
 def setup_ours() -> str:
@@ -300,13 +323,7 @@ def main() -> None:
             f"{'ovh p50':>8} {'ovh p99':>8} {'req/s':>7} {'errors':>6}"
         )
         for c in args.concurrency:
-            rows = {}
-            for name, (url, api_key) in targets.items():
-                asyncio.run(run_level(url, api_key, MODEL, min(c, 5), 1))  # warm up
-                ttfts, rps, errors = asyncio.run(
-                    run_level(url, api_key, MODEL, c, args.rounds)
-                )
-                rows[name] = (ttfts, rps, errors)
+            rows = asyncio.run(run_levels(targets, MODEL, c, args.rounds))
             base50 = pct(rows["direct"][0], 50)
             base99 = pct(rows["direct"][0], 99)
             overhead = {}

@@ -52,6 +52,10 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
+# The OpenAI-compatible API's own handler (chatsite/asgi.py): Bearer keys and JSON, so
+# no session, CSRF, login or messages middleware.
+API_MIDDLEWARE = ["chatsite.middleware.api_middleware"]
+
 ROOT_URLCONF = "chatsite.urls"
 ASGI_APPLICATION = "chatsite.asgi.application"
 WSGI_APPLICATION = "chatsite.wsgi.application"

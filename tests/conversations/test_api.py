@@ -60,6 +60,7 @@ async def asgi(
     key: str | None = None,
     disconnect_when: Any = None,
     timeout: float = 30.0,
+    host: str = "testserver",
 ) -> Result:
     """Send one request through ``chatsite.asgi.application``; collect the response.
 
@@ -68,7 +69,7 @@ async def asgi(
     from chatsite.asgi import application
 
     raw = json.dumps(body).encode() if body is not None else b""
-    headers = [(b"host", b"testserver"), (b"content-type", b"application/json")]
+    headers = [(b"host", host.encode()), (b"content-type", b"application/json")]
     if key is not None:
         headers.append((b"authorization", f"Bearer {key}".encode()))
     scope = {
@@ -665,3 +666,14 @@ async def test_a_non_boolean_cache_flag_is_a_400(api_key):
     )
     assert result.status == 400
     assert result.json()["error"]["code"] == "invalid_parameter"
+
+
+async def test_the_api_handler_checks_the_host_and_sends_nosniff(api_key):
+    """The API runs on its own Django handler with one async middleware
+    (chatsite/asgi.py); it keeps the site's Host check and nosniff header."""
+    ok = await asgi("GET", "/v1/models", key=api_key)
+    assert ok.status == 200
+    assert ok.headers["x-content-type-options"] == "nosniff"
+
+    bad_host = await asgi("GET", "/v1/models", key=api_key, host="evil.example")
+    assert bad_host.status == 400
