@@ -18,6 +18,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from inference import client as inference_client
+from inference import protocol
 from inference.connections import redis_sync
 from inference.engines.base import Engine
 from inference.engines.scripted import ScriptedEngine
@@ -51,6 +52,20 @@ def _clean_redis() -> Iterator[None]:
     """Each test starts with an empty private Redis database (db 15)."""
     redis_sync().flushdb()
     yield
+
+
+@pytest.fixture
+def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Job ids enqueued on any pool (spy on the real job_enqueue)."""
+    seen: list[str] = []
+    original = inference_client.job_enqueue
+
+    def spy(*, pool: str, job: protocol.Job) -> str:
+        seen.append(job.job_id)
+        return original(pool=pool, job=job)
+
+    monkeypatch.setattr(inference_client, "job_enqueue", spy)
+    return seen
 
 
 class WorkerThread:

@@ -544,20 +544,6 @@ def test_the_openai_client_raises_authentication_error_for_a_bad_key(api_key, st
 # --- answer caches (gateway/cache.py) through the API ----------------------------------
 
 
-@pytest.fixture
-def enqueued(monkeypatch) -> list[str]:
-    """Job ids enqueued on any pool (spy on the real job_enqueue)."""
-    seen: list[str] = []
-    original = inference_client.job_enqueue
-
-    def spy(*, pool: str, job: protocol.Job) -> str:
-        seen.append(job.job_id)
-        return original(pool=pool, job=job)
-
-    monkeypatch.setattr(inference_client, "job_enqueue", spy)
-    return seen
-
-
 CAPITAL = "What is the capital of France?"
 
 

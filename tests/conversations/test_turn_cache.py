@@ -15,8 +15,6 @@ from django.urls import reverse
 from conversations.models import Message
 from gateway import services as gateway_services
 from gateway.models import SemanticCacheEntry, UsageRecord
-from inference import client as inference_client
-from inference import protocol
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
 from tests.conftest import make_user
@@ -25,20 +23,6 @@ from tests.sse import SseResult, asgi_sse, session_cookie
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QUESTION = "What is the capital of France?"
-
-
-@pytest.fixture
-def enqueued(monkeypatch) -> list[str]:
-    """Job ids enqueued on any pool (spy on the real job_enqueue)."""
-    seen: list[str] = []
-    original = inference_client.job_enqueue
-
-    def spy(*, pool: str, job: protocol.Job) -> str:
-        seen.append(job.job_id)
-        return original(pool=pool, job=job)
-
-    monkeypatch.setattr(inference_client, "job_enqueue", spy)
-    return seen
 
 
 def client_for(user: Any) -> Client:

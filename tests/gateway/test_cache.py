@@ -52,20 +52,6 @@ def meta(result: SseResult) -> dict[str, Any]:
     return result.last("meta").data
 
 
-@pytest.fixture
-def enqueued(monkeypatch) -> list[str]:
-    """Job ids enqueued on any pool (spy on the real job_enqueue)."""
-    seen: list[str] = []
-    original = inference_client.job_enqueue
-
-    def spy(*, pool: str, job: protocol.Job) -> str:
-        seen.append(job.job_id)
-        return original(pool=pool, job=job)
-
-    monkeypatch.setattr(inference_client, "job_enqueue", spy)
-    return seen
-
-
 def test_exact_hit_at_temperature_0_streams_without_a_job_and_costs_nothing(
     start_worker, user
 ):
