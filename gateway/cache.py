@@ -91,13 +91,15 @@ class CachePolicy:
     personal context was injected (memory facts, document passages, a summary).
     ``opt_in``: the user accepts a cached answer at any temperature. ``lookup`` False
     (regenerate: the user wants a new answer) never serves from a cache; a complete
-    answer is still stored and replaces the cached one.
+    answer is still stored and replaces the cached one. ``semantic`` False keeps the
+    request to the exact cache (no embedding, no approximate answer).
     """
 
     single_turn: bool = False
     personal: bool = True
     opt_in: bool = False
     lookup: bool = True
+    semantic: bool = True
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,7 @@ def cache_prepare(
     )
     if (
         settings.GATEWAY_SEMANTIC_CACHE_ENABLED
+        and policy.semantic
         and policy.single_turn
         and not policy.personal
         and single_turn(messages)

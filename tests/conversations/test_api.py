@@ -626,24 +626,38 @@ async def test_another_users_key_never_gets_the_cached_answer(
     assert len(enqueued) == 2
 
 
-async def test_a_paraphrase_is_answered_by_the_semantic_cache(
+async def test_a_paraphrase_is_answered_by_the_semantic_cache_only_on_opt_in(
     api_key, start_worker, enqueued, settings
 ):
     settings.GATEWAY_SEMANTIC_CACHE_MIN_SIMILARITY = 0.9
     start_worker(ScriptedEngine(text="Paris."))
     await asgi(
-        "POST", "/v1/chat/completions", body=_capital(temperature=0), key=api_key
-    )
-    paraphrase = _ask(
-        messages=[{"role": "user", "content": "What's the capital city of France?"}],
-        temperature=0,
+        "POST",
+        "/v1/chat/completions",
+        body=_capital(temperature=0, cache=True),
+        key=api_key,
     )
 
-    result = await asgi("POST", "/v1/chat/completions", body=paraphrase, key=api_key)
+    def paraphrase(text: str, **extra: Any) -> dict[str, Any]:
+        return _ask(messages=[{"role": "user", "content": text}], **extra)
 
-    assert result.headers["x-chatsite-cache"] == "semantic"
-    assert result.json()["choices"][0]["message"]["content"] == "Paris."
-    assert len(enqueued) == 1
+    exact_only = await asgi(
+        "POST",
+        "/v1/chat/completions",
+        body=paraphrase("What's the capital city of France?", temperature=0),
+        key=api_key,
+    )
+    opted_in = await asgi(
+        "POST",
+        "/v1/chat/completions",
+        body=paraphrase("What's the capital of France?", temperature=0, cache=True),
+        key=api_key,
+    )
+
+    assert "x-chatsite-cache" not in exact_only.headers  # temperature 0: exact only
+    assert opted_in.headers["x-chatsite-cache"] == "semantic"
+    assert opted_in.json()["choices"][0]["message"]["content"] == "Paris."
+    assert len(enqueued) == 2
 
 
 async def test_a_non_boolean_cache_flag_is_a_400(api_key):
