@@ -17,7 +17,6 @@ Errors use OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import time
 import uuid
@@ -30,10 +29,10 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from chatsite.db import db_brief
 from chatsite.errors import DomainError, InvalidInput, NotFound, PayloadTooLarge
 from gateway import selectors as gateway_selectors
 from gateway import services as gateway
@@ -298,27 +297,6 @@ def completion_request_parse(body: bytes) -> CompletionRequest:
 # --- authentication and admission (sync, run through sync_to_async) ------------------
 
 
-def _db_brief(fn: Any) -> Any:
-    """Run ``fn`` through sync_to_async, then close its thread's database connection.
-
-    Under ASGI each request has its own sync thread and connection, which a stream would
-    hold for its whole length: at 200 concurrent streams that passes PostgreSQL's
-    connection limit. Closing after each short sync step hands the connection back to
-    the pool (``chatsite.settings.base.database_pool``), so only the requests querying
-    right now hold one (outside a transaction only).
-    """
-
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            if not connection.in_atomic_block:
-                connection.close()
-
-    return sync_to_async(run)
-
-
 def _bearer(request: HttpRequest) -> str:
     scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
     return raw.strip() if scheme.lower() == "bearer" else ""
@@ -485,11 +463,11 @@ async def _abandon(
             if event.type == protocol.EVENT_META:
                 model = event.data.get("model") or model
             elif event.is_terminal:
-                await _db_brief(_settle)(
+                await db_brief(_settle)(
                     started=started, event=event, model=model, pool=pool
                 )
                 return
-    await _db_brief(gateway.usage_settle)(
+    await db_brief(gateway.usage_settle)(
         user_id=started.user_id,
         job_id=started.job_id,
         status=UsageRecord.Status.CANCELLED,
@@ -542,7 +520,7 @@ async def generation_relay(started: Started) -> AsyncIterator[str | Outcome]:
                     yield event.data["t"]
                 elif event.is_terminal:
                     if event.type == protocol.EVENT_ERROR and not tokens_seen:
-                        retried = await _db_brief(gateway.generation_retry)(
+                        retried = await db_brief(gateway.generation_retry)(
                             job_id=started.job_id,
                             pool=pool,
                             error_code=event.data.get("code", ""),
@@ -551,7 +529,7 @@ async def generation_relay(started: Started) -> AsyncIterator[str | Outcome]:
                         if retried:
                             pool, after, begun = retried, protocol.STREAM_START, False
                             break
-                    await _db_brief(_settle)(
+                    await db_brief(_settle)(
                         started=started,
                         event=event,
                         model=model,
@@ -683,7 +661,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _method_not_allowed("POST")
     try:
-        started, req = await _db_brief(_authenticate_and_start)(request)
+        started, req = await db_brief(_authenticate_and_start)(request)
     except DomainError as exc:
         return api_error(exc)
     if not req.stream:
@@ -726,7 +704,7 @@ async def models_list(request: HttpRequest) -> HttpResponse:
     if request.method != "GET":
         return _method_not_allowed("GET")
     try:
-        body = await _db_brief(lambda: _models_json(_api_user(request)))()
+        body = await db_brief(lambda: _models_json(_api_user(request)))()
     except DomainError as exc:
         return api_error(exc)
     return JsonResponse(body)

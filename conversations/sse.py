@@ -27,11 +27,11 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import reverse
 
+from chatsite.db import db_brief, db_release
 from chatsite.errors import DomainError, InvalidInput
 from chatsite.http import error_response
 from conversations import selectors, services
@@ -52,7 +52,7 @@ def sse_frame(event: str, data: dict[str, Any], event_id: str | None = None) -> 
 def message_payload(message: Message) -> dict[str, Any]:
     """Return the final state of an answer as sent in ``done`` / ``error`` frames.
 
-    Sync (reads the answer's citations): call it through ``sync_to_async``. Each citation
+    Sync (reads the answer's citations): call it through ``chatsite.db.db_brief``. Each citation
     is ``{"number", "title", "passage", "url"}`` (passage numbers start at 1).
     """
     citations = [
@@ -85,7 +85,7 @@ def message_payload(message: Message) -> dict[str, Any]:
 
 
 async def _final_frame(message: Message, event_id: str | None) -> str:
-    payload = await sync_to_async(message_payload)(message)
+    payload = await db_brief(message_payload)(message)
     if message.status == Message.Status.ERROR:
         payload.update(code="generation_failed", message=message.error)
         return sse_frame("error", payload, event_id)
@@ -107,10 +107,10 @@ def _resume_point(request: HttpRequest) -> str:
     return last
 
 
-async def _finalized(message_id: Any) -> Message:
+def _finalized(message_id: Any) -> Message:
     """Finalise (idempotent) and return the message as stored."""
-    await sync_to_async(services.message_finalize)(message_id=message_id)
-    return await Message.objects.aget(id=message_id)
+    services.message_finalize(message_id=message_id)
+    return Message.objects.get(id=message_id)
 
 
 async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
@@ -139,7 +139,7 @@ async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
                 if time.monotonic() - last_sent >= settings.SSE_HEARTBEAT_S:
                     last_sent = time.monotonic()
                     yield ": ping\n\n"
-                await sync_to_async(services.message_watchdog)(
+                await db_brief(services.message_watchdog)(
                     message=message, started=started, last_event_at=last_event_at
                 )
                 continue
@@ -157,7 +157,7 @@ async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
                     yield sse_frame("token", {"t": "".join(text)}, text_id)
                     text = []
                 if event.is_terminal:
-                    final = await _finalized(message.id)
+                    final = await db_brief(_finalized)(message.id)
                     if final.status == Message.Status.STREAMING:
                         # failed before its first token and retried on a fallback
                         # pool (gateway): read the restarted stream from its start
@@ -187,6 +187,8 @@ async def message_stream(
         after = _resume_point(request)
     except DomainError as exc:
         return error_response(exc)
+    finally:
+        await db_release()  # the stream needs none until its end (chatsite/db.py)
     if message.role != Message.Role.ASSISTANT:
         return JsonResponse(
             {

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.test import Client
 from django.urls import reverse
 
@@ -364,3 +365,54 @@ def test_last_event_id_beyond_the_redis_id_range_is_a_400(auth_client, pool_hear
         )
     )
     assert result.status == 400
+
+
+def _connections_checked_out() -> int:
+    """Connections taken from this process's database pool and not yet given back."""
+    from django.db import connection
+
+    stats = connection.pool.get_stats()
+    return stats["pool_size"] - stats["pool_available"]
+
+
+def test_open_streams_give_their_database_connection_back(start_worker, auth_client):
+    """A stream lasts seconds to minutes and needs the database only at its start and
+    end: holding a pooled connection meanwhile would cap concurrent streams at the
+    pool size (DATABASE_POOL_MAX_SIZE) and leave the next ones waiting."""
+    start_worker(ScriptedEngine(text=" ".join(["word"] * 40), delay_ms=50))
+    streams = 8
+    urls = [
+        send(auth_client, f"Question {i}").json()["assistant_message"]["stream_url"]
+        for i in range(streams)
+    ]
+    cookie = session_cookie(auth_client)
+    first_token: set[int] = set()
+
+    async def run() -> tuple[int, list]:
+        def mark(i: int):
+            def stop_when(result) -> bool:
+                if any(e.event == "token" for e in result.events):
+                    first_token.add(i)
+                return False
+
+            return stop_when
+
+        tasks = [
+            asyncio.create_task(asgi_sse(url, cookie=cookie, stop_when=mark(i)))
+            for i, url in enumerate(urls)
+        ]
+        while len(first_token) < streams:
+            await asyncio.sleep(0.02)
+        # the least over a few samples: connections the pool is still opening in the
+        # background count as taken for a moment
+        samples = []
+        for _ in range(5):
+            check = sync_to_async(_connections_checked_out, thread_sensitive=False)
+            samples.append(await check())
+            await asyncio.sleep(0.1)
+        return min(samples), await asyncio.gather(*tasks)
+
+    held, results = asyncio.run(run())
+
+    assert all(r.last("done").data["status"] == "complete" for r in results)
+    assert held <= 1, f"{held} of {streams} open streams hold a database connection"
