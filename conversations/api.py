@@ -149,6 +149,25 @@ def _bad(message: str, code: str = "invalid_request") -> InvalidInput:
     return InvalidInput(message, code=code)
 
 
+def _unicode_check(text: str, where: str) -> None:
+    """Raise InvalidInput if ``text`` holds an unpaired UTF-16 surrogate.
+
+    JSON may escape one (``"\\ud800"``) and Python decodes it into a str that UTF-8
+    cannot encode: the job (Redis), the cache key and the response would all fail on
+    it (a 500).
+    """
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _bad(
+            f"{where} contains an unpaired UTF-16 surrogate (\\ud800-\\udfff); send "
+            "valid Unicode text.",
+            "invalid_character",
+        ) from exc
+
+
 def _content_text(content: Any, index: int, role: str) -> str:
     if content is None and role == "assistant":
         return ""
@@ -176,6 +195,7 @@ def _content_text(content: Any, index: int, role: str) -> str:
         raise _bad(
             f"messages[{index}].content contains a NUL character.", "invalid_character"
         )
+    _unicode_check(text, f"messages[{index}].content")
     return text
 
 
@@ -247,6 +267,8 @@ def _params(body: dict[str, Any]) -> dict[str, Any]:
                 "`stop` must be a string or a list of up to 4 non-empty strings.",
                 "invalid_parameter",
             )
+        for stop_text in stops:
+            _unicode_check(stop_text, "`stop`")
         if stops:
             params["stop"] = stops
     if body.get("n") not in (None, 1):

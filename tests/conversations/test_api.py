@@ -280,6 +280,37 @@ async def test_invalid_requests_are_400s_naming_the_problem(user, api_key, body,
     assert await UsageRecord.objects.acount() == 0 and _no_reservations()
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        _ask(messages=[{"role": "user", "content": "hi \ud800"}]),
+        _ask(
+            messages=[{"role": "user", "content": [{"type": "text", "text": "\udc00"}]}]
+        ),
+        _ask(
+            messages=[
+                {"role": "assistant", "content": "\udfff"},
+                {"role": "user", "content": "hi"},
+            ]
+        ),
+        _ask(stop="\ud800"),
+        _ask(temperature=0, messages=[{"role": "user", "content": "\ud83d"}]),
+    ],
+    ids=["content", "text-part", "assistant", "stop", "cacheable"],
+)
+async def test_an_unpaired_surrogate_escape_is_a_400_not_a_500(
+    user, api_key, pool_heartbeat, body
+):
+    """JSON may escape a lone UTF-16 surrogate (``"\\ud800"``, as json.dumps sends it
+    here); Python decodes it to a str that UTF-8 cannot encode, so the job (Redis) or
+    the cache key would fail on it with a 500."""
+    result = await asgi("POST", "/v1/chat/completions", body=body, key=api_key)
+    assert result.status == 400, result.body
+    error = result.json()["error"]
+    assert error["code"] == "invalid_character" and "surrogate" in error["message"]
+    assert await UsageRecord.objects.acount() == 0 and _no_reservations()
+
+
 @pytest.fixture
 def two_pools(user, api_key, start_worker):
     """Pool "big" fails before its first token (or, with "partial", after two) and
