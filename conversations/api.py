@@ -519,6 +519,23 @@ async def _abandon(
     )
 
 
+async def _abandon_admission(admission: asyncio.Future[Any]) -> None:
+    """The client left while its request was being admitted: wait for the admission
+    step to end and, if it started a generation, cancel and settle it (:func:`_abandon`).
+    """
+    try:
+        started, _req = await admission
+    except Exception:  # rejected (DomainError) or failed: nothing was left running
+        return
+    await _abandon(
+        started=started,
+        pool=started.pool,
+        model=started.model,
+        after=protocol.STREAM_START,
+        tokens_seen=0,
+    )
+
+
 async def generation_relay(started: Started) -> AsyncIterator[str | Outcome]:
     """Yield the answer's text deltas, then its :class:`Outcome` (usage settled).
 
@@ -702,10 +719,16 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     """``POST /v1/chat/completions``: an OpenAI chat completion, streamed or not."""
     if request.method != "POST":
         return _method_not_allowed("POST")
+    # A disconnect cancels this view, but not the sync step (it runs on in its thread):
+    # shielded, its result is still ours, and what it enqueued is cancelled and settled.
+    admission = asyncio.ensure_future(_db_brief(_authenticate_and_start)(request))
     try:
-        started, req = await _db_brief(_authenticate_and_start)(request)
+        started, req = await asyncio.shield(admission)
     except DomainError as exc:
         return api_error(exc)
+    except asyncio.CancelledError:
+        await _abandon_admission(admission)
+        raise
     if not req.stream:
         response = await completion_collect(started)
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from typing import Any
 
@@ -59,12 +60,15 @@ async def asgi(
     body: Any = None,
     key: str | None = None,
     disconnect_when: Any = None,
+    disconnect_after: Any = None,
     timeout: float = 30.0,
     host: str = "testserver",
 ) -> Result:
     """Send one request through ``chatsite.asgi.application``; collect the response.
 
-    ``disconnect_when(result)`` true: the client disconnects (``http.disconnect``).
+    ``disconnect_when(result)`` true: the client disconnects (``http.disconnect``);
+    with ``disconnect_after`` (a coroutine function) it disconnects once that returns,
+    whatever was sent.
     """
     from chatsite.asgi import application
 
@@ -95,7 +99,10 @@ async def asgi(
         if not sent:
             sent = True
             return {"type": "http.request", "body": raw, "more_body": False}
-        await gone.wait()
+        if disconnect_after is not None:
+            await disconnect_after()
+        else:
+            await gone.wait()
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
@@ -236,6 +243,42 @@ async def test_a_client_that_disconnects_cancels_the_job_and_is_billed_once(
         )
     ]
     assert events[-1] == protocol.EVENT_DONE
+    assert _no_reservations()
+
+
+async def test_a_client_that_leaves_during_admission_has_its_job_cancelled_and_settled(
+    user, api_key, pool_heartbeat, monkeypatch
+):
+    """The admission step runs in a sync thread that a disconnect cannot stop: the job
+    it enqueued must still be cancelled, billed once and its reservation settled
+    (not left to run unbilled on a worker with its tokens reserved for 40 days)."""
+    admitting = threading.Event()
+    submit = services.generation_submit
+
+    def slow_submit(**kwargs: Any) -> services.Submission:
+        submission = submit(**kwargs)
+        admitting.set()
+        time.sleep(0.5)  # still in the sync step when the client leaves
+        return submission
+
+    monkeypatch.setattr(services, "generation_submit", slow_submit)
+
+    async def left_during_admission() -> None:
+        await asyncio.to_thread(admitting.wait, 10)
+
+    result = await asgi(
+        "POST",
+        "/v1/chat/completions",
+        body=_ask(stream=True),
+        key=api_key,
+        disconnect_after=left_during_admission,
+    )
+
+    assert admitting.is_set() and result.status == 0  # left before any response
+    record = await UsageRecord.objects.aget(user=user)
+    assert record.status == UsageRecord.Status.CANCELLED
+    assert record.total_tokens == 0
+    assert redis_sync().exists(protocol.cancel_key(record.job_id))
     assert _no_reservations()
 
 
