@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connection
 
 from conversations.models import Conversation, Message
 from gateway import quota, services
@@ -280,6 +281,35 @@ async def test_a_client_that_leaves_during_admission_has_its_job_cancelled_and_s
     assert record.total_tokens == 0
     assert redis_sync().exists(protocol.cancel_key(record.job_id))
     assert _no_reservations()
+
+
+def _terminate_idle_pooled_connections() -> int:
+    """Close the pool's idle connections server-side (as a PostgreSQL restart, a
+    failover or an idle timeout would); return how many."""
+    connection.ensure_connection()  # taken from the pool first: not an idle one
+    pids = [pooled.info.backend_pid for pooled in list(connection.pool._pool)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM unnest(%s::int[]) AS pid",
+            [pids],
+        )
+        return cursor.fetchone()[0]
+
+
+async def test_pooled_connections_closed_by_the_server_are_not_handed_to_requests(
+    api_key,
+):
+    """After a PostgreSQL restart the pool holds dead connections: each must be
+    replaced when it is taken (CONN_HEALTH_CHECKS), not fail a request with a 500."""
+    warm = await asyncio.gather(
+        *[asgi("GET", "/v1/models", key=api_key) for _ in "1234"]
+    )
+    assert [r.status for r in warm] == [200] * 4  # the pool holds a few connections
+    assert await sync_to_async(_terminate_idle_pooled_connections)() >= 1
+
+    statuses = [(await asgi("GET", "/v1/models", key=api_key)).status for _ in range(3)]
+
+    assert statuses == [200, 200, 200]
 
 
 @pytest.mark.parametrize("case", ["missing", "unknown", "revoked", "malformed"])
