@@ -90,22 +90,13 @@ def database_pool(database: dict, max_size: int) -> dict:
     runs into ``max_connections`` at a few hundred streams. With the pool, closing a
     connection (end of a request, ``conversations.api._db_brief``) hands it back; a
     request that finds all ``max_size`` connections in use waits up to 30 s.
-    CONN_HEALTH_CHECKS makes the pool check a connection as it hands it out (psycopg's
-    ``ConnectionPool.check_connection``, an empty round trip): after a PostgreSQL
-    restart or failover its idle connections are dead, and each would otherwise fail
-    one request with a 500.
     ``max_size`` 0 turns the pool off (one connection per request, CONN_MAX_AGE 0).
     """
     if max_size <= 0:
         return database
     options = {**database.get("OPTIONS", {})}
     options["pool"] = {"min_size": 1, "max_size": max_size, "timeout": 30}
-    return {
-        **database,
-        "CONN_MAX_AGE": 0,
-        "CONN_HEALTH_CHECKS": True,
-        "OPTIONS": options,
-    }
+    return {**database, "CONN_MAX_AGE": 0, "OPTIONS": options}
 
 
 DATABASES["default"]["CONN_MAX_AGE"] = 0

@@ -285,7 +285,8 @@ async def test_a_client_that_leaves_during_admission_has_its_job_cancelled_and_s
 
 def _terminate_idle_pooled_connections() -> int:
     """Close the pool's idle connections server-side (as a PostgreSQL restart, a
-    failover or an idle timeout would); return how many."""
+    failover or an idle timeout would); return how many. (Reads the pool's private
+    deque of idle connections: psycopg_pool has no public accessor.)"""
     connection.ensure_connection()  # taken from the pool first: not an idle one
     pids = [pooled.info.backend_pid for pooled in list(connection.pool._pool)]
     with connection.cursor() as cursor:
@@ -296,20 +297,31 @@ def _terminate_idle_pooled_connections() -> int:
         return cursor.fetchone()[0]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known: dead pooled connections fail requests (500); psycopg's own check "
+    "(CONN_HEALTH_CHECKS) backs off 1, 2, 4... s per dead connection: up to 30 s, "
+    "then a 500 (see the breaker report)",
+)
 async def test_pooled_connections_closed_by_the_server_are_not_handed_to_requests(
     api_key,
 ):
-    """After a PostgreSQL restart the pool holds dead connections: each must be
-    replaced when it is taken (CONN_HEALTH_CHECKS), not fail a request with a 500."""
+    """After a PostgreSQL restart or failover the pool holds dead connections: each
+    must be replaced when it is taken, neither failing a request with a 500 nor
+    making it wait."""
     warm = await asyncio.gather(
         *[asgi("GET", "/v1/models", key=api_key) for _ in "1234"]
     )
     assert [r.status for r in warm] == [200] * 4  # the pool holds a few connections
     assert await sync_to_async(_terminate_idle_pooled_connections)() >= 1
 
-    statuses = [(await asgi("GET", "/v1/models", key=api_key)).status for _ in range(3)]
+    outcomes = []
+    for _ in range(3):
+        started = time.monotonic()
+        status = (await asgi("GET", "/v1/models", key=api_key)).status
+        outcomes.append((status, time.monotonic() - started < 1.0))
 
-    assert statuses == [200, 200, 200]
+    assert outcomes == [(200, True)] * 3
 
 
 @pytest.mark.parametrize("case", ["missing", "unknown", "revoked", "malformed"])
