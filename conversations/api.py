@@ -148,6 +148,25 @@ def _bad(message: str, code: str = "invalid_request") -> InvalidInput:
     return InvalidInput(message, code=code)
 
 
+def _unicode_check(text: str, where: str) -> None:
+    """Raise InvalidInput if ``text`` holds an unpaired UTF-16 surrogate.
+
+    JSON may escape one (``"\\ud800"``) and Python decodes it into a str that UTF-8
+    cannot encode: the job (Redis), the cache key and the response would all fail on
+    it (a 500).
+    """
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _bad(
+            f"{where} contains an unpaired UTF-16 surrogate (\\ud800-\\udfff); send "
+            "valid Unicode text.",
+            "invalid_character",
+        ) from exc
+
+
 def _content_text(content: Any, index: int, role: str) -> str:
     if content is None and role == "assistant":
         return ""
@@ -175,6 +194,7 @@ def _content_text(content: Any, index: int, role: str) -> str:
         raise _bad(
             f"messages[{index}].content contains a NUL character.", "invalid_character"
         )
+    _unicode_check(text, f"messages[{index}].content")
     return text
 
 
@@ -246,6 +266,8 @@ def _params(body: dict[str, Any]) -> dict[str, Any]:
                 "`stop` must be a string or a list of up to 4 non-empty strings.",
                 "invalid_parameter",
             )
+        for stop_text in stops:
+            _unicode_check(stop_text, "`stop`")
         if stops:
             params["stop"] = stops
     if body.get("n") not in (None, 1):
@@ -477,6 +499,23 @@ async def _abandon(
     )
 
 
+async def _abandon_admission(admission: asyncio.Future[Any]) -> None:
+    """The client left while its request was being admitted: wait for the admission
+    step to end and, if it started a generation, cancel and settle it (:func:`_abandon`).
+    """
+    try:
+        started, _req = await admission
+    except Exception:  # rejected (DomainError) or failed: nothing was left running
+        return
+    await _abandon(
+        started=started,
+        pool=started.pool,
+        model=started.model,
+        after=protocol.STREAM_START,
+        tokens_seen=0,
+    )
+
+
 async def generation_relay(started: Started) -> AsyncIterator[str | Outcome]:
     """Yield the answer's text deltas, then its :class:`Outcome` (usage settled).
 
@@ -660,10 +699,16 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     """``POST /v1/chat/completions``: an OpenAI chat completion, streamed or not."""
     if request.method != "POST":
         return _method_not_allowed("POST")
+    # A disconnect cancels this view, but not the sync step (it runs on in its thread):
+    # shielded, its result is still ours, and what it enqueued is cancelled and settled.
+    admission = asyncio.ensure_future(db_brief(_authenticate_and_start)(request))
     try:
-        started, req = await db_brief(_authenticate_and_start)(request)
+        started, req = await asyncio.shield(admission)
     except DomainError as exc:
         return api_error(exc)
+    except asyncio.CancelledError:
+        await _abandon_admission(admission)
+        raise
     if not req.stream:
         response = await completion_collect(started)
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ import httpx
 import openai
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connection
 
 from conversations.models import Conversation, Message
 from gateway import quota, services
@@ -59,12 +61,15 @@ async def asgi(
     body: Any = None,
     key: str | None = None,
     disconnect_when: Any = None,
+    disconnect_after: Any = None,
     timeout: float = 30.0,
     host: str = "testserver",
 ) -> Result:
     """Send one request through ``chatsite.asgi.application``; collect the response.
 
-    ``disconnect_when(result)`` true: the client disconnects (``http.disconnect``).
+    ``disconnect_when(result)`` true: the client disconnects (``http.disconnect``);
+    with ``disconnect_after`` (a coroutine function) it disconnects once that returns,
+    whatever was sent.
     """
     from chatsite.asgi import application
 
@@ -95,7 +100,10 @@ async def asgi(
         if not sent:
             sent = True
             return {"type": "http.request", "body": raw, "more_body": False}
-        await gone.wait()
+        if disconnect_after is not None:
+            await disconnect_after()
+        else:
+            await gone.wait()
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
@@ -239,6 +247,83 @@ async def test_a_client_that_disconnects_cancels_the_job_and_is_billed_once(
     assert _no_reservations()
 
 
+async def test_a_client_that_leaves_during_admission_has_its_job_cancelled_and_settled(
+    user, api_key, pool_heartbeat, monkeypatch
+):
+    """The admission step runs in a sync thread that a disconnect cannot stop: the job
+    it enqueued must still be cancelled, billed once and its reservation settled
+    (not left to run unbilled on a worker with its tokens reserved for 40 days)."""
+    admitting = threading.Event()
+    submit = services.generation_submit
+
+    def slow_submit(**kwargs: Any) -> services.Submission:
+        submission = submit(**kwargs)
+        admitting.set()
+        time.sleep(0.5)  # still in the sync step when the client leaves
+        return submission
+
+    monkeypatch.setattr(services, "generation_submit", slow_submit)
+
+    async def left_during_admission() -> None:
+        await asyncio.to_thread(admitting.wait, 10)
+
+    result = await asgi(
+        "POST",
+        "/v1/chat/completions",
+        body=_ask(stream=True),
+        key=api_key,
+        disconnect_after=left_during_admission,
+    )
+
+    assert admitting.is_set() and result.status == 0  # left before any response
+    record = await UsageRecord.objects.aget(user=user)
+    assert record.status == UsageRecord.Status.CANCELLED
+    assert record.total_tokens == 0
+    assert redis_sync().exists(protocol.cancel_key(record.job_id))
+    assert _no_reservations()
+
+
+def _terminate_idle_pooled_connections() -> int:
+    """Close the pool's idle connections server-side (as a PostgreSQL restart, a
+    failover or an idle timeout would); return how many. (Reads the pool's private
+    deque of idle connections: psycopg_pool has no public accessor.)"""
+    connection.ensure_connection()  # taken from the pool first: not an idle one
+    pids = [pooled.info.backend_pid for pooled in list(connection.pool._pool)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM unnest(%s::int[]) AS pid",
+            [pids],
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known: dead pooled connections fail requests (500); psycopg's own check "
+    "(CONN_HEALTH_CHECKS) backs off 1, 2, 4... s per dead connection: up to 30 s, "
+    "then a 500 (see the breaker report)",
+)
+async def test_pooled_connections_closed_by_the_server_are_not_handed_to_requests(
+    api_key,
+):
+    """After a PostgreSQL restart or failover the pool holds dead connections: each
+    must be replaced when it is taken, neither failing a request with a 500 nor
+    making it wait."""
+    warm = await asyncio.gather(
+        *[asgi("GET", "/v1/models", key=api_key) for _ in "1234"]
+    )
+    assert [r.status for r in warm] == [200] * 4  # the pool holds a few connections
+    assert await sync_to_async(_terminate_idle_pooled_connections)() >= 1
+
+    outcomes = []
+    for _ in range(3):
+        started = time.monotonic()
+        status = (await asgi("GET", "/v1/models", key=api_key)).status
+        outcomes.append((status, time.monotonic() - started < 1.0))
+
+    assert outcomes == [(200, True)] * 3
+
+
 @pytest.mark.parametrize("case", ["missing", "unknown", "revoked", "malformed"])
 async def test_a_missing_unknown_or_revoked_key_is_a_401_in_openai_shape(
     user, api_key, case
@@ -277,6 +362,37 @@ async def test_invalid_requests_are_400s_naming_the_problem(user, api_key, body,
     assert result.status == 400, result.body
     error = result.json()["error"]
     assert (error["code"], error["type"]) == (code, "invalid_request_error")
+    assert await UsageRecord.objects.acount() == 0 and _no_reservations()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _ask(messages=[{"role": "user", "content": "hi \ud800"}]),
+        _ask(
+            messages=[{"role": "user", "content": [{"type": "text", "text": "\udc00"}]}]
+        ),
+        _ask(
+            messages=[
+                {"role": "assistant", "content": "\udfff"},
+                {"role": "user", "content": "hi"},
+            ]
+        ),
+        _ask(stop="\ud800"),
+        _ask(temperature=0, messages=[{"role": "user", "content": "\ud83d"}]),
+    ],
+    ids=["content", "text-part", "assistant", "stop", "cacheable"],
+)
+async def test_an_unpaired_surrogate_escape_is_a_400_not_a_500(
+    user, api_key, pool_heartbeat, body
+):
+    """JSON may escape a lone UTF-16 surrogate (``"\\ud800"``, as json.dumps sends it
+    here); Python decodes it to a str that UTF-8 cannot encode, so the job (Redis) or
+    the cache key would fail on it with a 500."""
+    result = await asgi("POST", "/v1/chat/completions", body=body, key=api_key)
+    assert result.status == 400, result.body
+    error = result.json()["error"]
+    assert error["code"] == "invalid_character" and "surrogate" in error["message"]
     assert await UsageRecord.objects.acount() == 0 and _no_reservations()
 
 
