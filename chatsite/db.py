@@ -15,7 +15,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
+
+from chatsite.errors import ServiceUnavailable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -26,14 +28,38 @@ def _release() -> None:
         connection.close()  # with the pool: back to the pool
 
 
+def _connection_lost(exc: Exception) -> ServiceUnavailable:
+    """A step failed on a dead connection (PostgreSQL restarted, failed over or closed
+    it): drop it, have the pool test its idle connections now and replace the dead
+    ones (``ConnectionPool.check``, no back-off), and fail this request with a 503."""
+    pool = getattr(connection, "pool", None)
+    connection.close()  # the pool discards a broken connection
+    if pool is not None:
+        pool.check()
+    return ServiceUnavailable(
+        "The database connection was lost. Please try again.",
+        code="database_unavailable",
+        headers={"Retry-After": "1"},
+    )
+
+
 def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     """Return ``fn`` run through ``sync_to_async`` (the request's thread), after which
-    that thread's connection goes back to the pool (outside a transaction only)."""
+    that thread's connection goes back to the pool (outside a transaction only).
+
+    Raises ServiceUnavailable (503) when the step hit a dead pooled connection; the
+    pool's other dead connections are replaced at once, so one request fails, not one
+    per connection the pool held.
+    """
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except (OperationalError, InterfaceError) as exc:
+            if connection.connection is not None and connection.is_usable():
+                raise
+            raise _connection_lost(exc) from exc
         finally:
             _release()
 

@@ -39,6 +39,7 @@ from gateway import services as gateway
 from gateway.models import UsageRecord
 from inference import client as inference_client
 from inference import protocol
+from inference.tokens import prompt_counter
 
 READ_BLOCK_MS = 1000
 # Response header naming the cache that answered ("exact" / "semantic"); absent: a model.
@@ -132,8 +133,9 @@ class CompletionRequest:
 
     ``messages`` are engine-ready (``developer`` folded into ``system``, content parts
     joined); ``params`` the sampling parameters given (``max_tokens`` in tokens).
-    ``cache`` is our extension (``extra_body={"cache": true}`` in the openai client): the
-    answer may come from this user's answer caches even at a temperature above 0.
+    ``cache`` is our extension (``extra_body={"cache": true}`` in the openai client):
+    true, the answer may come from this user's answer caches even at a temperature
+    above 0; false, the caches are neither read nor filled (also at temperature 0).
     """
 
     model: str
@@ -141,7 +143,7 @@ class CompletionRequest:
     params: dict[str, Any] = field(default_factory=dict)
     stream: bool = False
     include_usage: bool = False
-    cache: bool = False  # opted in to cached answers at any temperature
+    cache: bool | None = None  # True: opted in at any temperature; False: opted out
 
 
 def _bad(message: str, code: str = "invalid_request") -> InvalidInput:
@@ -303,8 +305,8 @@ def completion_request_parse(body: bytes) -> CompletionRequest:
         if not isinstance(options, dict):
             raise _bad("`stream_options` must be an object.", "invalid_parameter")
         include_usage = bool(options.get("include_usage", False))
-    cache = data.get("cache", False)
-    if not isinstance(cache, bool):
+    cache = data.get("cache")
+    if cache is not None and not isinstance(cache, bool):
         raise _bad("`cache` must be true or false.", "invalid_parameter")
     return CompletionRequest(
         model=model.strip(),
@@ -356,6 +358,19 @@ class Started:
     cache_kind: str = ""  # "exact" / "semantic" when a cache answers, else ""
 
 
+def prompt_tokens_reserve(messages: list[dict[str, str]]) -> int:
+    """Return the prompt tokens to reserve for an API request.
+
+    The count of the serving model's tokenizer and chat template (the one chat turns
+    are built with, MEMORY_TOKENIZER_ENGINE; ~0.6 ms), never below the gateway's
+    character estimate (a pool serving another model may tokenize differently).
+    The template matters: SmolLM2's adds its own system prompt when a request has
+    none, so "hi" is 31 prompt tokens where the estimate says 7.
+    """
+    count = prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)(messages)
+    return max(count, gateway.prompt_tokens_estimate(messages))
+
+
 def _start(*, user: AbstractBaseUser, req: CompletionRequest) -> Started:
     """Admit (reserve tokens) and enqueue; nothing stays reserved if it raises.
 
@@ -364,7 +379,8 @@ def _start(*, user: AbstractBaseUser, req: CompletionRequest) -> Started:
     temperatures, and then a single-turn prompt may use the semantic cache too (an API
     request carries no personal context: no memory is injected). The semantic cache is
     approximate and embedding the prompt costs ~13 ms of CPU, so temperature 0 alone
-    does not use it. A hit is served by the gateway without a job.
+    does not use it. ``cache`` false: no cache at all. A hit is served by the gateway
+    without a job.
     """
     _model_check(req.model)
     job_id = str(uuid.uuid4())
@@ -373,10 +389,16 @@ def _start(*, user: AbstractBaseUser, req: CompletionRequest) -> Started:
             user=user,
             job_id=job_id,
             messages=req.messages,
+            prompt_tokens=prompt_tokens_reserve(req.messages),
             params=req.params,
             model=req.model,
-            cache_policy=gateway.CachePolicy(
-                single_turn=True, personal=False, opt_in=req.cache, semantic=req.cache
+            cache_policy=None
+            if req.cache is False
+            else gateway.CachePolicy(
+                single_turn=True,
+                personal=False,
+                opt_in=bool(req.cache),
+                semantic=bool(req.cache),
             ),
         )
         submission = gateway.generation_submit(

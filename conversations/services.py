@@ -182,6 +182,7 @@ def _admit(
         user=user,
         job_id=job_id,
         messages=built.messages,
+        prompt_tokens=built.prompt_tokens,
         params=generation_params,
         model=model,
         cache_policy=_cache_policy(

@@ -99,6 +99,7 @@ def generation_admit(
     params: dict[str, Any],
     model: str | None = None,
     cache_policy: CachePolicy | None = None,
+    prompt_tokens: int | None = None,
 ) -> Admission:
     """Route, reserve quota and admit a request; call before storing anything.
 
@@ -108,6 +109,10 @@ def generation_admit(
     request use the answer caches (:mod:`gateway.cache`): after the reservation the
     routed pool's caches are looked up; on a hit the reservation is released and the
     returned admission carries ``cache_hit`` (a saturated pool does not matter then).
+    ``prompt_tokens``: the prompt's tokens counted with the serving model's tokenizer
+    and chat template, when the caller has them; the reservation is then exact, else
+    it uses :func:`prompt_tokens_estimate`. A reservation below the real prompt would
+    let concurrent requests spend past a limit.
     Raises NotFound / Forbidden (model choice), QuotaExceeded (429, nothing reserved),
     PoolSaturated (503, the reservation is given back). On success the caller owns the
     reservation: it must end in :func:`usage_settle` or :func:`generation_release`.
@@ -118,7 +123,9 @@ def generation_admit(
     opt_in = bool(params.pop(cache.CACHE_PARAM, False))
     max_tokens = int(params.get("max_tokens") or settings.CHAT_MAX_TOKENS)
     params["max_tokens"] = max(1, min(max_tokens, pool.max_output_tokens))
-    reserved = prompt_tokens_estimate(messages) + params["max_tokens"]
+    if prompt_tokens is None:
+        prompt_tokens = prompt_tokens_estimate(messages)
+    reserved = prompt_tokens + params["max_tokens"]
     _quota_seed_from_records(user_id=user.pk)
     quota.quota_reserve(
         user_id=user.pk,
