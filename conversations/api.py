@@ -304,7 +304,12 @@ def completion_request_parse(body: bytes) -> CompletionRequest:
             )
         if not isinstance(options, dict):
             raise _bad("`stream_options` must be an object.", "invalid_parameter")
-        include_usage = bool(options.get("include_usage", False))
+        include_usage = options.get("include_usage", False)
+        if not isinstance(include_usage, bool):
+            raise _bad(
+                "`stream_options.include_usage` must be true or false.",
+                "invalid_parameter",
+            )
     cache = data.get("cache")
     if cache is not None and not isinstance(cache, bool):
         raise _bad("`cache` must be true or false.", "invalid_parameter")

@@ -352,6 +352,10 @@ async def test_a_missing_unknown_or_revoked_key_is_a_401_in_openai_shape(
         (_ask(stop=["a", "b", "c", "d", "e"]), "invalid_parameter"),
         (_ask(stream_options={"include_usage": True}), "invalid_parameter"),
         (_ask(n=2), "invalid_parameter"),
+        (
+            _ask(stream=True, stream_options={"include_usage": "false"}),
+            "invalid_parameter",
+        ),
     ],
 )
 async def test_invalid_requests_are_400s_naming_the_problem(user, api_key, body, code):
