@@ -164,14 +164,19 @@ def test_prompt_over_the_context_raises_context_overflow(vllm_server):
     assert err.value.code == "context_overflow"
 
 
-async def _running(url: str) -> float:
-    """vLLM's own gauge of running requests, from its Prometheus /metrics."""
+async def _server_load(url: str) -> tuple[float, float]:
+    """vLLM's gauge of running requests and its counter of generated tokens, from its
+    Prometheus /metrics."""
     async with httpx.AsyncClient() as client:
         text = (await client.get(f"{url}/metrics", timeout=5)).text
+    values: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith("vllm:num_requests_running"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("no vllm:num_requests_running in /metrics")
+        for name in ("vllm:num_requests_running{", "vllm:generation_tokens_total{"):
+            if line.startswith(name):
+                values[name] = float(line.rsplit(" ", 1)[1])
+    if len(values) < 2:
+        raise AssertionError("vLLM's /metrics lacks its running/generated metrics")
+    return values["vllm:num_requests_running{"], values["vllm:generation_tokens_total{"]
 
 
 def test_abort_closes_the_stream_and_vllm_drops_the_request(vllm_server):
@@ -182,37 +187,58 @@ def test_abort_closes_the_stream_and_vllm_drops_the_request(vllm_server):
         params={"max_tokens": 1500, "ignore_eos": True},
     )
 
+    async def generating() -> bool:
+        """The server runs the request: its gauge says so, or (that gauge was seen
+        to lag behind its stat logger) its generated-token counter is moving."""
+        running, first = await _server_load(vllm_server)
+        for _ in range(50):
+            if running >= 1:
+                return True
+            await asyncio.sleep(0.1)
+            running, tokens = await _server_load(vllm_server)
+            if tokens > first:
+                return True
+        return False
+
+    async def dropped() -> bool:
+        """Within 10 s the server runs nothing and generates no more tokens."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            running, tokens = await _server_load(vllm_server)
+            await asyncio.sleep(1.0)
+            running_later, tokens_later = await _server_load(vllm_server)
+            if running == running_later == 0 and tokens_later == tokens:
+                return True
+        return False
+
     async def scenario() -> dict:
         await engine.start()
         try:
-            seen, finish, asked, before = 0, None, 0.0, None
+            seen, finish, asked, before = 0, None, 0.0, False
             async for item in engine.generate(job):
                 if isinstance(item, Delta):
                     seen += 1
                     if seen == 3:
-                        # vLLM's running gauge is refreshed by its stat logger, not
-                        # at every step: poll (the request keeps running meanwhile)
-                        for _ in range(50):
-                            before = await _running(vllm_server)
-                            if before == 1:
-                                break
-                            await asyncio.sleep(0.1)
+                        before = await generating()
                     if seen == 5:
                         asked = time.monotonic()
                         engine.abort(job.job_id)
                 else:
                     finish = item
             took_s = time.monotonic() - asked
-            deadline = time.monotonic() + 10
-            while (after := await _running(vllm_server)) != 0:
-                assert time.monotonic() < deadline, after
-                await asyncio.sleep(0.1)
-            return {"seen": seen, "finish": finish, "took_s": took_s, "before": before}
+            gone = await dropped()
+            return {
+                "seen": seen,
+                "finish": finish,
+                "took_s": took_s,
+                "before": before,
+                "gone": gone,
+            }
         finally:
             await engine.close()
 
     r = asyncio.run(scenario())
-    assert r["before"] == 1
+    assert r["before"] and r["gone"]
     assert r["finish"].finish_reason == "cancelled"
     assert r["took_s"] < 1.0
     assert 5 <= r["seen"] < 1500
