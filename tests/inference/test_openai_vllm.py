@@ -83,7 +83,16 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            # its own Prometheus folder: one inherited from this test process holds
+            # the files of the in-process engines of test_vllm.py, whose stale gauges
+            # then show in this server's /metrics
+            env={
+                **os.environ,
+                "HF_HUB_OFFLINE": "1",
+                "PROMETHEUS_MULTIPROC_DIR": str(
+                    tmp_path_factory.mktemp("vllm-prometheus")
+                ),
+            },
         )
         url = f"http://127.0.0.1:{port}"
         try:
