@@ -13,6 +13,9 @@ class DomainError(Exception):
     status = 400
     code = "bad_request"
     message = "The request could not be processed."
+    # Whether the same request can succeed later (a client may retry it after
+    # ``retry_after_s`` seconds). Surfaces read these fields, never the message text.
+    retryable = False
 
     def __init__(
         self,
@@ -20,10 +23,22 @@ class DomainError(Exception):
         *,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        retryable: bool | None = None,
+        retry_after_s: int | None = None,
+        status: int | None = None,
     ) -> None:
         self.message = message or self.message
         self.code = code or self.code
-        self.headers = headers or {}
+        self.headers = dict(headers or {})
+        if status is not None:
+            self.status = status
+        if retryable is not None:
+            self.retryable = retryable
+        if retry_after_s is None and "Retry-After" in self.headers:
+            retry_after_s = int(self.headers["Retry-After"])
+        self.retry_after_s = retry_after_s
+        if retry_after_s is not None:
+            self.headers.setdefault("Retry-After", str(retry_after_s))
         super().__init__(self.message)
 
 
@@ -61,6 +76,7 @@ class ServiceUnavailable(DomainError):
 
     status = 503
     code = "unavailable"
+    retryable = True
 
 
 class Forbidden(DomainError):
@@ -77,6 +93,7 @@ class QuotaExceeded(DomainError):
     status = 429
     code = "quota_exceeded"
     message = "You have reached a usage limit. Please wait and try again."
+    retryable = True
 
 
 class PoolSaturated(ServiceUnavailable):

@@ -122,7 +122,7 @@ def api_error(exc: DomainError) -> JsonResponse:
         response[name] = value
     if exc.status == 401:
         response["WWW-Authenticate"] = "Bearer"
-    if exc.status == 429 and "more than your plan" in exc.message:
+    if exc.status == 429 and not exc.retryable:
         response["x-should-retry"] = "false"
     return response
 

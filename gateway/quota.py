@@ -162,7 +162,9 @@ def _exceeded(window: Window, *, amount: int, now: float) -> QuotaExceeded:
     at = dt.datetime.fromtimestamp(window.resets_at, tz=dt.UTC)
     when = f"{at:%H:%M:%S} UTC" if wait_s < 86400 else f"{at:%Y-%m-%d %H:%M} UTC"
     label = _LABELS[window.name]
-    if amount > window.limit:
+    # a request larger than the whole window can never pass it: not worth a retry
+    retryable = amount <= window.limit
+    if not retryable:
         message = (
             f"This request may use up to {amount:,} tokens, more than your plan's "
             f"{label} of {window.limit:,} tokens. Ask for a shorter answer "
@@ -177,6 +179,7 @@ def _exceeded(window: Window, *, amount: int, now: float) -> QuotaExceeded:
     return QuotaExceeded(
         message,
         code=f"quota_{window.name}",
+        retryable=retryable,
         headers={
             "Retry-After": str(wait_s),
             "x-ratelimit-limit-tokens": str(window.limit),
