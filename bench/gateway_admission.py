@@ -5,7 +5,7 @@
 Runs on the dev services (`make migrate` first). Prints p50/p99 in microseconds of:
 
 - reserve + settle: the two Redis Lua scripts of one request (gateway/quota.py);
-- admit: :func:`gateway.services.generation_admit` (plan lookup, routing queries,
+- admit: :func:`gateway.generations.generation_admit` (plan lookup, routing queries,
   reservation, admission checks) followed by the release, for one user;
 - and the requests/s of admit+release from ``--threads`` threads at once.
 
@@ -47,7 +47,7 @@ def main() -> None:
     from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from gateway import quota, services
+    from gateway import generations, quota
     from gateway.models import ModelPool, Plan, Subscription
     from inference import protocol
     from inference.connections import redis_sync
@@ -78,20 +78,20 @@ def main() -> None:
         for _ in range(args.n // 4):
             job = uuid.uuid4().hex
             t0 = time.perf_counter()
-            services.generation_admit(
+            generations.generation_admit(
                 user=user, job_id=job, messages=messages, params={"max_tokens": 64}
             )
-            services.generation_release(job_id=job)
+            generations.generation_release(job_id=job)
             admit.append((time.perf_counter() - t0) * 1e6)
         per_thread = max(1, args.n // (4 * args.threads))
 
         def worker() -> None:
             for _ in range(per_thread):
                 job = uuid.uuid4().hex
-                services.generation_admit(
+                generations.generation_admit(
                     user=user, job_id=job, messages=messages, params={"max_tokens": 64}
                 )
-                services.generation_release(job_id=job)
+                generations.generation_release(job_id=job)
             connection.close()
 
         threads = [threading.Thread(target=worker) for _ in range(args.threads)]

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import AbstractBaseUser
@@ -34,10 +31,10 @@ from django.views.decorators.csrf import csrf_exempt
 
 from chatsite.db import db_brief
 from chatsite.errors import DomainError, InvalidInput, NotFound, PayloadTooLarge
+from gateway import generations
 from gateway import selectors as gateway_selectors
 from gateway import services as gateway
-from gateway.models import UsageRecord
-from inference import client as inference_client
+from gateway.cache import CachePolicy
 from inference import protocol
 from inference.tokens import prompt_counter
 
@@ -51,24 +48,6 @@ ROLES = {
     "user": "user",
     "assistant": "assistant",
 }
-_FINISH = {
-    protocol.FINISH_STOP: "stop",
-    protocol.FINISH_LENGTH: "length",
-    protocol.FINISH_CANCELLED: "stop",
-    protocol.FINISH_CONTENT_FILTER: "content_filter",
-}
-_STATUS = {
-    protocol.FINISH_STOP: UsageRecord.Status.COMPLETE,
-    protocol.FINISH_LENGTH: UsageRecord.Status.COMPLETE,
-    protocol.FINISH_CANCELLED: UsageRecord.Status.CANCELLED,
-    protocol.FINISH_CONTENT_FILTER: UsageRecord.Status.FILTERED,
-}
-# HTTP status of a generation that failed (non-streaming answer), by error code.
-_FAILED_STATUS = {
-    protocol.ERROR_QUEUE_TIMEOUT: 503,
-    protocol.ERROR_NO_WORKER: 503,
-    protocol.ERROR_CONTEXT_OVERFLOW: 400,
-}
 
 
 class InvalidApiKey(DomainError):
@@ -80,13 +59,6 @@ class InvalidApiKey(DomainError):
         "Incorrect or missing API key. Send `Authorization: Bearer sk-...` with a key "
         "from your settings page."
     )
-
-
-class GenerationFailed(DomainError):
-    """The generation ended with an error event (status by its code)."""
-
-    status = 500
-    code = protocol.ERROR_ENGINE
 
 
 def _error_type(exc: DomainError) -> str:
@@ -350,19 +322,6 @@ def _model_check(model: str) -> None:
         )
 
 
-@dataclass
-class Started:
-    """An admitted, enqueued API generation."""
-
-    job_id: str
-    user_id: int
-    pool: str
-    model: str
-    enqueued_at: float
-    created: int  # epoch seconds, the ``created`` of the completion
-    cache_kind: str = ""  # "exact" / "semantic" when a cache answers, else ""
-
-
 def prompt_tokens_reserve(messages: list[dict[str, str]]) -> int:
     """Return the prompt tokens to reserve for an API request.
 
@@ -373,59 +332,49 @@ def prompt_tokens_reserve(messages: list[dict[str, str]]) -> int:
     none, so "hi" is 31 prompt tokens where the estimate says 7.
     """
     count = prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)(messages)
-    return max(count, gateway.prompt_tokens_estimate(messages))
+    return max(count, generations.prompt_tokens_estimate(messages))
 
 
-def _start(*, user: AbstractBaseUser, req: CompletionRequest) -> Started:
-    """Admit (reserve tokens) and enqueue; nothing stays reserved if it raises.
+def _cache_policy(req: CompletionRequest) -> CachePolicy | None:
+    """The answer caches (:mod:`gateway.cache`) an API request may use.
 
-    The answer caches (:mod:`gateway.cache`): at temperature 0 the exact cache (an
-    identical request gets the identical answer); with ``cache`` true also at other
-    temperatures, and then a single-turn prompt may use the semantic cache too (an API
-    request carries no personal context: no memory is injected). The semantic cache is
-    approximate and embedding the prompt costs ~13 ms of CPU, so temperature 0 alone
-    does not use it. ``cache`` false: no cache at all. A hit is served by the gateway
-    without a job.
+    At temperature 0 the exact cache (an identical request gets the identical answer);
+    with ``cache`` true also at other temperatures, and then a single-turn prompt may
+    use the semantic cache too (an API request carries no personal context: no memory
+    is injected). The semantic cache is approximate and embedding the prompt costs
+    ~13 ms of CPU, so temperature 0 alone does not use it. ``cache`` false: none.
     """
-    _model_check(req.model)
-    job_id = str(uuid.uuid4())
-    with gateway.reservation_guard(job_id=job_id):
-        admission = gateway.generation_admit(
-            user=user,
-            job_id=job_id,
-            messages=req.messages,
-            prompt_tokens=prompt_tokens_reserve(req.messages),
-            params=req.params,
-            model=req.model,
-            cache_policy=None
-            if req.cache is False
-            else gateway.CachePolicy(
-                single_turn=True,
-                personal=False,
-                opt_in=bool(req.cache),
-                semantic=bool(req.cache),
-            ),
-        )
-        submission = gateway.generation_submit(
-            job_id=job_id,
-            messages=req.messages,
-            params=admission.params,
-            user_ref=str(user.pk),
-            pool=admission.pool,
-            cache_hit=admission.cache_hit,
-        )
-    return Started(
-        job_id=job_id,
-        user_id=user.pk,
-        pool=admission.pool,
-        model=admission.model or req.model,
-        enqueued_at=submission.enqueued_at,
-        created=int(submission.enqueued_at),
-        cache_kind=admission.cache_hit.kind if admission.cache_hit else "",
+    if req.cache is False:
+        return None
+    return CachePolicy(
+        single_turn=True,
+        personal=False,
+        opt_in=bool(req.cache),
+        semantic=bool(req.cache),
     )
 
 
-def _authenticate_and_start(request: HttpRequest) -> tuple[Started, CompletionRequest]:
+def _start(*, user: AbstractBaseUser, req: CompletionRequest) -> generations.Generation:
+    """Start the request's generation (:func:`gateway.generations.generation_start`):
+    admit, reserve and submit; nothing stays reserved if it raises. A cache hit is
+    served by the gateway without a job."""
+    _model_check(req.model)
+    started = generations.generation_start(
+        user=user,
+        messages=req.messages,
+        prompt_tokens=prompt_tokens_reserve(req.messages),
+        params=req.params,
+        model=req.model,
+        cache_policy=_cache_policy(req),
+    )
+    generation = started.generation
+    generation.model = started.admission.model or req.model
+    return generation
+
+
+def _authenticate_and_start(
+    request: HttpRequest,
+) -> tuple[generations.Generation, CompletionRequest]:
     """Authenticate, validate the body, admit and enqueue: one sync step (one thread
     hop, one pooled connection) for the whole admission path."""
     user = _api_user(request)
@@ -433,191 +382,18 @@ def _authenticate_and_start(request: HttpRequest) -> tuple[Started, CompletionRe
     return _start(user=user, req=req), req
 
 
-# --- the generation: relay, settle once, cancel on disconnect ------------------------
-
-
-@dataclass
-class Outcome:
-    """How a generation ended: ``finish_reason`` (OpenAI's) or an error."""
-
-    finish_reason: str = ""
-    usage: protocol.Usage = field(default_factory=protocol.Usage)
-    model: str = ""
-    error: DomainError | None = None
-
-
-def _settle(
-    *,
-    started: Started,
-    event: protocol.Event,
-    model: str,
-    pool: str,
-    answer: str | None = None,
-) -> UsageRecord | None:
-    """Record the generation's usage once; ``answer`` (the whole text) is offered to
-    the answer caches, which keep it only if the request was cacheable and complete."""
-    usage = protocol.Usage.from_dict(event.data.get("usage"))
-    finish_reason = event.data.get("finish_reason", "")
-    if event.type == protocol.EVENT_DONE:
-        status = _STATUS[finish_reason]
-        ttft, latency = event.data.get("ttft_ms"), event.data.get("latency_ms")
-    else:
-        status, ttft, latency = UsageRecord.Status.ERROR, None, None
-    return gateway.usage_settle(
-        user_id=started.user_id,
-        job_id=started.job_id,
-        status=status,
-        usage=usage,
-        pool=pool,
-        model=model,
-        ttft_ms=ttft,
-        latency_ms=latency,
-        cache_hit=bool(started.cache_kind),
-        answer=answer,
-        finish_reason=finish_reason,
-    )
-
-
-def _outcome(event: protocol.Event, model: str) -> Outcome:
-    usage = protocol.Usage.from_dict(event.data.get("usage"))
-    if event.type == protocol.EVENT_DONE:
-        return Outcome(_FINISH[event.data["finish_reason"]], usage, model)
-    code = event.data.get("code") or protocol.ERROR_ENGINE
-    error = GenerationFailed(
-        event.data.get("message") or "The model failed while answering.", code=code
-    )
-    error.status = _FAILED_STATUS.get(code, 500)
-    if error.status == 503:
-        error.headers = {"Retry-After": str(settings.GATEWAY_SATURATED_RETRY_AFTER_S)}
-    return Outcome("", protocol.Usage(), model, error)
-
-
-async def _abandon(
-    *, started: Started, pool: str, model: str, after: str, tokens_seen: int
-) -> None:
-    """The client left: cancel the job, then settle it once from its terminal event.
-
-    Waits up to API_CANCEL_SETTLE_WAIT_S seconds for the worker's terminal event (its
-    exact usage); without one (the job was still queued) it settles what was relayed
-    (``tokens_seen`` completion tokens, one per token event) as cancelled.
-    """
-    await sync_to_async(gateway.generation_cancel)(job_id=started.job_id)
-    deadline = time.monotonic() + settings.API_CANCEL_SETTLE_WAIT_S
-    while time.monotonic() < deadline:
-        events = await inference_client.agen_read(
-            job_id=started.job_id, after=after, block_ms=200
-        )
-        for event in events:
-            after = event.id
-            if event.type == protocol.EVENT_META:
-                model = event.data.get("model") or model
-            elif event.is_terminal:
-                await db_brief(_settle)(
-                    started=started, event=event, model=model, pool=pool
-                )
-                return
-    await db_brief(gateway.usage_settle)(
-        user_id=started.user_id,
-        job_id=started.job_id,
-        status=UsageRecord.Status.CANCELLED,
-        usage=protocol.Usage(completion_tokens=tokens_seen),
-        pool=pool,
-        model=model,
-    )
-
-
 async def _abandon_admission(admission: asyncio.Future[Any]) -> None:
     """The client left while its request was being admitted: wait for the admission
-    step to end and, if it started a generation, cancel and settle it (:func:`_abandon`).
-    """
+    step to end and, if it started a generation, cancel and settle it."""
     try:
-        started, _req = await admission
+        generation, _req = await admission
     except Exception:  # rejected (DomainError) or failed: nothing was left running
         return
-    await _abandon(
-        started=started,
-        pool=started.pool,
-        model=started.model,
-        after=protocol.STREAM_START,
-        tokens_seen=0,
-    )
+    await generations.generation_leave(generation)
 
 
-async def generation_relay(started: Started) -> AsyncIterator[str | Outcome]:
-    """Yield the answer's text deltas, then its :class:`Outcome` (usage settled).
-
-    A generation that fails before its first token is retried on the fallback pool
-    (gateway) and read again from its start. If the consumer stops early (client
-    disconnect: CancelledError, or the generator is closed) the job is cancelled and
-    settled by :func:`_abandon`.
-    """
-    after = protocol.STREAM_START
-    pool, model = started.pool, started.model
-    begun, tokens_seen, settled = False, 0, False
-    parts: list[str] = []  # the answer, for the caches
-    last_event_at = started.enqueued_at
-    task = asyncio.current_task()
-    try:
-        while True:
-            events = await inference_client.agen_read(
-                job_id=started.job_id, after=after, block_ms=READ_BLOCK_MS
-            )
-            if task is not None and task.cancelling():
-                # see conversations/sse.py: redis-py can absorb Django's CancelledError
-                raise asyncio.CancelledError
-            if not events:
-                await sync_to_async(inference_client.generation_watchdog)(
-                    job_id=started.job_id,
-                    pool=pool,
-                    enqueued_at=started.enqueued_at,
-                    queue_timeout_s=settings.INFERENCE_QUEUE_TIMEOUT_S,
-                    no_worker_grace_s=settings.INFERENCE_NO_WORKER_GRACE_S,
-                    started=begun,
-                    last_event_at=last_event_at,
-                )
-                continue
-            begun, last_event_at, after = True, time.time(), events[-1].id
-            for event in events:
-                if event.type == protocol.EVENT_META:
-                    model = event.data.get("model") or model
-                elif event.type == protocol.EVENT_TOKEN:
-                    tokens_seen += 1
-                    parts.append(event.data["t"])
-                    yield event.data["t"]
-                elif event.is_terminal:
-                    if event.type == protocol.EVENT_ERROR and not tokens_seen:
-                        retried = await db_brief(gateway.generation_retry)(
-                            job_id=started.job_id,
-                            pool=pool,
-                            error_code=event.data.get("code", ""),
-                            terminal_id=event.id,
-                        )
-                        if retried:
-                            pool, after, begun = retried, protocol.STREAM_START, False
-                            break
-                    await db_brief(_settle)(
-                        started=started,
-                        event=event,
-                        model=model,
-                        pool=pool,
-                        answer="".join(parts),
-                    )
-                    settled = True
-                    yield _outcome(event, model)
-                    return
-    finally:
-        if not settled:
-            await _abandon(
-                started=started,
-                pool=pool,
-                model=model,
-                after=after,
-                tokens_seen=tokens_seen,
-            )
-
-
-def _completion_id(started: Started) -> str:
-    return "chatcmpl-" + started.job_id.replace("-", "")
+def _completion_id(generation: generations.Generation) -> str:
+    return "chatcmpl-" + generation.job_id.replace("-", "")
 
 
 def usage_json(usage: protocol.Usage) -> dict[str, Any]:
@@ -635,19 +411,17 @@ def _data(obj: Any) -> str:
 
 
 async def completion_stream(
-    started: Started, include_usage: bool
+    generation: generations.Generation, include_usage: bool
 ) -> AsyncIterator[str]:
     """Yield the SSE lines of a streamed completion (chunks, then ``data: [DONE]``)."""
-    cid = _completion_id(started)
+    cid = _completion_id(generation)
 
-    def chunk(
-        model: str, delta: dict[str, Any], finish: str | None = None
-    ) -> dict[str, Any]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         obj: dict[str, Any] = {
             "id": cid,
             "object": "chat.completion.chunk",
-            "created": started.created,
-            "model": model,
+            "created": generation.created,
+            "model": generation.model,
             "system_fingerprint": None,
             "choices": [
                 {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -657,43 +431,48 @@ async def completion_stream(
             obj["usage"] = None
         return obj
 
-    model = started.model
-    yield _data(chunk(model, {"role": "assistant", "content": ""}))
-    async with aclosing(generation_relay(started)) as relay:
-        async for item in relay:
-            if isinstance(item, str):
-                yield _data(chunk(model, {"content": item}))
-                continue
-            if item.error is not None:
+    yield _data(chunk({"role": "assistant", "content": ""}))
+    async with aclosing(generations.generation_follow(generation)) as items:
+        async for item in items:
+            if isinstance(item, generations.Delta):
+                yield _data(chunk({"content": item.text}))
+            elif isinstance(item, generations.Broken):
                 yield _data(error_body(item.error))
                 return
-            model = item.model or model
-            yield _data(chunk(model, {}, item.finish_reason))
-            if include_usage:
-                final = chunk(model, {})
-                final["choices"], final["usage"] = [], usage_json(item.usage)
-                yield _data(final)
-            yield "data: [DONE]\n\n"
+            elif isinstance(item, generations.Ended):
+                outcome = item.outcome
+                if outcome.error is not None:
+                    yield _data(error_body(outcome.error))
+                    return
+                yield _data(chunk({}, outcome.openai_finish_reason))
+                if include_usage:
+                    final = chunk({})
+                    final["choices"], final["usage"] = [], usage_json(outcome.usage)
+                    yield _data(final)
+                yield "data: [DONE]\n\n"
+                return
 
 
-async def completion_collect(started: Started) -> HttpResponse:
+async def completion_collect(generation: generations.Generation) -> HttpResponse:
     """Wait for the whole answer; return one ``chat.completion`` (or its error)."""
     parts: list[str] = []
-    outcome = Outcome()
-    async with aclosing(generation_relay(started)) as relay:
-        async for item in relay:
-            if isinstance(item, str):
-                parts.append(item)
-            else:
-                outcome = item
+    async with aclosing(generations.generation_follow(generation)) as items:
+        async for item in items:
+            if isinstance(item, generations.Delta):
+                parts.append(item.text)
+            elif isinstance(item, generations.Broken):
+                return api_error(item.error)
+            elif isinstance(item, generations.Ended):
+                outcome = item.outcome
+                break
     if outcome.error is not None:
         return api_error(outcome.error)
     return JsonResponse(
         {
-            "id": _completion_id(started),
+            "id": _completion_id(generation),
             "object": "chat.completion",
-            "created": started.created,
-            "model": outcome.model or started.model,
+            "created": generation.created,
+            "model": outcome.model or generation.model,
             "system_fingerprint": None,
             "choices": [
                 {
@@ -704,7 +483,7 @@ async def completion_collect(started: Started) -> HttpResponse:
                         "refusal": None,
                     },
                     "logprobs": None,
-                    "finish_reason": outcome.finish_reason,
+                    "finish_reason": outcome.openai_finish_reason,
                 }
             ],
             "usage": usage_json(outcome.usage),
@@ -730,23 +509,23 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     # shielded, its result is still ours, and what it enqueued is cancelled and settled.
     admission = asyncio.ensure_future(db_brief(_authenticate_and_start)(request))
     try:
-        started, req = await asyncio.shield(admission)
+        generation, req = await asyncio.shield(admission)
     except DomainError as exc:
         return api_error(exc)
     except asyncio.CancelledError:
         await _abandon_admission(admission)
         raise
     if not req.stream:
-        response = await completion_collect(started)
+        response = await completion_collect(generation)
     else:
         response = StreamingHttpResponse(
-            completion_stream(started, req.include_usage),
+            completion_stream(generation, req.include_usage),
             content_type="text/event-stream",
         )
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
-    if started.cache_kind:
-        response[CACHE_HEADER] = started.cache_kind
+    if generation.cache_kind:
+        response[CACHE_HEADER] = generation.cache_kind
     return response
 
 

@@ -109,27 +109,12 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
     return items
 
 
-def history_for_context(*, conversation: Conversation) -> list[dict[str, str]]:
-    """Return the thread as OpenAI chat messages, oldest first, for the next prompt.
+def context_messages(*, conversation: Conversation) -> list[Message]:
+    """Return the messages a prompt may hold, oldest first.
 
     Uses the current answer of each turn; answers that ended in an error or are still
     streaming are left out (the model should not see an empty or failed reply).
     """
-    history: list[dict[str, str]] = []
-    for item in thread_items(conversation=conversation):
-        m = item.message
-        if m.role == Message.Role.ASSISTANT and (
-            m.status in (Message.Status.STREAMING, Message.Status.ERROR)
-            or not m.content
-        ):
-            continue
-        if m.role in (Message.Role.USER, Message.Role.ASSISTANT):
-            history.append({"role": m.role, "content": m.content})
-    return history
-
-
-def context_messages(*, conversation: Conversation) -> list[Message]:
-    """Return the messages a prompt may hold, oldest first (see history_for_context)."""
     kept: list[Message] = []
     for item in thread_items(conversation=conversation):
         m = item.message
@@ -148,7 +133,7 @@ def history_and_summary(
 ) -> tuple[list[dict[str, str]], str, int]:
     """Return ``(history, summary, covers)`` for the next prompt.
 
-    ``history`` is :func:`history_for_context`; ``summary`` is the conversation's last
+    ``history`` is :func:`context_messages` as OpenAI chat messages; ``summary`` is the conversation's last
     complete rolling summary and ``covers`` how many leading history messages it
     summarises (those created up to ``summary_upto``; 0 without a summary).
     """

@@ -21,10 +21,10 @@ INFERENCE_DETACH_GRACE_S unless a client re-attaches.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from django.conf import settings
@@ -37,10 +37,8 @@ from chatsite.http import error_response
 from conversations import selectors, services
 from conversations.models import Message
 from conversations.rendering import markdown_to_html
-from inference import client as inference_client
+from gateway import generations
 from inference import protocol
-
-READ_BLOCK_MS = 1000
 
 
 def sse_frame(event: str, data: dict[str, Any], event_id: str | None = None) -> str:
@@ -84,12 +82,40 @@ def message_payload(message: Message) -> dict[str, Any]:
     }
 
 
-async def _final_frame(message: Message, event_id: str | None) -> str:
-    payload = await db_brief(message_payload)(message)
+def sse_error(exc: DomainError, *, message_id: Any, event_id: str | None = None) -> str:
+    """Return the SSE ``error`` frame of ``exc`` (the one SSE error mapper).
+
+    Data: ``{"code", "message", "message_id", "retryable", "retry_after_s"}``.
+    """
+    payload = {
+        "code": exc.code,
+        "message": exc.message,
+        "message_id": str(message_id),
+        "retryable": exc.retryable,
+        "retry_after_s": exc.retry_after_s,
+    }
+    return sse_frame(protocol.EVENT_ERROR, payload, event_id)
+
+
+async def _final_frame(message_id: Any, event_id: str | None) -> str:
+    """The answer's ``done`` frame (or ``error``, for a failed answer), from the
+    database: the stored, rendered text is what the page keeps."""
+    try:
+        message = await db_brief(Message.objects.select_related("conversation").get)(
+            id=message_id
+        )
+        payload = await db_brief(message_payload)(message)
+    except DomainError as exc:
+        return sse_error(exc, message_id=message_id, event_id=event_id)
     if message.status == Message.Status.ERROR:
-        payload.update(code="generation_failed", message=message.error)
-        return sse_frame("error", payload, event_id)
-    return sse_frame("done", payload, event_id)
+        payload.update(
+            code="generation_failed",
+            message=message.error,
+            retryable=True,
+            retry_after_s=None,
+        )
+        return sse_frame(protocol.EVENT_ERROR, payload, event_id)
+    return sse_frame(protocol.EVENT_DONE, payload, event_id)
 
 
 def _resume_point(request: HttpRequest) -> str:
@@ -107,72 +133,43 @@ def _resume_point(request: HttpRequest) -> str:
     return last
 
 
-def _finalized(message_id: Any) -> Message:
-    """Finalise (idempotent) and return the message as stored."""
-    services.message_finalize(message_id=message_id)
-    return Message.objects.get(id=message_id)
-
-
 async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
-    """Yield the SSE frames of ``message``'s generation after stream id ``after``."""
-    job_id = message.job_id
+    """Yield the SSE frames of ``message``'s generation after stream id ``after``.
+
+    A thin adapter over :func:`gateway.generations.generation_follow` (resumable: a
+    client that leaves detaches; the answer is settled through
+    :class:`conversations.services.MessageRecorder`).
+    """
     yield "retry: 1000\n\n"
     if message.status != Message.Status.STREAMING:
-        yield await _final_frame(message, None)
+        yield await _final_frame(message.id, None)
         return
-    await inference_client.astream_attach(job_id=job_id)
-    try:
-        started = after != protocol.STREAM_START
-        last_event_at = time.time() if started else message.created_at.timestamp()
-        last_sent = time.monotonic()
-        task = asyncio.current_task()
-        while True:
-            events = await inference_client.agen_read(
-                job_id=job_id, after=after, block_ms=READ_BLOCK_MS
-            )
-            if task is not None and task.cancelling():
-                # The client went away. redis-py can absorb the CancelledError that
-                # Django's disconnect delivers while a pooled connection is released;
-                # the task still counts the request, so honour it here.
-                raise asyncio.CancelledError
-            if not events:
-                if time.monotonic() - last_sent >= settings.SSE_HEARTBEAT_S:
-                    last_sent = time.monotonic()
-                    yield ": ping\n\n"
-                await db_brief(services.message_watchdog)(
-                    message=message, started=started, last_event_at=last_event_at
-                )
-                continue
-            started = True
-            last_event_at = time.time()
-            text: list[str] = []
-            text_id = ""
-            after = events[-1].id
-            for event in events:
-                if event.type == protocol.EVENT_TOKEN:
-                    text.append(event.data["t"])
-                    text_id = event.id
+    generation = services.message_generation(message)
+    last_sent = time.monotonic()
+    follow = generations.generation_follow(
+        generation,
+        after=after,
+        recorder=services.RECORDER,
+        message_id=message.id,
+        resumable=True,
+    )
+    async with aclosing(follow) as items:
+        async for item in items:
+            if isinstance(item, generations.Delta):
+                yield sse_frame("token", {"t": item.text}, item.event_id)
+            elif isinstance(item, generations.Meta):
+                yield sse_frame(protocol.EVENT_META, item.data, item.event_id)
+            elif isinstance(item, generations.Idle):
+                if time.monotonic() - last_sent < settings.SSE_HEARTBEAT_S:
                     continue
-                if text:
-                    yield sse_frame("token", {"t": "".join(text)}, text_id)
-                    text = []
-                if event.is_terminal:
-                    final = await db_brief(_finalized)(message.id)
-                    if final.status == Message.Status.STREAMING:
-                        # failed before its first token and retried on a fallback
-                        # pool (gateway): read the restarted stream from its start
-                        message, after, started = final, protocol.STREAM_START, False
-                        break
-                    yield await _final_frame(final, event.id)
-                    return
-                yield sse_frame(event.type, event.data, event.id)
-            if text:
-                yield sse_frame("token", {"t": "".join(text)}, text_id)
+                yield ": ping\n\n"
+            elif isinstance(item, generations.Ended):
+                yield await _final_frame(message.id, item.event_id)
+                return
+            elif isinstance(item, generations.Broken):
+                yield sse_error(item.error, message_id=message.id)
+                return
             last_sent = time.monotonic()
-    finally:
-        await inference_client.astream_detach(
-            job_id=job_id, grace_s=settings.INFERENCE_DETACH_GRACE_S
-        )
 
 
 async def message_stream(

@@ -282,3 +282,7 @@ def quota_windows(
         Window(w.name, w.key, w.limit, int(v or 0), w.resets_at)
         for w, v in zip(windows, values, strict=True)
     ]
+
+
+def quota_reservation_submitted(*, job_id: str) -> None:
+    """TEMPORARY stub until the reservation sweep lands."""

@@ -243,30 +243,45 @@ EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
-def event_validate(event_type: str, payload: dict[str, Any]) -> None:
-    """Check a payload against its event schema.
+def schema_validate(what: str, schema: dict[str, Any], payload: Any) -> None:
+    """Check ``payload`` (a dict) against ``schema`` (field name -> type or predicate).
 
     Every field is required except those marked :class:`Optional` (absent is fine,
-    present must be valid). Raises ``ValueError`` naming the first missing, extra or
-    ill-typed field.
+    present must be valid); a nested dict schema checks a nested object. ``bool`` is
+    not an ``int`` here. Raises ``ValueError`` naming ``what`` and the first missing,
+    extra or ill-typed field. Used for every payload that crosses a process or network
+    boundary: worker events here, browser SSE and OpenAI objects in ``conversations``.
     """
-    schema = EVENT_SCHEMAS.get(event_type)
-    if schema is None:
-        raise ValueError(f"unknown event type {event_type!r}")
+    if not isinstance(payload, dict):
+        raise ValueError(f"{what}: expected an object, got {payload!r}")
     extra = set(payload) - set(schema)
     if extra:
-        raise ValueError(f"{event_type}: unexpected fields {sorted(extra)}")
+        raise ValueError(f"{what}: unexpected fields {sorted(extra)}")
     for name, check in schema.items():
         if isinstance(check, Optional):
             if name not in payload:
                 continue
             check = check.check
         elif name not in payload:
-            raise ValueError(f"{event_type}: missing field {name!r}")
+            raise ValueError(f"{what}: missing field {name!r}")
         value = payload[name]
+        if isinstance(check, dict):
+            schema_validate(f"{what}.{name}", check, value)
+            continue
         ok = isinstance(value, check) if isinstance(check, type) else check(value)
         if not ok or (check is int and isinstance(value, bool)):
-            raise ValueError(f"{event_type}: bad value for {name!r}: {value!r}")
+            raise ValueError(f"{what}: bad value for {name!r}: {value!r}")
+
+
+def event_validate(event_type: str, payload: dict[str, Any]) -> None:
+    """Check a payload against its event schema (:func:`schema_validate`).
+
+    Raises ``ValueError`` for an unknown event type or a payload that does not fit.
+    """
+    schema = EVENT_SCHEMAS.get(event_type)
+    if schema is None:
+        raise ValueError(f"unknown event type {event_type!r}")
+    schema_validate(event_type, schema, payload)
 
 
 def event_fields(event_type: str, payload: dict[str, Any]) -> dict[str, str]:

@@ -165,9 +165,6 @@ CHAT_SYSTEM_PROMPT = env(
     "CHAT_SYSTEM_PROMPT",
     default="You are a helpful, concise assistant. Answer in Markdown when it helps.",
 )
-# Interim history window, in messages, until memory/ builds context to the token (issue #5);
-# the engine still trims to its context window with its own tokenizer.
-CHAT_HISTORY_MAX_MESSAGES = env.int("CHAT_HISTORY_MAX_MESSAGES", default=40)
 
 # --- Inference tier -------------------------------------------------------------------
 INFERENCE_DEFAULT_POOL = env("INFERENCE_DEFAULT_POOL", default="default")
@@ -302,3 +299,11 @@ API_MAX_PROMPT_CHARS = env.int("API_MAX_PROMPT_CHARS", default=128_000)
 # A client that disconnects cancels its job; its usage is settled from the worker's final
 # event, waited for at most this many seconds.
 API_CANCEL_SETTLE_WAIT_S = env.float("API_CANCEL_SETTLE_WAIT_S", default=3.0)
+# --- The generation lifecycle (gateway/generations/) -----------------------------------
+# A follower retries settling a generation this long (s) while the database or Redis
+# come back (a restart or failover takes seconds); after that the stream ends with an
+# error event and the reaper settles the answer later.
+GATEWAY_SETTLE_RETRY_S = env.float("GATEWAY_SETTLE_RETRY_S", default=10.0)
+# Stream policies (dotted paths of gateway.generations.policy.StreamPolicy subclasses),
+# applied in order to every generation's text before any surface sees it.
+GATEWAY_STREAM_POLICIES = env.list("GATEWAY_STREAM_POLICIES", default=[])

@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from conversations.models import Conversation, Message
-from gateway import quota, services
+from gateway import generations, quota, services
 from gateway.models import ApiKey, UsageRecord
 from inference import client as inference_client
 from inference import protocol
@@ -254,15 +254,17 @@ async def test_a_client_that_leaves_during_admission_has_its_job_cancelled_and_s
     it enqueued must still be cancelled, billed once and its reservation settled
     (not left to run unbilled on a worker with its tokens reserved for 40 days)."""
     admitting = threading.Event()
-    submit = services.generation_submit
+    from gateway.generations import start
 
-    def slow_submit(**kwargs: Any) -> services.Submission:
+    submit = start.generation_submit
+
+    def slow_submit(**kwargs: Any) -> float:
         submission = submit(**kwargs)
         admitting.set()
         time.sleep(0.5)  # still in the sync step when the client leaves
         return submission
 
-    monkeypatch.setattr(services, "generation_submit", slow_submit)
+    monkeypatch.setattr(start, "generation_submit", slow_submit)
 
     async def left_during_admission() -> None:
         await asyncio.to_thread(admitting.wait, 10)
@@ -827,7 +829,7 @@ async def test_the_reservation_counts_the_prompt_as_the_model_will(
 
     hi = [{"role": "user", "content": "hi"}]
     prompt = prompt_counter("llamacpp")(hi)
-    assert prompt > services.prompt_tokens_estimate(hi)
+    assert prompt > generations.prompt_tokens_estimate(hi)
     plan = await sync_to_async(factories.plan)(monthly_token_budget=prompt + 64 - 1)
     await sync_to_async(factories.subscribe)(user, plan)
 

@@ -301,10 +301,10 @@ def test_budgets_survive_a_redis_restart_through_the_usage_records(settings):
 
 
 def test_a_failure_after_admission_gives_the_reservation_back():
-    from gateway import services
+    from gateway import generations
 
     limits = quota.Limits(per_day=1000)
-    with pytest.raises(RuntimeError), services.reservation_guard(job_id="g1"):
+    with pytest.raises(RuntimeError), generations.reservation_guard(job_id="g1"):
         quota.quota_reserve(user_id=9, job_id="g1", tokens=300, limits=limits)
         raise RuntimeError("the database went away")
     assert quota.quota_windows(user_id=9, limits=limits)[1].used == 0

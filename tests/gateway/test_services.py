@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from gateway import quota, services
+from gateway import generations, quota, services
 from gateway.models import ApiKey, UsageRecord
 from inference import protocol
 from tests.gateway import factories
@@ -26,9 +26,9 @@ def test_the_prompt_estimate_is_above_the_scripted_engines_count():
         {"role": "system", "content": "You are a helpful, concise assistant."},
         {"role": "user", "content": "What is the capital of France, in one word?"},
     ]
-    assert services.prompt_tokens_estimate(messages) >= ScriptedEngine().count_tokens(
+    assert generations.prompt_tokens_estimate(
         messages
-    )
+    ) >= ScriptedEngine().count_tokens(messages)
 
 
 def test_settlement_writes_one_usage_record_priced_from_the_pool(
@@ -43,7 +43,7 @@ def test_settlement_writes_one_usage_record_priced_from_the_pool(
     quota.quota_reserve(user_id=user.pk, job_id="job-1", tokens=500, limits=limits)
     usage = protocol.Usage(prompt_tokens=1000, completion_tokens=200, cached_tokens=10)
     with django_capture_on_commit_callbacks(execute=True):
-        record = services.usage_settle(
+        record = generations.usage_settle(
             user_id=user.pk,
             job_id="job-1",
             status="complete",
@@ -63,7 +63,7 @@ def test_settlement_writes_one_usage_record_priced_from_the_pool(
     assert (record.ttft_ms, record.latency_ms, record.cache_hit) == (12, 340, False)
     assert quota.quota_windows(user_id=user.pk, limits=limits)[1].used == 1200
     with django_capture_on_commit_callbacks(execute=True):
-        again = services.usage_settle(
+        again = generations.usage_settle(
             user_id=user.pk, job_id="job-1", status="complete", usage=usage
         )
     assert again is None and UsageRecord.objects.count() == 1

@@ -1,0 +1,80 @@
+"""Schemas of the chat's SSE payloads to the browser (DESIGN §8).
+
+The relay (:mod:`conversations.sse`) writes these events; ``static/chat.js`` reads
+them. Each schema is checked by the tests on real streams
+(``tests/conversations/test_events.py``) with :func:`sse_validate`.
+
+- ``token``: ``{"t"}`` — released answer text (several deltas coalesced);
+- ``meta``: the worker's ``meta`` event as is (:data:`inference.protocol.EVENT_SCHEMAS`);
+- ``done``: the stored answer (:func:`conversations.sse.message_payload`);
+- ``error``: a failed answer (the stored answer plus ``code``/``message``/retry
+  fields), or a stream that broke (``code``, ``message``, ``message_id``, retry
+  fields only).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inference import protocol
+from inference.protocol import Optional
+
+
+def _optional_int(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _citations(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(c, dict)
+        and set(c) == {"number", "title", "passage", "url"}
+        and isinstance(c["number"], int)
+        and isinstance(c["passage"], int)
+        and isinstance(c["title"], str)
+        and isinstance(c["url"], str)
+        for c in value
+    )
+
+
+_USAGE = {"prompt_tokens": int, "completion_tokens": int, "cached_tokens": int}
+_STATUSES = {"complete", "cancelled", "error", "filtered"}
+
+_ANSWER: dict[str, Any] = {
+    "message_id": str,
+    "status": lambda v: v in _STATUSES,
+    "finish_reason": str,
+    "model": str,
+    "usage": _USAGE,
+    "ttft_ms": _optional_int,
+    "latency_ms": _optional_int,
+    "html": str,
+    "error": str,
+    "cache": lambda v: v in {"", *protocol.CACHE_KINDS},
+    "citations": _citations,
+}
+_RETRY = {
+    "retryable": bool,
+    "retry_after_s": _optional_int,
+}
+
+SSE_SCHEMAS: dict[str, dict[str, Any]] = {
+    "token": {"t": str},
+    "meta": protocol.EVENT_SCHEMAS[protocol.EVENT_META],
+    "done": _ANSWER,
+    # a failed answer carries the stored answer; a broken stream only the error
+    "error": {
+        "code": str,
+        "message": str,
+        "message_id": str,
+        **_RETRY,
+        **{k: Optional(v) for k, v in _ANSWER.items() if k != "message_id"},
+    },
+}
+
+
+def sse_validate(event: str, payload: Any) -> None:
+    """Check a browser SSE payload against its schema; raise ValueError if it does not fit."""
+    schema = SSE_SCHEMAS.get(event)
+    if schema is None:
+        raise ValueError(f"unknown SSE event {event!r}")
+    protocol.schema_validate(f"sse {event}", schema, payload)

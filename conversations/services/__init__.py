@@ -1,0 +1,46 @@
+"""Writes of the chat (CONVENTIONS §1): turns, answers, conversation edits.
+
+- :mod:`.turns`: send a message, regenerate, stop (the start of a generation);
+- :mod:`.answers`: the answer's side of settling a generation, and the reaper;
+- :mod:`.conversations`: rename, delete, titles, rolling summaries.
+"""
+
+from conversations.services.answers import (
+    RECORDER,
+    MessageRecorder,
+    message_finalize,
+    message_generation,
+    streaming_messages_reap,
+)
+from conversations.services.conversations import (
+    conversation_delete,
+    conversation_rename,
+    conversation_summarize,
+    conversation_title_generate,
+)
+from conversations.services.turns import (
+    BUSY_MESSAGE,
+    Turn,
+    title_from_text,
+    turn_regenerate,
+    turn_start,
+    turn_stop,
+)
+
+__all__ = [
+    "BUSY_MESSAGE",
+    "RECORDER",
+    "MessageRecorder",
+    "Turn",
+    "conversation_delete",
+    "conversation_rename",
+    "conversation_summarize",
+    "conversation_title_generate",
+    "message_finalize",
+    "message_generation",
+    "streaming_messages_reap",
+    "title_from_text",
+    "turn_regenerate",
+    "turn_start",
+    "turn_stop",
+]

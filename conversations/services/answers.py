@@ -1,0 +1,151 @@
+"""The chat's side of settling a generation: its answer message.
+
+The gateway settles a generation once (:mod:`gateway.generations.settle`); the chat
+gives it a :class:`MessageRecorder`, so the answer's final state (text, status, finish
+reason, tokens, timings) is written in the same transaction as the usage record, by
+a conditional UPDATE on ``status = streaming``: idempotent and race-free whoever
+settles first (the SSE relay, or the reaper).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from conversations.models import Conversation, Message
+from gateway import generations
+from memory import tasks as memory_tasks
+
+
+def message_generation(
+    message: Message, *, user_id: int | None = None
+) -> generations.Generation:
+    """Return the gateway's handle of an answer's generation (its id is the job id).
+
+    ``user_id`` is the conversation's owner (read from ``message.conversation`` when
+    not given).
+    """
+    return generations.Generation(
+        job_id=message.job_id,
+        user_id=user_id if user_id is not None else message.conversation.user_id,
+        pool=message.pool or settings.INFERENCE_DEFAULT_POOL,
+        model=message.model,
+        enqueued_at=message.created_at.timestamp(),
+        cache_kind=message.cache_kind,
+    )
+
+
+class MessageRecorder:
+    """Stores a generation's outcome on its answer message (:class:`generations.Recorder`)."""
+
+    def rerouted(self, *, job_id: str, pool: str) -> None:
+        """The job moved to the fallback ``pool``: the answer records where it runs."""
+        Message.objects.filter(id=job_id, status=Message.Status.STREAMING).update(
+            pool=pool
+        )
+
+    def finalize(self, *, job_id: str, outcome: generations.Outcome) -> bool:
+        """Write the answer's final state; False if it was final already."""
+        fields: dict[str, Any] = {
+            "content": outcome.text,
+            "model": outcome.model,
+            "status": outcome.status,
+            "finish_reason": outcome.finish_reason,
+            "token_count": outcome.usage.completion_tokens,
+            "prompt_tokens": outcome.usage.prompt_tokens,
+            "cached_tokens": outcome.usage.cached_tokens,
+            "cache_kind": outcome.cache_kind,
+            "ttft_ms": outcome.ttft_ms,
+            "latency_ms": outcome.latency_ms,
+        }
+        if outcome.error is not None:
+            fields["error"] = outcome.error.message
+        updated = Message.objects.filter(
+            id=job_id, status=Message.Status.STREAMING
+        ).update(**fields)
+        if not updated:
+            return False
+        Conversation.objects.filter(messages__id=job_id).update(
+            updated_at=timezone.now()
+        )
+        if settings.CHAT_BACKGROUND_JOBS:
+            transaction.on_commit(lambda: _after_answer(message_id=job_id))
+        return True
+
+
+RECORDER = MessageRecorder()
+
+
+def message_finalize(*, message_id: Any) -> Message | None:
+    """Settle a streaming answer from its generation stream, if that has ended.
+
+    Returns the updated message, or None if the generation has not ended, was retried
+    on a fallback pool (the answer stays streaming), or the answer was already final.
+    """
+    message = (
+        Message.objects.select_related("conversation")
+        .filter(id=message_id, status=Message.Status.STREAMING)
+        .first()
+    )
+    if message is None:
+        return None
+    settlement = generations.generation_settle(
+        generation=message_generation(message),
+        recorder=RECORDER,
+        message_id=message.id,
+    )
+    if settlement.state != "settled":
+        return None
+    return Message.objects.select_related("conversation").get(id=message_id)
+
+
+def streaming_messages_reap(*, older_than_s: float = 5.0) -> int:
+    """Settle streaming answers nobody is relaying (web process died, tab closed).
+
+    Each answer streaming for more than ``older_than_s`` seconds goes through
+    :func:`gateway.generations.generation_sweep` (settle if ended, else the watchdog,
+    else lost after REAPER_STALE_AFTER_S). Returns how many were settled.
+    """
+    cutoff = timezone.now() - timezone.timedelta(seconds=older_than_s)
+    done = 0
+    for message in Message.objects.select_related("conversation").filter(
+        status=Message.Status.STREAMING, created_at__lt=cutoff
+    ):
+        done += generations.generation_sweep(
+            generation=message_generation(message),
+            recorder=RECORDER,
+            message_id=message.id,
+        )
+    return done
+
+
+def _after_answer(*, message_id: Any) -> None:
+    """Queue the background work of a finished answer (DESIGN §9): title the
+    conversation after its first exchange, roll its summary, extract user facts."""
+    from conversations import tasks
+
+    message = (
+        Message.objects.select_related("conversation").filter(id=message_id).first()
+    )
+    if message is None:
+        return
+    conversation_id = str(message.conversation_id)
+    tasks.title_conversation.delay(conversation_id)
+    if message.status != Message.Status.COMPLETE:
+        return
+    tasks.summarize_conversation.delay(conversation_id)
+    if settings.MEMORY_EXTRACT_FACTS and message.parent_id:
+        question = Message.objects.filter(id=message.parent_id).first()
+        if question is not None:
+            memory_tasks.extract_facts.delay(
+                message.conversation.user_id,
+                [
+                    {"role": "user", "content": question.content},
+                    {"role": "assistant", "content": message.content},
+                ],
+                str(question.id),
+                settings.MEMORY_SMALL_POOL,
+            )

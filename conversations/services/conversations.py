@@ -1,0 +1,143 @@
+"""Conversation edits and background jobs: rename, delete, title, summarise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from chatsite.errors import InvalidInput
+from conversations import selectors
+from conversations.models import Conversation, Message
+from conversations.services.turns import is_blank, text_check, title_from_text
+from gateway import generations
+from inference.tokens import prompt_counter
+from memory import summary as memory_summary
+
+
+def conversation_title_generate(*, conversation_id: Any) -> str | None:
+    """Title a conversation after its first exchange; return the title set, or None.
+
+    The model writes the title (pool MEMORY_SMALL_POOL); on a failed, cut or empty
+    generation, or when the first answer failed, the title is the first user message
+    cut to CHAT_TITLE_MAX_CHARS (:func:`title_from_text`), never empty. A title the
+    user changed is never overwritten; only the first exchange is titled (idempotent).
+    """
+    conversation = Conversation.objects.filter(id=conversation_id).first()
+    if conversation is None:
+        return None
+    first = (
+        conversation.messages.filter(role=Message.Role.USER)
+        .order_by("created_at")
+        .first()
+    )
+    if first is None:
+        return None
+    default = title_from_text(first.content)
+    if conversation.title != default:
+        return None  # renamed by the user, or titled already
+    answer = (
+        conversation.messages.filter(parent=first, role=Message.Role.ASSISTANT)
+        .order_by("-created_at")
+        .first()
+    )
+    title = None
+    if (
+        answer is not None
+        and answer.status == Message.Status.COMPLETE
+        and answer.content.strip()
+        and first.content.strip()
+    ):
+        title = memory_summary.title_generate(
+            user_text=first.content,
+            answer_text=answer.content,
+            pool=settings.MEMORY_SMALL_POOL,
+            timeout_s=settings.MEMORY_GENERATION_TIMEOUT_S,
+        )
+    title = (title or default)[:200].strip() or default
+    updated = Conversation.objects.filter(id=conversation.id, title=default).update(
+        title=title
+    )
+    return title if updated else None
+
+
+def conversation_summarize(*, conversation_id: Any) -> bool:
+    """Roll a conversation's summary forward when its unsummarised history is long.
+
+    When the messages after ``summary_upto`` pass MEMORY_SUMMARY_TRIGGER_TOKENS tokens
+    (serving tokenizer), all but the last MEMORY_SUMMARY_KEEP_MESSAGES are folded into
+    the summary by the model (pool MEMORY_SMALL_POOL). A failed or cut generation
+    changes nothing (the last complete summary stays in force); the update is
+    conditional on ``summary_upto`` being unchanged, so concurrent or repeated runs are
+    idempotent. Returns True if a new summary was stored.
+    """
+    conversation = Conversation.objects.filter(id=conversation_id).first()
+    if conversation is None:
+        return False
+    messages = selectors.context_messages(conversation=conversation)
+    upto = conversation.summary_upto
+    if upto is not None:
+        messages = [m for m in messages if m.created_at > upto.created_at]
+    keep = settings.MEMORY_SUMMARY_KEEP_MESSAGES
+    older = messages[:-keep] if keep else messages
+    # the kept window must start with a user turn
+    while older and older[-1].role != Message.Role.ASSISTANT:
+        older = older[:-1]
+    if not older:
+        return False
+    count = prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)
+    as_dicts = [{"role": m.role, "content": m.content} for m in messages]
+    if count(as_dicts) < settings.MEMORY_SUMMARY_TRIGGER_TOKENS:
+        return False
+    summary = memory_summary.summary_generate(
+        previous=conversation.summary if upto is not None else "",
+        messages=[{"role": m.role, "content": m.content} for m in older],
+        pool=settings.MEMORY_SMALL_POOL,
+        timeout_s=settings.MEMORY_GENERATION_TIMEOUT_S,
+    )
+    if summary is None:
+        return False
+    return bool(
+        Conversation.objects.filter(
+            id=conversation.id, summary_upto=conversation.summary_upto_id
+        ).update(summary=summary, summary_upto=older[-1])
+    )
+
+
+def conversation_rename(
+    *, user: AbstractBaseUser, conversation_id: Any, title: Any
+) -> Conversation:
+    """Rename the user's conversation.
+
+    Raises NotFound (not the user's conversation) before InvalidInput (empty, over 200
+    characters, or a NUL character).
+    """
+    conversation = selectors.conversation_get(
+        user=user, conversation_id=conversation_id
+    )
+    if not isinstance(title, str) or is_blank(title):
+        raise InvalidInput("A title cannot be empty.", code="empty_title")
+    text_check(title, what="title")
+    title = " ".join(title.split())
+    if len(title) > 200:
+        raise InvalidInput(
+            "A title can be at most 200 characters long.", code="title_too_long"
+        )
+    conversation.title = title
+    conversation.save(update_fields=["title"])
+    return conversation
+
+
+def conversation_delete(*, user: AbstractBaseUser, conversation_id: Any) -> None:
+    """Delete the user's conversation and its messages; a streaming answer is cancelled."""
+    conversation = selectors.conversation_get(
+        user=user, conversation_id=conversation_id
+    )
+    streaming = [
+        m.job_id for m in conversation.messages.filter(status=Message.Status.STREAMING)
+    ]
+    conversation.delete()
+    for job_id in streaming:
+        transaction.on_commit(lambda j=job_id: generations.generation_abandon(job_id=j))

@@ -1,0 +1,332 @@
+"""The chat turn: send a message, regenerate an answer, stop one (DESIGN §4).
+
+A turn builds its prompt (memory, retrieval: I/O, no lock held), then starts the
+generation through the gateway's one lifecycle
+(:func:`gateway.generations.generation_start`): admission reserves the tokens, a short
+transaction stores the user message and an answer in ``streaming`` status (the
+conversation row locked only for that), and the job is submitted after commit.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from chatsite.errors import Conflict, InvalidInput, PayloadTooLarge
+from conversations import selectors
+from conversations.models import Conversation, Message
+from gateway import generations
+from gateway import selectors as gateway_selectors
+from gateway.cache import CachePolicy
+from memory import services as memory_services
+from memory import tasks as memory_tasks
+from memory.context import BuiltContext, turn_context
+
+BUSY_MESSAGE = "An answer is still being written in this conversation. Stop it or wait for it to finish."
+
+_INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}
+
+
+@dataclass
+class Turn:
+    """What a started turn produced."""
+
+    conversation: Conversation
+    user_message: Message
+    assistant_message: Message
+    created_conversation: bool = False
+
+
+def is_blank(text: str) -> bool:
+    """True if ``text`` has no visible character (spaces, controls, zero-width marks)."""
+    return all(ch.isspace() or unicodedata.category(ch) in _INVISIBLE for ch in text)
+
+
+def text_check(text: str, *, what: str) -> None:
+    """Raise InvalidInput if ``text`` holds a NUL character (PostgreSQL cannot store it)."""
+    if "\x00" in text:
+        raise InvalidInput(
+            f"Your {what} contains a NUL character (\\0), which cannot be stored. "
+            "Remove it and try again.",
+            code="invalid_character",
+        )
+
+
+def _validate_content(content: Any) -> str:
+    if not isinstance(content, str) or is_blank(content):
+        raise InvalidInput(
+            "Your message is empty. Type something to send.", code="empty_message"
+        )
+    text_check(content, what="message")
+    limit = settings.CHAT_MAX_MESSAGE_CHARS
+    if len(content) > limit:
+        raise PayloadTooLarge(
+            f"Your message is {len(content):,} characters long; the limit is {limit:,}. "
+            "Shorten it or split it into several messages.",
+            code="message_too_long",
+        )
+    return content
+
+
+def title_from_text(text: str) -> str:
+    """Return a conversation title: the text's first line, cut to CHAT_TITLE_MAX_CHARS.
+
+    Never empty: whitespace-only text gives "New chat".
+    """
+    line = " ".join(text.split())
+    limit = settings.CHAT_TITLE_MAX_CHARS
+    if len(line) > limit:
+        line = line[: limit - 1].rstrip() + "…"
+    return line or "New chat"
+
+
+def _generation_params(params: dict[str, Any] | None) -> dict[str, Any]:
+    merged: dict[str, Any] = {
+        "max_tokens": settings.CHAT_MAX_TOKENS,
+        "temperature": settings.CHAT_TEMPERATURE,
+    }
+    merged.update(params or {})
+    return merged
+
+
+def _prompt_context(
+    *,
+    user: AbstractBaseUser,
+    conversation: Conversation | None,
+    max_tokens: int,
+    content: str | None = None,
+) -> BuiltContext:
+    """Build the prompt of the next answer to the token (memory.context.turn_context).
+
+    The thread so far (with its rolling summary) plus ``content``; without ``content``
+    (regenerate) the current answer to the last user message is left out, as the new
+    answer replaces it. ``max_tokens`` is the answer's reserve, in tokens.
+    """
+    history: list[dict[str, str]] = []
+    summary, covers = "", 0
+    if conversation is not None:
+        history, summary, covers = selectors.history_and_summary(
+            conversation=conversation
+        )
+    if content is not None:
+        history.append({"role": Message.Role.USER, "content": content})
+    while history and history[-1]["role"] == Message.Role.ASSISTANT:
+        history.pop()
+    return turn_context(
+        user_id=user.pk,
+        system_prompt=settings.CHAT_SYSTEM_PROMPT,
+        history=history,
+        max_tokens=max_tokens,
+        summary=summary,
+        summary_covers=min(covers, len(history)),
+    )
+
+
+def _cache_policy(
+    built: BuiltContext, *, lookup: bool, opt_in: bool = False
+) -> CachePolicy:
+    """How a turn may use the gateway's answer caches (gateway.cache): the semantic cache
+    needs a first turn without memory; ``lookup`` False (regenerate) never serves one;
+    ``opt_in`` (the user's "Reuse cached answers" preference) lets a turn at
+    CHAT_TEMPERATURE > 0 use them at all."""
+    return CachePolicy(
+        single_turn=built.history_kept == 1
+        and built.history_dropped == 0
+        and not built.summary_used,
+        personal=bool(built.facts or built.passages or built.summary_used),
+        opt_in=opt_in,
+        lookup=lookup,
+    )
+
+
+def _idle_check(conversation: Conversation) -> None:
+    if conversation.messages.filter(status=Message.Status.STREAMING).exists():
+        raise Conflict(BUSY_MESSAGE, code="conversation_busy")
+
+
+def _assistant_create(
+    *, conversation: Conversation, parent: Message, admission: generations.Admission
+) -> Message:
+    try:
+        with transaction.atomic():
+            return Message.objects.create(
+                id=uuid.UUID(admission.job_id),
+                conversation=conversation,
+                role=Message.Role.ASSISTANT,
+                status=Message.Status.STREAMING,
+                parent=parent,
+                pool=admission.pool,
+            )
+    except IntegrityError as exc:  # the partial unique index: one streaming answer
+        raise Conflict(BUSY_MESSAGE, code="conversation_busy") from exc
+
+
+def _remember_on_commit(*, user: AbstractBaseUser, message: Message) -> None:
+    """Queue storing the fact of a "remember that …" message (after commit)."""
+    fact = memory_services.remember_request_parse(message.content)
+    if fact:
+        user_id, message_id = user.pk, str(message.id)
+        transaction.on_commit(
+            lambda: memory_tasks.remember_fact.delay(user_id, fact, message_id)
+        )
+
+
+def _turn_run(
+    *,
+    user: AbstractBaseUser,
+    conversation: Conversation | None,
+    params: dict[str, Any] | None,
+    model: str | None,
+    content: str | None = None,
+    question: Message | None = None,
+) -> Turn:
+    """Build the prompt, then start the generation; the rows are stored by ``store``
+    inside the lifecycle's short transaction (nothing but these writes under the lock).
+
+    ``content`` a new user message, or ``question`` the user message to answer again.
+    """
+    generation_params = _generation_params(params)
+    built = _prompt_context(
+        user=user,
+        conversation=conversation,
+        content=content,
+        max_tokens=int(generation_params["max_tokens"]),
+    )
+
+    def store(admission: generations.Admission) -> Turn:
+        created = conversation is None
+        if conversation is None:
+            assert content is not None
+            thread = Conversation.objects.create(
+                user=user, title=title_from_text(content)
+            )
+        else:
+            thread = Conversation.objects.select_for_update().get(pk=conversation.pk)
+            _idle_check(thread)
+        if content is not None:
+            asked = Message.objects.create(
+                conversation=thread, role=Message.Role.USER, content=content
+            )
+            _remember_on_commit(user=user, message=asked)
+        else:
+            assert question is not None
+            asked = question
+        answer = _assistant_create(
+            conversation=thread, parent=asked, admission=admission
+        )
+        if built.passages:
+            memory_services.citations_store(
+                message_id=answer.id, chunk_ids=[p.key for p in built.passages]
+            )
+        Conversation.objects.filter(pk=thread.pk).update(updated_at=timezone.now())
+        return Turn(thread, asked, answer, created_conversation=created)
+
+    started = generations.generation_start(
+        user=user,
+        messages=built.messages,
+        prompt_tokens=built.prompt_tokens,
+        params=generation_params,
+        model=model,
+        cache_policy=_cache_policy(
+            built,
+            # the user asks for a new answer: never a cached one (a complete new
+            # answer replaces the cached one)
+            lookup=content is not None,
+            opt_in=gateway_selectors.cache_opt_in(user=user),
+        ),
+        store=store,
+    )
+    assert started.stored is not None
+    return started.stored
+
+
+def turn_start(
+    *,
+    user: AbstractBaseUser,
+    content: Any,
+    conversation_id: Any = None,
+    params: dict[str, Any] | None = None,
+    model: str | None = None,
+) -> Turn:
+    """Store the user's message and a streaming answer; enqueue the generation.
+
+    ``conversation_id`` None starts a new conversation titled after the message;
+    ``model`` is an explicit pool/model choice. Raises InvalidInput (empty),
+    PayloadTooLarge (over CHAT_MAX_MESSAGE_CHARS characters), NotFound (not the user's
+    conversation, unknown model), Conflict (an answer is still streaming), Forbidden
+    (model not in the plan), QuotaExceeded (429), PoolSaturated (503). Nothing is
+    stored and nothing stays reserved when it raises.
+    """
+    content = _validate_content(content)
+    conversation = None
+    if conversation_id is not None:
+        conversation = selectors.conversation_get(
+            user=user, conversation_id=conversation_id
+        )
+        _idle_check(conversation)  # early: no prompt built for a busy thread
+    return _turn_run(
+        user=user,
+        conversation=conversation,
+        content=content,
+        params=params,
+        model=model,
+    )
+
+
+def turn_regenerate(
+    *,
+    user: AbstractBaseUser,
+    conversation_id: Any,
+    params: dict[str, Any] | None = None,
+    model: str | None = None,
+) -> Turn:
+    """Answer the last user message again; the previous answer is kept as an older version.
+
+    Raises NotFound, Conflict (an answer is streaming, or there is nothing to
+    regenerate), and the gateway's errors as :func:`turn_start` does.
+    """
+    conversation = selectors.conversation_get(
+        user=user, conversation_id=conversation_id
+    )
+    last_user = (
+        conversation.messages.filter(role=Message.Role.USER)
+        .order_by("-created_at")
+        .first()
+    )
+    if last_user is None:
+        raise Conflict(
+            "There is no message to answer again.", code="nothing_to_regenerate"
+        )
+    _idle_check(conversation)
+    return _turn_run(
+        user=user,
+        conversation=conversation,
+        question=last_user,
+        params=params,
+        model=model,
+    )
+
+
+def turn_stop(
+    *, user: AbstractBaseUser, conversation_id: Any, message_id: Any
+) -> Message:
+    """Ask the worker to stop a streaming answer; the partial text is kept as ``cancelled``.
+
+    The answer is finalised when the worker's terminal event arrives (within a decode
+    step). Stopping an answer that already ended is a no-op. Raises NotFound.
+    """
+    message = selectors.message_get(
+        user=user, conversation_id=conversation_id, message_id=message_id
+    )
+    if message.role != Message.Role.ASSISTANT:
+        raise InvalidInput("Only an answer can be stopped.", code="not_stoppable")
+    if message.status == Message.Status.STREAMING:
+        generations.generation_cancel(job_id=message.job_id)
+    return message

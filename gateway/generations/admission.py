@@ -1,0 +1,179 @@
+"""Admission: route a request, reserve its worst-case tokens, consult the caches.
+
+Runs before anything is stored or enqueued (DESIGN §4.2): route to a pool (plan,
+explicit choice, difficulty), reserve the tokens atomically (:mod:`gateway.quota`),
+look the answer up in the caches (:mod:`gateway.cache`), then admission control
+(saturated pools fall back; all saturated: 503). A request that fails after admission
+gives its reservation back (:func:`reservation_guard`); one whose process dies before
+it is submitted is released by the periodic sweep (``quota_reservations_sweep``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+
+from gateway import cache, quota, routing, selectors
+from gateway.cache import CacheHit, CachePolicy
+
+
+@dataclass
+class Admission:
+    """An admitted request: its pool and its reserved tokens.
+
+    ``params`` are the sampling parameters to enqueue (``max_tokens`` capped at the
+    pool's ``max_output_tokens``); ``reserved_tokens`` = prompt tokens + ``max_tokens``.
+    With ``cache_hit`` the answer comes from a cache: nothing is reserved
+    (``reserved_tokens`` 0) and the submission serves it instead of enqueueing a job.
+    """
+
+    job_id: str
+    pool: str
+    model: str
+    params: dict[str, Any]
+    reserved_tokens: int
+    cache_hit: CacheHit | None = None
+
+
+def prompt_tokens_estimate(messages: list[dict[str, str]]) -> int:
+    """Return a deliberately high estimate of a prompt's tokens, for reservations only.
+
+    ``ceil(characters / GATEWAY_CHARS_PER_TOKEN) + 4`` per message (the chat template's
+    overhead) plus 2. Used when the caller has no count from the serving model's
+    tokenizer; settlement corrects the reservation to the real count.
+    """
+    per_token = settings.GATEWAY_CHARS_PER_TOKEN
+    return 2 + sum(
+        4 + math.ceil(len(str(m.get("content", ""))) / per_token) for m in messages
+    )
+
+
+def generation_admit(
+    *,
+    user: AbstractBaseUser,
+    job_id: str,
+    messages: list[dict[str, str]],
+    params: dict[str, Any],
+    model: str | None = None,
+    cache_policy: CachePolicy | None = None,
+    prompt_tokens: int | None = None,
+) -> Admission:
+    """Route, reserve quota and admit a request; call before storing anything.
+
+    ``messages`` are the OpenAI chat messages to send; ``params["max_tokens"]`` is in
+    tokens; ``params["cache"]`` true opts in to cached answers (it is never enqueued);
+    ``model`` an explicit pool/model choice. ``cache_policy`` (None: no cache) lets the
+    request use the answer caches: after the reservation the routed pool's caches are
+    looked up; on a hit the reservation is released and the admission carries
+    ``cache_hit`` (a saturated pool does not matter then). ``prompt_tokens``: the
+    prompt's tokens counted with the serving model's tokenizer and chat template, when
+    the caller has them; else :func:`prompt_tokens_estimate`. A reservation below the
+    real prompt would let concurrent requests spend past a limit.
+
+    Raises NotFound / Forbidden (model choice), QuotaExceeded (429, nothing reserved),
+    PoolSaturated (503, the reservation is given back). On success the caller owns the
+    reservation: it ends in settlement, :func:`generation_release`, or the sweep.
+    """
+    plan = selectors.plan_for_user(user=user)
+    pool = routing.pool_choose(plan=plan, messages=messages, requested=model)
+    params = dict(params)
+    opt_in = bool(params.pop(cache.CACHE_PARAM, False))
+    max_tokens = int(params.get("max_tokens") or settings.CHAT_MAX_TOKENS)
+    params["max_tokens"] = max(1, min(max_tokens, pool.max_output_tokens))
+    if prompt_tokens is None:
+        prompt_tokens = prompt_tokens_estimate(messages)
+    reserved = prompt_tokens + params["max_tokens"]
+    _quota_seed_from_records(user_id=user.pk)
+    quota.quota_reserve(
+        user_id=user.pk,
+        job_id=job_id,
+        tokens=reserved,
+        limits=selectors.plan_limits(plan=plan),
+    )
+    material = None
+    try:
+        if cache_policy is not None:
+            if opt_in and not cache_policy.opt_in:
+                cache_policy = dataclasses.replace(cache_policy, opt_in=True)
+            material = cache.cache_prepare(
+                user_id=user.pk, messages=messages, params=params, policy=cache_policy
+            )
+        hit = (
+            cache.cache_lookup(material=material, pool=pool.name, model=pool.model)
+            if material is not None
+            else None
+        )
+        if hit is not None:
+            quota.quota_release(job_id=job_id)
+            return Admission(
+                job_id=job_id,
+                pool=pool.name,
+                model=pool.model,
+                params=params,
+                reserved_tokens=0,
+                cache_hit=hit,
+            )
+        pool = routing.pool_admit(pool=pool, plan=plan)
+        params["max_tokens"] = min(params["max_tokens"], pool.max_output_tokens)
+        if material is not None:
+            material.params = dict(params)
+            cache.cache_pending_store(
+                job_id=job_id, material=material, pool=pool.name, model=pool.model
+            )
+    except BaseException:
+        quota.quota_release(job_id=job_id)
+        raise
+    return Admission(
+        job_id=job_id,
+        pool=pool.name,
+        model=pool.model,
+        params=params,
+        reserved_tokens=reserved,
+    )
+
+
+def _quota_seed_from_records(*, user_id: int) -> None:
+    """Seed absent day/month counters from the usage records (new period, lost Redis)."""
+    for window in quota.quota_unseeded(user_id=user_id):
+        period = 86400 if window.name == quota.WINDOW_DAY else None
+        start = (
+            datetime.fromtimestamp(window.resets_at - period, tz=UTC)
+            if period
+            else _month_start(window.resets_at)
+        )
+        quota.quota_seed(
+            window=window,
+            tokens=selectors.usage_tokens_since(user_id=user_id, since=start),
+        )
+
+
+def _month_start(month_end: float) -> datetime:
+    last_day = datetime.fromtimestamp(month_end - 1, tz=UTC)
+    return last_day.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def generation_release(*, job_id: str) -> None:
+    """Give back a job's whole reservation (idempotent; no-op if already settled)."""
+    quota.quota_release(job_id=job_id)
+
+
+@contextmanager
+def reservation_guard(*, job_id: str) -> Iterator[None]:
+    """Release ``job_id``'s reservation if the block raises (no-op if none was made).
+
+    Wraps admission, storing and submission, so a request that fails after
+    :func:`generation_admit` (a conflict, a database error) consumes nothing.
+    """
+    try:
+        yield
+    except BaseException:
+        generation_release(job_id=job_id)
+        raise

@@ -1,0 +1,346 @@
+"""Follow a generation: the only async reader of its Redis stream.
+
+:func:`generation_follow` is what every streaming surface iterates — the chat's SSE
+relay and the OpenAI-compatible API, streamed or not. It owns, in one place:
+
+- the resume point (a Redis stream entry id; ``0-0`` from the start);
+- coalescing: the token events of one read become one :class:`Delta`;
+- the stream policies (:mod:`gateway.generations.policy`): a client only ever sees
+  released text; a cut cancels the engine and the answer ends ``content_filter``;
+- the watchdog (queue timeout, no live worker) while the stream is idle;
+- the fallback restart: an engine error before the first token moves the job to the
+  fallback pool and the stream is read again from its start;
+- the terminal event: the generation is settled (:mod:`gateway.generations.settle`)
+  before :class:`Ended` is yielded, retrying while the database comes back;
+- failures of Redis or the database mid-stream: one :class:`Broken` item with a clear,
+  retryable error, never an exception that drops the connection;
+- a consumer that leaves early: a *resumable* generation (the chat: a page reload
+  re-attaches) is detached and cancelled after INFERENCE_DETACH_GRACE_S unless a
+  client re-attaches; any other (the API) is cancelled at once and settled once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import DatabaseError
+from redis.exceptions import RedisError
+
+from chatsite.db import db_brief
+from chatsite.errors import DomainError, ServiceUnavailable
+from gateway import quota
+from gateway.generations.outcome import Outcome
+from gateway.generations.policy import PolicyChain, policies_for
+from gateway.generations.settle import (
+    Recorder,
+    Settlement,
+    generation_settle,
+    generation_watchdog,
+    outcome_settle,
+)
+from gateway.generations.start import Generation, generation_cancel
+from gateway.models import UsageRecord
+from inference import client as inference_client
+from inference import protocol
+
+logger = logging.getLogger(__name__)
+
+READ_BLOCK_MS = 1000
+
+
+@dataclass
+class Delta:
+    """Released answer text (whole characters); ``event_id`` resumes after it;
+    ``tokens`` counts the token events it covers."""
+
+    text: str
+    event_id: str
+    tokens: int = 0
+
+
+@dataclass
+class Meta:
+    """The worker's (or the cache's) ``meta`` event: ``{"model", "worker", ...}``."""
+
+    data: dict[str, Any]
+    event_id: str
+
+
+@dataclass
+class Idle:
+    """Nothing arrived for READ_BLOCK_MS ms (a surface may send a heartbeat)."""
+
+
+@dataclass
+class Ended:
+    """The generation ended and is settled: ``outcome`` is what was stored/billed."""
+
+    outcome: Outcome
+    event_id: str
+
+
+@dataclass
+class Broken:
+    """The stream cannot be followed any further (Redis or the database failed).
+
+    ``error`` is retryable; a chat answer is settled later by the reaper.
+    """
+
+    error: DomainError
+
+
+Item = Delta | Meta | Idle | Ended | Broken
+
+
+def _stream_broken(exc: BaseException) -> ServiceUnavailable:
+    if isinstance(exc, ServiceUnavailable):
+        return exc
+    logger.warning("generation stream broken: %r", exc)
+    return ServiceUnavailable(
+        "The answer stream was interrupted (a backing service is unavailable). "
+        "Please try again in a moment.",
+        code="stream_interrupted",
+        retry_after_s=1,
+    )
+
+
+_BACKEND_ERRORS = (RedisError, DatabaseError, OSError, ServiceUnavailable)
+
+
+async def _settle_retrying(
+    generation: Generation, recorder: Recorder | None, message_id: Any
+) -> Settlement:
+    """:func:`generation_settle`, retried while the database or Redis come back
+    (a restart or failover takes seconds), for up to GATEWAY_SETTLE_RETRY_S seconds."""
+    deadline = time.monotonic() + settings.GATEWAY_SETTLE_RETRY_S
+    delay = 0.1
+    while True:
+        try:
+            return await db_brief(generation_settle)(
+                generation=generation, recorder=recorder, message_id=message_id
+            )
+        except _BACKEND_ERRORS:
+            if time.monotonic() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def _quota_settle_from(terminal: protocol.Event, generation: Generation) -> None:
+    """Last resort when a generation cannot be recorded (the database stayed down):
+    settle its reservation in Redis to the engine's usage so no budget stays held."""
+    usage = protocol.Usage.from_dict(terminal.data.get("usage"))
+    billable = (
+        usage.total_tokens
+        if terminal.type == protocol.EVENT_DONE and not generation.cache_kind
+        else 0
+    )
+    quota.quota_settle(job_id=generation.job_id, tokens=billable)
+
+
+async def _policy_prime(chain: PolicyChain, generation: Generation, after: str) -> None:
+    """Feed the policies the text a resuming client already saw (up to ``after``), so
+    they hold and cut exactly as they did live."""
+    events = await sync_to_async(inference_client.generation_events)(
+        job_id=generation.job_id
+    )
+    after_key = tuple(int(p) for p in after.split("-"))
+    seen = [
+        e.data["t"]
+        for e in events
+        if e.type == protocol.EVENT_TOKEN
+        and tuple(int(p) for p in e.id.split("-")) <= after_key
+    ]
+    if seen:
+        chain.feed("".join(seen))
+
+
+async def generation_follow(
+    generation: Generation,
+    *,
+    after: str = protocol.STREAM_START,
+    recorder: Recorder | None = None,
+    message_id: Any = None,
+    resumable: bool = False,
+) -> AsyncIterator[Item]:
+    """Yield a generation's items after stream id ``after`` until it ends (see module).
+
+    ``recorder`` stores the outcome on the surface's side (the chat's answer message);
+    ``resumable`` True keeps the generation alive for INFERENCE_DETACH_GRACE_S when the
+    consumer leaves. The last item is :class:`Ended` (settled) or :class:`Broken`.
+    """
+    job_id = generation.job_id
+    if resumable:
+        await inference_client.astream_attach(job_id=job_id)
+    chain = policies_for(job_id=job_id, user_id=generation.user_id)
+    if chain is not None and after != protocol.STREAM_START:
+        await _policy_prime(chain, generation, after)
+    started = after != protocol.STREAM_START
+    last_event_at = time.time() if started else generation.enqueued_at
+    tokens_seen, settled, cut = 0, False, bool(chain and chain.cut)
+    task = asyncio.current_task()
+    try:
+        while True:
+            try:
+                events = await inference_client.agen_read(
+                    job_id=job_id, after=after, block_ms=READ_BLOCK_MS
+                )
+            except _BACKEND_ERRORS as exc:
+                yield Broken(_stream_broken(exc))
+                return
+            if task is not None and task.cancelling():
+                # The consumer went away. redis-py can absorb the CancelledError that
+                # Django's disconnect delivers while a pooled connection is released;
+                # the task still counts the request, so honour it here.
+                raise asyncio.CancelledError
+            if not events:
+                yield Idle()
+                try:
+                    await sync_to_async(generation_watchdog)(
+                        generation=generation,
+                        started=started,
+                        last_event_at=last_event_at,
+                    )
+                except _BACKEND_ERRORS as exc:
+                    yield Broken(_stream_broken(exc))
+                    return
+                continue
+            started, last_event_at, after = True, time.time(), events[-1].id
+            pending = _Pending()
+            restart = False
+            for event in events:
+                if event.type == protocol.EVENT_TOKEN:
+                    if not cut:
+                        pending.add(event)
+                    continue
+                if pending:
+                    delta, cut_now = pending.release(chain)
+                    tokens_seen += pending.tokens
+                    if delta is not None:
+                        yield delta
+                    if cut_now and not cut:
+                        cut = True
+                        await sync_to_async(generation_cancel)(job_id=job_id)
+                    pending = _Pending()
+                if event.type == protocol.EVENT_META:
+                    generation.model = event.data.get("model") or generation.model
+                    yield Meta(event.data, event.id)
+                    continue
+                if not event.is_terminal:
+                    continue
+                if chain is not None and not cut:
+                    tail = chain.finish()
+                    if tail.text:
+                        yield Delta(tail.text, event.id)
+                try:
+                    settlement = await _settle_retrying(
+                        generation, recorder, message_id
+                    )
+                except _BACKEND_ERRORS as exc:
+                    if recorder is None:
+                        await sync_to_async(_quota_settle_from)(event, generation)
+                    settled = True
+                    yield Broken(_stream_broken(exc))
+                    return
+                if settlement.state == "retried":
+                    # failed before its first token: read the restarted stream
+                    after, started, restart = protocol.STREAM_START, False, True
+                    break
+                settled = True
+                if settlement.state == "running":  # cannot happen: we read its end
+                    continue
+                assert settlement.outcome is not None
+                yield Ended(settlement.outcome, event.id)
+                return
+            if restart:
+                continue
+            if pending:
+                delta, cut_now = pending.release(chain)
+                tokens_seen += pending.tokens
+                if delta is not None:
+                    yield delta
+                if cut_now and not cut:
+                    cut = True
+                    await sync_to_async(generation_cancel)(job_id=job_id)
+    finally:
+        if resumable:
+            await inference_client.astream_detach(
+                job_id=job_id, grace_s=settings.INFERENCE_DETACH_GRACE_S
+            )
+        elif not settled:
+            await generation_leave(
+                generation, after=after, tokens_seen=tokens_seen, recorder=recorder
+            )
+
+
+@dataclass
+class _Pending:
+    """Token events of one read waiting to be released as one :class:`Delta`."""
+
+    parts: list[str] = field(default_factory=list)
+    event_id: str = ""
+    tokens: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.parts)
+
+    def add(self, event: protocol.Event) -> None:
+        self.parts.append(event.data["t"])
+        self.event_id = event.id
+        self.tokens += 1
+
+    def release(self, chain: PolicyChain | None) -> tuple[Delta | None, bool]:
+        text = "".join(self.parts)
+        cut = False
+        if chain is not None:
+            decision = chain.feed(text)
+            text, cut = decision.text, decision.cut
+        delta = Delta(text, self.event_id, self.tokens) if text else None
+        return delta, cut
+
+
+async def generation_leave(
+    generation: Generation,
+    *,
+    after: str = protocol.STREAM_START,
+    tokens_seen: int = 0,
+    recorder: Recorder | None = None,
+) -> None:
+    """The consumer left a non-resumable generation: cancel it and settle it once.
+
+    Waits up to API_CANCEL_SETTLE_WAIT_S seconds for the worker's terminal event (its
+    exact usage) and settles from it; without one (the job was still queued) it
+    settles what was relayed (``tokens_seen`` completion tokens) as cancelled.
+    """
+    try:
+        await sync_to_async(generation_cancel)(job_id=generation.job_id)
+        deadline = time.monotonic() + settings.API_CANCEL_SETTLE_WAIT_S
+        while time.monotonic() < deadline:
+            events = await inference_client.agen_read(
+                job_id=generation.job_id, after=after, block_ms=200
+            )
+            if events:
+                after = events[-1].id
+            if any(e.is_terminal for e in events):
+                settlement = await _settle_retrying(generation, recorder, None)
+                if settlement.state != "retried":
+                    return
+                after = protocol.STREAM_START
+        cancelled = Outcome(
+            status=UsageRecord.Status.CANCELLED,
+            finish_reason=protocol.FINISH_CANCELLED,
+            usage=protocol.Usage(completion_tokens=tokens_seen),
+            model=generation.model,
+        )
+        await db_brief(outcome_settle)(
+            generation=generation, outcome=cancelled, recorder=recorder
+        )
+    except _BACKEND_ERRORS:
+        logger.exception("could not settle abandoned generation %s", generation.job_id)

@@ -1,0 +1,174 @@
+"""Start a generation: admit, store (the caller's rows), submit — one path for every surface.
+
+:func:`generation_start` is what the chat turn and the OpenAI-compatible API call. The
+order is fixed so that no I/O happens under a row lock and no token budget leaks:
+
+1. admission (routing, the quota reservation, the caches, admission control) — Redis
+   and the database, outside any transaction;
+2. ``store(admission)`` — the caller's rows (the chat's messages) in one short,
+   durable transaction; nothing else runs inside it;
+3. submission — the job is enqueued (or a cache hit written as its stream) after that
+   transaction committed.
+
+A failure in 2 or 3 releases the reservation (:func:`reservation_guard`); a process
+that dies between 1 and 3 leaves an unsubmitted reservation that the periodic sweep
+releases after GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from gateway import cache, fallback, quota
+from gateway.cache import CacheHit, CachePolicy
+from gateway.generations.admission import (
+    Admission,
+    generation_admit,
+    generation_release,
+    reservation_guard,
+)
+from inference import client as inference_client
+from inference import protocol
+
+T = TypeVar("T")
+
+
+@dataclass
+class Generation:
+    """A submitted generation: what following and settling it need.
+
+    ``enqueued_at`` is epoch seconds; ``cache_kind`` is ``exact``/``semantic`` when a
+    cache answers (no job runs), else "". ``pool`` changes when a fallback retry moves
+    the job (:mod:`gateway.fallback`).
+    """
+
+    job_id: str
+    user_id: int
+    pool: str
+    model: str
+    enqueued_at: float
+    cache_kind: str = ""
+
+    @property
+    def created(self) -> int:
+        """Epoch seconds of the enqueue (OpenAI's ``created``)."""
+        return int(self.enqueued_at)
+
+
+@dataclass
+class Started(Generic[T]):
+    """A started generation and what ``store`` returned for it."""
+
+    generation: Generation
+    admission: Admission
+    stored: T
+
+
+def generation_submit(
+    *,
+    job_id: str,
+    messages: list[dict[str, str]],
+    params: dict[str, Any],
+    user_ref: str,
+    pool: str,
+    enqueued_at: float | None = None,
+    cache_hit: CacheHit | None = None,
+) -> float:
+    """Enqueue an admitted generation on ``pool``; return its enqueue time (epoch s).
+
+    The job expires INFERENCE_QUEUE_TIMEOUT_S after ``enqueued_at``. With ``cache_hit``
+    (from the admission) nothing is enqueued: the cached answer is written as the
+    generation's stream (:func:`gateway.cache.cache_serve`). Call after the
+    transaction that stored the request committed.
+    """
+    now = time.time() if enqueued_at is None else enqueued_at
+    if cache_hit is not None:
+        cache.cache_serve(job_id=job_id, hit=cache_hit, enqueued_at=now)
+        return now
+    job = protocol.Job(
+        job_id=job_id,
+        messages=messages,
+        params=params,
+        user_ref=user_ref,
+        enqueued_at=now,
+        deadline=now + settings.INFERENCE_QUEUE_TIMEOUT_S,
+    )
+    fallback.job_remember(job=job)
+    # Marked before the enqueue: a crash in between leaves a reservation that its
+    # finaliser (reaper, relay) settles, while the reverse order could let the sweep
+    # release the reservation of a job that runs and is then never charged.
+    quota.quota_reservation_submitted(job_id=job_id)
+    inference_client.job_enqueue(pool=pool, job=job)
+    return now
+
+
+def generation_start(
+    *,
+    user: AbstractBaseUser,
+    messages: list[dict[str, str]],
+    params: dict[str, Any],
+    prompt_tokens: int | None = None,
+    model: str | None = None,
+    cache_policy: CachePolicy | None = None,
+    store: Callable[[Admission], T] | None = None,
+    job_id: str | None = None,
+) -> Started[T | None]:
+    """Admit, store and submit a generation (see the module docstring for the order).
+
+    ``messages``/``params``/``prompt_tokens``/``model``/``cache_policy`` as in
+    :func:`generation_admit`. ``store`` runs in its own durable transaction (it may
+    not be called inside one) and returns what the caller wants back; it may raise a
+    DomainError (e.g. Conflict) to refuse the request. Raises the admission's errors
+    (QuotaExceeded, PoolSaturated, NotFound, Forbidden) and whatever ``store`` raises;
+    nothing stays reserved or enqueued then.
+    """
+    job_id = job_id or protocol.new_job_id()
+    with reservation_guard(job_id=job_id):
+        admission = generation_admit(
+            user=user,
+            job_id=job_id,
+            messages=messages,
+            params=params,
+            model=model,
+            cache_policy=cache_policy,
+            prompt_tokens=prompt_tokens,
+        )
+        stored = None
+        if store is not None:
+            with transaction.atomic(durable=True):
+                stored = store(admission)
+        enqueued_at = generation_submit(
+            job_id=job_id,
+            messages=messages,
+            params=admission.params,
+            user_ref=str(user.pk),
+            pool=admission.pool,
+            cache_hit=admission.cache_hit,
+        )
+    generation = Generation(
+        job_id=job_id,
+        user_id=user.pk,
+        pool=admission.pool,
+        model=admission.model or (model or ""),
+        enqueued_at=enqueued_at,
+        cache_kind=admission.cache_hit.kind if admission.cache_hit else "",
+    )
+    return Started(generation=generation, admission=admission, stored=stored)
+
+
+def generation_cancel(*, job_id: str) -> None:
+    """Ask the worker running ``job_id`` to stop; the partial answer is kept."""
+    inference_client.job_cancel(job_id=job_id, ttl_s=settings.INFERENCE_STREAM_TTL_S)
+
+
+def generation_abandon(*, job_id: str) -> None:
+    """Cancel a generation nobody will settle (its answer was deleted); release quota."""
+    generation_cancel(job_id=job_id)
+    generation_release(job_id=job_id)
