@@ -1,0 +1,326 @@
+"""The one generation lifecycle (gateway/generations/): the chat and the API reach the
+same outcome for the same terminal events, and a stream that breaks ends clearly."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.test import Client
+from django.urls import reverse
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from conversations import api
+from conversations import services as chat
+from conversations.models import Message
+from gateway import generations
+from gateway.generations import policy
+from gateway.models import UsageRecord
+from inference import client as inference_client
+from inference import protocol
+from inference.connections import redis_sync
+from tests.conftest import fake_heartbeat
+from tests.sse import asgi_sse, session_cookie
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "cached_tokens": 0}
+
+
+@dataclass
+class Case:
+    """A terminal event and what every surface must make of it."""
+
+    name: str
+    tokens: list[str]
+    terminal: tuple[str, dict[str, Any]]
+    status: str  # UsageRecord.Status == Message.Status
+    finish_reason: str  # stored
+    openai: str | None  # OpenAI finish_reason; None: an error response
+    http_status: int  # non-streamed API response
+    billed: int  # tokens on the usage record
+
+
+def _done(finish: str) -> tuple[str, dict[str, Any]]:
+    return protocol.EVENT_DONE, {
+        "finish_reason": finish,
+        "usage": USAGE,
+        "ttft_ms": 12,
+        "latency_ms": 40,
+    }
+
+
+def _error(code: str) -> tuple[str, dict[str, Any]]:
+    return protocol.EVENT_ERROR, {
+        "code": code,
+        "message": f"failed: {code}",
+        "usage": None,
+    }
+
+
+CASES = [
+    Case("stop", ["Hel", "lo"], _done("stop"), "complete", "stop", "stop", 200, 14),
+    Case(
+        "length",
+        ["Hel", "lo"],
+        _done("length"),
+        "complete",
+        "length",
+        "length",
+        200,
+        14,
+    ),
+    Case(
+        "cancelled",
+        ["Hel"],
+        _done("cancelled"),
+        "cancelled",
+        "cancelled",
+        "stop",
+        200,
+        14,
+    ),
+    Case(
+        "content_filter",
+        ["Hel"],
+        _done("content_filter"),
+        "filtered",
+        "content_filter",
+        "content_filter",
+        200,
+        14,
+    ),
+    Case(
+        "engine_error_midway",
+        ["Hel"],
+        _error("engine_error"),
+        "error",
+        "error",
+        None,
+        500,
+        0,
+    ),
+    Case(
+        "engine_error_first", [], _error("engine_error"), "error", "error", None, 500, 0
+    ),
+    Case("queue_timeout", [], _error("queue_timeout"), "error", "error", None, 503, 0),
+    Case("no_worker", [], _error("worker_unavailable"), "error", "error", None, 503, 0),
+    Case(
+        "context_overflow",
+        [],
+        _error("context_overflow"),
+        "error",
+        "error",
+        None,
+        400,
+        0,
+    ),
+]
+
+
+def _write_generation(job_id: str, case: Case) -> None:
+    """Write the generation's events as a worker does (protocol schemas enforced)."""
+    client = redis_sync()
+    key = protocol.gen_key(job_id)
+    client.xadd(
+        key,
+        protocol.event_fields(
+            protocol.EVENT_META, {"model": "scripted-1", "worker": "w1", "queue_ms": 1}
+        ),
+    )
+    for text in case.tokens:
+        client.xadd(key, protocol.token_fields(text))
+    event_type, payload = case.terminal
+    inference_client.terminal_append(
+        client, job_id=job_id, event_type=event_type, payload=payload, ttl_s=600
+    )
+
+
+def _record(job_id: str) -> UsageRecord:
+    return UsageRecord.objects.get(job_id=job_id)
+
+
+async def _chat_outcome(user: Any, case: Case) -> dict[str, Any]:
+    client = Client()
+    await sync_to_async(client.force_login)(user)
+    turn = await sync_to_async(chat.turn_start)(user=user, content="Say hello")
+    answer = turn.assistant_message
+    await sync_to_async(_write_generation)(answer.job_id, case)
+    result = await asgi_sse(
+        reverse("message-stream", args=[turn.conversation.id, answer.id]),
+        cookie=session_cookie(client),
+    )
+    final = result.events[-1]
+    message = await Message.objects.aget(id=answer.id)
+    record = await sync_to_async(_record)(answer.job_id)
+    return {
+        "status": message.status,
+        "record_status": record.status,
+        "finish_reason": message.finish_reason,
+        "billed": record.prompt_tokens + record.completion_tokens,
+        "text": message.content,
+        "frame": final.event,
+        "code": final.data.get("code"),
+    }
+
+
+async def _api_outcome(user: Any, case: Case, *, stream: bool) -> dict[str, Any]:
+    started = await sync_to_async(generations.generation_start)(
+        user=user,
+        messages=[{"role": "user", "content": "Say hello"}],
+        params={"max_tokens": 16},
+    )
+    generation = started.generation
+    await sync_to_async(_write_generation)(generation.job_id, case)
+    out: dict[str, Any] = {}
+    if stream:
+        lines = [line async for line in api.completion_stream(generation, True)]
+        objects = [
+            json.loads(line[len("data: ") :])
+            for line in lines
+            if line.startswith("data: {")
+        ]
+        last = objects[-1]
+        if "error" in last:
+            out["openai"], out["code"] = None, last["error"]["code"]
+        else:
+            finishes = [
+                c["choices"][0]["finish_reason"] for c in objects if c["choices"]
+            ]
+            out["openai"] = finishes[-1]
+            out["text"] = "".join(
+                c["choices"][0]["delta"].get("content", "")
+                for c in objects
+                if c["choices"]
+            )
+    else:
+        response = await api.completion_collect(generation)
+        body = json.loads(response.content)
+        out["http_status"] = response.status_code
+        if response.status_code == 200:
+            out["openai"] = body["choices"][0]["finish_reason"]
+            out["text"] = body["choices"][0]["message"]["content"]
+        else:
+            out["openai"], out["code"] = None, body["error"]["code"]
+    record = await sync_to_async(_record)(generation.job_id)
+    out["record_status"] = record.status
+    out["billed"] = record.prompt_tokens + record.completion_tokens
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+async def test_chat_and_api_reach_the_same_outcome_for_each_terminal_event(
+    user, case: Case
+):
+    fake_heartbeat()  # admitted; the "worker" here is the test writing the stream
+    chat_out = await _chat_outcome(user, case)
+    api_out = await _api_outcome(user, case, stream=False)
+    api_stream = await _api_outcome(user, case, stream=True)
+    code = case.terminal[1].get("code")
+
+    assert chat_out["status"] == chat_out["record_status"] == case.status
+    assert chat_out["finish_reason"] == case.finish_reason
+    assert (
+        chat_out["billed"] == api_out["billed"] == api_stream["billed"] == case.billed
+    )
+    assert api_out["record_status"] == api_stream["record_status"] == case.status
+    assert api_out["http_status"] == case.http_status
+    assert api_out["openai"] == api_stream["openai"] == case.openai
+    text = "".join(case.tokens)
+    assert chat_out["text"] == text
+    if case.openai is None:  # an error: the same code on every surface
+        assert chat_out["frame"] == "error"
+        assert api_out["code"] == api_stream["code"] == code
+    else:
+        assert chat_out["frame"] == "done"
+        assert api_out["text"] == api_stream["text"] == text
+
+
+async def test_a_redis_failure_mid_stream_ends_both_surfaces_with_a_clear_error(
+    user, monkeypatch
+):
+    """A broken stream read is an ``error`` frame / OpenAI error chunk, not a dropped
+    connection; nothing stays reserved for the API request (the chat's answer is left
+    streaming for the reaper, which settles it once Redis is back)."""
+    fake_heartbeat()
+    client = Client()
+    await sync_to_async(client.force_login)(user)
+    turn = await sync_to_async(chat.turn_start)(user=user, content="Say hello")
+    started = await sync_to_async(generations.generation_start)(
+        user=user, messages=[{"role": "user", "content": "hi"}], params={}
+    )
+
+    async def broken_read(**kwargs: Any) -> list[protocol.Event]:
+        raise RedisConnectionError("Connection refused")
+
+    monkeypatch.setattr(inference_client, "agen_read", broken_read)
+    answer = turn.assistant_message
+    result = await asgi_sse(
+        reverse("message-stream", args=[turn.conversation.id, answer.id]),
+        cookie=session_cookie(client),
+    )
+    assert result.completed
+    error = result.events[-1]
+    assert error.event == "error"
+    assert error.data["code"] == "stream_interrupted" and error.data["retryable"]
+    lines = [line async for line in api.completion_stream(started.generation, False)]
+    body = json.loads(lines[-1][len("data: ") :])
+    assert body["error"]["code"] == "stream_interrupted"
+    assert body["error"]["type"] == "server_error"
+
+
+class CutOnSecret(policy.StreamPolicy):
+    """A test policy: holds back the last 6 characters (a word could be forming) and
+    cuts the answer where "secret" appears."""
+
+    WORD = "secret"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.buffer = ""
+
+    def feed(self, text: str) -> policy.Release:
+        self.buffer += text
+        at = self.buffer.find(self.WORD)
+        if at >= 0:
+            released, self.buffer = self.buffer[:at], ""
+            return policy.Release(released, cut=True)
+        keep = len(self.WORD)
+        released, self.buffer = self.buffer[:-keep], self.buffer[-keep:]
+        return policy.Release(released)
+
+    def finish(self) -> policy.Release:
+        released, self.buffer = self.buffer, ""
+        return policy.Release(released)
+
+
+@pytest.mark.parametrize("surface", ["chat", "api"])
+async def test_a_stream_policy_cuts_the_text_before_any_surface_sees_it(
+    user, settings, surface
+):
+    settings.GATEWAY_STREAM_POLICIES = [f"{__name__}.CutOnSecret"]
+    fake_heartbeat()
+    case = Case(
+        "cut",
+        ["The pass", "word is sec", "ret: 1234", " and more"],
+        _done("cancelled"),  # the engine stopped after the cut cancelled it
+        "filtered",
+        "content_filter",
+        "content_filter",
+        200,
+        14,
+    )
+    if surface == "chat":
+        out = await _chat_outcome(user, case)
+        assert out["status"] == out["record_status"] == "filtered"
+        assert out["finish_reason"] == "content_filter"
+        assert out["text"] == "The password is "
+    else:
+        out = await _api_outcome(user, case, stream=True)
+        assert out["openai"] == "content_filter"
+        assert out["text"] == "The password is "
+        assert out["record_status"] == "filtered"
+    assert "secret" not in out["text"] and out["billed"] == 14
