@@ -35,11 +35,7 @@ so its ``done`` event reports ``prompt_tokens = completion_tokens = cached_token
 the reservation is released, the :class:`UsageRecord` has ``cache_hit=True``, zero
 tokens and cost 0, and the quota is not charged.
 
-Redis keys (owned here):
-
-- ``gw:cache:exact:{sha256}``: JSON ``{"text", "model", "finish_reason"}`` of an answer.
-- ``gw:cache:pending:{job_id}``: JSON of the material of an admitted request, read when
-  its generation is settled; expires after INFERENCE_STREAM_TTL_S seconds.
+The Redis keys (exact entries, pending material) are listed in :mod:`gateway.keys`.
 """
 
 from __future__ import annotations
@@ -58,6 +54,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
+from gateway import keys
 from gateway.models import SemanticCacheEntry
 from inference import client as inference_client
 from inference import protocol
@@ -71,16 +68,6 @@ CACHE_PARAM = "cache"
 # Finish reasons of an answer worth caching (a complete answer, maybe cut by max_tokens).
 CACHEABLE_FINISH = frozenset({protocol.FINISH_STOP, protocol.FINISH_LENGTH})
 CACHE_WORKER = "cache"  # the ``worker`` of a cached answer's meta event
-
-
-def exact_key(digest: str) -> str:
-    """Return the Redis key of an exact-cache entry (``digest``: SHA-256 hex)."""
-    return f"gw:cache:exact:{digest}"
-
-
-def pending_key(job_id: str) -> str:
-    """Return the Redis key holding an admitted request's cache material."""
-    return f"gw:cache:pending:{job_id}"
 
 
 @dataclass(frozen=True)
@@ -219,7 +206,7 @@ def cache_prepare(
 
 
 def _exact_get(digest: str) -> CacheHit | None:
-    raw = redis_sync().get(exact_key(digest))
+    raw = redis_sync().get(keys.cache_exact_key(digest))
     if raw is None:
         return None
     data = json.loads(raw)
@@ -322,7 +309,7 @@ def cache_pending_store(
             "vector": material.vector,
         }
     redis_sync().set(
-        pending_key(job_id), json.dumps(data), ex=settings.INFERENCE_STREAM_TTL_S
+        keys.cache_pending_key(job_id), json.dumps(data), ex=settings.INFERENCE_STREAM_TTL_S
     )
 
 
@@ -345,7 +332,7 @@ def cache_settle(
     """
     try:
         client = redis_sync()
-        raw = client.getdel(pending_key(job_id))
+        raw = client.getdel(keys.cache_pending_key(job_id))
         if raw is None or cache_hit or not answer:
             return False
         if status != "complete" or finish_reason not in CACHEABLE_FINISH:
@@ -355,7 +342,7 @@ def cache_settle(
             return False
         entry = {"text": answer, "model": answer_model, "finish_reason": finish_reason}
         client.set(
-            exact_key(data["exact"]),
+            keys.cache_exact_key(data["exact"]),
             json.dumps(entry, ensure_ascii=False),
             ex=settings.GATEWAY_CACHE_TTL_S,
         )

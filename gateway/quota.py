@@ -8,11 +8,7 @@ all are charged, or none is. Settlement replaces the reservation by the actual u
 (the rest is refunded), once: the reservation record is deleted by the same script that
 applies the refund. A released (failed or rejected) request is settled at zero.
 
-Redis keys (owned here; the inference tier's keys live in :mod:`inference.protocol`):
-
-- ``gw:quota:{user_id}:m:{epoch_minute}`` / ``:d:{YYYYMMDD}`` / ``:M:{YYYYMM}``: tokens
-  charged in that window (reservations included); expire after their window.
-- ``gw:res:{job_id}``: hash ``amount, k1, k2, k3`` of an unsettled reservation.
+The Redis keys (window counters, reservation hashes) are listed in :mod:`gateway.keys`.
 
 Windows are fixed (not sliding): across a minute boundary a user can spend up to twice
 the per-minute limit within 60 s; the day and month limits are exact.
@@ -27,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 from chatsite.errors import QuotaExceeded
+from gateway import keys
 from inference.connections import redis_sync
 
 WINDOW_MINUTE = "minute"
@@ -112,11 +109,6 @@ class Window:
         return None if self.limit is None else max(0, self.limit - self.used)
 
 
-def reservation_key(job_id: str) -> str:
-    """Return the key holding the unsettled reservation of a job."""
-    return f"gw:res:{job_id}"
-
-
 def _windows(user_id: int, limits: Limits, now: float) -> list[Window]:
     t = dt.datetime.fromtimestamp(now, tz=dt.UTC)
     minute = int(now // 60)
@@ -125,21 +117,24 @@ def _windows(user_id: int, limits: Limits, now: float) -> list[Window]:
     month_end = dt.datetime(t.year, t.month, 1, tzinfo=dt.UTC) + dt.timedelta(
         days=days_in_month
     )
-    base = f"gw:quota:{user_id}"
     return [
         Window(
-            WINDOW_MINUTE, f"{base}:m:{minute}", limits.per_minute, 0, (minute + 1) * 60
+            WINDOW_MINUTE,
+            keys.quota_minute_key(user_id, minute),
+            limits.per_minute,
+            0,
+            (minute + 1) * 60,
         ),
         Window(
             WINDOW_DAY,
-            f"{base}:d:{t:%Y%m%d}",
+            keys.quota_day_key(user_id, t.date()),
             limits.per_day,
             0,
             day_end.timestamp(),
         ),
         Window(
             WINDOW_MONTH,
-            f"{base}:M:{t:%Y%m}",
+            keys.quota_month_key(user_id, t.date()),
             limits.per_month,
             0,
             month_end.timestamp(),
@@ -210,7 +205,7 @@ def quota_reserve(
         _RESERVE_LUA,
         4,
         *[w.key for w in windows],
-        reservation_key(job_id),
+        keys.reservation_key(job_id),
         tokens,
         *[-1 if w.limit is None else w.limit for w in windows],
         *ttls,
@@ -235,7 +230,7 @@ def quota_settle(*, job_id: str, tokens: int) -> int | None:
     that had been reserved, or None when there was nothing to settle.
     """
     reserved = int(
-        redis_sync().eval(_SETTLE_LUA, 1, reservation_key(job_id), max(0, tokens))
+        redis_sync().eval(_SETTLE_LUA, 1, keys.reservation_key(job_id), max(0, tokens))
     )
     return None if reserved < 0 else reserved
 

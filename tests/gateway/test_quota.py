@@ -13,7 +13,7 @@ from django.urls import reverse
 from chatsite.errors import PoolSaturated, QuotaExceeded
 from conversations import services as chat
 from conversations.models import Conversation, Message
-from gateway import quota, selectors
+from gateway import keys, quota, selectors
 from gateway.models import UsageRecord
 from inference import client as inference_client
 from inference import protocol
@@ -67,7 +67,7 @@ def test_over_the_limit_is_a_429_naming_the_window_with_rate_limit_headers():
     }
     # nothing was charged for the rejected request, nothing reserved for it
     assert quota.quota_windows(user_id=3, limits=limits, now=NOON)[0].used == 80
-    assert not redis_sync().exists(quota.reservation_key("y"))
+    assert not redis_sync().exists(keys.reservation_key("y"))
 
 
 def test_a_request_larger_than_the_limit_says_so():
