@@ -8,7 +8,14 @@ Quotas (:mod:`gateway.quota`), all counts in tokens (prompt + completion):
   unsettled reservations included. Expires 60 s after its window ends.
 - ``gw:res:{job_id}``: hash ``amount, k1, k2, k3``: an unsettled reservation (tokens)
   and the three window counters it charged. Deleted by the settle script (settlement,
-  release); expires after ``quota.RESERVATION_TTL_S`` (40 days) as a last resort.
+  release, sweep); expires after ``quota.RESERVATION_TTL_S`` (40 days) as a last resort.
+- ``gw:reservations:unsubmitted``: sorted set, member = job id, score = reservation
+  time (epoch s): reservations whose job was neither enqueued nor served from a cache
+  yet. Added by the reserve script; removed when the job is submitted
+  (``quota.quota_reservation_submitted``) or the reservation settled. An entry older
+  than GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S belongs to a web process that died before
+  submitting: ``quota.quota_reservations_sweep`` releases it. No TTL (entries leave
+  one by one).
 
 Answer caches (:mod:`gateway.cache`):
 
@@ -42,6 +49,7 @@ _QUOTA = "gw:quota"
 _RESERVATION = "gw:res"
 _CACHE = "gw:cache"
 
+UNSUBMITTED_RESERVATIONS_KEY = "gw:reservations:unsubmitted"
 RESERVATION_KEY_PATTERN = f"{_RESERVATION}:*"
 CACHE_KEY_PATTERN = f"{_CACHE}:*"
 CACHE_EXACT_KEY_PATTERN = f"{_CACHE}:exact:*"

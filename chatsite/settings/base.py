@@ -213,6 +213,17 @@ GATEWAY_SIMPLE_MAX_CHARS = env.int("GATEWAY_SIMPLE_MAX_CHARS", default=280)
 GATEWAY_CONFIG_CACHE_S = env.float("GATEWAY_CONFIG_CACHE_S", default=5.0)
 # A generation failing before its first token is retried this often on a fallback pool.
 GATEWAY_FALLBACK_RETRIES = env.int("GATEWAY_FALLBACK_RETRIES", default=1)
+# A quota reservation whose job was not submitted (enqueued or served from a cache) this
+# many seconds after it was made belongs to a web process that died: the sweep below
+# releases it (gateway.quota.quota_reservations_sweep). Admission to submission takes
+# milliseconds (one transaction), so a minute leaves a wide margin.
+GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S = env.float(
+    "GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S", default=60.0
+)
+CELERY_BEAT_SCHEDULE["sweep-quota-reservations"] = {
+    "task": "gateway.tasks.sweep_quota_reservations",
+    "schedule": 30.0,
+}
 # Request-rate limits (django-ratelimit on the Redis cache): "count/period".
 CHAT_MESSAGE_RATE = env("CHAT_MESSAGE_RATE", default="30/m")  # per user
 LOGIN_RATE = env("LOGIN_RATE", default="10/m")  # per client IP
