@@ -658,7 +658,7 @@ def test_the_openai_client_raises_authentication_error_for_a_bad_key(api_key, st
         )
 
 
-# --- answer caches (gateway/cache.py) through the API ----------------------------------
+# --- answer caches (gateway/cache/) through the API ------------------------------------
 
 
 CAPITAL = "What is the capital of France?"

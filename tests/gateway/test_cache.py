@@ -1,4 +1,4 @@
-"""Answer caches (gateway/cache.py): exact and semantic hits served as a generation
+"""Answer caches (gateway/cache/): exact and semantic hits served as a generation
 stream without a job, their scopes (user, model, system prompt), what is never cached,
 and regenerate bypassing them. Through the real turn, Redis, pgvector and SSE relay."""
 
@@ -211,7 +211,8 @@ def test_errors_and_cancelled_answers_are_never_cached(start_worker, user, enque
     assert cancelled.last("done").data["status"] == "cancelled"
     assert not SemanticCacheEntry.objects.exists()
     assert not redis_sync().keys(keys.CACHE_EXACT_KEY_PATTERN)
-    assert not redis_sync().keys(keys.CACHE_PENDING_KEY_PATTERN)  # material dropped at settle
+    # material dropped at settle
+    assert not redis_sync().keys(keys.CACHE_PENDING_KEY_PATTERN)
     jobs = len(enqueued)
     for content, params in (
         ("Will this fail?", DETERMINISTIC),
