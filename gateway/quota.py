@@ -38,7 +38,6 @@ from inference.connections import redis_sync
 WINDOW_MINUTE = "minute"
 WINDOW_DAY = "day"
 WINDOW_MONTH = "month"
-WINDOWS = (WINDOW_MINUTE, WINDOW_DAY, WINDOW_MONTH)
 _LABELS = {
     WINDOW_MINUTE: "per-minute token limit",
     WINDOW_DAY: "daily token limit",
@@ -48,8 +47,9 @@ _LABELS = {
 RESERVATION_TTL_S = 40 * 86400
 
 # KEYS: 3 window counters, reservation hash, unsubmitted set. ARGV: amount, 3 limits
-# (-1: none), 3 TTLs (s), reservation TTL (s), now (epoch s), job id. Returns {1, used1, used2, used3} after charging, or
-# {0, window index (1-based), used in that window} when a limit would be passed.
+# (-1: none), 3 TTLs (s), reservation TTL (s), now (epoch s), job id. Returns
+# {1, used1, used2, used3} after charging, or {0, window index (1-based), used in that
+# window} when a limit would be passed.
 _RESERVE_LUA = """
 local amount = tonumber(ARGV[1])
 local used = {}
@@ -105,10 +105,6 @@ class Limits:
     per_minute: int | None = None
     per_day: int | None = None
     per_month: int | None = None
-
-    def as_tuple(self) -> tuple[int | None, int | None, int | None]:
-        """The limits in window order (minute, day, month)."""
-        return (self.per_minute, self.per_day, self.per_month)
 
 
 @dataclass(frozen=True)
