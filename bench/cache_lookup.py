@@ -1,4 +1,4 @@
-"""Answer-cache benchmark: what a cacheable request pays at admission (gateway/cache.py).
+"""Answer-cache benchmark: what a cacheable request pays at admission (gateway/cache/).
 
     .venv/bin/python bench/cache_lookup.py [--entries 20000] [--users 100] [--queries 200]
 
@@ -58,6 +58,7 @@ def main() -> None:
     from django.db import transaction
 
     from gateway import cache
+    from gateway.cache import exact, policy, semantic
     from gateway.models import SemanticCacheEntry
     from inference.embeddings import EMBEDDING_DIM, embed_text
 
@@ -80,7 +81,7 @@ def main() -> None:
         base /= np.linalg.norm(base, axis=1, keepdims=True)
         params = {"temperature": 0, "max_tokens": 512}
         phash = cache.params_hash(params)
-        system_hash = cache._sha256("You are helpful.")
+        system_hash = policy.sha256_json("You are helpful.")
         start = time.perf_counter()
         SemanticCacheEntry.objects.bulk_create(
             [
@@ -122,8 +123,8 @@ def main() -> None:
                 vector=vector.astype(np.float32).tolist(),
             )
             start = time.perf_counter()
-            cache._exact_get(
-                cache.exact_digest(
+            exact.exact_get(
+                exact.exact_digest(
                     user_id=material.user_id,
                     pool="bench",
                     model="m",
@@ -133,7 +134,7 @@ def main() -> None:
             )
             exact_ms.append((time.perf_counter() - start) * 1000)
             start = time.perf_counter()
-            hit = cache._semantic_get(material, "m")
+            hit = semantic.semantic_get(material, "m")
             semantic_ms.append((time.perf_counter() - start) * 1000)
             hits += hit is not None
         report("exact lookup (miss)", exact_ms)

@@ -47,7 +47,7 @@ def main() -> None:
     from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from gateway import generations, quota
+    from gateway import generations, keys, quota
     from gateway.models import ModelPool, Plan, Subscription
     from inference import protocol
     from inference.connections import redis_sync
@@ -112,7 +112,7 @@ def main() -> None:
         print(f"admit+release, {args.threads} threads: {rate:.0f} requests/s")
     finally:
         r.delete(protocol.workers_key("bench-gw"))
-        for key in r.scan_iter(f"gw:quota:{user.pk}:*"):
+        for key in r.scan_iter(keys.quota_user_pattern(user.pk)):
             r.delete(key)
 
 

@@ -4,8 +4,8 @@ When a worker's engine fails before emitting any token (``error`` event with cod
 ``engine_error`` and no ``token`` event), the finaliser calls :func:`generation_retry`
 instead of storing the error. One Lua script checks the stream (no token, ends in an
 engine error, not cancelled by the user, retries left) and, if so, deletes the stream and
-its terminal marker, so the same job id starts afresh; the job (kept at submit time under
-``gw:job:{job_id}``) is then enqueued on the first admissible pool of the failed pool's
+its terminal marker, so the same job id starts afresh; the job (kept at submit time, see
+:mod:`gateway.keys`) is then enqueued on the first admissible pool of the failed pool's
 fallback chain. The answer is therefore stored once, by whoever finalises the retried
 generation, with the model that answered (from the new ``meta`` event); the quota
 reservation is the same and is settled once.
@@ -23,7 +23,7 @@ import time
 from django.conf import settings
 
 from chatsite.errors import DomainError
-from gateway import routing, selectors
+from gateway import keys, routing, selectors
 from gateway.models import Plan
 from inference import client as inference_client
 from inference import protocol
@@ -54,20 +54,10 @@ return 1
 """
 
 
-def job_key(job_id: str) -> str:
-    """Return the key keeping a submitted job's JSON (for a retry)."""
-    return f"gw:job:{job_id}"
-
-
-def retries_key(job_id: str) -> str:
-    """Return the key counting a job's retries."""
-    return f"gw:retries:{job_id}"
-
-
 def job_remember(*, job: protocol.Job) -> None:
     """Keep ``job`` for INFERENCE_STREAM_TTL_S seconds so it can be retried."""
     redis_sync().set(
-        job_key(job.job_id),
+        keys.job_key(job.job_id),
         job.to_fields()["job"],
         ex=settings.INFERENCE_STREAM_TTL_S,
     )
@@ -89,7 +79,7 @@ def generation_retry(
     failed = selectors.pool_get(name=pool)
     if failed is None or failed.fallback_id is None:
         return None
-    raw = redis_sync().get(job_key(job_id))
+    raw = redis_sync().get(keys.job_key(job_id))
     if raw is None:
         return None
     try:
@@ -105,7 +95,7 @@ def generation_retry(
         protocol.gen_key(job_id),
         protocol.final_key(job_id),
         protocol.cancel_key(job_id),
-        retries_key(job_id),
+        keys.retries_key(job_id),
         settings.GATEWAY_FALLBACK_RETRIES,
         settings.INFERENCE_STREAM_TTL_S,
         terminal_id,

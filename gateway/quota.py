@@ -8,11 +8,16 @@ all are charged, or none is. Settlement replaces the reservation by the actual u
 (the rest is refunded), once: the reservation record is deleted by the same script that
 applies the refund. A released (failed or rejected) request is settled at zero.
 
-Redis keys (owned here; the inference tier's keys live in :mod:`inference.protocol`):
+No reservation may leak. Until its job is submitted (enqueued, or answered from a
+cache: :func:`quota_reservation_submitted`) a reservation is also listed as
+*unsubmitted*, with its time; from submission on, the relay or the reaper settles it
+from the generation's terminal event. A web process that dies between reservation and
+submission (or before its transaction commits) leaves an unsubmitted entry behind:
+:func:`quota_reservations_sweep` (a Celery beat task) releases every one older than
+GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S. It releases through the settle script, so a sweep
+and a late settlement cannot both apply.
 
-- ``gw:quota:{user_id}:m:{epoch_minute}`` / ``:d:{YYYYMMDD}`` / ``:M:{YYYYMM}``: tokens
-  charged in that window (reservations included); expire after their window.
-- ``gw:res:{job_id}``: hash ``amount, k1, k2, k3`` of an unsettled reservation.
+The Redis keys (window counters, reservation hashes) are listed in :mod:`gateway.keys`.
 
 Windows are fixed (not sliding): across a minute boundary a user can spend up to twice
 the per-minute limit within 60 s; the day and month limits are exact.
@@ -27,12 +32,12 @@ import time
 from dataclasses import dataclass
 
 from chatsite.errors import QuotaExceeded
+from gateway import keys
 from inference.connections import redis_sync
 
 WINDOW_MINUTE = "minute"
 WINDOW_DAY = "day"
 WINDOW_MONTH = "month"
-WINDOWS = (WINDOW_MINUTE, WINDOW_DAY, WINDOW_MONTH)
 _LABELS = {
     WINDOW_MINUTE: "per-minute token limit",
     WINDOW_DAY: "daily token limit",
@@ -41,9 +46,10 @@ _LABELS = {
 # A reservation nobody settles (a lost web process and reaper) is dropped after this.
 RESERVATION_TTL_S = 40 * 86400
 
-# KEYS: 3 window counters, reservation hash. ARGV: amount, 3 limits (-1: none),
-# 3 TTLs (s), reservation TTL (s). Returns {1, used1, used2, used3} after charging, or
-# {0, window index (1-based), used in that window} when a limit would be passed.
+# KEYS: 3 window counters, reservation hash, unsubmitted set. ARGV: amount, 3 limits
+# (-1: none), 3 TTLs (s), reservation TTL (s), now (epoch s), job id. Returns
+# {1, used1, used2, used3} after charging, or {0, window index (1-based), used in that
+# window} when a limit would be passed.
 _RESERVE_LUA = """
 local amount = tonumber(ARGV[1])
 local used = {}
@@ -60,14 +66,23 @@ for i = 1, 3 do
 end
 redis.call('HSET', KEYS[4], 'amount', amount, 'k1', KEYS[1], 'k2', KEYS[2], 'k3', KEYS[3])
 redis.call('EXPIRE', KEYS[4], ARGV[8])
+redis.call('ZADD', KEYS[5], ARGV[9], ARGV[10])
 return {1, used[1], used[2], used[3]}
 """
 
-# KEYS: reservation hash. ARGV: actual tokens. Moves every window of the reservation by
-# (actual - reserved), never below zero, then deletes the reservation. Returns the
+# KEYS: reservation hash, unsubmitted set. ARGV: actual tokens, job id, and for a sweep
+# a cutoff (epoch s). Moves every window of the reservation by (actual - reserved), never
+# below zero, then deletes the reservation and its unsubmitted entry. Returns the
 # reserved amount, or -1 if there was no reservation (already settled, or none made).
+# With a cutoff it acts only on a job still unsubmitted and reserved at or before the
+# cutoff, else returns -2: a job submitted after the sweep listed it is left alone.
 # The window keys come from the hash (single Redis node, not cluster-safe).
 _SETTLE_LUA = """
+if ARGV[3] then
+  local since = redis.call('ZSCORE', KEYS[2], ARGV[2])
+  if not since or tonumber(since) > tonumber(ARGV[3]) then return -2 end
+end
+redis.call('ZREM', KEYS[2], ARGV[2])
 local amount = redis.call('HGET', KEYS[1], 'amount')
 if not amount then return -1 end
 local delta = tonumber(ARGV[1]) - tonumber(amount)
@@ -91,10 +106,6 @@ class Limits:
     per_day: int | None = None
     per_month: int | None = None
 
-    def as_tuple(self) -> tuple[int | None, int | None, int | None]:
-        """The limits in window order (minute, day, month)."""
-        return (self.per_minute, self.per_day, self.per_month)
-
 
 @dataclass(frozen=True)
 class Window:
@@ -112,11 +123,6 @@ class Window:
         return None if self.limit is None else max(0, self.limit - self.used)
 
 
-def reservation_key(job_id: str) -> str:
-    """Return the key holding the unsettled reservation of a job."""
-    return f"gw:res:{job_id}"
-
-
 def _windows(user_id: int, limits: Limits, now: float) -> list[Window]:
     t = dt.datetime.fromtimestamp(now, tz=dt.UTC)
     minute = int(now // 60)
@@ -125,21 +131,24 @@ def _windows(user_id: int, limits: Limits, now: float) -> list[Window]:
     month_end = dt.datetime(t.year, t.month, 1, tzinfo=dt.UTC) + dt.timedelta(
         days=days_in_month
     )
-    base = f"gw:quota:{user_id}"
     return [
         Window(
-            WINDOW_MINUTE, f"{base}:m:{minute}", limits.per_minute, 0, (minute + 1) * 60
+            WINDOW_MINUTE,
+            keys.quota_minute_key(user_id, minute),
+            limits.per_minute,
+            0,
+            (minute + 1) * 60,
         ),
         Window(
             WINDOW_DAY,
-            f"{base}:d:{t:%Y%m%d}",
+            keys.quota_day_key(user_id, t.date()),
             limits.per_day,
             0,
             day_end.timestamp(),
         ),
         Window(
             WINDOW_MONTH,
-            f"{base}:M:{t:%Y%m}",
+            keys.quota_month_key(user_id, t.date()),
             limits.per_month,
             0,
             month_end.timestamp(),
@@ -199,6 +208,9 @@ def quota_reserve(
 ) -> list[Window]:
     """Reserve ``tokens`` (estimated prompt + max_tokens) in every window, atomically.
 
+    The reservation stays listed as unsubmitted until :func:`quota_reservation_submitted`
+    or its settlement; ``now`` (epoch s, default: the current time) is its reservation
+    time for :func:`quota_reservations_sweep` too.
     Returns the windows after charging. Raises :class:`QuotaExceeded` (429, with
     ``Retry-After`` and ``x-ratelimit-*-tokens`` headers naming the first window that
     has no room); nothing is charged then.
@@ -208,13 +220,16 @@ def quota_reserve(
     ttls = [int(w.resets_at - now) + 60 for w in windows]
     result = redis_sync().eval(
         _RESERVE_LUA,
-        4,
+        5,
         *[w.key for w in windows],
-        reservation_key(job_id),
+        keys.reservation_key(job_id),
+        keys.UNSUBMITTED_RESERVATIONS_KEY,
         tokens,
         *[-1 if w.limit is None else w.limit for w in windows],
         *ttls,
         RESERVATION_TTL_S,
+        repr(now),
+        job_id,
     )
     if int(result[0]) == 0:
         blocked = windows[int(result[1]) - 1]
@@ -235,7 +250,14 @@ def quota_settle(*, job_id: str, tokens: int) -> int | None:
     that had been reserved, or None when there was nothing to settle.
     """
     reserved = int(
-        redis_sync().eval(_SETTLE_LUA, 1, reservation_key(job_id), max(0, tokens))
+        redis_sync().eval(
+            _SETTLE_LUA,
+            2,
+            keys.reservation_key(job_id),
+            keys.UNSUBMITTED_RESERVATIONS_KEY,
+            max(0, tokens),
+            job_id,
+        )
     )
     return None if reserved < 0 else reserved
 
@@ -243,6 +265,54 @@ def quota_settle(*, job_id: str, tokens: int) -> int | None:
 def quota_release(*, job_id: str) -> int | None:
     """Give back a whole reservation (the request was rejected or failed)."""
     return quota_settle(job_id=job_id, tokens=0)
+
+
+def quota_reservation_submitted(*, job_id: str) -> None:
+    """Record that ``job_id`` was enqueued or served from a cache: no sweep releases it.
+
+    From then on the generation's terminal event settles the reservation (relay or
+    reaper). Call right after the enqueue: a crash between the two leaves the job
+    running with its reservation swept (its usage is then not charged to the
+    windows), which is cheaper than a budget held for RESERVATION_TTL_S.
+    """
+    redis_sync().zrem(keys.UNSUBMITTED_RESERVATIONS_KEY, job_id)
+
+
+def quota_reservations_sweep(
+    *, older_than_s: float, now: float | None = None, batch: int = 500
+) -> int:
+    """Release every unsubmitted reservation made more than ``older_than_s`` s ago.
+
+    Such a reservation belongs to a web process that died between admission and
+    submission; it would otherwise stay charged for RESERVATION_TTL_S. Each release is
+    the settle script at 0 tokens, conditional on the job still being unsubmitted, so it
+    is atomic, idempotent, and never touches a job submitted meanwhile. An entry whose
+    reservation is gone (expired) is only removed from the set. ``now``: epoch s
+    (default: the current time); ``batch``: entries read per round trip. Returns how
+    many reservations were released.
+    """
+    now = time.time() if now is None else now
+    cutoff = now - older_than_s
+    client = redis_sync()
+    released = 0
+    while True:
+        job_ids = client.zrangebyscore(
+            keys.UNSUBMITTED_RESERVATIONS_KEY, "-inf", cutoff, start=0, num=batch
+        )
+        for job_id in job_ids:
+            reserved = client.eval(
+                _SETTLE_LUA,
+                2,
+                keys.reservation_key(job_id),
+                keys.UNSUBMITTED_RESERVATIONS_KEY,
+                0,
+                job_id,
+                repr(cutoff),
+            )
+            released += int(reserved) >= 0
+        # every entry read left the set (released, or gone, or submitted meanwhile)
+        if len(job_ids) < batch:
+            return released
 
 
 def quota_unseeded(*, user_id: int, now: float | None = None) -> list[Window]:
@@ -282,7 +352,3 @@ def quota_windows(
         Window(w.name, w.key, w.limit, int(v or 0), w.resets_at)
         for w, v in zip(windows, values, strict=True)
     ]
-
-
-def quota_reservation_submitted(*, job_id: str) -> None:
-    """TEMPORARY stub until the reservation sweep lands."""

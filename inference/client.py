@@ -49,13 +49,6 @@ def workers_live(*, pool: str, now: float | None = None) -> int:
     return redis_sync().zcount(protocol.workers_key(pool), now - WORKER_TTL_S, "+inf")
 
 
-async def aworkers_live(*, pool: str) -> int:
-    """Async :func:`workers_live`."""
-    return await redis_async().zcount(
-        protocol.workers_key(pool), time.time() - WORKER_TTL_S, "+inf"
-    )
-
-
 def terminal_append(
     client: Any, *, job_id: str, event_type: str, payload: dict[str, Any], ttl_s: int
 ) -> Any:

@@ -34,7 +34,8 @@ def redis_async_new(url: str) -> aioredis.Redis:
 
     redis-py 8's async pool allows 100 by default and then raises MaxConnectionsError,
     but every open SSE stream holds one connection in a blocking XREAD and a worker
-    writes for each running job: at 200 streams the default broke requests.
+    writes for each running job, so a web process with more than 100 open streams
+    needs more than the default.
     """
     return aioredis.Redis.from_url(
         url,

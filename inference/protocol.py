@@ -15,7 +15,9 @@ Keys
 - ``inf:watch:{job_id}`` / ``inf:detached:{job_id}``: number of SSE clients attached,
   and the epoch second after which a generation with none attached is cancelled.
 - ``inf:workers:{pool}``: sorted set, member = worker id, score = last heartbeat (epoch s).
-- ``inf:worker:{worker_id}``: hash with the worker's slots (``slots``, ``busy``).
+- ``inf:worker:{worker_id}``: hash written at each heartbeat: ``slots``, ``busy``,
+  ``pool``, ``engine``, ``model``, ``heartbeat`` (epoch s), ``stopping`` (1 once the
+  worker takes no new job and drains), ``reclaim_scans`` (crash-recovery scans done).
 - ``inf:attempts:{job_id}``: how many times crash recovery re-queued the job (a job that
   lost its worker before its first token is retried at most :data:`MAX_RETRIES` times).
 

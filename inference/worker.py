@@ -91,6 +91,7 @@ class Worker:
         self._redis: aioredis.Redis | None = None
         self.jobs_done = 0
         self.jobs_reclaimed = 0
+        self.reclaim_scans = 0  # completed crash-recovery scans
 
     @property
     def redis(self) -> aioredis.Redis:
@@ -381,6 +382,8 @@ class Worker:
                     "engine": self.engine.name,
                     "model": self.engine.model,
                     "heartbeat": f"{now:.3f}",
+                    "stopping": int(self._stopping.is_set()),
+                    "reclaim_scans": self.reclaim_scans,
                 },
             )
             pipe.expire(
@@ -429,6 +432,7 @@ class Worker:
         try:
             consumers = await self.redis.xinfo_consumers(queue, protocol.GROUP)
         except ResponseError:
+            self.reclaim_scans += 1
             return 0  # no stream or group yet
         handled = 0
         for consumer in consumers:
@@ -444,6 +448,7 @@ class Worker:
                     continue
             await self.redis.xgroup_delconsumer(queue, protocol.GROUP, name)
             await self.redis.zrem(protocol.workers_key(self.pool), name)
+        self.reclaim_scans += 1
         return handled
 
     async def _reclaim_consumer(self, consumer: str) -> int:

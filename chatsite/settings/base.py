@@ -154,7 +154,7 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # --- Chat -------------------------------------------------------------------------
-# Longest user message accepted, in characters (issue #2: default 32,000). Longer: 413.
+# Longest user message accepted, in characters (about 8,000 tokens). Longer: 413.
 CHAT_MAX_MESSAGE_CHARS = env.int("CHAT_MAX_MESSAGE_CHARS", default=32_000)
 # Titles default to the first user message cut to this many characters.
 CHAT_TITLE_MAX_CHARS = 60
@@ -192,7 +192,7 @@ LOGGING = {
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
 
-# --- Gateway (issue #4) ----------------------------------------------------------------
+# --- Gateway (DESIGN §4 step 2) --------------------------------------------------------
 # Reservation estimate of prompt tokens: characters per token (low = conservative).
 GATEWAY_CHARS_PER_TOKEN = env.float("GATEWAY_CHARS_PER_TOKEN", default=3.0)
 # Used when the database defines no ModelPool: the INFERENCE_DEFAULT_POOL limits.
@@ -210,13 +210,24 @@ GATEWAY_SIMPLE_MAX_CHARS = env.int("GATEWAY_SIMPLE_MAX_CHARS", default=280)
 GATEWAY_CONFIG_CACHE_S = env.float("GATEWAY_CONFIG_CACHE_S", default=5.0)
 # A generation failing before its first token is retried this often on a fallback pool.
 GATEWAY_FALLBACK_RETRIES = env.int("GATEWAY_FALLBACK_RETRIES", default=1)
+# A quota reservation whose job was not submitted (enqueued or served from a cache) this
+# many seconds after it was made belongs to a web process that died: the sweep below
+# releases it (gateway.quota.quota_reservations_sweep). Admission to submission takes
+# milliseconds (one transaction), so a minute leaves a wide margin.
+GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S = env.float(
+    "GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S", default=60.0
+)
+CELERY_BEAT_SCHEDULE["sweep-quota-reservations"] = {
+    "task": "gateway.tasks.sweep_quota_reservations",
+    "schedule": 30.0,
+}
 # Request-rate limits (django-ratelimit on the Redis cache): "count/period".
 CHAT_MESSAGE_RATE = env("CHAT_MESSAGE_RATE", default="30/m")  # per user
 LOGIN_RATE = env("LOGIN_RATE", default="10/m")  # per client IP
 RATELIMIT_USE_CACHE = "default"
 RATELIMIT_VIEW = "gateway.views.ratelimited"
 MIDDLEWARE += ["gateway.ratelimits.RatelimitMiddleware"]
-# --- Memory and RAG (issue #5, DESIGN §9) ----------------------------------------------
+# --- Memory and RAG (DESIGN §9) --------------------------------------------------------
 # Uploads: .txt/.md/.pdf up to this many bytes.
 MEMORY_UPLOAD_MAX_BYTES = env.int("MEMORY_UPLOAD_MAX_BYTES", default=5 * 1024 * 1024)
 # Chunk size and overlap, in tokens of the embedding model (all-MiniLM-L6-v2 reads 256).
@@ -252,7 +263,7 @@ MEMORY_EXTRACT_FACTS = env.bool("MEMORY_EXTRACT_FACTS", default=True)
 MEMORY_SMALL_POOL = env("MEMORY_SMALL_POOL", default=INFERENCE_DEFAULT_POOL)
 # After an answer: title the conversation, roll its summary, extract facts (Celery).
 CHAT_BACKGROUND_JOBS = env.bool("CHAT_BACKGROUND_JOBS", default=True)
-# --- Inference workers and metrics (issue #3) ------------------------------------------
+# --- Inference workers and metrics (DESIGN §5, §11) -----------------------------------
 # Workers beat every INFERENCE_HEARTBEAT_S s; one silent for INFERENCE_WORKER_TTL_S s is
 # dead, and every INFERENCE_RECLAIM_S s live workers take over its pending jobs.
 INFERENCE_HEARTBEAT_S = env.float("INFERENCE_HEARTBEAT_S", default=2.0)
@@ -271,7 +282,7 @@ Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
 # `Authorization: Bearer METRICS_TOKEN` when that is set.
 METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"])
 METRICS_TOKEN = env("METRICS_TOKEN", default="")
-# --- Gateway answer caches (issue #4, gateway/cache.py) --------------------------------
+# --- Gateway answer caches (gateway/cache/) -------------------------------------------
 # Used only for deterministic requests (temperature 0) or when the request opts in
 # (param "cache": true). Exact cache (Redis): an entry lives this many seconds.
 GATEWAY_CACHE_ENABLED = env.bool("GATEWAY_CACHE_ENABLED", default=True)
@@ -293,7 +304,7 @@ CELERY_BEAT_SCHEDULE["prune-semantic-cache"] = {
     "task": "gateway.tasks.prune_semantic_cache",
     "schedule": 3600.0,
 }
-# --- OpenAI-compatible API (/v1/, issue #4) --------------------------------------------
+# --- OpenAI-compatible API (/v1/, DESIGN §8) ------------------------------------------
 # Most characters accepted in one request's messages (413 above).
 API_MAX_PROMPT_CHARS = env.int("API_MAX_PROMPT_CHARS", default=128_000)
 # A client that disconnects cancels its job; its usage is settled from the worker's final

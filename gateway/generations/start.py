@@ -101,11 +101,11 @@ def generation_submit(
         deadline=now + settings.INFERENCE_QUEUE_TIMEOUT_S,
     )
     fallback.job_remember(job=job)
-    # Marked before the enqueue: a crash in between leaves a reservation that its
-    # finaliser (reaper, relay) settles, while the reverse order could let the sweep
-    # release the reservation of a job that runs and is then never charged.
-    quota.quota_reservation_submitted(job_id=job_id)
     inference_client.job_enqueue(pool=pool, job=job)
+    # After the enqueue: a crash in between lets the sweep release the reservation of
+    # a job that then runs uncharged (one request), where the reverse order could
+    # hold a user's budget for quota.RESERVATION_TTL_S.
+    quota.quota_reservation_submitted(job_id=job_id)
     return now
 
 

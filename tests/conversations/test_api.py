@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from conversations.models import Conversation, Message
-from gateway import generations, quota, services
+from gateway import generations, keys, quota, services
 from gateway.models import ApiKey, UsageRecord
 from inference import client as inference_client
 from inference import protocol
@@ -136,7 +136,7 @@ def _ask(**extra: Any) -> dict[str, Any]:
 
 
 def _no_reservations() -> bool:
-    return not list(redis_sync().scan_iter("gw:res:*"))
+    return not list(redis_sync().scan_iter(keys.RESERVATION_KEY_PATTERN))
 
 
 async def test_a_completion_returns_the_answer_with_usage_and_records_it_once(
@@ -660,7 +660,7 @@ def test_the_openai_client_raises_authentication_error_for_a_bad_key(api_key, st
         )
 
 
-# --- answer caches (gateway/cache.py) through the API ----------------------------------
+# --- answer caches (gateway/cache/) through the API ------------------------------------
 
 
 CAPITAL = "What is the capital of France?"

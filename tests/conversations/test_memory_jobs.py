@@ -1,4 +1,4 @@
-"""Titles, rolling summaries and citations in the chat (conversations/services.py hooks
+"""Titles, rolling summaries and citations in the chat (conversations/services/ hooks
 into memory/): background generations run through the real worker (scripted engine)."""
 
 import time

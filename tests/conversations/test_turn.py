@@ -1,5 +1,5 @@
 """The chat turn end to end through the real ASGI app, Redis and a worker
-(conversations/services.py, conversations/sse.py)."""
+(conversations/services/, conversations/sse.py, gateway/generations/)."""
 
 import asyncio
 import threading

@@ -1,4 +1,4 @@
-"""Chat turns and the gateway's answer caches (conversations/services.py _admit,
+"""Chat turns and the gateway's answer caches (conversations/services/turns.py,
 gateway.cache): a turn at CHAT_TEMPERATURE uses them only when the user turned on
 "Reuse cached answers"; a cached answer is marked on the message (live and after a
 reload). Through the real views, ASGI SSE relay, Redis, PostgreSQL and a worker."""
@@ -13,6 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from conversations.models import Message
+from gateway import keys
 from gateway import services as gateway_services
 from gateway.models import SemanticCacheEntry, UsageRecord
 from inference.connections import redis_sync
@@ -72,7 +73,7 @@ def test_a_repeated_question_is_generated_again_while_reuse_is_off(
     record = UsageRecord.objects.get(job_id=answer.job_id)
     assert not record.cache_hit and record.total_tokens > 0
     # nothing was cached either: the turns never used the caches
-    assert not redis_sync().keys("gw:cache:*")
+    assert not redis_sync().keys(keys.CACHE_KEY_PATTERN)
     assert not SemanticCacheEntry.objects.exists()
     assert 'class="msg-cache"' not in page_of(client, answer)
 

@@ -1,4 +1,4 @@
-"""Answer caches (gateway/cache.py): exact and semantic hits served as a generation
+"""Answer caches (gateway/cache/): exact and semantic hits served as a generation
 stream without a job, their scopes (user, model, system prompt), what is never cached,
 and regenerate bypassing them. Through the real turn, Redis, pgvector and SSE relay."""
 
@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from conversations import services as chat
 from conversations.models import Message
-from gateway import cache, quota
+from gateway import cache, keys, quota
 from gateway.models import SemanticCacheEntry, UsageRecord
 from inference import client as inference_client
 from inference import protocol
@@ -93,7 +93,7 @@ def test_exact_hit_at_temperature_0_streams_without_a_job_and_costs_nothing(
     assert record.message_id == answer.id and record.status == "complete"
     # the hit's reservation was released: the windows hold only the first answer
     assert quota.quota_windows(user_id=user.pk, limits=quota.Limits())[1].used == spent
-    assert redis_sync().get(quota.reservation_key(answer.job_id)) is None
+    assert redis_sync().get(keys.reservation_key(answer.job_id)) is None
 
 
 def test_a_hit_is_served_even_when_the_pool_is_saturated(start_worker, user):
@@ -210,8 +210,9 @@ def test_errors_and_cancelled_answers_are_never_cached(start_worker, user, enque
     cancelled = stream(user, turn, stop_when=stop_after_tokens)
     assert cancelled.last("done").data["status"] == "cancelled"
     assert not SemanticCacheEntry.objects.exists()
-    assert not redis_sync().keys("gw:cache:exact:*")
-    assert not redis_sync().keys("gw:cache:pending:*")  # material dropped at settle
+    assert not redis_sync().keys(keys.CACHE_EXACT_KEY_PATTERN)
+    # material dropped at settle
+    assert not redis_sync().keys(keys.CACHE_PENDING_KEY_PATTERN)
     jobs = len(enqueued)
     for content, params in (
         ("Will this fail?", DETERMINISTIC),
@@ -354,7 +355,7 @@ def test_old_semantic_entries_are_not_served_and_are_pruned(user, settings):
     cache.cache_settle(
         job_id="j", pool="p", status="complete", finish_reason="stop", answer="A."
     )
-    redis_sync().delete(*redis_sync().keys("gw:cache:exact:*"))
+    redis_sync().delete(*redis_sync().keys(keys.CACHE_EXACT_KEY_PATTERN))
     assert cache.cache_lookup(material=material, pool="p", model="m").kind == "semantic"
     SemanticCacheEntry.objects.update(created_at=timezone.now() - timedelta(seconds=61))
     assert cache.cache_lookup(material=material, pool="p", model="m") is None

@@ -13,7 +13,7 @@ from django.urls import reverse
 from chatsite.errors import PoolSaturated, QuotaExceeded
 from conversations import services as chat
 from conversations.models import Conversation, Message
-from gateway import quota, selectors
+from gateway import keys, quota, selectors
 from gateway.models import UsageRecord
 from inference import client as inference_client
 from inference import protocol
@@ -67,7 +67,7 @@ def test_over_the_limit_is_a_429_naming_the_window_with_rate_limit_headers():
     }
     # nothing was charged for the rejected request, nothing reserved for it
     assert quota.quota_windows(user_id=3, limits=limits, now=NOON)[0].used == 80
-    assert not redis_sync().exists(quota.reservation_key("y"))
+    assert not redis_sync().exists(keys.reservation_key("y"))
 
 
 def test_a_request_larger_than_the_limit_says_so():
@@ -85,6 +85,85 @@ def test_the_minute_window_rolls_over():
     quota.quota_reserve(
         user_id=5, job_id="m3", tokens=100, limits=limits, now=NOON + 20
     )
+
+
+# --- the sweep of reservations whose job was never submitted -------------------------
+
+
+def _used(user_id: int) -> list[int]:
+    return [
+        w.used
+        for w in quota.quota_windows(user_id=user_id, limits=quota.Limits(), now=NOON)
+    ]
+
+
+def test_an_unsubmitted_reservation_is_released_once_older_than_the_timeout():
+    limits = quota.Limits(per_day=10_000)
+    quota.quota_reserve(user_id=21, job_id="kept", tokens=40, limits=limits, now=NOON)
+    quota.quota_reservation_submitted(job_id="kept")
+    before = _used(21)
+    quota.quota_reserve(user_id=21, job_id="lost", tokens=300, limits=limits, now=NOON)
+    assert _used(21) == [b + 300 for b in before]
+
+    # not yet older than the timeout: still charged
+    assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 59) == 0
+    assert _used(21) == [b + 300 for b in before]
+    assert redis_sync().exists(keys.reservation_key("lost"))
+
+    assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 61) == 1
+    assert _used(21) == before
+    assert not redis_sync().exists(keys.reservation_key("lost"))
+    assert not redis_sync().zscore(keys.UNSUBMITTED_RESERVATIONS_KEY, "lost")
+
+
+def test_a_submitted_reservation_is_never_swept_and_settles_normally():
+    limits = quota.Limits(per_day=10_000)
+    quota.quota_reserve(user_id=22, job_id="sent", tokens=300, limits=limits, now=NOON)
+    quota.quota_reservation_submitted(job_id="sent")
+    assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 86_400) == 0
+    assert _used(22) == [300, 300, 300]
+    assert quota.quota_settle(job_id="sent", tokens=120) == 300
+    assert _used(22) == [120, 120, 120]
+
+
+def test_sweeping_twice_releases_once_and_a_later_settle_changes_nothing():
+    limits = quota.Limits(per_day=10_000)
+    quota.quota_reserve(user_id=23, job_id="a", tokens=100, limits=limits, now=NOON)
+    quota.quota_reserve(user_id=23, job_id="b", tokens=50, limits=limits, now=NOON)
+    quota.quota_settle(job_id="b", tokens=50)  # settled before submission: used 50
+    assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 120) == 1
+    assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 180) == 0
+    assert _used(23) == [50, 50, 50]
+    # the web process was only slow: its settlement comes after the sweep
+    assert quota.quota_settle(job_id="a", tokens=80) is None
+    assert quota.quota_release(job_id="a") is None
+    assert _used(23) == [50, 50, 50]
+    assert redis_sync().zcard(keys.UNSUBMITTED_RESERVATIONS_KEY) == 0
+
+
+def test_an_entry_whose_reservation_expired_is_only_removed():
+    limits = quota.Limits(per_day=10_000)
+    quota.quota_reserve(user_id=24, job_id="old", tokens=100, limits=limits, now=NOON)
+    redis_sync().delete(keys.reservation_key("old"))  # as its 40-day TTL would
+    assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 120) == 0
+    assert redis_sync().zcard(keys.UNSUBMITTED_RESERVATIONS_KEY) == 0
+    assert _used(24) == [100, 100, 100]
+
+
+def test_the_sweep_task_uses_the_submit_timeout(settings):
+    from gateway import tasks
+
+    settings.GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S = 60
+    limits = quota.Limits(per_day=10_000)
+    now = time.time()
+    quota.quota_reserve(user_id=25, job_id="t1", tokens=10, limits=limits, now=now - 61)
+    quota.quota_reserve(user_id=25, job_id="t2", tokens=10, limits=limits, now=now - 30)
+    assert tasks.sweep_quota_reservations() == 1
+    assert not redis_sync().exists(keys.reservation_key("t1"))
+    assert redis_sync().exists(keys.reservation_key("t2"))
+    assert "gateway.tasks.sweep_quota_reservations" in {
+        entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()
+    }
 
 
 # --- the chat turn: reserve before storing, settle once on the terminal event ---------

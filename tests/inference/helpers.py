@@ -29,6 +29,48 @@ def enqueue(
     return job
 
 
+def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.01):
+    """Poll ``predicate()`` until it returns a truthy value, and return that value.
+
+    Fails (AssertionError) after ``timeout_s`` seconds; polls every ``interval_s`` s.
+    """
+    deadline = time.time() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.time() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout_s} s waiting for {predicate}"
+            )
+        time.sleep(interval_s)
+
+
+def worker_state(worker_id: str) -> dict[str, str]:
+    """Return the hash a worker writes at each heartbeat (``inf:worker:{worker_id}``)."""
+    return redis_sync().hgetall(protocol.worker_key(worker_id))
+
+
+def heartbeat_at(worker_id: str) -> float:
+    """Return the epoch second of a worker's last heartbeat (0.0 before its first)."""
+    return float(worker_state(worker_id).get("heartbeat", 0.0))
+
+
+def wait_heartbeats(worker_id: str, n: int = 1, timeout_s: float = 10.0) -> float:
+    """Wait until the worker wrote ``n`` heartbeats after this call; return the last's
+    time. The worker's state as of the second one reflects everything it did (in its
+    event loop) before the first one began."""
+    seen = heartbeat_at(worker_id)
+    for _ in range(n):
+        seen = wait_until(lambda after=seen: _beat_after(worker_id, after), timeout_s)
+    return seen
+
+
+def _beat_after(worker_id: str, after: float) -> float:
+    beat = heartbeat_at(worker_id)
+    return beat if beat > after else 0.0
+
+
 def wait_events(job_id: str, predicate, timeout: float = 10.0) -> list[protocol.Event]:
     """Poll a generation's events until ``predicate(events)``; fail after ``timeout`` s."""
     deadline = time.time() + timeout

@@ -4,12 +4,16 @@ A dead worker is simulated by a "ghost" consumer that read a job from the group 
 never sent a heartbeat (the real kill -9 runs are in test_worker_processes.py).
 """
 
-import time
-
 from inference import protocol
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
-from tests.inference.helpers import enqueue, queue_drained, terminal, wait_events
+from tests.inference.helpers import (
+    enqueue,
+    queue_drained,
+    terminal,
+    wait_events,
+    wait_until,
+)
 
 FAST_RECLAIM = {"reclaim_s": 0.2, "worker_ttl_s": 2.0}
 
@@ -54,8 +58,11 @@ def test_job_lost_before_its_first_token_is_retried_once_and_completes(start_wor
         "alpha beta gamma"
     )
     assert redis_sync().get(protocol.attempts_key("lost-early")) == "1"
-    time.sleep(0.6)  # several more recovery scans: nothing runs it again
+    # several more recovery scans after the job ended: none runs it again
+    scans = handle.worker.reclaim_scans
+    wait_until(lambda: handle.worker.reclaim_scans >= scans + 3)
     assert len(wait_events("lost-early", terminal)) == len(events)
+    assert handle.worker.jobs_reclaimed == 1
     assert queue_drained()
     consumers = redis_sync().xinfo_consumers(protocol.queue_key("default"), "workers")
     assert [c["name"] for c in consumers] == [handle.worker.worker_id]

@@ -2,14 +2,19 @@
 
 import io
 import json
-import time
 
 from django.core.management import call_command
 
 from inference import client as inference_client
 from inference.engines.scripted import ScriptedEngine
 from inference.selectors import pool_status, pools_list
-from tests.inference.helpers import enqueue, wait_events
+from tests.inference.helpers import (
+    enqueue,
+    heartbeat_at,
+    wait_events,
+    wait_heartbeats,
+    wait_until,
+)
 
 
 def status_json(*args: str) -> dict:
@@ -21,16 +26,19 @@ def status_json(*args: str) -> dict:
 def test_status_reports_workers_slots_queue_depth_and_oldest_waiting_age(
     start_worker,
 ):
-    start_worker(
+    handle = start_worker(
         ScriptedEngine(text="tok", cycle=True, delay_ms=10),
         pool="busy",
         concurrency=2,
     )
-    for i in range(3):
-        enqueue(f"job-{i}", pool="busy", max_tokens=5000)
+    jobs = [enqueue(f"job-{i}", pool="busy", max_tokens=5000) for i in range(3)]
     enqueue("orphan-job", pool="orphan")
     wait_events("job-1", lambda ev: len(ev) >= 2)
-    time.sleep(0.8)  # one more heartbeat
+    # a heartbeat written with both jobs running, once job-2 has waited 0.5 s
+    wait_heartbeats(handle.worker.worker_id)
+    wait_until(
+        lambda: heartbeat_at(handle.worker.worker_id) >= jobs[2].enqueued_at + 0.5
+    )
     pools = status_json()
     assert set(pools) == {"busy", "orphan"}
     busy = pools["busy"]
@@ -47,10 +55,12 @@ def test_status_reports_workers_slots_queue_depth_and_oldest_waiting_age(
 
 
 def test_status_of_a_drained_pool_shows_free_slots_and_no_backlog(start_worker):
-    start_worker(ScriptedEngine(text="a b"), pool="idle", concurrency=3)
+    handle = start_worker(ScriptedEngine(text="a b"), pool="idle", concurrency=3)
     enqueue("quick", pool="idle")
     wait_events("quick", lambda ev: bool(ev) and ev[-1].is_terminal)
-    time.sleep(0.8)
+    wait_until(lambda: handle.worker.jobs_done == 1)  # acknowledged
+    # the second heartbeat from now began after the job's slot was freed
+    wait_heartbeats(handle.worker.worker_id, n=2)
     status = pool_status(pool="idle")
     assert (status.live_workers, status.slots, status.busy, status.free) == (1, 3, 0, 3)
     assert (status.waiting, status.running, status.oldest_waiting_s) == (0, 0, None)

@@ -6,7 +6,14 @@ from inference import client as inference_client
 from inference import protocol
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
-from tests.inference.helpers import enqueue, terminal, wait_events
+from tests.inference.helpers import (
+    enqueue,
+    queue_drained,
+    terminal,
+    wait_events,
+    wait_heartbeats,
+    wait_until,
+)
 
 
 def test_worker_streams_meta_tokens_done_and_every_event_matches_its_schema(
@@ -54,11 +61,16 @@ def test_slot_is_free_for_the_next_job_after_a_cancel(start_worker):
 
 
 def test_backlog_stays_in_redis_until_a_slot_is_free(start_worker):
-    start_worker(ScriptedEngine(text="tok ", cycle=True, delay_ms=10), concurrency=1)
+    handle = start_worker(
+        ScriptedEngine(text="tok ", cycle=True, delay_ms=10), concurrency=1
+    )
     for i in range(3):
         enqueue(f"job-{i}", max_tokens=2000)
     wait_events("job-0", lambda ev: len(ev) >= 2)
-    time.sleep(0.3)
+    # the worker went on running job-0 (20 more tokens, a heartbeat) without taking
+    # another: a take loop that ignored its free slots would have read them at once
+    wait_events("job-0", lambda ev: len(ev) >= 22)
+    wait_heartbeats(handle.worker.worker_id)
     pending = redis_sync().xpending(protocol.queue_key("default"), protocol.GROUP)
     assert pending["pending"] == 1  # only the running job was delivered
     for i in range(3):
@@ -98,8 +110,10 @@ def test_only_one_terminal_event_even_when_the_web_tier_times_a_job_out(start_wo
     assert inference_client.generation_fail(
         job_id="raced", code="queue_timeout", message="late"
     )
-    start_worker(ScriptedEngine(text="a b"))
-    time.sleep(0.5)
+    handle = start_worker(ScriptedEngine(text="a b"))
+    # the worker took the job and acknowledged it, leaving the stream as it was
+    wait_until(lambda: handle.worker.jobs_done == 1)
+    assert queue_drained()
     events = inference_client.generation_events(job_id="raced")
     raw = redis_sync().xrange(protocol.gen_key("raced"))
     assert [e.type for e in events] == ["error"]
@@ -117,9 +131,20 @@ def test_worker_heartbeat_makes_the_pool_live_and_leaving_removes_it(start_worke
     assert inference_client.workers_live(pool="default") == 0
 
 
+def blocked_in_xreadgroup() -> bool:
+    """True while a Redis client (here: the one worker running) is blocked in
+    XREADGROUP. XINFO CONSUMERS cannot tell: a blocked read that got nothing yet
+    creates no consumer."""
+    return any(
+        c.get("cmd") == "xreadgroup" and "b" in c.get("flags", "")
+        for c in redis_sync().client_list()
+    )
+
+
 def test_a_job_arriving_while_the_worker_stops_is_put_back_not_taken(start_worker):
     handle = start_worker(ScriptedEngine(text="x"), block_ms=5000)
-    time.sleep(0.2)  # the worker is now blocked reading the queue
+    # the worker is now blocked reading the queue
+    wait_until(blocked_in_xreadgroup)
     handle.loop.call_soon_threadsafe(handle.worker.stop)
     enqueue("late")
     handle.thread.join(timeout=10)

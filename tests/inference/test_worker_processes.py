@@ -20,7 +20,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from inference import protocol
 from inference.connections import redis_sync
 from inference.metrics import metrics_render
-from tests.inference.helpers import enqueue, queue_drained, terminal, wait_events
+from tests.inference.helpers import (
+    enqueue,
+    queue_drained,
+    terminal,
+    wait_events,
+    wait_until,
+    worker_state,
+)
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -92,6 +99,16 @@ def tokens_text(events: list[protocol.Event]) -> str:
     return "".join(e.data["t"] for e in events if e.type == "token")
 
 
+def reclaim_scans(worker_id: str) -> int:
+    """Crash-recovery scans the worker had done at its last heartbeat."""
+    return int(worker_state(worker_id).get("reclaim_scans", 0))
+
+
+def stopping(worker_id: str) -> bool:
+    """True once the worker's heartbeat says it handled a stop (takes no new job)."""
+    return worker_state(worker_id).get("stopping") == "1"
+
+
 def test_kill_9_before_the_first_token_the_job_is_retried_and_completes_once(spawn):
     stuck = spawn("crash-a", "--delay-ms", "5000")  # would wait 5 s per token
     enqueue("crash-early", pool="crash-a", script={"text": "alpha beta gamma"})
@@ -112,7 +129,9 @@ def test_kill_9_before_the_first_token_the_job_is_retried_and_completes_once(spa
     assert events[1].data["worker"] == rescuer.worker_id
     assert tokens_text(events) == "alpha beta gamma"
     assert events[-1].data["finish_reason"] == "stop"
-    time.sleep(1.5)  # more recovery scans: the job is not run a second time
+    # more recovery scans after the job ended: none runs it a second time
+    scans = reclaim_scans(rescuer.worker_id)
+    wait_until(lambda: reclaim_scans(rescuer.worker_id) >= scans + 3, timeout_s=15)
     assert len(wait_events("crash-early", terminal)) == len(events)
     assert queue_drained("crash-a")
 
@@ -155,7 +174,7 @@ def test_sigterm_finishes_the_running_answer_takes_no_new_job_and_exits_0(spawn)
     enqueue("draining", pool="drain", script={"text": text})
     wait_events("draining", lambda ev: sum(e.type == "token" for e in ev) >= 2)
     worker.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    wait_until(lambda: stopping(worker.worker_id))
     enqueue("after-stop", pool="drain", script={"text": "should not run"})
     assert worker.proc.wait(timeout=30) == 0
     events = wait_events("draining", terminal)
@@ -178,7 +197,9 @@ def test_a_second_sigterm_cancels_the_running_answer_and_exits_at_once(spawn):
     enqueue("aborted", pool="abort", script={"text": text})
     wait_events("aborted", lambda ev: sum(e.type == "token" for e in ev) >= 2)
     worker.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    # the first signal was handled (draining) before the second is sent: two
+    # signals arriving together may be delivered as one
+    wait_until(lambda: stopping(worker.worker_id))
     worker.proc.send_signal(signal.SIGTERM)
     assert worker.proc.wait(timeout=15) == 0
     events = wait_events("aborted", terminal)

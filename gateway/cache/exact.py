@@ -1,0 +1,65 @@
+"""The exact answer cache (Redis): a hit needs the very same request.
+
+The key is the SHA-256 of user, pool, the pool's model, the FULL rendered messages
+(system prompt and injected memory included) and the sampling parameters, so any
+difference in the prompt is a miss. Entries live GATEWAY_CACHE_TTL_S seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+
+from gateway import keys
+from gateway.cache.policy import CacheHit, sampling_params, sha256_json
+from inference import protocol
+from inference.connections import redis_sync
+
+
+def exact_digest(
+    *,
+    user_id: int,
+    pool: str,
+    model: str,
+    messages: list[dict[str, str]],
+    params: dict[str, Any],
+) -> str:
+    """Return the exact-cache digest of a request (SHA-256 hex; see module docstring)."""
+    return sha256_json(
+        {
+            "user": user_id,
+            "pool": pool,
+            "model": model,
+            "messages": messages,
+            "params": sampling_params(params),
+        }
+    )
+
+
+def exact_get(digest: str) -> CacheHit | None:
+    """Return the answer cached under ``digest`` (:func:`exact_digest`), or None."""
+    raw = redis_sync().get(keys.cache_exact_key(digest))
+    if raw is None:
+        return None
+    data = json.loads(raw)
+    return CacheHit(
+        kind=protocol.CACHE_EXACT,
+        text=data["text"],
+        model=data["model"],
+        finish_reason=data["finish_reason"],
+    )
+
+
+def exact_store(
+    *, digest: str, answer: str, answer_model: str, finish_reason: str
+) -> None:
+    """Cache ``answer`` (written by ``answer_model``) under ``digest`` for
+    GATEWAY_CACHE_TTL_S seconds, replacing an earlier one."""
+    entry = {"text": answer, "model": answer_model, "finish_reason": finish_reason}
+    redis_sync().set(
+        keys.cache_exact_key(digest),
+        json.dumps(entry, ensure_ascii=False),
+        ex=settings.GATEWAY_CACHE_TTL_S,
+    )
