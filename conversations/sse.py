@@ -28,7 +28,7 @@ from contextlib import aclosing
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 
 from chatsite.db import db_brief, db_release
@@ -187,14 +187,8 @@ async def message_stream(
     finally:
         await db_release()  # the stream needs none until its end (chatsite/db.py)
     if message.role != Message.Role.ASSISTANT:
-        return JsonResponse(
-            {
-                "error": {
-                    "code": "not_streamable",
-                    "message": "Only answers can be streamed.",
-                }
-            },
-            status=400,
+        return error_response(
+            InvalidInput("Only answers can be streamed.", code="not_streamable")
         )
     response = StreamingHttpResponse(
         relay_events(message, after), content_type="text/event-stream"

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_ratelimit.decorators import ratelimit
 
 from chatsite.errors import DomainError
-from chatsite.http import json_errors
+from chatsite.http import error_response, json_errors
 from conversations import selectors, services
 from conversations.services import Turn
 from gateway import selectors as gateway_selectors
@@ -126,9 +126,7 @@ def conversation_rename(request: HttpRequest, conversation_id: Any) -> HttpRespo
         )
     except DomainError as exc:
         if wants_json or exc.status == 404:
-            return JsonResponse(
-                {"error": {"code": exc.code, "message": exc.message}}, status=exc.status
-            )
+            return error_response(exc)
         flash.error(request, exc.message)
         return redirect("conversation-detail", conversation_id)
     if wants_json:

@@ -7,11 +7,12 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages as flash
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from chatsite.errors import DomainError
+from chatsite.errors import DomainError, QuotaExceeded
+from chatsite.http import error_response
 from gateway import ratelimits, selectors, services
 
 
@@ -32,13 +33,12 @@ def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
         f"Please wait up to {retry_s} seconds and try again."
     )
     if "application/json" in request.headers.get("Accept", "") or not is_login:
-        response: HttpResponse = JsonResponse(
-            {"error": {"code": "rate_limited", "message": message}}, status=429
+        return error_response(
+            QuotaExceeded(message, code="rate_limited", retry_after_s=retry_s)
         )
-    else:
-        response = render(
-            request, "gateway/ratelimited.html", {"message": message}, status=429
-        )
+    response = render(
+        request, "gateway/ratelimited.html", {"message": message}, status=429
+    )
     response["Retry-After"] = str(retry_s)
     return response
 
@@ -80,8 +80,6 @@ def api_key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     try:
         key = services.api_key_revoke(user=request.user, key_id=key_id)
     except DomainError as exc:
-        return JsonResponse(
-            {"error": {"code": exc.code, "message": exc.message}}, status=exc.status
-        )
+        return error_response(exc)
     flash.success(request, f"Revoked the key {key.prefix}…")
     return redirect("account-settings")

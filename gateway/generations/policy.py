@@ -67,16 +67,17 @@ class PolicyChain:
     def _run(self, text: str, *, final: bool) -> Release:
         if self.cut:
             return Release("", cut=True)
+        cut = False
         for policy in self.policies:
             decision = policy.feed(text) if text else Release("")
-            if final and not decision.cut:
+            # the stream ends here (its end, or a cut upstream): flush what is held
+            if (final or cut) and not decision.cut:
                 tail = policy.finish()
                 decision = Release(decision.text + tail.text, tail.cut)
             text = decision.text
-            if decision.cut:
-                self.cut = True
-                return Release(text, cut=True)
-        return Release(text)
+            cut = cut or decision.cut
+        self.cut = cut
+        return Release(text, cut)
 
 
 def policies_for(*, job_id: str, user_id: int) -> PolicyChain | None:

@@ -24,9 +24,9 @@ from gateway import keys, quota
 from gateway import services as gateway_services
 from gateway import tasks as gateway_tasks
 from inference.connections import redis_sync
+from tests import stack
 from tests.conftest import fake_heartbeat
 from tests.sse import parse_frames, session_cookie
-from tests import stack
 from tests.stack import ROOT, running_stack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
