@@ -18,6 +18,11 @@ is atomic, so of several workers reclaiming at once exactly one handles each ent
 Graceful stop (SIGTERM): :meth:`Worker.stop` makes the worker take no new job (entries
 that arrive during the last blocking read are put back on the queue untouched), finish
 its running jobs, and return from :meth:`Worker.run`.
+
+Why one module of ~540 lines: :class:`Worker` is one object on one event loop whose
+loops (take, heartbeat, cancel watcher, recovery) share its table of running jobs,
+its slots and its Redis connection; split into modules they would pass that state
+around without making any part readable on its own.
 """
 
 from __future__ import annotations
