@@ -8,7 +8,6 @@ shapes come from :mod:`inference.protocol`.
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,7 +230,7 @@ def generation_run(
     generation is ended with a ``queue_timeout`` error (and cancelled) and the result
     carries ``error_code``; the partial text is returned but is not ``complete``.
     """
-    job_id = str(uuid.uuid4())
+    job_id = protocol.new_job_id()
     now = time.time()
     job = protocol.Job(
         job_id=job_id,

@@ -214,9 +214,9 @@ async def generation_follow(
                 continue
             started, last_event_at, after = True, time.time(), events[-1].id
             pending = _Pending()
-            restart = False
-            for event in events:
-                if event.type == protocol.EVENT_TOKEN:
+            # None: the end of this read, where pending text is released too
+            for event in [*events, None]:
+                if event is not None and event.type == protocol.EVENT_TOKEN:
                     if not cut:
                         pending.add(event)
                     continue
@@ -229,6 +229,8 @@ async def generation_follow(
                         cut = True
                         await sync_to_async(generation_cancel)(job_id=job_id)
                     pending = _Pending()
+                if event is None:
+                    break
                 if event.type == protocol.EVENT_META:
                     generation.model = event.data.get("model") or generation.model
                     yield Meta(event.data, event.id)
@@ -249,26 +251,15 @@ async def generation_follow(
                     settled = True
                     yield Broken(_stream_broken(exc))
                     return
-                if settlement.state == "retried":
-                    # failed before its first token: read the restarted stream
-                    after, started, restart = protocol.STREAM_START, False, True
+                if settlement.state in ("retried", "running"):
+                    # failed before its first token and restarted on the fallback
+                    # (by us, or by a concurrent settler): read it from its start
+                    after, started = protocol.STREAM_START, False
                     break
                 settled = True
-                if settlement.state == "running":  # cannot happen: we read its end
-                    continue
-                assert settlement.outcome is not None
+                assert settlement.outcome is not None  # settled or already
                 yield Ended(settlement.outcome, event.id)
                 return
-            if restart:
-                continue
-            if pending:
-                delta, cut_now = pending.release(chain)
-                tokens_seen += pending.tokens
-                if delta is not None:
-                    yield delta
-                if cut_now and not cut:
-                    cut = True
-                    await sync_to_async(generation_cancel)(job_id=job_id)
     finally:
         if resumable:
             await inference_client.astream_detach(
