@@ -1,16 +1,20 @@
-"""End to end with the official `openai` client against daphne and a worker process."""
+"""End to end with the official `openai` client: against daphne and a worker process,
+and in-process where the test sets the quota clock."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from asgiref.sync import sync_to_async
 
+from conversations.openai.stream import prompt_tokens_reserve
 from gateway import quota
 from gateway.models import UsageRecord
-from inference.engines.scripted import DEFAULT_TEXT
+from inference.engines.scripted import DEFAULT_TEXT, ScriptedEngine
 from tests.gateway import factories
 from tests.stack import running_stack
 
@@ -55,42 +59,68 @@ def test_the_openai_client_streams_and_not_with_usage(user, api_key, stack):
     assert records[1].completion_tokens == 5
 
 
-@pytest.mark.slow
-def test_the_openai_client_retries_a_429_and_then_succeeds(user, api_key, stack):
-    plan = factories.plan(tokens_per_minute=400, tokens_per_day=10_000)
-    factories.subscribe(user, plan)
+async def test_the_openai_client_retries_a_429_and_then_succeeds(
+    user, api_key, start_worker, monkeypatch
+):
+    """The quota windows are read on a clock this test sets (``gateway.quota`` takes
+    ``now=``), 2.5 s before a minute ends: the request gets a 429 whose Retry-After is
+    the ~3 s left, and the client's retry lands in the next minute, where it fits (the
+    client honours Retry-After up to 60 s). In-process, so that the server reads the
+    same clock: the official async client over httpx's ASGI transport."""
+    from chatsite.asgi import application
+
+    start_worker(ScriptedEngine())
+    plan = await sync_to_async(factories.plan)(
+        tokens_per_minute=400, tokens_per_day=10_000
+    )
+    await sync_to_async(factories.subscribe)(user, plan)
     limits = quota.Limits(per_minute=400, per_day=10_000)
-    # Hold most of this minute's budget shortly before the minute ends: the request
-    # gets a 429 whose Retry-After is the ~2 s left, and the client's retry lands in
-    # the next minute, where it fits (the client honours Retry-After up to 60 s).
-    left = 60 - time.time() % 60
-    if left < 1.5:
-        time.sleep(left + 0.1)
-        left = 60 - time.time() % 60
-    if left > 3:
-        time.sleep(left - 2.5)
-    quota.quota_reserve(user_id=user.pk, job_id="hold", tokens=390, limits=limits)
+    # load the tokenizer the admission counts with now: it must not eat the 2.5 s
+    await sync_to_async(prompt_tokens_reserve)([{"role": "user", "content": "Hi"}])
+    now = time.time()
+    offset = (now // 60 + 2) * 60 - 2.5 - now
+
+    def clock() -> float:
+        return time.time() + offset
+
+    reserve = quota.quota_reserve
+    monkeypatch.setattr(
+        quota, "quota_reserve", lambda **kwargs: reserve(now=clock(), **kwargs)
+    )
+    reserve(user_id=user.pk, job_id="hold", tokens=390, limits=limits, now=clock())
     seen: list[tuple[int, str]] = []
 
-    def on_response(response: httpx.Response) -> None:
+    async def on_response(response: httpx.Response) -> None:
         seen.append((response.status_code, response.headers.get("retry-after", "")))
 
-    http = httpx.Client(event_hooks={"response": [on_response]})
-    client = openai.OpenAI(
-        base_url=stack + "/v1", api_key=api_key, max_retries=2, http_client=http
+    def http_client(**options: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=application), **options
+        )
+
+    client = openai.AsyncOpenAI(
+        base_url="http://testserver/v1",
+        api_key=api_key,
+        max_retries=2,
+        http_client=http_client(event_hooks={"response": [on_response]}),
     )
-    completion = client.chat.completions.create(
+    completion = await client.chat.completions.create(
         model="default", messages=[{"role": "user", "content": "Hi"}], max_tokens=100
     )
     assert [status for status, _ in seen] == [429, 200]
     assert 1 <= int(seen[0][1]) <= 4
     assert completion.choices[0].message.content == DEFAULT_TEXT
-    assert UsageRecord.objects.filter(user=user).count() == 1
+    assert await UsageRecord.objects.filter(user=user).acount() == 1
     # with no retries left the client raises RateLimitError with our message
-    quota.quota_reserve(user_id=user.pk, job_id="hold2", tokens=300, limits=limits)
-    strict = openai.OpenAI(base_url=stack + "/v1", api_key=api_key, max_retries=0)
+    reserve(user_id=user.pk, job_id="hold2", tokens=300, limits=limits, now=clock())
+    strict = openai.AsyncOpenAI(
+        base_url="http://testserver/v1",
+        api_key=api_key,
+        max_retries=0,
+        http_client=http_client(),
+    )
     with pytest.raises(openai.RateLimitError) as caught:
-        strict.chat.completions.create(
+        await strict.chat.completions.create(
             model="default",
             messages=[{"role": "user", "content": "Hi"}],
             max_tokens=100,
