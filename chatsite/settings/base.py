@@ -52,8 +52,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-# The OpenAI-compatible API's own handler (chatsite/asgi.py): Bearer keys and JSON, so
-# no session, CSRF, login or messages middleware.
+# The OpenAI-compatible API's own handler (chatsite/asgi.py), which serves the paths of
+# conversations/openai/urls.py: Bearer keys and JSON, so no session, CSRF, login or
+# messages middleware.
 API_MIDDLEWARE = ["chatsite.middleware.api_middleware"]
 
 ROOT_URLCONF = "chatsite.urls"
@@ -88,7 +89,7 @@ def database_pool(database: dict, max_size: int) -> dict:
     Opening a PostgreSQL connection costs 1-8 ms (measured on the dev machine), more
     than a whole gateway admission, and a process that opens one per streaming request
     runs into ``max_connections`` at a few hundred streams. With the pool, closing a
-    connection (end of a request, ``conversations.api._db_brief``) hands it back; a
+    connection (end of a request, ``chatsite.db.db_brief``) hands it back; a
     request that finds all ``max_size`` connections in use waits up to 30 s.
     ``max_size`` 0 turns the pool off (one connection per request, CONN_MAX_AGE 0).
     """
@@ -154,7 +155,7 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # --- Chat -------------------------------------------------------------------------
-# Longest user message accepted, in characters (issue #2: default 32,000). Longer: 413.
+# Longest user message accepted, in characters. Longer: 413.
 CHAT_MAX_MESSAGE_CHARS = env.int("CHAT_MAX_MESSAGE_CHARS", default=32_000)
 # Titles default to the first user message cut to this many characters.
 CHAT_TITLE_MAX_CHARS = 60
@@ -195,7 +196,7 @@ LOGGING = {
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
 
-# --- Gateway (issue #4) ----------------------------------------------------------------
+# --- Gateway ---------------------------------------------------------------------------
 # Reservation estimate of prompt tokens: characters per token (low = conservative).
 GATEWAY_CHARS_PER_TOKEN = env.float("GATEWAY_CHARS_PER_TOKEN", default=3.0)
 # Used when the database defines no ModelPool: the INFERENCE_DEFAULT_POOL limits.
@@ -219,7 +220,7 @@ LOGIN_RATE = env("LOGIN_RATE", default="10/m")  # per client IP
 RATELIMIT_USE_CACHE = "default"
 RATELIMIT_VIEW = "gateway.views.ratelimited"
 MIDDLEWARE += ["gateway.ratelimits.RatelimitMiddleware"]
-# --- Memory and RAG (issue #5, DESIGN §9) ----------------------------------------------
+# --- Memory and RAG (DESIGN §9) --------------------------------------------------------
 # Uploads: .txt/.md/.pdf up to this many bytes.
 MEMORY_UPLOAD_MAX_BYTES = env.int("MEMORY_UPLOAD_MAX_BYTES", default=5 * 1024 * 1024)
 # Chunk size and overlap, in tokens of the embedding model (all-MiniLM-L6-v2 reads 256).
@@ -255,7 +256,7 @@ MEMORY_EXTRACT_FACTS = env.bool("MEMORY_EXTRACT_FACTS", default=True)
 MEMORY_SMALL_POOL = env("MEMORY_SMALL_POOL", default=INFERENCE_DEFAULT_POOL)
 # After an answer: title the conversation, roll its summary, extract facts (Celery).
 CHAT_BACKGROUND_JOBS = env.bool("CHAT_BACKGROUND_JOBS", default=True)
-# --- Inference workers and metrics (issue #3) ------------------------------------------
+# --- Inference workers and metrics -----------------------------------------------------
 # Workers beat every INFERENCE_HEARTBEAT_S s; one silent for INFERENCE_WORKER_TTL_S s is
 # dead, and every INFERENCE_RECLAIM_S s live workers take over its pending jobs.
 INFERENCE_HEARTBEAT_S = env.float("INFERENCE_HEARTBEAT_S", default=2.0)
@@ -274,7 +275,7 @@ Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
 # `Authorization: Bearer METRICS_TOKEN` when that is set.
 METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"])
 METRICS_TOKEN = env("METRICS_TOKEN", default="")
-# --- Gateway answer caches (issue #4, gateway/cache.py) --------------------------------
+# --- Gateway answer caches (gateway/cache.py) ------------------------------------------
 # Used only for deterministic requests (temperature 0) or when the request opts in
 # (param "cache": true). Exact cache (Redis): an entry lives this many seconds.
 GATEWAY_CACHE_ENABLED = env.bool("GATEWAY_CACHE_ENABLED", default=True)
@@ -296,7 +297,7 @@ CELERY_BEAT_SCHEDULE["prune-semantic-cache"] = {
     "task": "gateway.tasks.prune_semantic_cache",
     "schedule": 3600.0,
 }
-# --- OpenAI-compatible API (/v1/, issue #4) --------------------------------------------
+# --- OpenAI-compatible API (/v1/, conversations/openai/) -------------------------------
 # Most characters accepted in one request's messages (413 above).
 API_MAX_PROMPT_CHARS = env.int("API_MAX_PROMPT_CHARS", default=128_000)
 # A client that disconnects cancels its job; its usage is settled from the worker's final
