@@ -5,7 +5,8 @@ Django; the router is where WebSocket consumers would be added. With DEBUG on (`
 run`), static files are served by Django's ASGIStaticFilesHandler; in production a
 reverse proxy serves STATIC_ROOT.
 
-The OpenAI-compatible API (``API_PATHS``) has its own Django handler, built with
+The OpenAI-compatible API (every path of ``conversations.openai.urls``, as the root
+URLconf includes it: :data:`api_resolver`) has its own Django handler, built with
 ``settings.API_MIDDLEWARE``: it has no session, CSRF, login or messages (Bearer keys,
 JSON only), and each of those middleware costs the request a hop to a sync thread and
 back. Measured in-process on the dev machine (``GET /v1/models``, median of 70): 9.7 ms
@@ -13,21 +14,69 @@ with the site's middleware, 5.6 ms with the API's.
 """
 
 import os
+import re
+from types import ModuleType
 from typing import Any
 
 from channels.routing import ProtocolTypeRouter
 from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
+from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.asgi import ASGIHandler
 from django.test.utils import override_settings
+from django.urls import Resolver404, URLResolver, get_resolver
+from django.urls.resolvers import RegexPattern, RoutePattern
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 
 django_asgi_app = get_asgi_application()
 
-# Paths served by the API handler: exactly the API's endpoints (conversations/urls.py).
-API_PATHS = frozenset({"/v1/chat/completions", "/v1/models"})
+API_URLCONF = "conversations.openai.urls"
+
+
+def included_prefix(patterns: list[Any], urlconf: str, prefix: str = "") -> str | None:
+    """Return the path prefix (``""``: the root) under which ``patterns`` (a URLconf's
+    ``urlpatterns``) include the URLconf module named ``urlconf``; None if they do not.
+
+    Only ``path()`` includes count: a ``re_path()`` prefix is a regex, not a path.
+    """
+    for pattern in patterns:
+        if not isinstance(pattern, URLResolver) or not isinstance(
+            pattern.pattern, RoutePattern
+        ):
+            continue
+        here = prefix + str(pattern.pattern)
+        module = pattern.urlconf_module
+        name = module.__name__ if isinstance(module, ModuleType) else module
+        if name == urlconf:
+            return here
+        found = included_prefix(pattern.url_patterns, urlconf, here)
+        if found is not None:
+            return found
+    return None
+
+
+def api_resolver_build() -> URLResolver:
+    """Return a resolver that matches exactly the API's paths, as the root URLconf
+    includes :data:`API_URLCONF` (raises ImproperlyConfigured if it does not)."""
+    prefix = included_prefix(get_resolver().url_patterns, API_URLCONF)
+    if prefix is None:
+        raise ImproperlyConfigured(f"The root URLconf does not include {API_URLCONF}.")
+    return URLResolver(RegexPattern("^/" + re.escape(prefix)), API_URLCONF)
+
+
+# Built once, at import: the URLconf does not change while the process runs.
+api_resolver = api_resolver_build()
+
+
+def is_api_path(path: str) -> bool:
+    """Whether the API handler serves ``path`` (one of the API URLconf's paths)."""
+    try:
+        api_resolver.resolve(path)
+    except Resolver404:
+        return False
+    return True
 
 
 def asgi_handler_with(middleware: list[str]) -> ASGIHandler:
@@ -45,7 +94,7 @@ api_asgi_app = asgi_handler_with(settings.API_MIDDLEWARE)
 
 async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """Send API requests to the API handler and everything else to the site's."""
-    app = api_asgi_app if scope["path"] in API_PATHS else site_app
+    app = api_asgi_app if is_api_path(scope["path"]) else site_app
     await app(scope, receive, send)
 
 

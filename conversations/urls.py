@@ -1,10 +1,10 @@
 """URLs of the chat UI and its JSON/SSE endpoints."""
 
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 from django_ratelimit.decorators import ratelimit
 
-from conversations import api, sse, views
+from conversations import sse, views
 
 urlpatterns = [
     path("", views.chat_home, name="chat-home"),
@@ -59,6 +59,5 @@ urlpatterns = [
         name="message-stop",
     ),
     # the OpenAI-compatible API (Bearer API keys, no session or CSRF)
-    path("v1/chat/completions", api.chat_completions, name="api-chat-completions"),
-    path("v1/models", api.models_list, name="api-models"),
+    path("", include("conversations.openai.urls")),
 ]

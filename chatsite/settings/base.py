@@ -52,8 +52,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-# The OpenAI-compatible API's own handler (chatsite/asgi.py): Bearer keys and JSON, so
-# no session, CSRF, login or messages middleware.
+# The OpenAI-compatible API's own handler (chatsite/asgi.py), which serves the paths of
+# conversations/openai/urls.py: Bearer keys and JSON, so no session, CSRF, login or
+# messages middleware.
 API_MIDDLEWARE = ["chatsite.middleware.api_middleware"]
 
 ROOT_URLCONF = "chatsite.urls"
@@ -88,7 +89,7 @@ def database_pool(database: dict, max_size: int) -> dict:
     Opening a PostgreSQL connection costs 1-8 ms (measured on the dev machine), more
     than a whole gateway admission, and a process that opens one per streaming request
     runs into ``max_connections`` at a few hundred streams. With the pool, closing a
-    connection (end of a request, ``conversations.api._db_brief``) hands it back; a
+    connection (end of a request, ``chatsite.db.db_brief``) hands it back; a
     request that finds all ``max_size`` connections in use waits up to 30 s.
     ``max_size`` 0 turns the pool off (one connection per request, CONN_MAX_AGE 0).
     """
@@ -304,7 +305,7 @@ CELERY_BEAT_SCHEDULE["prune-semantic-cache"] = {
     "task": "gateway.tasks.prune_semantic_cache",
     "schedule": 3600.0,
 }
-# --- OpenAI-compatible API (/v1/, DESIGN §8) ------------------------------------------
+# --- OpenAI-compatible API (/v1/, conversations/openai/) -------------------------------
 # Most characters accepted in one request's messages (413 above).
 API_MAX_PROMPT_CHARS = env.int("API_MAX_PROMPT_CHARS", default=128_000)
 # A client that disconnects cancels its job; its usage is settled from the worker's final

@@ -9,13 +9,16 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.http import JsonResponse
 from django.test import Client
 from django.urls import reverse
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from conversations import api
+from chatsite.errors import DomainError
 from conversations import services as chat
 from conversations.models import Message
+from conversations.openai import stream as api
+from conversations.openai.errors import error_response
 from gateway import generations
 from gateway.generations import policy
 from gateway.models import UsageRecord
@@ -197,7 +200,10 @@ async def _api_outcome(user: Any, case: Case, *, stream: bool) -> dict[str, Any]
                 if c["choices"]
             )
     else:
-        response = await api.completion_collect(generation)
+        try:
+            response = JsonResponse(await api.completion_collect(generation))
+        except DomainError as exc:
+            response = error_response(exc)
         body = json.loads(response.content)
         out["http_status"] = response.status_code
         if response.status_code == 200:

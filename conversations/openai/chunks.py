@@ -1,0 +1,127 @@
+"""Render what the API sends: completion objects, usage, SSE lines (pure functions).
+
+The shapes are OpenAI's (``chat.completion``, ``chat.completion.chunk``, ``list`` of
+``model``), key order included, and :mod:`.schemas` states them for the tests.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from inference import protocol
+
+DONE_LINE = "data: [DONE]\n\n"
+
+
+def completion_id(job_id: str) -> str:
+    """Return the completion's ``id``: ``chatcmpl-`` and the job's UUID hex."""
+    return "chatcmpl-" + job_id.replace("-", "")
+
+
+def usage_json(usage: protocol.Usage) -> dict[str, Any]:
+    """OpenAI's ``usage`` object (tokens)."""
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
+
+
+def data_line(obj: Any) -> str:
+    """Return one SSE ``data:`` line for ``obj`` (JSON, non-ASCII kept as is)."""
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def chunk_json(
+    *,
+    cid: str,
+    created: int,
+    model: str,
+    delta: dict[str, Any],
+    finish_reason: str | None = None,
+    include_usage: bool = False,
+) -> dict[str, Any]:
+    """Return one ``chat.completion.chunk`` with a single choice.
+
+    ``created`` is in epoch seconds. With ``include_usage`` the chunk carries
+    ``"usage": null``, as OpenAI's do when the final usage chunk is asked for.
+    """
+    obj: dict[str, Any] = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        ],
+    }
+    if include_usage:
+        obj["usage"] = None
+    return obj
+
+
+def usage_chunk_json(
+    *, cid: str, created: int, model: str, usage: protocol.Usage
+) -> dict[str, Any]:
+    """Return the final chunk of ``stream_options.include_usage``: no choices, the
+    whole generation's usage."""
+    obj = chunk_json(cid=cid, created=created, model=model, delta={})
+    obj["choices"], obj["usage"] = [], usage_json(usage)
+    return obj
+
+
+def completion_json(
+    *,
+    cid: str,
+    created: int,
+    model: str,
+    content: str,
+    finish_reason: str,
+    usage: protocol.Usage,
+) -> dict[str, Any]:
+    """Return the non-streamed ``chat.completion`` (``created`` in epoch seconds)."""
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": content,
+                    "refusal": None,
+                },
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        ],
+        "usage": usage_json(usage),
+    }
+
+
+def model_list_json(models: list[tuple[str, str]]) -> dict[str, Any]:
+    """Return ``GET /v1/models``'s ``list`` from ``(id, root model)`` pairs."""
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": model_id,
+                "object": "model",
+                "created": 0,
+                "owned_by": "chatsite",
+                "root": root,
+            }
+            for model_id, root in models
+        ],
+    }

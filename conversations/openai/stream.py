@@ -1,0 +1,179 @@
+"""Start and follow an API generation: thin adapters over the gateway's lifecycle.
+
+:func:`generation_start` admits and enqueues through
+:func:`gateway.generations.generation_start` (the chat turn's path); the answer is
+followed with :func:`gateway.generations.generation_follow` (not resumable: a client
+that leaves has its job cancelled and settled once) and rendered as OpenAI chunks
+(:func:`completion_stream`) or one completion (:func:`completion_collect`). Outcomes
+(status, finish reason, billing) come from the gateway's one map, so the API and the
+chat page can never disagree on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+
+from chatsite.errors import NotFound
+from conversations.openai import chunks
+from conversations.openai.errors import error_body
+from conversations.openai.requests import CompletionRequest
+from gateway import generations
+from gateway import selectors as gateway_selectors
+from gateway.cache import CachePolicy
+from inference.tokens import prompt_counter
+
+Generation = generations.Generation
+
+
+def _model_check(model: str) -> None:
+    """With no pool in the database only the default pool's name is a model."""
+    if not gateway_selectors.gateway_config().pools and (
+        model != settings.INFERENCE_DEFAULT_POOL
+    ):
+        raise NotFound(
+            f"The model “{model}” does not exist or is not available.",
+            code="model_not_found",
+        )
+
+
+def prompt_tokens_reserve(messages: list[dict[str, str]]) -> int:
+    """Return the prompt tokens to reserve for an API request.
+
+    The count of the serving model's tokenizer and chat template (the one chat turns
+    are built with, MEMORY_TOKENIZER_ENGINE; ~0.6 ms), never below the gateway's
+    character estimate (a pool serving another model may tokenize differently).
+    The template matters: SmolLM2's adds its own system prompt when a request has
+    none, so "hi" is 31 prompt tokens where the estimate says 7.
+    """
+    count = prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)(messages)
+    return max(count, generations.prompt_tokens_estimate(messages))
+
+
+def _cache_policy(req: CompletionRequest) -> CachePolicy | None:
+    """The answer caches (:mod:`gateway.cache`) an API request may use.
+
+    At temperature 0 the exact cache (an identical request gets the identical answer);
+    with ``cache`` true also at other temperatures, and then a single-turn prompt may
+    use the semantic cache too (an API request carries no personal context: no memory
+    is injected). The semantic cache is approximate and embedding the prompt costs
+    ~13 ms of CPU, so temperature 0 alone does not use it. ``cache`` false: none.
+    """
+    if req.cache is False:
+        return None
+    return CachePolicy(
+        single_turn=True,
+        personal=False,
+        opt_in=bool(req.cache),
+        semantic=bool(req.cache),
+    )
+
+
+def generation_start(*, user: AbstractBaseUser, req: CompletionRequest) -> Generation:
+    """Admit, reserve and enqueue the request's generation; nothing stays reserved if
+    it raises. A cache hit is served by the gateway without a job. Raises the gateway's
+    DomainErrors (NotFound, Forbidden, QuotaExceeded, PoolSaturated)."""
+    _model_check(req.model)
+    started = generations.generation_start(
+        user=user,
+        messages=req.messages,
+        prompt_tokens=prompt_tokens_reserve(req.messages),
+        params=req.params,
+        model=req.model,
+        cache_policy=_cache_policy(req),
+    )
+    generation = started.generation
+    generation.model = started.admission.model or req.model
+    return generation
+
+
+async def admission_abandon(
+    admission: asyncio.Future[tuple[Generation, CompletionRequest]],
+) -> None:
+    """The client left while its request was being admitted: wait for the admission
+    step to end and, if it started a generation, cancel and settle it once."""
+    try:
+        generation, _req = await admission
+    except Exception:  # rejected (DomainError) or failed: nothing was left running
+        return
+    await generations.generation_leave(generation)
+
+
+async def completion_stream(
+    generation: Generation, include_usage: bool
+) -> AsyncIterator[str]:
+    """Yield the SSE lines of a streamed completion: a role chunk, one chunk per text
+    delta, the finish chunk, the usage chunk (``include_usage``), ``data: [DONE]``.
+    A generation that fails, or a stream that breaks, ends with an error object.
+    """
+    cid = chunks.completion_id(generation.job_id)
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return chunks.chunk_json(
+            cid=cid,
+            created=generation.created,
+            model=generation.model,
+            delta=delta,
+            finish_reason=finish,
+            include_usage=include_usage,
+        )
+
+    yield chunks.data_line(chunk({"role": "assistant", "content": ""}))
+    async with aclosing(generations.generation_follow(generation)) as items:
+        async for item in items:
+            if isinstance(item, generations.Delta):
+                yield chunks.data_line(chunk({"content": item.text}))
+            elif isinstance(item, generations.Broken):
+                yield chunks.data_line(error_body(item.error))
+                return
+            elif isinstance(item, generations.Ended):
+                outcome = item.outcome
+                if outcome.error is not None:
+                    yield chunks.data_line(error_body(outcome.error))
+                    return
+                generation.model = outcome.model or generation.model
+                yield chunks.data_line(chunk({}, outcome.openai_finish_reason))
+                if include_usage:
+                    yield chunks.data_line(
+                        chunks.usage_chunk_json(
+                            cid=cid,
+                            created=generation.created,
+                            model=generation.model,
+                            usage=outcome.usage,
+                        )
+                    )
+                yield chunks.DONE_LINE
+                return
+
+
+async def completion_collect(generation: Generation) -> dict[str, Any]:
+    """Wait for the whole answer; return one ``chat.completion`` object.
+
+    Raises the generation's error (:class:`gateway.generations.GenerationFailed`) if
+    it failed, or a retryable ServiceUnavailable if its stream broke.
+    """
+    parts: list[str] = []
+    async with aclosing(generations.generation_follow(generation)) as items:
+        async for item in items:
+            if isinstance(item, generations.Delta):
+                parts.append(item.text)
+            elif isinstance(item, generations.Broken):
+                raise item.error
+            elif isinstance(item, generations.Ended):
+                outcome = item.outcome
+                break
+    if outcome.error is not None:
+        raise outcome.error
+    return chunks.completion_json(
+        cid=chunks.completion_id(generation.job_id),
+        created=generation.created,
+        model=outcome.model or generation.model,
+        content="".join(parts),
+        finish_reason=outcome.openai_finish_reason or "",
+        usage=outcome.usage,
+    )

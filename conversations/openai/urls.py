@@ -1,0 +1,14 @@
+"""URLs of the OpenAI-compatible API (Bearer API keys, no session or CSRF).
+
+``chatsite.asgi`` routes every path of this URLconf, as included, to the API's own
+Django handler: an endpoint added here is served by it without further changes.
+"""
+
+from django.urls import path
+
+from conversations.openai import views
+
+urlpatterns = [
+    path("v1/chat/completions", views.chat_completions, name="api-chat-completions"),
+    path("v1/models", views.models_list, name="api-models"),
+]
