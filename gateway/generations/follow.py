@@ -177,11 +177,15 @@ async def generation_follow(
     consumer leaves. The last item is :class:`Ended` (settled) or :class:`Broken`.
     """
     job_id = generation.job_id
-    if resumable:
-        await inference_client.astream_attach(job_id=job_id)
     chain = policies_for(job_id=job_id, user_id=generation.user_id)
-    if chain is not None and after != protocol.STREAM_START:
-        await _policy_prime(chain, generation, after)
+    try:
+        if resumable:
+            await inference_client.astream_attach(job_id=job_id)
+        if chain is not None and after != protocol.STREAM_START:
+            await _policy_prime(chain, generation, after)
+    except _BACKEND_ERRORS as exc:
+        yield Broken(_stream_broken(exc))
+        return
     started = after != protocol.STREAM_START
     last_event_at = time.time() if started else generation.enqueued_at
     tokens_seen, settled, cut = 0, False, bool(chain and chain.cut)
@@ -262,9 +266,12 @@ async def generation_follow(
                 return
     finally:
         if resumable:
-            await inference_client.astream_detach(
-                job_id=job_id, grace_s=settings.INFERENCE_DETACH_GRACE_S
-            )
+            try:
+                await inference_client.astream_detach(
+                    job_id=job_id, grace_s=settings.INFERENCE_DETACH_GRACE_S
+                )
+            except _BACKEND_ERRORS:  # Redis is gone: the worker's own TTLs apply
+                logger.warning("could not detach from generation %s", job_id)
         elif not settled:
             await generation_leave(
                 generation, after=after, tokens_seen=tokens_seen, recorder=recorder
