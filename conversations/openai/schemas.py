@@ -1,9 +1,10 @@
 """The schema of every object the API emits, checked by the tests (CONVENTIONS §6).
 
-In the style of :data:`inference.protocol.EVENT_SCHEMAS`: per object a dict of its
-fields, each with a check (a type, a predicate, a :class:`Nested` object or a
-:class:`ListOf` objects); every field is required and no other field is allowed,
-except those marked :class:`Optional`. The shapes are the ones the official
+Checked by :func:`inference.protocol.schema_validate`, like the worker events of
+:data:`inference.protocol.EVENT_SCHEMAS`: per object a dict of its fields, each with a
+check (a type, a predicate, :func:`_nested` for an object of another schema,
+:func:`_list_of` for a list of them); every field is required and no other field is
+allowed, except those marked ``Optional``. The shapes are the ones the official
 ``openai`` client parses (its ``ChatCompletion``, ``ChatCompletionChunk``, ``Model``
 and error types).
 """
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from inference.protocol import Optional, schema_validate
 
 FINISH_REASONS = frozenset({"stop", "length", "content_filter"})
 ERROR_TYPES = frozenset(
@@ -27,26 +29,30 @@ ERROR_TYPES = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Optional:
-    """Marks a field that may be absent; when present it must pass ``check``."""
+def _nested(schema: str) -> Callable[[Any], bool]:
+    """A check that a field is an object of the schema named ``schema`` (a bad one
+    raises, naming its own field)."""
 
-    check: Any
+    def check(value: Any) -> bool:
+        object_validate(schema, value)
+        return True
 
-
-@dataclass(frozen=True)
-class Nested:
-    """The field is an object of the schema named ``schema``."""
-
-    schema: str
+    return check
 
 
-@dataclass(frozen=True)
-class ListOf:
-    """The field is a list of ``schema`` objects, of ``length`` items if given."""
+def _list_of(schema: str, length: int | None = None) -> Callable[[Any], bool]:
+    """A check that a field is a list of ``schema`` objects (of ``length`` items)."""
 
-    schema: str
-    length: int | None = None
+    def check(value: Any) -> bool:
+        if not isinstance(value, list):
+            return False
+        if length is not None and len(value) != length:
+            return False
+        for item in value:
+            object_validate(schema, item)
+        return True
+
+    return check
 
 
 def _is(value: Any) -> Callable[[Any], bool]:
@@ -73,13 +79,13 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
         "created": int,
         "model": str,
         "system_fingerprint": _is(None),
-        "choices": ListOf("chunk_choice", length=1),
+        "choices": _list_of("chunk_choice", length=1),
         # null on every chunk when the client asked for the final usage chunk
         "usage": Optional(_is(None)),
     },
     "chunk_choice": {
         "index": _is(0),
-        "delta": Nested("delta"),
+        "delta": _nested("delta"),
         "logprobs": _is(None),
         "finish_reason": lambda v: v is None or v in FINISH_REASONS,
     },
@@ -93,14 +99,14 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
         "created": int,
         "model": str,
         "system_fingerprint": _is(None),
-        "choices": ListOf("chunk_choice", length=0),
-        "usage": Nested("usage"),
+        "choices": _list_of("chunk_choice", length=0),
+        "usage": _nested("usage"),
     },
     "usage": {
         "prompt_tokens": int,
         "completion_tokens": int,
         "total_tokens": int,
-        "prompt_tokens_details": Nested("prompt_tokens_details"),
+        "prompt_tokens_details": _nested("prompt_tokens_details"),
     },
     "prompt_tokens_details": {"cached_tokens": int},
     "chat.completion": {
@@ -109,12 +115,12 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
         "created": int,
         "model": str,
         "system_fingerprint": _is(None),
-        "choices": ListOf("completion_choice", length=1),
-        "usage": Nested("usage"),
+        "choices": _list_of("completion_choice", length=1),
+        "usage": _nested("usage"),
     },
     "completion_choice": {
         "index": _is(0),
-        "message": Nested("message"),
+        "message": _nested("message"),
         "logprobs": _is(None),
         "finish_reason": lambda v: v in FINISH_REASONS,
     },
@@ -123,7 +129,7 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
         "content": str,
         "refusal": _is(None),
     },
-    "error": {"error": Nested("error_detail")},
+    "error": {"error": _nested("error_detail")},
     "error_detail": {
         "message": lambda v: isinstance(v, str) and bool(v),
         "type": lambda v: v in ERROR_TYPES,
@@ -132,7 +138,7 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "list": {
         "object": _is("list"),
-        "data": ListOf("model"),
+        "data": _list_of("model"),
     },
     "model": {
         "id": str,
@@ -149,26 +155,6 @@ _OBJECT_CHECKS: dict[str, Callable[[dict[str, Any]], bool]] = {
 }
 
 
-def _ok(check: Any, value: Any, path: str) -> bool:
-    if isinstance(check, Nested):
-        object_validate(check.schema, value, path=path)
-        return True
-    if isinstance(check, ListOf):
-        if not isinstance(value, list):
-            return False
-        if check.length is not None and len(value) != check.length:
-            return False
-        for i, item in enumerate(value):
-            object_validate(check.schema, item, path=f"{path}[{i}]")
-        return True
-    if isinstance(check, type):
-        # bool is an int in Python, never in JSON
-        return isinstance(value, check) and not (
-            check is int and isinstance(value, bool)
-        )
-    return bool(check(value))
-
-
 def object_validate(schema: str, obj: Any, *, path: str = "") -> None:
     """Check ``obj`` (decoded JSON) against the schema named ``schema``.
 
@@ -179,20 +165,7 @@ def object_validate(schema: str, obj: Any, *, path: str = "") -> None:
     if fields is None:
         raise ValueError(f"unknown schema {schema!r}")
     where = path or schema
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where}: not an object: {obj!r}")
-    extra = set(obj) - set(fields)
-    if extra:
-        raise ValueError(f"{where}: unexpected fields {sorted(extra)}")
-    for name, check in fields.items():
-        if isinstance(check, Optional):
-            if name not in obj:
-                continue
-            check = check.check
-        elif name not in obj:
-            raise ValueError(f"{where}: missing field {name!r}")
-        if not _ok(check, obj[name], f"{where}.{name}"):
-            raise ValueError(f"{where}: bad value for {name!r}: {obj[name]!r}")
+    schema_validate(where, fields, obj)
     whole = _OBJECT_CHECKS.get(schema)
     if whole is not None and not whole(obj):
         raise ValueError(f"{where}: inconsistent object: {obj!r}")
