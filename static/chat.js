@@ -103,11 +103,12 @@
     }
   }
 
-  function stream(article, streamUrl, stopUrl) {
+  function stream(article, streamUrl, stopUrl, attempt) {
     const body = article.querySelector(".msg-body");
     article.dataset.status = "streaming";
     article.classList.add("status-streaming");
     const source = new EventSource(streamUrl);
+    let lastId = "";
     active = {source: source, article: article, stopUrl: stopUrl};
     setBusy(true);
     const end = function () {
@@ -117,14 +118,36 @@
       regenBtn.hidden = false;
     };
     source.addEventListener("token", function (e) {
+      lastId = e.lastEventId || lastId;
       body.append(document.createTextNode(JSON.parse(e.data).t));
       if (window.innerHeight + window.scrollY >= document.body.scrollHeight - 80) article.scrollIntoView({block: "end"});
     });
-    source.addEventListener("meta", function (e) { markCached(article, JSON.parse(e.data).cache); });
+    source.addEventListener("meta", function (e) {
+      lastId = e.lastEventId || lastId;
+      markCached(article, JSON.parse(e.data).cache);
+    });
     source.addEventListener("done", function (e) { finish(article, JSON.parse(e.data), false); end(); });
     source.addEventListener("error", function (e) {
-      if (e.data) { finish(article, JSON.parse(e.data), true); end(); }
-      // else: a connection error; EventSource reconnects with Last-Event-ID by itself.
+      // no data: a connection error; EventSource reconnects with Last-Event-ID by itself.
+      if (!e.data) return;
+      const data = JSON.parse(e.data);
+      // The stream broke (a backing service restarted) but the answer may still be
+      // running: follow it again from the last text shown, a few times.
+      if (data.code === "stream_interrupted" && (attempt || 0) < 5) {
+        source.close();
+        const state = article.querySelector(".msg-state");
+        if (state) state.textContent = "Connection interrupted, reconnecting…";
+        const base = streamUrl.split(/[?&]last_event_id=/)[0];
+        const sep = base.indexOf("?") >= 0 ? "&" : "?";
+        const url = lastId ? base + sep + "last_event_id=" + encodeURIComponent(lastId) : base;
+        setTimeout(function () {
+          if (state) state.textContent = "";
+          stream(article, url, stopUrl, (attempt || 0) + 1);
+        }, 1000 * (data.retry_after_s || 1));
+        return;
+      }
+      finish(article, data, true);
+      end();
     });
   }
 
