@@ -182,6 +182,8 @@ def pool_default() -> ModelPool:
     return ModelPool(
         name=settings.INFERENCE_DEFAULT_POOL,
         model="",
+        # the window the embedded worker is started with (its --n-ctx)
+        max_context=settings.MEMORY_CONTEXT_TOKENS,
         max_output_tokens=settings.GATEWAY_MAX_OUTPUT_TOKENS,
         queue_threshold=settings.GATEWAY_QUEUE_THRESHOLD,
     )

@@ -42,17 +42,14 @@ def _model_check(model: str) -> None:
         )
 
 
-def prompt_tokens_reserve(messages: list[dict[str, str]]) -> int:
-    """Return the prompt tokens to reserve for an API request.
+def prompt_tokens_count(messages: list[dict[str, str]]) -> int:
+    """Return the prompt's tokens by the serving model's tokenizer and chat template
+    (the one chat turns are built with, MEMORY_TOKENIZER_ENGINE; ~0.6 ms).
 
-    The count of the serving model's tokenizer and chat template (the one chat turns
-    are built with, MEMORY_TOKENIZER_ENGINE; ~0.6 ms), never below the gateway's
-    character estimate (a pool serving another model may tokenize differently).
     The template matters: SmolLM2's adds its own system prompt when a request has
-    none, so "hi" is 31 prompt tokens where the estimate says 7.
+    none, so "hi" is 31 prompt tokens where the character estimate says 7.
     """
-    count = prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)(messages)
-    return max(count, generations.prompt_tokens_estimate(messages))
+    return prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)(messages)
 
 
 def _cache_policy(req: CompletionRequest) -> CachePolicy | None:
@@ -77,12 +74,17 @@ def _cache_policy(req: CompletionRequest) -> CachePolicy | None:
 def generation_start(*, user: AbstractBaseUser, req: CompletionRequest) -> Generation:
     """Admit, reserve and enqueue the request's generation; nothing stays reserved if
     it raises. A cache hit is served by the gateway without a job. Raises the gateway's
-    DomainErrors (NotFound, Forbidden, QuotaExceeded, PoolSaturated)."""
+    DomainErrors (ContextOverflow, NotFound, Forbidden, QuotaExceeded,
+    PoolSaturated)."""
     _model_check(req.model)
+    counted = prompt_tokens_count(req.messages)
     started = generations.generation_start(
         user=user,
         messages=req.messages,
-        prompt_tokens=prompt_tokens_reserve(req.messages),
+        # reserved: never below the character estimate (a pool serving another
+        # model may tokenize differently); checked against the window: the count
+        prompt_tokens=max(counted, generations.prompt_tokens_estimate(req.messages)),
+        context_tokens=counted,
         params=req.params,
         model=req.model,
         cache_policy=_cache_policy(req),

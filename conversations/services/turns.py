@@ -232,6 +232,7 @@ def _turn_run(
         user=user,
         messages=built.messages,
         prompt_tokens=built.prompt_tokens,
+        context_tokens=built.prompt_tokens,
         params=generation_params,
         model=model,
         cache_policy=_cache_policy(

@@ -15,6 +15,7 @@ output moderation) applies to all of them and none can skip it:
 
 from gateway.generations.admission import (
     Admission,
+    ContextOverflow,
     generation_admit,
     generation_release,
     prompt_tokens_estimate,
@@ -52,6 +53,7 @@ from gateway.generations.start import (
 __all__ = [
     "Admission",
     "Broken",
+    "ContextOverflow",
     "Delta",
     "Ended",
     "Generation",

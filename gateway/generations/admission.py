@@ -21,8 +21,29 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
+from chatsite.errors import InvalidInput
 from gateway import cache, quota, routing, selectors
 from gateway.cache import CacheHit, CachePolicy
+
+
+class ContextOverflow(InvalidInput):
+    """The prompt alone fills the model's context window (400): no answer could fit.
+
+    Raised at admission, before anything is reserved or enqueued, so a streamed and a
+    whole answer fail alike and at once (not after a queue wait, from the engine).
+    """
+
+    code = "context_overflow"
+    param = "messages"
+
+    @classmethod
+    def for_prompt(cls, *, prompt_tokens: int, window: int) -> ContextOverflow:
+        """Return the error for a prompt of ``prompt_tokens`` tokens over ``window``."""
+        return cls(
+            f"The conversation is about {prompt_tokens:,} tokens long, but the model "
+            f"reads at most {window:,} tokens at once. Shorten the message (or start "
+            "a new conversation) and send it again."
+        )
 
 
 @dataclass
@@ -65,6 +86,7 @@ def generation_admit(
     model: str | None = None,
     cache_policy: CachePolicy | None = None,
     prompt_tokens: int | None = None,
+    context_tokens: int | None = None,
 ) -> Admission:
     """Route, reserve quota and admit a request; call before storing anything.
 
@@ -76,14 +98,21 @@ def generation_admit(
     ``cache_hit`` (a saturated pool does not matter then). ``prompt_tokens``: the
     prompt's tokens counted with the serving model's tokenizer and chat template, when
     the caller has them; else :func:`prompt_tokens_estimate`. A reservation below the
-    real prompt would let concurrent requests spend past a limit.
+    real prompt would let concurrent requests spend past a limit. ``context_tokens``:
+    the prompt's tokens by the serving tokenizer, checked against the routed pool's
+    ``max_context`` (None: not checked).
 
-    Raises NotFound / Forbidden (model choice), QuotaExceeded (429, nothing reserved),
+    Raises ContextOverflow (400, the prompt alone fills the pool's context window),
+    NotFound / Forbidden (model choice), QuotaExceeded (429, nothing reserved),
     PoolSaturated (503, the reservation is given back). On success the caller owns the
     reservation: it ends in settlement, :func:`generation_release`, or the sweep.
     """
     plan = selectors.plan_for_user(user=user)
     pool = routing.pool_choose(plan=plan, messages=messages, requested=model)
+    if context_tokens is not None and context_tokens >= pool.max_context:
+        raise ContextOverflow.for_prompt(
+            prompt_tokens=context_tokens, window=pool.max_context
+        )
     params = dict(params)
     opt_in = bool(params.pop(cache.CACHE_PARAM, False))
     max_tokens = int(params.get("max_tokens") or settings.CHAT_MAX_TOKENS)

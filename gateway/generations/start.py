@@ -115,6 +115,7 @@ def generation_start(
     messages: list[dict[str, str]],
     params: dict[str, Any],
     prompt_tokens: int | None = None,
+    context_tokens: int | None = None,
     model: str | None = None,
     cache_policy: CachePolicy | None = None,
     store: Callable[[Admission], T] | None = None,
@@ -122,11 +123,13 @@ def generation_start(
 ) -> Started[T | None]:
     """Admit, store and submit a generation (see the module docstring for the order).
 
-    ``messages``/``params``/``prompt_tokens``/``model``/``cache_policy`` as in
+    ``messages``/``params``/``prompt_tokens``/``context_tokens``/``model``/
+    ``cache_policy`` as in
     :func:`generation_admit`. ``store`` runs in its own durable transaction (it may
     not be called inside one) and returns what the caller wants back; it may raise a
     DomainError (e.g. Conflict) to refuse the request. Raises the admission's errors
-    (QuotaExceeded, PoolSaturated, NotFound, Forbidden) and whatever ``store`` raises;
+    (ContextOverflow, QuotaExceeded, PoolSaturated, NotFound, Forbidden) and whatever
+    ``store`` raises;
     nothing stays reserved or enqueued then.
     """
     job_id = job_id or protocol.new_job_id()
@@ -139,6 +142,7 @@ def generation_start(
             model=model,
             cache_policy=cache_policy,
             prompt_tokens=prompt_tokens,
+            context_tokens=context_tokens,
         )
         stored = None
         if store is not None:

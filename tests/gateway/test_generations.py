@@ -20,12 +20,15 @@ from conversations.models import Message
 from conversations.openai import stream as api
 from conversations.openai.errors import error_response
 from gateway import generations
+from gateway import services as gateway_services
 from gateway.generations import policy
 from gateway.models import UsageRecord
 from inference import client as inference_client
 from inference import protocol
 from inference.connections import redis_sync
 from tests.conftest import fake_heartbeat
+from tests.conversations.openai.helpers import asgi, ask, no_reservations
+from tests.gateway import factories
 from tests.sse import asgi_sse, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -330,3 +333,34 @@ async def test_a_stream_policy_cuts_the_text_before_any_surface_sees_it(
         assert out["text"] == "The password is "
         assert out["record_status"] == "filtered"
     assert "secret" not in out["text"] and out["billed"] == 14
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_api_prompt_over_the_context_window_is_a_400_before_anything_runs(
+    user, enqueued, pool_heartbeat, stream
+):
+    """Streamed or not, the same clear 400 at once: no 200 followed by an error chunk,
+    nothing reserved, nothing enqueued."""
+    await sync_to_async(factories.pool)("default", max_context=64)
+    key = (await sync_to_async(gateway_services.api_key_create)(user=user))[1]
+    long = " ".join(["word"] * 200)
+    body = ask(messages=[{"role": "user", "content": long}], stream=stream)
+    result = await asgi("POST", "/v1/chat/completions", body=body, key=key)
+    assert result.status == 400
+    error = result.json()["error"]
+    assert (error["code"], error["param"]) == ("context_overflow", "messages")
+    assert "at most 64 tokens" in error["message"]
+    assert enqueued == [] and no_reservations()
+
+
+def test_a_chat_message_over_the_context_window_is_a_400_and_stores_nothing(
+    user, enqueued, pool_heartbeat, settings
+):
+    settings.MEMORY_CONTEXT_TOKENS = 64  # the embedded default pool's window
+    client = Client()
+    client.force_login(user)
+    long = " ".join(["word"] * 200)
+    response = client.post(reverse("message-send-new"), {"content": long})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "context_overflow"
+    assert not Message.objects.exists() and enqueued == [] and no_reservations()

@@ -11,7 +11,7 @@ import openai
 import pytest
 from asgiref.sync import sync_to_async
 
-from conversations.openai.stream import prompt_tokens_reserve
+from conversations.openai.stream import prompt_tokens_count
 from gateway import quota
 from gateway.models import UsageRecord
 from inference.engines.scripted import DEFAULT_TEXT, ScriptedEngine
@@ -76,7 +76,7 @@ async def test_the_openai_client_retries_a_429_and_then_succeeds(
     await sync_to_async(factories.subscribe)(user, plan)
     limits = quota.Limits(per_minute=400, per_day=10_000)
     # load the tokenizer the admission counts with now: it must not eat the 2.5 s
-    await sync_to_async(prompt_tokens_reserve)([{"role": "user", "content": "Hi"}])
+    await sync_to_async(prompt_tokens_count)([{"role": "user", "content": "Hi"}])
     now = time.time()
     offset = (now // 60 + 2) * 60 - 2.5 - now
 
