@@ -6,6 +6,7 @@ from django.urls import reverse
 
 from conversations import services
 from conversations.models import Conversation, Message
+from gateway.models import ModelPool
 from inference import protocol
 from inference.connections import redis_sync
 
@@ -115,6 +116,10 @@ def test_missing_content_field_is_a_400(auth_client):
 def test_message_over_the_limit_is_a_413_and_stores_nothing(
     auth_client, turn, settings
 ):
+    # the character limit alone: a model window that holds the longest message (a
+    # prompt over the window is its own 400, tests/gateway/test_generations.py)
+    settings.MEMORY_CONTEXT_TOKENS = 100_000
+    ModelPool.objects.filter(name="default").update(max_context=100_000)
     before = Message.objects.count()
     finish(turn.assistant_message)
     too_long = "x" * (settings.CHAT_MAX_MESSAGE_CHARS + 1)

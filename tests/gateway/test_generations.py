@@ -354,9 +354,9 @@ async def test_an_api_prompt_over_the_context_window_is_a_400_before_anything_ru
 
 
 def test_a_chat_message_over_the_context_window_is_a_400_and_stores_nothing(
-    user, enqueued, pool_heartbeat, settings
+    user, enqueued, pool_heartbeat
 ):
-    settings.MEMORY_CONTEXT_TOKENS = 64  # the embedded default pool's window
+    factories.pool("default", max_context=64)
     client = Client()
     client.force_login(user)
     long = " ".join(["word"] * 200)
