@@ -3,6 +3,7 @@ same outcome for the same terminal events, and a stream that breaks ends clearly
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from conversations import services as chat
 from conversations.models import Message
 from conversations.openai import stream as api
 from conversations.openai.errors import error_response
-from gateway import generations
+from gateway import generations, quota
 from gateway import services as gateway_services
 from gateway.generations import policy
 from gateway.models import UsageRecord
@@ -364,3 +365,84 @@ def test_a_chat_message_over_the_context_window_is_a_400_and_stores_nothing(
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "context_overflow"
     assert not Message.objects.exists() and enqueued == [] and no_reservations()
+
+
+async def test_every_token_billed_is_charged_to_the_quota_whichever_way_it_ends(
+    user, start_worker
+):
+    """Chat and API answers that complete, are stopped, hit max_tokens, come from the
+    cache, or lose their client: the day window holds exactly the tokens of the usage
+    records, and nothing stays reserved."""
+    from inference.engines.scripted import ScriptedEngine
+
+    start_worker(ScriptedEngine(text=" ".join(["word"] * 60), delay_ms=5))
+    client = Client()
+    await sync_to_async(client.force_login)(user)
+    cookie = session_cookie(client)
+    for content in ("one", "two"):  # chat: complete
+        turn = await sync_to_async(chat.turn_start)(user=user, content=content)
+        await asgi_sse(
+            reverse(
+                "message-stream",
+                args=[turn.conversation.id, turn.assistant_message.id],
+            ),
+            cookie=cookie,
+        )
+    turn = await sync_to_async(chat.turn_start)(user=user, content="stop me")
+    pressed: list[bool] = []
+
+    def press_stop(result: Any) -> bool:  # Stop after a few tokens, keep reading
+        if not pressed and sum(e.event == "token" for e in result.events) >= 3:
+            pressed.append(True)
+            generations.generation_cancel(job_id=turn.assistant_message.job_id)
+        return False
+
+    stopped = await asgi_sse(
+        reverse(
+            "message-stream", args=[turn.conversation.id, turn.assistant_message.id]
+        ),
+        cookie=cookie,
+        stop_when=press_stop,
+    )
+    assert stopped.last("done").data["status"] == "cancelled"
+    key = (await sync_to_async(gateway_services.api_key_create)(user=user))[1]
+    await sync_to_async(factories.pool)("default", model="scripted-1")
+    for body in (
+        ask(),  # complete
+        ask(max_tokens=5),  # cut by max_tokens
+        ask(temperature=0),  # fills the exact cache
+        ask(temperature=0),  # a cache hit: 0 tokens
+        ask(stream=True),
+    ):
+        result = await asgi("POST", "/v1/chat/completions", body=body, key=key)
+        assert result.status == 200
+    # an API client that leaves after its first chunks
+    await asgi(
+        "POST",
+        "/v1/chat/completions",
+        body=ask(stream=True),
+        key=key,
+        disconnect_when=lambda r: r.body.count(b"data: ") >= 4,
+    )
+
+    def settled() -> bool:
+        return (
+            no_reservations()
+            and not Message.objects.filter(status=Message.Status.STREAMING).exists()
+        )
+
+    deadline = asyncio.get_running_loop().time() + 20
+    while not await sync_to_async(settled)():
+        assert asyncio.get_running_loop().time() < deadline, "left unsettled"
+        await asyncio.sleep(0.05)
+
+    def totals() -> tuple[int, int]:
+        records = UsageRecord.objects.filter(user=user)
+        billed = sum(r.prompt_tokens + r.completion_tokens for r in records)
+        windows = quota.quota_windows(
+            user_id=user.pk, limits=quota.Limits(per_day=10**9)
+        )
+        return billed, windows[1].used
+
+    billed, charged = await sync_to_async(totals)()
+    assert billed > 0 and charged == billed
