@@ -7,22 +7,12 @@ appended to its own ``inf:gen:{job_id}`` stream; the terminal event carries exac
 A cancel watcher polls the cancel flags and detach deadlines of running jobs every
 ``cancel_poll_s`` seconds and aborts them in the engine.
 
-Crash recovery: every ``reclaim_s`` seconds a worker looks at its pool's pending entries
-(delivered, not acknowledged) and claims those owned by a consumer whose heartbeat is
-older than ``worker_ttl_s`` (a live worker's long job is never taken, however long it
-runs). A claimed job that emitted no token is re-queued, at most
-:data:`~inference.protocol.MAX_RETRIES` times; one that did (or that ran out of retries)
-ends with an ``error`` event ``worker_lost``; its partial text stays on the stream. XCLAIM
-is atomic, so of several workers reclaiming at once exactly one handles each entry.
+Crash recovery (taking over the jobs of a dead worker) lives in
+:class:`inference.recovery.CrashRecovery`, which :class:`Worker` inherits.
 
 Graceful stop (SIGTERM): :meth:`Worker.stop` makes the worker take no new job (entries
 that arrive during the last blocking read are put back on the queue untouched), finish
 its running jobs, and return from :meth:`Worker.run`.
-
-Why one module of ~540 lines: :class:`Worker` is one object on one event loop whose
-loops (take, heartbeat, cancel watcher, recovery) share its table of running jobs,
-its slots and its Redis connection; split into modules they would pass that state
-around without making any part readable on its own.
 """
 
 from __future__ import annotations
@@ -42,11 +32,12 @@ from inference import metrics, protocol
 from inference.client import WORKER_TTL_S, terminal_append
 from inference.connections import redis_async_new
 from inference.engines.base import Delta, Engine, EngineError, Finish
+from inference.recovery import CrashRecovery
 
 logger = logging.getLogger(__name__)
 
 
-class Worker:
+class Worker(CrashRecovery):
     """Serve one pool with one engine until :meth:`stop` is called.
 
     ``heartbeat_s``, ``cancel_poll_s``, ``worker_ttl_s`` (a heartbeat older than this
@@ -407,122 +398,6 @@ class Worker:
                 await self._heartbeat()
             except Exception:  # noqa: BLE001 - a Redis blip must not end the heartbeats
                 logger.exception("heartbeat failed")
-
-    async def _reclaim_loop(self) -> None:
-        while not self._closing:
-            await asyncio.sleep(self.reclaim_s)
-            try:
-                await self.reclaim()
-            except Exception:  # noqa: BLE001 - retried at the next interval
-                logger.exception("crash recovery scan failed")
-
-    async def reclaim(self) -> int:
-        """Take over the pending jobs of dead workers of this pool; return how many.
-
-        A consumer is dead when its heartbeat (``inf:workers:{pool}``) is missing or
-        older than ``worker_ttl_s`` seconds. Each of its entries is claimed (XCLAIM, so
-        one worker wins) and then: already ended → acknowledged; no token yet and
-        retries left → re-queued as a new entry; else ended with ``worker_lost``.
-        Dead consumers left with no pending entry are removed from the group and the
-        heartbeat set.
-        """
-        queue = protocol.queue_key(self.pool)
-        now = time.time()
-        live = set(
-            await self.redis.zrangebyscore(
-                protocol.workers_key(self.pool), now - self.worker_ttl_s, "+inf"
-            )
-        )
-        live.add(self.worker_id)
-        try:
-            consumers = await self.redis.xinfo_consumers(queue, protocol.GROUP)
-        except ResponseError:
-            self.reclaim_scans += 1
-            return 0  # no stream or group yet
-        handled = 0
-        for consumer in consumers:
-            name = consumer["name"]
-            if name in live:
-                continue
-            if int(consumer["pending"]):
-                handled += await self._reclaim_consumer(name)
-                still = await self.redis.xpending_range(
-                    queue, protocol.GROUP, min="-", max="+", count=1, consumername=name
-                )
-                if still:
-                    continue
-            await self.redis.xgroup_delconsumer(queue, protocol.GROUP, name)
-            await self.redis.zrem(protocol.workers_key(self.pool), name)
-        self.reclaim_scans += 1
-        return handled
-
-    async def _reclaim_consumer(self, consumer: str) -> int:
-        queue = protocol.queue_key(self.pool)
-        entries = await self.redis.xpending_range(
-            queue, protocol.GROUP, min="-", max="+", count=100, consumername=consumer
-        )
-        handled = 0
-        for entry in entries:
-            # min_idle_time makes the claim conditional: a second reclaimer racing us
-            # finds the idle time reset by our claim and gets nothing.
-            claimed = await self.redis.xclaim(
-                queue,
-                protocol.GROUP,
-                self.worker_id,
-                min_idle_time=500,
-                message_ids=[entry["message_id"]],
-            )
-            for entry_id, fields in claimed:
-                if fields is None:  # deleted meanwhile
-                    await self._ack(entry_id)
-                    continue
-                handled += 1
-                self.jobs_reclaimed += 1
-                await self._recover(entry_id, fields, consumer)
-        return handled
-
-    async def _recover(self, entry_id: str, fields: dict[str, Any], dead: str) -> None:
-        try:
-            job = protocol.Job.from_fields(fields)
-        except (ValueError, TypeError):
-            await self._ack(entry_id)
-            return
-        if await self.redis.exists(protocol.final_key(job.job_id)):
-            await self._ack(entry_id)  # it ended; only the ack was lost
-            return
-        head = await self.redis.xrange(protocol.gen_key(job.job_id), count=8)
-        emitted = any(f.get("e") == protocol.EVENT_TOKEN for _id, f in head)
-        if not emitted:
-            attempts = await self.redis.incr(protocol.attempts_key(job.job_id))
-            await self.redis.expire(
-                protocol.attempts_key(job.job_id), self.stream_ttl_s
-            )
-            if attempts <= protocol.MAX_RETRIES:
-                # A fresh queue window: the first one was spent on the dead worker.
-                now = time.time()
-                if job.deadline and job.enqueued_at:
-                    job.deadline = now + max(1.0, job.deadline - job.enqueued_at)
-                logger.warning(
-                    "job %s lost worker %s before its first token: retry %s",
-                    job.job_id,
-                    dead,
-                    attempts,
-                )
-                metrics.REQUESTS_RETRIED.labels(pool=self.pool).inc()
-                await self._requeue(entry_id, job.to_fields())
-                return
-        logger.warning("job %s lost worker %s mid-answer", job.job_id, dead)
-        await self._terminal(
-            job.job_id,
-            protocol.EVENT_ERROR,
-            {
-                "code": protocol.ERROR_WORKER_LOST,
-                "message": "The model worker stopped while answering. "
-                "The answer is incomplete; please try again.",
-                "usage": None,
-            },
-        )
-        await self._ack(entry_id)
 
     async def _cancel_loop(self) -> None:
         while not self._closing:

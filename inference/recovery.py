@@ -1,0 +1,176 @@
+"""Crash recovery of the inference workers: take over the jobs of a dead worker.
+
+Every ``reclaim_s`` seconds a worker looks at its pool's pending entries
+(delivered, not acknowledged) and claims those owned by a consumer whose heartbeat is
+older than ``worker_ttl_s`` (a live worker's long job is never taken, however long it
+runs). A claimed job that emitted no token is re-queued, at most
+:data:`~inference.protocol.MAX_RETRIES` times; one that did (or that ran out of retries)
+ends with an ``error`` event ``worker_lost``; its partial text stays on the stream. XCLAIM
+is atomic, so of several workers reclaiming at once exactly one handles each entry.
+
+Kept apart from :mod:`inference.worker` because it is a job of its own (scanning the
+consumer group, claiming, deciding retry or ``worker_lost``); it runs on the worker's
+loop and uses the worker's Redis connection and terminal/ack/requeue steps, which is
+why it is a base class of :class:`~inference.worker.Worker` rather than a service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from inference import metrics, protocol
+
+logger = logging.getLogger("inference.worker")
+
+
+class CrashRecovery:
+    """The recovery loop of a worker (mixed into :class:`inference.worker.Worker`).
+
+    Uses the worker's ``redis``, ``pool``, ``worker_id``, ``worker_ttl_s`` (s),
+    ``reclaim_s`` (s), ``stream_ttl_s`` (s) and its ``_ack``/``_requeue``/``_terminal``
+    steps; counts ``jobs_reclaimed`` and ``reclaim_scans`` (the latter is published
+    in the heartbeat, so tests and operators can see that scans happen).
+    """
+
+    redis: aioredis.Redis
+    pool: str
+    worker_id: str
+    worker_ttl_s: float
+    reclaim_s: float
+    stream_ttl_s: int
+    jobs_reclaimed: int
+    reclaim_scans: int
+    _closing: bool
+
+    async def _ack(self, entry_id: str) -> None:
+        raise NotImplementedError
+
+    async def _requeue(self, entry_id: str, fields: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    async def _terminal(
+        self, job_id: str, event_type: str, payload: dict[str, Any]
+    ) -> Any:
+        raise NotImplementedError
+
+    async def _reclaim_loop(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.reclaim_s)
+            try:
+                await self.reclaim()
+            except Exception:  # noqa: BLE001 - retried at the next interval
+                logger.exception("crash recovery scan failed")
+
+    async def reclaim(self) -> int:
+        """Take over the pending jobs of dead workers of this pool; return how many.
+
+        A consumer is dead when its heartbeat (``inf:workers:{pool}``) is missing or
+        older than ``worker_ttl_s`` seconds. Each of its entries is claimed (XCLAIM, so
+        one worker wins) and then: already ended → acknowledged; no token yet and
+        retries left → re-queued as a new entry; else ended with ``worker_lost``.
+        Dead consumers left with no pending entry are removed from the group and the
+        heartbeat set.
+        """
+        queue = protocol.queue_key(self.pool)
+        now = time.time()
+        live = set(
+            await self.redis.zrangebyscore(
+                protocol.workers_key(self.pool), now - self.worker_ttl_s, "+inf"
+            )
+        )
+        live.add(self.worker_id)
+        try:
+            consumers = await self.redis.xinfo_consumers(queue, protocol.GROUP)
+        except ResponseError:
+            self.reclaim_scans += 1
+            return 0  # no stream or group yet
+        handled = 0
+        for consumer in consumers:
+            name = consumer["name"]
+            if name in live:
+                continue
+            if int(consumer["pending"]):
+                handled += await self._reclaim_consumer(name)
+                still = await self.redis.xpending_range(
+                    queue, protocol.GROUP, min="-", max="+", count=1, consumername=name
+                )
+                if still:
+                    continue
+            await self.redis.xgroup_delconsumer(queue, protocol.GROUP, name)
+            await self.redis.zrem(protocol.workers_key(self.pool), name)
+        self.reclaim_scans += 1
+        return handled
+
+    async def _reclaim_consumer(self, consumer: str) -> int:
+        queue = protocol.queue_key(self.pool)
+        entries = await self.redis.xpending_range(
+            queue, protocol.GROUP, min="-", max="+", count=100, consumername=consumer
+        )
+        handled = 0
+        for entry in entries:
+            # min_idle_time makes the claim conditional: a second reclaimer racing us
+            # finds the idle time reset by our claim and gets nothing.
+            claimed = await self.redis.xclaim(
+                queue,
+                protocol.GROUP,
+                self.worker_id,
+                min_idle_time=500,
+                message_ids=[entry["message_id"]],
+            )
+            for entry_id, fields in claimed:
+                if fields is None:  # deleted meanwhile
+                    await self._ack(entry_id)
+                    continue
+                handled += 1
+                self.jobs_reclaimed += 1
+                await self._recover(entry_id, fields, consumer)
+        return handled
+
+    async def _recover(self, entry_id: str, fields: dict[str, Any], dead: str) -> None:
+        try:
+            job = protocol.Job.from_fields(fields)
+        except (ValueError, TypeError):
+            await self._ack(entry_id)
+            return
+        if await self.redis.exists(protocol.final_key(job.job_id)):
+            await self._ack(entry_id)  # it ended; only the ack was lost
+            return
+        head = await self.redis.xrange(protocol.gen_key(job.job_id), count=8)
+        emitted = any(f.get("e") == protocol.EVENT_TOKEN for _id, f in head)
+        if not emitted:
+            attempts = await self.redis.incr(protocol.attempts_key(job.job_id))
+            await self.redis.expire(
+                protocol.attempts_key(job.job_id), self.stream_ttl_s
+            )
+            if attempts <= protocol.MAX_RETRIES:
+                # A fresh queue window: the first one was spent on the dead worker.
+                now = time.time()
+                if job.deadline and job.enqueued_at:
+                    job.deadline = now + max(1.0, job.deadline - job.enqueued_at)
+                logger.warning(
+                    "job %s lost worker %s before its first token: retry %s",
+                    job.job_id,
+                    dead,
+                    attempts,
+                )
+                metrics.REQUESTS_RETRIED.labels(pool=self.pool).inc()
+                await self._requeue(entry_id, job.to_fields())
+                return
+        logger.warning("job %s lost worker %s mid-answer", job.job_id, dead)
+        await self._terminal(
+            job.job_id,
+            protocol.EVENT_ERROR,
+            {
+                "code": protocol.ERROR_WORKER_LOST,
+                "message": "The model worker stopped while answering. "
+                "The answer is incomplete; please try again.",
+                "usage": None,
+            },
+        )
+        await self._ack(entry_id)
