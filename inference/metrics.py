@@ -21,6 +21,9 @@ empties the folder at start. Names follow vLLM's where vLLM has one, with its
 - ``inference:requests_aborted_total``: generations stopped by a cancel (user stop,
   no client left, shutdown); ``inference:request_errors_total{code}``: ``error`` ends;
   ``inference:requests_retried_total``: jobs re-queued by crash recovery.
+- Embedding pools record the queue time, e2e latency, prompt tokens, running requests
+  and ``request_success{finished_reason="embedding"}`` above, plus
+  ``inference:embedding_batch_texts``: texts per forward pass (dynamic batching).
 """
 
 from __future__ import annotations
@@ -164,6 +167,12 @@ REQUEST_ERRORS = Counter(
     "inference:request_errors",
     "Generations that ended with an error event, by error code.",
     (*LABELS, "code"),
+)
+EMBEDDING_BATCH_TEXTS = Histogram(
+    "inference:embedding_batch_texts",
+    "Texts embedded together in one forward pass of an embedding worker.",
+    LABELS,
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
 )
 REQUESTS_RETRIED = Counter(
     "inference:requests_retried",

@@ -32,12 +32,22 @@ Events on ``inf:gen:{job_id}`` (payload schemas in :data:`EVENT_SCHEMAS`)
 - ``done``  ``{"finish_reason": "stop"|"length"|"cancelled"|"content_filter",
   "usage": Usage, "ttft_ms": int|None, "latency_ms": int}``: terminal.
 - ``error`` ``{"code": str, "message": str, "usage": Usage|None}``: terminal.
+
+Embedding jobs (``kind="embed"``, on the queue of an embedding pool) carry their texts in
+``input`` and end with one terminal event instead of tokens:
+- ``embedding`` ``{"model": str, "worker": str, "dim": int, "count": int,
+  "vectors": str, "usage": Usage, "queue_ms": int, "latency_ms": int}``: ``vectors`` is
+  the base64 of ``count`` x ``dim`` little-endian float32 values, row-major, one row per
+  input text in order (:func:`vectors_encode` / :func:`vectors_decode`); ``usage``
+  counts the input tokens as ``prompt_tokens``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import struct
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -48,7 +58,13 @@ EVENT_META = "meta"
 EVENT_TOKEN = "token"
 EVENT_DONE = "done"
 EVENT_ERROR = "error"
-TERMINAL_EVENTS = frozenset({EVENT_DONE, EVENT_ERROR})
+EVENT_EMBEDDING = "embedding"
+TERMINAL_EVENTS = frozenset({EVENT_DONE, EVENT_ERROR, EVENT_EMBEDDING})
+
+# Job kinds: a chat generation (token stream) or an embedding request (one vector event).
+KIND_GENERATE = "generate"
+KIND_EMBED = "embed"
+JOB_KINDS = frozenset({KIND_GENERATE, KIND_EMBED})
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
@@ -163,12 +179,14 @@ class Usage:
 
 @dataclass
 class Job:
-    """One generation request as it travels on ``inf:q:{pool}``.
+    """One request as it travels on ``inf:q:{pool}``: a generation or an embedding.
 
     ``messages`` are OpenAI chat messages (``{"role", "content"}``); ``params`` holds
     sampling parameters (``max_tokens`` in tokens, ``temperature``, ``top_p``, ``stop``)
     and engine-specific options (``script`` for the scripted engine). ``enqueued_at``
     and ``deadline`` are epoch seconds: a job still queued at its deadline is dropped.
+    ``kind`` is :data:`KIND_GENERATE` or :data:`KIND_EMBED`; an embedding job has no
+    messages and carries the texts to embed in ``input``.
     """
 
     job_id: str
@@ -178,6 +196,8 @@ class Job:
     priority: int = 0
     enqueued_at: float = 0.0
     deadline: float = 0.0
+    kind: str = KIND_GENERATE
+    input: list[str] = field(default_factory=list)
 
     def to_fields(self) -> dict[str, str]:
         """Serialise to the fields of a queue stream entry."""
@@ -192,6 +212,11 @@ class Job:
         data = json.loads(raw)
         if not isinstance(data.get("messages"), list) or not data.get("job_id"):
             raise ValueError("queue entry is not a job")
+        if data.get("kind", KIND_GENERATE) not in JOB_KINDS:
+            raise ValueError(f"unknown job kind {data.get('kind')!r}")
+        inputs = data.get("input", [])
+        if not isinstance(inputs, list) or not all(isinstance(t, str) for t in inputs):
+            raise ValueError("a job's input must be a list of strings")
         return cls(**data)
 
     @property
@@ -242,7 +267,41 @@ EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
         "message": str,
         "usage": lambda v: v is None or _is_usage(v),
     },
+    EVENT_EMBEDDING: {
+        "model": str,
+        "worker": str,
+        "dim": int,
+        "count": int,
+        "vectors": str,
+        "usage": _is_usage,
+        "queue_ms": int,
+        "latency_ms": int,
+    },
 }
+
+
+def vectors_encode(rows: Any) -> str:
+    """Encode vectors (a sequence of equal-length float sequences, or a 2-d float32
+    numpy array) as base64 of little-endian float32 values, row-major."""
+    tobytes = getattr(rows, "astype", None)
+    if tobytes is not None:  # numpy: one copy, no per-value work
+        return base64.b64encode(rows.astype("<f4", copy=False).tobytes()).decode()
+    flat = [float(v) for row in rows for v in row]
+    return base64.b64encode(struct.pack(f"<{len(flat)}f", *flat)).decode()
+
+
+def vectors_decode(data: str, *, count: int, dim: int) -> list[list[float]]:
+    """Decode :func:`vectors_encode`'s output into ``count`` lists of ``dim`` floats.
+
+    Raises ``ValueError`` when the payload does not hold exactly count x dim values.
+    """
+    raw = base64.b64decode(data)
+    if len(raw) != 4 * count * dim:
+        raise ValueError(
+            f"embedding payload holds {len(raw) // 4} values, expected {count}x{dim}"
+        )
+    flat = struct.unpack(f"<{count * dim}f", raw)
+    return [list(flat[i * dim : (i + 1) * dim]) for i in range(count)]
 
 
 def schema_validate(what: str, schema: dict[str, Any], payload: Any) -> None:

@@ -20,7 +20,8 @@ from inference.connections import redis_sync
 
 @dataclass
 class WorkerStatus:
-    """One live worker: its id, engine and model, and its job slots."""
+    """One live worker: its id, kind (``chat`` or ``embedding``), engine and model, its
+    job slots, and for an embedding worker the vectors' dimension."""
 
     worker_id: str
     engine: str
@@ -28,6 +29,8 @@ class WorkerStatus:
     slots: int
     busy: int
     heartbeat_age_s: float
+    kind: str = "chat"
+    dim: int | None = None
 
 
 @dataclass
@@ -36,11 +39,13 @@ class PoolStatus:
 
     ``waiting``: jobs queued and not yet taken; ``running``: taken and not acknowledged
     (the consumer group's pending entries, including those of dead workers awaiting
-    recovery); ``oldest_waiting_s``: age of the oldest waiting job in seconds (None when
+    recovery); ``kind`` is what the live workers serve (``chat``/``embedding``, "" with
+    none live); ``oldest_waiting_s``: age of the oldest waiting job in seconds (None when
     none waits); slot counts are summed over live workers.
     """
 
     pool: str
+    kind: str = ""
     workers: list[WorkerStatus] = field(default_factory=list)
     slots: int = 0
     busy: int = 0
@@ -104,7 +109,10 @@ def pool_status(*, pool: str, worker_ttl_s: float = WORKER_TTL_S) -> PoolStatus:
             slots=int(info.get("slots", 0)),
             busy=int(info.get("busy", 0)),
             heartbeat_age_s=round(max(0.0, local_now - beat), 3),
+            kind=info.get("kind", "chat"),
+            dim=int(info["dim"]) if info.get("dim") else None,
         )
+        status.kind = status.kind or worker.kind
         status.workers.append(worker)
         status.slots += worker.slots
         status.busy += worker.busy

@@ -89,6 +89,19 @@ class Worker(CrashRecovery):
         self.jobs_reclaimed = 0
         self.reclaim_scans = 0  # completed crash-recovery scans
 
+    kind = "chat"
+
+    def _busy(self) -> int:
+        """Job slots in use (published in the heartbeat)."""
+        return len(self._running)
+
+    async def _engine_ready(self) -> None:  # noqa: B027 - optional hook
+        """Check the started engine before serving (raise to refuse to start)."""
+
+    def _heartbeat_fields(self) -> dict[str, Any]:
+        """What this kind of worker adds to its heartbeat hash (none for chat)."""
+        return {}
+
     @property
     def redis(self) -> aioredis.Redis:
         assert self._redis is not None, "worker not started"
@@ -112,6 +125,7 @@ class Worker(CrashRecovery):
         self._redis = redis_async_new(self.redis_url)
         await self._ensure_group()
         await self.engine.start()
+        await self._engine_ready()
         # Beat once before the first read, so no other worker ever sees our entries
         # owned by a consumer without a heartbeat.
         await self._heartbeat()
@@ -373,13 +387,15 @@ class Worker(CrashRecovery):
                 protocol.worker_key(self.worker_id),
                 mapping={
                     "slots": self.concurrency,
-                    "busy": len(self._running),
+                    "busy": self._busy(),
                     "pool": self.pool,
+                    "kind": self.kind,
                     "engine": self.engine.name,
                     "model": self.engine.model,
                     "heartbeat": f"{now:.3f}",
                     "stopping": int(self._stopping.is_set()),
                     "reclaim_scans": self.reclaim_scans,
+                    **self._heartbeat_fields(),
                 },
             )
             pipe.expire(

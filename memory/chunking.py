@@ -40,7 +40,7 @@ def _untruncated_tokenizer() -> Any:
     from inference.embeddings import embedding_tokenizer
 
     # A copy: the model's own tokenizer truncates to 256 tokens and must stay so.
-    tokenizer = Tokenizer.from_str(embedding_tokenizer().backend_tokenizer.to_str())
+    tokenizer = Tokenizer.from_str(embedding_tokenizer().to_str())
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer

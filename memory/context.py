@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from inference.embeddings import embed_text
+from inference.embeddings import TextVector
 from inference.tokens import prompt_counter
 from memory import selectors
 from memory.models import MemoryFact
@@ -68,6 +68,9 @@ class BuiltContext:
     history_kept: int = 0  # messages of history kept verbatim (new message included)
     history_dropped: int = 0
     overflow: bool = False  # the new message alone exceeds the window (not trimmed)
+    # facts and passages were wanted but no vector could be had (no embedding worker):
+    # the turn answers without them and says so
+    memory_unavailable: bool = False
 
 
 def _text_cost(count: Counter, text: str) -> int:
@@ -227,12 +230,16 @@ def turn_context(
     max_tokens: int,
     summary: str = "",
     summary_covers: int = 0,
+    query: TextVector | None = None,
 ) -> BuiltContext:
     """Build a turn's context for ``user_id`` with their facts and document passages.
 
     Facts (if the user's memory is on) and passages are searched by similarity to the
     new message, in this user's rows only (top MEMORY_FACTS_K / MEMORY_RETRIEVAL_K
-    within the MEMORY_*_MAX_DISTANCE cosine distances). Counts use the
+    within the MEMORY_*_MAX_DISTANCE cosine distances). ``query`` is the new message's
+    shared embedding (the turn embeds it once for everyone); without one it is made
+    here. When no vector can be had (no embedding worker) the context is built without
+    facts and passages and ``memory_unavailable`` is set. Counts use the
     MEMORY_TOKENIZER_ENGINE tokenizer against MEMORY_CONTEXT_TOKENS. See
     :func:`context_build` for the rules and errors.
     """
@@ -243,8 +250,10 @@ def turn_context(
         and MemoryFact.objects.filter(user_id=user_id).exists()
     )
     want_docs = selectors.user_has_documents(user=user_id)
+    vector = None
     if want_facts or want_docs:
-        vector = embed_text(history[-1]["content"])
+        vector = (query or TextVector(history[-1]["content"])).get()
+    if vector is not None:
         if want_facts:
             facts = [
                 f.text
@@ -266,7 +275,7 @@ def turn_context(
                     ef_search=settings.MEMORY_HNSW_EF_SEARCH,
                 )
             ]
-    return context_build(
+    built = context_build(
         system_prompt=system_prompt,
         history=history,
         max_tokens=max_tokens,
@@ -282,3 +291,5 @@ def turn_context(
             summary=settings.MEMORY_BUDGET_SUMMARY_TOKENS,
         ),
     )
+    built.memory_unavailable = (want_facts or want_docs) and vector is None
+    return built

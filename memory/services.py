@@ -5,6 +5,11 @@ commit, queues :func:`memory.tasks.ingest_document`; ingesting chunks the text (
 sized, overlapping, no character dropped), embeds the chunks and stores them with the
 status ``ready`` in one transaction, so a failure leaves no chunk behind (status
 ``failed`` with the reason). Ingesting again is idempotent (chunks are replaced).
+
+Vectors come from the inference tier's embedding pool (:mod:`inference.embeddings`),
+in batches of EMBEDDING_INGEST_BATCH chunks. When it is unavailable the document goes
+back to ``pending`` with the reason and the Celery task retries later; a fact cannot be
+stored without its vector, so adding one raises ServiceUnavailable (503).
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from chatsite.errors import InvalidInput, NotFound
-from inference.embeddings import embed_text, embed_texts
+from chatsite.errors import InvalidInput, NotFound, ServiceUnavailable
+from inference.embeddings import EmbeddingUnavailable, embed_text, embed_texts
 from memory import selectors
 from memory.chunking import text_chunk
 from memory.extract import text_extract
@@ -71,7 +76,8 @@ def document_ingest(*, document_id: int, progress: Progress | None = None) -> Do
     Idempotent: existing chunks are replaced. Sizes come from MEMORY_CHUNK_TOKENS and
     MEMORY_CHUNK_OVERLAP_TOKENS (tokens of the embedding model). ``progress`` is called
     with (chunks embedded, total chunks) after each batch. Raises NotFound if the document
-    is gone (deleted meanwhile).
+    is gone (deleted meanwhile), EmbeddingUnavailable when no vector can be had (the
+    document is left ``pending`` with the reason, to be retried).
     """
     updated = Document.objects.filter(id=document_id).update(
         status=Document.Status.PROCESSING, error=""
@@ -85,10 +91,16 @@ def document_ingest(*, document_id: int, progress: Progress | None = None) -> Do
             max_tokens=settings.MEMORY_CHUNK_TOKENS,
             overlap_tokens=settings.MEMORY_CHUNK_OVERLAP_TOKENS,
         )
-        batch = 64
+        batch = settings.EMBEDDING_INGEST_BATCH
         vectors: list[Any] = []
         for i in range(0, len(pieces), batch):
-            vectors.extend(embed_texts([p.text for p in pieces[i : i + batch]]))
+            vectors.extend(
+                embed_texts(
+                    [p.text for p in pieces[i : i + batch]],
+                    timeout_s=settings.EMBEDDING_INGEST_TIMEOUT_S,
+                    user_ref=str(document.user_id),
+                ).vectors
+            )
             if progress:
                 progress(min(i + batch, len(pieces)), len(pieces))
         with transaction.atomic():
@@ -114,6 +126,12 @@ def document_ingest(*, document_id: int, progress: Progress | None = None) -> Do
                 status=Document.Status.READY, chunk_count=len(pieces), error=""
             )
     except NotFound:
+        raise
+    except EmbeddingUnavailable as exc:
+        Document.objects.filter(id=document_id).update(
+            status=Document.Status.PENDING,
+            error=f"Waiting for the embedding service ({exc}); it will be retried.",
+        )
         raise
     except Exception as exc:  # noqa: BLE001 - recorded on the document for the user
         logger.exception("ingest of document %s failed", document_id)
@@ -159,6 +177,20 @@ def _fact_clean(text: Any) -> str:
     return text
 
 
+def _fact_vector(text: str) -> list[float]:
+    """Embed a fact's text; raise ServiceUnavailable (503) when no vector can be had."""
+    try:
+        return embed_text(text)
+    except EmbeddingUnavailable as exc:
+        raise ServiceUnavailable(
+            "Memory cannot be saved right now: the embedding service is unavailable. "
+            "Please try again in a minute.",
+            code=exc.code,
+            retryable=True,
+            retry_after_s=30,
+        ) from exc
+
+
 def fact_add(
     *, user: AbstractBaseUser | int, text: Any, source_message_id: Any = None
 ) -> MemoryFact | None:
@@ -166,13 +198,13 @@ def fact_add(
 
     A fact within MEMORY_FACT_DUPLICATE_DISTANCE (cosine) of an existing one of the same
     user is merged into it (the newer wording wins). Raises InvalidInput (empty, over
-    500 characters).
+    500 characters), ServiceUnavailable (no embedding worker).
     """
     user_id = getattr(user, "pk", user)
     text = _fact_clean(text)
     if not selectors.memory_enabled(user=user_id):
         return None
-    vector = embed_text(text)
+    vector = _fact_vector(text)
     near = selectors.facts_search(
         user=user_id,
         vector=vector,
@@ -193,10 +225,11 @@ def fact_add(
 
 
 def fact_update(*, user: AbstractBaseUser, fact_id: Any, text: Any) -> MemoryFact:
-    """Edit one of the user's facts (re-embedded). Raises NotFound, InvalidInput."""
+    """Edit one of the user's facts (re-embedded). Raises NotFound, InvalidInput,
+    ServiceUnavailable (no embedding worker; the fact is left as it was)."""
     fact = selectors.fact_get(user=user, fact_id=fact_id)
     fact.text = _fact_clean(text)
-    fact.embedding = embed_text(fact.text)
+    fact.embedding = _fact_vector(fact.text)
     fact.save(update_fields=["text", "embedding"])
     return fact
 

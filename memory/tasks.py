@@ -5,17 +5,37 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from chatsite.errors import InvalidInput, NotFound
+from chatsite.errors import InvalidInput, NotFound, ServiceUnavailable
+from inference.embeddings import EmbeddingUnavailable
 from memory import services
+from memory.models import Document
+
+# Ingestion waits for the embedding pool: retried with backoff (10 s doubling, capped
+# at 5 min) this many times (about an hour in all) before the document is failed.
+INGEST_RETRIES = 15
 
 
-@shared_task(name="memory.tasks.ingest_document")
-def ingest_document(document_id: int) -> str:
-    """Chunk, embed and store an uploaded document; return its final status."""
+@shared_task(name="memory.tasks.ingest_document", bind=True, max_retries=INGEST_RETRIES)
+def ingest_document(self: Any, document_id: int) -> str:
+    """Chunk, embed and store an uploaded document; return its final status.
+
+    Without an embedding worker the document stays ``pending`` and the task is retried
+    later; after INGEST_RETRIES tries it is ``failed`` with the reason.
+    """
     try:
         return services.document_ingest(document_id=document_id).status
     except NotFound:
         return "deleted"
+    except EmbeddingUnavailable as exc:
+        if self.request.retries >= INGEST_RETRIES or self.request.is_eager:
+            Document.objects.filter(id=document_id).update(
+                status=Document.Status.FAILED,
+                error=f"Processing failed: {exc}"[:1000],
+            )
+            return Document.Status.FAILED
+        raise self.retry(
+            exc=exc, countdown=min(300, 10 * 2**self.request.retries)
+        ) from exc
 
 
 @shared_task(name="memory.tasks.remember_fact")
@@ -27,6 +47,8 @@ def remember_fact(user_id: int, text: str, source_message_id: Any = None) -> boo
         )
     except InvalidInput:
         return False
+    except ServiceUnavailable as exc:  # no embedding worker: try again in a while
+        raise remember_fact.retry(exc=exc, countdown=60, max_retries=10) from exc
     return fact is not None
 
 

@@ -68,6 +68,19 @@
     if (footer) footer.prepend(label);
   }
 
+  // The answer was written without the user's memory and documents (no embedding worker).
+  function markMemoryUnavailable(article, unavailable) {
+    if (!unavailable || article.querySelector(".msg-note")) return;
+    const note = document.createElement("span");
+    note.className = "msg-note";
+    note.dataset.note = "memory-unavailable";
+    note.title = "No embedding worker could read your question, so your saved " +
+      "memories and documents were not searched for this answer.";
+    note.textContent = "answered without memory and documents";
+    const footer = article.querySelector(".msg-footer");
+    if (footer) footer.prepend(note);
+  }
+
   function finish(article, data, failed) {
     const body = article.querySelector(".msg-body");
     if (data.html !== undefined) body.innerHTML = data.html; // sanitised on the server
@@ -75,6 +88,7 @@
     article.classList.remove("status-streaming");
     article.classList.add("status-" + article.dataset.status);
     markCached(article, data.cache);
+    markMemoryUnavailable(article, data.memory_unavailable);
     if (data.citations && data.citations.length && !article.querySelector(".citations")) {
       const list = document.createElement("ol");
       list.className = "citations";

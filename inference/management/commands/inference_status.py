@@ -28,16 +28,17 @@ class Command(BaseCommand):
         if not statuses:
             self.stdout.write("no pools (no queue and no worker heartbeat in Redis)")
             return
-        header = f"{'pool':<16} {'workers':>7} {'busy':>5} {'free':>5} {'waiting':>8} {'running':>8} {'oldest_s':>9}"
+        header = f"{'pool':<16} {'kind':<9} {'workers':>7} {'busy':>5} {'free':>5} {'waiting':>8} {'running':>8} {'oldest_s':>9}"
         self.stdout.write(header)
         for s in statuses:
             oldest = "-" if s.oldest_waiting_s is None else f"{s.oldest_waiting_s:.1f}"
             self.stdout.write(
-                f"{s.pool:<16} {s.live_workers:>7} {s.busy:>5} {s.free:>5} "
+                f"{s.pool:<16} {s.kind or '-':<9} {s.live_workers:>7} {s.busy:>5} {s.free:>5} "
                 f"{s.waiting:>8} {s.running:>8} {oldest:>9}"
             )
             for w in s.workers:
+                dim = f" {w.dim}-d" if w.dim else ""
                 self.stdout.write(
-                    f"  {w.worker_id}: {w.engine}/{w.model} {w.busy}/{w.slots} busy, "
-                    f"heartbeat {w.heartbeat_age_s:.1f}s ago"
+                    f"  {w.worker_id}: {w.engine}/{w.model}{dim} {w.busy}/{w.slots} "
+                    f"busy, heartbeat {w.heartbeat_age_s:.1f}s ago"
                 )

@@ -1,5 +1,9 @@
 """`manage.py run_inference_worker --pool NAME --engine llamacpp|vllm|openai|scripted
-[--concurrency N] [--model M] [--base-url URL]`.
+[--concurrency N] [--model M] [--base-url URL]`, or an embedding pool:
+`--pool embed --engine sentence-transformers` (the bundled all-MiniLM-L6-v2) or
+`--kind embedding --engine openai --base-url URL --model M --dim N` (a remote
+``/v1/embeddings``). An embedding model whose dimension differs from the stored vectors'
+(EMBEDDING_DIM) is refused at start.
 
 SIGTERM / SIGINT: drain (take no new job, finish the running ones, exit 0). A second
 signal aborts the running jobs (they end ``cancelled``) so the worker exits at once.
@@ -17,8 +21,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from inference import metrics
+from inference.embed_worker import EmbeddingDimensionError, EmbedWorker
+from inference.embeddings import EMBEDDING_DIM
 from inference.engines import engine_create
+from inference.engines.embedding import embedding_engine_create
 from inference.worker import Worker
+
+EMBEDDING_ENGINES = ("sentence-transformers",)
 
 
 class Command(BaseCommand):
@@ -31,7 +40,32 @@ class Command(BaseCommand):
         parser.add_argument(
             "--engine",
             default="llamacpp",
-            choices=["llamacpp", "vllm", "openai", "scripted"],
+            choices=["llamacpp", "vllm", "openai", "scripted", *EMBEDDING_ENGINES],
+        )
+        parser.add_argument(
+            "--kind",
+            choices=["chat", "embedding"],
+            default=None,
+            help="what the pool serves (default: embedding for sentence-transformers, "
+            "else chat)",
+        )
+        parser.add_argument(
+            "--dim",
+            type=int,
+            default=None,
+            help="embedding openai: the vectors' dimension (must equal EMBEDDING_DIM)",
+        )
+        parser.add_argument(
+            "--gather-ms",
+            type=float,
+            default=None,
+            help="embedding: batching window, ms (default EMBEDDING_GATHER_MS)",
+        )
+        parser.add_argument(
+            "--max-batch",
+            type=int,
+            default=None,
+            help="embedding: most texts per batch (default EMBEDDING_MAX_BATCH)",
         )
         parser.add_argument(
             "--concurrency",
@@ -83,7 +117,59 @@ class Command(BaseCommand):
             "--kv-cache-gib", type=float, default=1.0, help="vllm: KV cache, GiB"
         )
 
+    def _embedding_worker(self, opts: dict[str, Any]) -> EmbedWorker:
+        max_batch = opts["max_batch"] or settings.EMBEDDING_MAX_BATCH
+        if opts["engine"] == "sentence-transformers":
+            engine_opts: dict[str, Any] = {
+                "max_batch": max_batch,
+                "threads": opts["threads"],
+            }
+            if opts["model"]:
+                engine_opts["model_path"] = opts["model"]
+        elif opts["engine"] == "openai":
+            if not opts["base_url"] or not opts["model"] or not opts["dim"]:
+                raise CommandError(
+                    "--kind embedding --engine openai needs --base-url, --model, --dim"
+                )
+            engine_opts = {
+                "base_url": opts["base_url"],
+                "model": opts["model"],
+                "dim": opts["dim"],
+                "api_key": opts["api_key"] or os.environ.get("OPENAI_API_KEY"),
+                "max_batch": max_batch,
+            }
+        else:
+            raise CommandError(
+                f"--engine {opts['engine']} serves chat; an embedding pool takes "
+                "sentence-transformers or openai"
+            )
+        try:
+            engine = embedding_engine_create(opts["engine"], **engine_opts)
+        except (ValueError, FileNotFoundError) as exc:
+            raise CommandError(str(exc)) from exc
+        return EmbedWorker(
+            pool=opts["pool"] or settings.EMBEDDING_POOL,
+            engine=engine,
+            redis_url=settings.REDIS_URL,
+            gather_ms=settings.EMBEDDING_GATHER_MS
+            if opts["gather_ms"] is None
+            else opts["gather_ms"],
+            max_batch=max_batch,
+            expected_dim=EMBEDDING_DIM,
+            heartbeat_s=settings.INFERENCE_HEARTBEAT_S,
+            worker_ttl_s=settings.INFERENCE_WORKER_TTL_S,
+            reclaim_s=settings.INFERENCE_RECLAIM_S,
+        )
+
     def handle(self, *args: Any, **opts: Any) -> None:
+        kind = opts["kind"] or (
+            "embedding" if opts["engine"] in EMBEDDING_ENGINES else "chat"
+        )
+        if kind == "embedding":
+            self._serve(self._embedding_worker(opts))
+            return
+        if opts["engine"] in EMBEDDING_ENGINES:
+            raise CommandError(f"--engine {opts['engine']} serves embeddings only")
         pool = opts["pool"] or settings.INFERENCE_DEFAULT_POOL
         if opts["engine"] == "llamacpp":
             slots = opts["concurrency"] or 1
@@ -129,8 +215,12 @@ class Command(BaseCommand):
             worker_ttl_s=settings.INFERENCE_WORKER_TTL_S,
             reclaim_s=settings.INFERENCE_RECLAIM_S,
         )
+        self._serve(worker)
+
+    def _serve(self, worker: Worker) -> None:
         self.stdout.write(
-            f"inference worker {worker.worker_id}: pool={pool} engine={engine.name}"
+            f"inference worker {worker.worker_id}: pool={worker.pool} "
+            f"kind={worker.kind} engine={worker.engine.name}"
         )
 
         signals = 0
@@ -148,6 +238,8 @@ class Command(BaseCommand):
 
         try:
             asyncio.run(main())
+        except EmbeddingDimensionError as exc:
+            raise CommandError(str(exc)) from exc
         finally:
             metrics.process_exited()
         self.stdout.write(

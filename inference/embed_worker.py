@@ -1,0 +1,259 @@
+"""The embedding worker: serves an embedding pool, batching the requests that wait.
+
+Same queue protocol, heartbeats, crash recovery and graceful stop as the generation
+:class:`~inference.worker.Worker` (it is one), but a job is ``kind="embed"`` and ends
+with one ``embedding`` event instead of a token stream.
+
+Dynamic batching: the worker blocks for the first job, then keeps reading for at most
+``gather_ms`` milliseconds (or until ``max_batch`` texts are in hand), and runs all of
+them through the engine in one forward pass. While a batch runs, newly arriving jobs
+queue in Redis and form the next batch, so under load batches fill without any waiting,
+and a lone request pays at most ``gather_ms``. Jobs whose caller gave up (deadline
+passed, or their result key already set) are dropped before the batch runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from inference import metrics, protocol
+from inference.engines.base import EngineError
+from inference.engines.embedding import Embedded, EmbeddingEngine
+from inference.worker import Worker
+
+logger = logging.getLogger("inference.worker")
+
+
+class EmbeddingDimensionError(ValueError):
+    """An embedding model's vectors do not have the dimension of the stored ones."""
+
+
+class EmbedWorker(Worker):
+    """Serve one embedding pool with one :class:`EmbeddingEngine`.
+
+    ``gather_ms`` is the batching window in milliseconds (0: take only what is already
+    queued); ``max_batch`` the most texts per batch (default: the engine's);
+    ``expected_dim`` the dimension of the stored vectors: a model of another dimension
+    makes :meth:`run` raise :class:`EmbeddingDimensionError` before serving anything.
+    Other options are those of :class:`~inference.worker.Worker`.
+    """
+
+    kind = "embedding"
+
+    def __init__(
+        self,
+        *,
+        pool: str,
+        engine: EmbeddingEngine,
+        redis_url: str,
+        gather_ms: float = 2.0,
+        max_batch: int | None = None,
+        expected_dim: int | None = None,
+        stream_ttl_s: int = 120,
+        **options: Any,
+    ) -> None:
+        options.pop("concurrency", None)
+        super().__init__(
+            pool=pool,
+            engine=engine,  # type: ignore[arg-type]
+            redis_url=redis_url,
+            concurrency=1,
+            stream_ttl_s=stream_ttl_s,
+            **options,
+        )
+        self.embedder = engine
+        self.gather_ms = max(0.0, gather_ms)
+        self.max_batch = max(1, max_batch or engine.max_batch)
+        self.expected_dim = expected_dim
+        self._batch_jobs = 0
+        self.batches = 0  # batches run (tests and benchmarks read it)
+
+    async def _engine_ready(self) -> None:
+        dim = self.embedder.dim
+        if self.expected_dim is not None and dim != self.expected_dim:
+            raise EmbeddingDimensionError(
+                f"pool {self.pool!r}: model {self.embedder.model!r} makes {dim}-d "
+                f"vectors, but the stored vectors are {self.expected_dim}-d. Serve a "
+                f"{self.expected_dim}-d model on this pool, or migrate the vector "
+                "columns and re-embed the stored facts, chunks and cache entries."
+            )
+
+    def _busy(self) -> int:
+        return self._batch_jobs
+
+    def _heartbeat_fields(self) -> dict[str, Any]:
+        return {"dim": self.embedder.dim, "max_batch": self.max_batch}
+
+    async def _read(self, *, count: int, block_ms: int | None) -> list[Any]:
+        """Read up to ``count`` new entries (waiting up to ``block_ms``; None: no wait).
+
+        A queue whose consumer group vanished (Redis restarted without persistence) gets
+        it back instead of ending the worker.
+        """
+        try:
+            result = await self.redis.xreadgroup(
+                protocol.GROUP,
+                self.worker_id,
+                {protocol.queue_key(self.pool): ">"},
+                count=count,
+                block=block_ms,
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await self._ensure_group()
+            return []
+        return [entry for _key, entries in result or [] for entry in entries]
+
+    async def _take_loop(self) -> None:
+        while not self._stopping.is_set():
+            entries = await self._read(count=self.max_batch, block_ms=self.block_ms)
+            if not entries:
+                continue
+            jobs = self._parse(entries)
+            texts = sum(len(job.input) for _eid, job in jobs)
+            gather_until = time.monotonic() + self.gather_ms / 1000
+            while texts < self.max_batch and not self._stopping.is_set():
+                left_ms = int((gather_until - time.monotonic()) * 1000)
+                # block=None is a non-blocking read (Redis: BLOCK 0 would wait forever)
+                more = await self._read(
+                    count=max(1, self.max_batch - len(jobs)),
+                    block_ms=left_ms if left_ms >= 1 else None,
+                )
+                if not more and left_ms < 1:
+                    break
+                for entry in self._parse(more):
+                    jobs.append(entry)
+                    texts += len(entry[1].input)
+            if self._stopping.is_set():
+                for entry_id, job in jobs:
+                    await self._requeue(entry_id, job.to_fields())
+                return
+            await self._run_batch(jobs)
+
+    def _parse(self, entries: list[Any]) -> list[tuple[str, protocol.Job]]:
+        jobs = []
+        for entry_id, fields in entries:
+            try:
+                jobs.append((entry_id, protocol.Job.from_fields(fields)))
+            except (ValueError, TypeError) as exc:
+                logger.error("dropping malformed queue entry %s: %s", entry_id, exc)
+                asyncio.create_task(self._ack(entry_id))
+        return jobs
+
+    async def _fail(self, job: protocol.Job, code: str, message: str) -> None:
+        await self._terminal(
+            job.job_id,
+            protocol.EVENT_ERROR,
+            {"code": code, "message": message, "usage": None},
+        )
+
+    async def _run_batch(self, jobs: list[tuple[str, protocol.Job]]) -> None:
+        started = time.time()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for _eid, job in jobs:
+                pipe.exists(protocol.final_key(job.job_id))
+            ended = await pipe.execute()
+        live: list[tuple[str, protocol.Job]] = []
+        for (entry_id, job), gone in zip(jobs, ended, strict=True):
+            if gone:  # the caller gave up (timeout) or another worker answered
+                await self._ack(entry_id)
+            elif job.kind != protocol.KIND_EMBED:
+                await self._fail(
+                    job,
+                    protocol.ERROR_ENGINE,
+                    f"Pool {self.pool!r} serves embeddings, not chat generations.",
+                )
+                await self._ack(entry_id)
+            elif job.deadline and started > job.deadline:
+                await self._fail(
+                    job,
+                    protocol.ERROR_QUEUE_TIMEOUT,
+                    "The embedding request waited too long in the queue.",
+                )
+                await self._ack(entry_id)
+            else:
+                live.append((entry_id, job))
+        if not live:
+            return
+        self._batch_jobs = len(live)
+        labels = self._labels
+        metrics.REQUESTS_RUNNING.labels(**labels).inc(len(live))
+        try:
+            results: list[Embedded | EngineError] = await self.embedder.embed(
+                [job.input for _eid, job in live]
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the batch's jobs end with an event
+            logger.exception("embedding batch of %s jobs failed", len(live))
+            results = [
+                exc if isinstance(exc, EngineError) else EngineError(str(exc))
+            ] * len(live)
+        finally:
+            metrics.REQUESTS_RUNNING.labels(**labels).dec(len(live))
+            self._batch_jobs = 0
+        end = time.time()
+        self.batches += 1
+        metrics.EMBEDDING_BATCH_TEXTS.labels(**labels).observe(
+            sum(len(job.input) for _eid, job in live)
+        )
+        for (entry_id, job), result in zip(live, results, strict=True):
+            try:
+                await self._answer(job, result, started=started, end=end)
+            finally:
+                await self._ack(entry_id)
+                self.jobs_done += 1
+
+    async def _answer(
+        self,
+        job: protocol.Job,
+        result: Embedded | EngineError,
+        *,
+        started: float,
+        end: float,
+    ) -> None:
+        labels = self._labels
+        origin = job.enqueued_at or started
+        if isinstance(result, EngineError):
+            await self._fail(
+                job, result.code, "The embedding model failed; please try again."
+            )
+            return
+        count = len(job.input)
+        vectors = result.vectors
+        if len(vectors) != count:
+            await self._fail(
+                job,
+                protocol.ERROR_ENGINE,
+                f"The embedding model returned {len(vectors)} vectors for {count} texts.",
+            )
+            return
+        queue_s = max(0.0, started - origin)
+        metrics.QUEUE_TIME.labels(**labels).observe(queue_s)
+        metrics.E2E_LATENCY.labels(**labels).observe(max(0.0, end - origin))
+        metrics.PROMPT_TOKENS.labels(**labels).inc(result.tokens)
+        metrics.REQUEST_SUCCESS.labels(**labels, finished_reason="embedding").inc()
+        await self._terminal(
+            job.job_id,
+            protocol.EVENT_EMBEDDING,
+            {
+                "model": self.embedder.model,
+                "worker": self.worker_id,
+                "dim": self.embedder.dim,
+                "count": count,
+                "vectors": protocol.vectors_encode(vectors) if count else "",
+                "usage": {
+                    "prompt_tokens": result.tokens,
+                    "completion_tokens": 0,
+                    "cached_tokens": 0,
+                },
+                "queue_ms": int(queue_s * 1000),
+                "latency_ms": int((end - origin) * 1000),
+            },
+        )

