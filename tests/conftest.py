@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -142,20 +145,15 @@ def start_worker() -> Iterator[Any]:
 
 @pytest.fixture
 def start_embedding_worker() -> Iterator[Any]:
-    """Factory: ``start_embedding_worker(engine=None, **options)`` -> a running
-    :class:`EmbedWorker` thread on EMBEDDING_POOL (default engine: the bundled
-    all-MiniLM-L6-v2, loaded once per test process)."""
-    from inference.engines.sbert import SentenceTransformersEngine
-
+    """Factory: ``start_embedding_worker(engine, **options)`` -> a running
+    :class:`EmbedWorker` thread on EMBEDDING_POOL with a test engine (no torch in the
+    test process: torch's OpenMP and llama.cpp's crash when both run in one process;
+    the real model runs in its own process, see ``embedding_worker``)."""
     started: list[WorkerThread] = []
 
-    def _start(engine: Any = None, **options: Any) -> WorkerThread:
+    def _start(engine: Any, **options: Any) -> WorkerThread:
         options.setdefault("pool", settings.EMBEDDING_POOL)
-        handle = WorkerThread(
-            engine or SentenceTransformersEngine(),
-            worker_class=EmbedWorker,
-            **options,
-        ).start()
+        handle = WorkerThread(engine, worker_class=EmbedWorker, **options).start()
         started.append(handle)
         return handle
 
@@ -164,10 +162,61 @@ def start_embedding_worker() -> Iterator[Any]:
         handle.stop()
 
 
+# The real embedding model's pool in tests: its own name, so a test without the
+# fixture has no embedding worker (EMBEDDING_POOL stays "embed", served by nobody).
+REAL_EMBEDDING_POOL = "embed-minilm"
+
+
+@pytest.fixture(scope="session")
+def _embedding_process(django_db_setup: Any) -> Iterator[subprocess.Popen[bytes]]:
+    """One embedding worker process (all-MiniLM-L6-v2) for the whole test session, as
+    deployed (``run_inference_worker --engine sentence-transformers``). It beats every
+    0.2 s, so after each test's Redis flush it is visible again within a moment."""
+    from tests.stack import ROOT, test_env
+
+    env = {
+        **os.environ,
+        **test_env(),
+        "HF_HUB_OFFLINE": "1",
+        "INFERENCE_HEARTBEAT_S": "0.2",
+        "INFERENCE_WORKER_TTL_S": "10",
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "manage.py",
+            "run_inference_worker",
+            "--engine",
+            "sentence-transformers",
+            "--pool",
+            REAL_EMBEDDING_POOL,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    yield proc
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 @pytest.fixture
-def embedding_worker(start_embedding_worker: Any) -> Any:
-    """A running embedding worker (all-MiniLM-L6-v2) on EMBEDDING_POOL."""
-    return start_embedding_worker()
+def embedding_worker(
+    _embedding_process: subprocess.Popen[bytes], settings: Any
+) -> subprocess.Popen[bytes]:
+    """A live embedding worker with the real model: EMBEDDING_POOL points at it."""
+    settings.EMBEDDING_POOL = REAL_EMBEDDING_POOL
+    deadline = time.time() + 60
+    while inference_client.workers_live(pool=REAL_EMBEDDING_POOL) == 0:
+        if _embedding_process.poll() is not None:
+            raise RuntimeError("the embedding worker process exited")
+        if time.time() > deadline:
+            raise RuntimeError("the embedding worker did not start within 60 s")
+        time.sleep(0.02)
+    return _embedding_process
 
 
 @pytest.fixture

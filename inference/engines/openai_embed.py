@@ -23,7 +23,8 @@ class OpenAIEmbeddingEngine(EmbeddingEngine):
     """Embed through a remote server. ``dim`` is the dimension the pool declares.
 
     ``base_url`` is the server root (a trailing ``/v1`` is accepted); ``timeout_s``
-    bounds each request in seconds.
+    bounds each request in seconds; ``transport`` replaces httpx's network transport
+    (tests stand in for the remote server with it).
     """
 
     name = "openai"
@@ -37,6 +38,7 @@ class OpenAIEmbeddingEngine(EmbeddingEngine):
         api_key: str | None = None,
         max_batch: int = 64,
         timeout_s: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         base = base_url.rstrip("/")
         self.base_url = base[: -len("/v1")] if base.endswith("/v1") else base
@@ -45,12 +47,16 @@ class OpenAIEmbeddingEngine(EmbeddingEngine):
         self.max_batch = max(1, max_batch)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = timeout_s
+        self._transport = transport
         self._client: httpx.AsyncClient | None = None
 
     async def start(self) -> None:
         """Open the HTTP connection pool."""
         self._client = httpx.AsyncClient(
-            base_url=self.base_url, headers=self._headers, timeout=self._timeout
+            base_url=self.base_url,
+            headers=self._headers,
+            timeout=self._timeout,
+            transport=self._transport,
         )
 
     async def close(self) -> None:

@@ -13,7 +13,10 @@ from inference.engines.scripted import ScriptedEngine
 from memory import services as memory_services
 from memory.models import Citation
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("embedding_worker"),
+]
 
 
 def finish_turn(turn, timeout=30):

@@ -21,7 +21,10 @@ from inference.engines.scripted import ScriptedEngine
 from tests.conftest import make_user
 from tests.sse import SseResult, asgi_sse, session_cookie
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("embedding_worker"),
+]
 
 QUESTION = "What is the capital of France?"
 

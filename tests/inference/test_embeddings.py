@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
 
+import httpx
 import pytest
 from django.conf import settings
 
@@ -24,7 +26,9 @@ from inference.embeddings import (
     embedding_model_path,
     embedding_tokenizer,
 )
+from inference.engines.base import EngineError
 from inference.engines.embedding import Embedded, EmbeddingEngine
+from inference.engines.openai_embed import OpenAIEmbeddingEngine
 from inference.selectors import pool_status
 from tests.inference.helpers import queue_drained
 
@@ -181,3 +185,71 @@ def test_status_shows_the_embedding_pool_kind_and_dimension(embedding_worker):
     status = pool_status(pool=settings.EMBEDDING_POOL)
     assert status.kind == "embedding"
     assert [w.dim for w in status.workers] == [EMBEDDING_DIM]
+
+
+def _remote(handler) -> OpenAIEmbeddingEngine:
+    return OpenAIEmbeddingEngine(
+        base_url="http://embeddings.invalid/v1",
+        model="remote-minilm",
+        dim=EMBEDDING_DIM,
+        transport=httpx.MockTransport(handler),
+    )
+
+
+def test_remote_engine_normalises_rows_and_reports_the_servers_usage(
+    start_embedding_worker,
+):
+    seen: list[dict] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append(body)
+        data = [
+            {"object": "embedding", "index": i, "embedding": [3.0, 4.0] + [0.0] * 382}
+            for i in reversed(range(len(body["input"])))  # out of order on purpose
+        ]
+        return httpx.Response(
+            200, json={"data": data, "usage": {"prompt_tokens": 7, "total_tokens": 7}}
+        )
+
+    start_embedding_worker(_remote(server))
+    result = embed_texts(["a", "b"])
+    assert seen[0]["model"] == "remote-minilm" and seen[0]["input"] == ["a", "b"]
+    assert result.vectors[0][:2] == pytest.approx([0.6, 0.8])  # unit length
+    assert result.tokens == 7 and result.model == "remote-minilm"
+
+
+def test_remote_rows_of_the_wrong_dimension_fail_the_request_clearly(
+    start_embedding_worker,
+):
+    def server(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"data": [{"index": 0, "embedding": [1.0]}]})
+
+    start_embedding_worker(_remote(server))
+    with pytest.raises(EmbeddingUnavailable) as caught:
+        embed_texts(["a"])
+    assert caught.value.code == "embedding_failed"
+
+
+def test_one_failed_remote_request_does_not_fail_the_others_in_its_batch(
+    start_embedding_worker,
+):
+    async def embed_both(engine: OpenAIEmbeddingEngine) -> list:
+        await engine.start()
+        try:
+            return await engine.embed([["good"], ["bad"]])
+        finally:
+            await engine.close()
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content)["input"] == ["bad"]:
+            return httpx.Response(500, text="model crashed")
+        return httpx.Response(
+            200, json={"data": [{"index": 0, "embedding": [1.0] + [0.0] * 383}]}
+        )
+
+    import asyncio
+
+    good, bad = asyncio.run(embed_both(_remote(server)))
+    assert isinstance(good, Embedded) and good.vectors[0][0] == 1.0
+    assert isinstance(bad, EngineError) and "500" in str(bad)

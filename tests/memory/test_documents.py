@@ -12,7 +12,7 @@ from memory import selectors, services
 from memory.models import Chunk, Document
 from tests.memory.factories import pdf_with_text, pdf_without_text
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("embedding_worker")]
 
 NOTES = (
     "Project Heron notes.\n\nThe launch window opens on 14 March. "

@@ -11,7 +11,7 @@ from memory import selectors, services
 from memory.context import turn_context
 from memory.models import MemoryFact
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("embedding_worker")]
 
 SYSTEM = "SYS"
 
