@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export WEB_HOST WEB_PORT
 
-.PHONY: venv services migrate run stop test lint browser bench bench-retrieval clean
+.PHONY: venv services migrate run stop test lint browser bench bench-retrieval bench-embeddings clean
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,9 @@ bench: migrate
 
 bench-retrieval: migrate
 	$(BIN)/python bench/retrieval.py
+
+bench-embeddings: migrate
+	$(BIN)/python bench/embeddings.py $(BENCH_ARGS)
 
 clean: stop
 	rm -rf .var
