@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export WEB_HOST WEB_PORT
 
-.PHONY: venv services migrate run stop test lint browser bench bench-retrieval clean
+.PHONY: venv services migrate run stop test lint browser bench bench-retrieval bench-embeddings clean
 
 # llama-cpp-python is compiled here. ggml's AMX kernels (chosen by -march=native on
 # Sapphire Rapids Xeons) crash with a segfault in ggml_backend_amx_mul_mat on these
@@ -80,6 +80,9 @@ bench: migrate
 
 bench-retrieval: migrate
 	$(BIN)/python bench/retrieval.py
+
+bench-embeddings: migrate
+	$(BIN)/python bench/embeddings.py $(BENCH_ARGS)
 
 clean: stop
 	rm -rf .var

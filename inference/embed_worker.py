@@ -4,9 +4,10 @@ Same queue protocol, heartbeats, crash recovery and graceful stop as the generat
 :class:`~inference.worker.Worker` (it is one), but a job is ``kind="embed"`` and ends
 with one ``embedding`` event instead of a token stream.
 
-Dynamic batching: the worker blocks for the first job, then keeps reading for at most
-``gather_ms`` milliseconds (or until ``max_batch`` texts are in hand), and runs all of
-them through the engine in one forward pass. While a batch runs, newly arriving jobs
+Dynamic batching: the worker blocks for the first job, then takes what else is queued,
+waits out the rest of the ``gather_ms`` millisecond window once and takes what came
+meanwhile (stopping early at ``max_batch`` texts), and runs all of them through the
+engine in one forward pass. While a batch runs, newly arriving jobs
 queue in Redis and form the next batch, so under load batches fill without any waiting,
 and a lone request pays at most ``gather_ms``. Jobs whose caller gave up (deadline
 passed, or their result key already set) are dropped before the batch runs.
@@ -120,14 +121,20 @@ class EmbedWorker(Worker):
             texts = sum(len(job.input) for _eid, job in jobs)
             gather_until = time.monotonic() + self.gather_ms / 1000
             while texts < self.max_batch and not self._stopping.is_set():
-                left_ms = int((gather_until - time.monotonic()) * 1000)
-                # block=None is a non-blocking read (Redis: BLOCK 0 would wait forever)
+                # Take what is queued without blocking (block=None; BLOCK 0 would wait
+                # forever). The window is waited out here, not with XREADGROUP BLOCK:
+                # Redis ends a blocked read only on its server tick (1000/hz ms, 100 ms
+                # at the default hz 10), so BLOCK 2 made a lone request wait ~100 ms
+                # (bench/embeddings.py).
                 more = await self._read(
-                    count=max(1, self.max_batch - len(jobs)),
-                    block_ms=left_ms if left_ms >= 1 else None,
+                    count=max(1, self.max_batch - len(jobs)), block_ms=None
                 )
-                if not more and left_ms < 1:
-                    break
+                if not more:
+                    left_s = gather_until - time.monotonic()
+                    if left_s <= 0:
+                        break
+                    await asyncio.sleep(left_s)
+                    continue
                 for entry in self._parse(more):
                     jobs.append(entry)
                     texts += len(entry[1].input)

@@ -1,5 +1,11 @@
-"""Start the product as deployed (daphne + an inference worker, as processes) on the test
-database and test Redis, for end-to-end tests."""
+"""Start the product as deployed (daphne + inference workers, as processes) on the test
+database and test Redis, for end-to-end tests and benchmarks.
+
+:func:`running_stack` is the usual entry point (daphne + one worker; yields the base
+URL). Its parts, :func:`web_process` and :func:`worker_processes`, start and stop the
+web process and workers separately: a test can start a worker after a request was
+queued, a benchmark can restart daphne under running workers (cold start).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import httpx
 from django.conf import settings
@@ -20,6 +29,11 @@ from django.db import connection
 from inference import client as inference_client
 
 ROOT = Path(__file__).resolve().parent.parent
+ASGI_APP = "chatsite.asgi:application"
+# How long a process may take to come up (s): the embedding worker loads torch and a
+# model, llama.cpp a GGUF file, on a busy 2-core machine.
+START_TIMEOUT_S = 120.0
+EMBEDDING_ENGINES = ("sentence-transformers",)
 
 
 def free_port() -> int:
@@ -39,17 +53,11 @@ def test_env() -> dict[str, str]:
     }
 
 
-@contextmanager
-def running_stack(
-    worker_args: list[str], env: dict[str, str] | None = None, *, for_tests: bool = True
-) -> Iterator[str]:
-    """Run daphne and ``manage.py run_inference_worker <worker_args>``; yield the base URL.
-
-    With ``for_tests`` both processes use the test database (it must be committed:
-    transactional tests) and the test Redis database; otherwise the settings of the
-    environment (dev services). ``env`` adds variables. Stopped with SIGTERM on exit.
-    """
-    full_env = {
+def stack_env(env: dict[str, str] | None = None, *, for_tests: bool = True) -> dict:
+    """The environment of the stack's processes: this one's, the test database and
+    Redis with ``for_tests`` (else the environment's own settings), offline model hubs,
+    static files served by daphne, and ``env`` on top."""
+    return {
         **os.environ,
         **(test_env() if for_tests else {}),
         "HF_HUB_OFFLINE": "1",
@@ -57,61 +65,203 @@ def running_stack(
         "DJANGO_DEBUG": "1",  # static files served by the ASGI static handler
         **(env or {}),
     }
+
+
+@dataclass
+class Process:
+    """A started process and the file that collects its stderr (read on failure)."""
+
+    popen: subprocess.Popen
+    what: str
+    stderr: IO[bytes] = field(repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def check(self) -> None:
+        """Raise RuntimeError (with the tail of its stderr) if the process has exited."""
+        if self.popen.poll() is not None:
+            raise RuntimeError(
+                f"{self.what} exited with {self.popen.returncode}:\n{self.stderr_tail()}"
+            )
+
+    def stderr_tail(self, chars: int = 3000) -> str:
+        self.stderr.flush()
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")[-chars:]
+
+
+def _start(argv: Sequence[str | Path], env: dict, what: str) -> Process:
+    stderr = tempfile.TemporaryFile()
+    popen = subprocess.Popen(
+        [str(a) for a in argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )
+    return Process(popen=popen, what=what, stderr=stderr)
+
+
+def _stop(processes: Sequence[Process]) -> None:
+    """SIGTERM all (workers drain), then wait up to 20 s each; kill what is left."""
+    for p in processes:
+        if p.popen.poll() is None:
+            p.popen.send_signal(signal.SIGTERM)
+    for p in processes:
+        try:
+            p.popen.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.popen.kill()
+            p.popen.wait()
+        p.stderr.close()
+
+
+def _worker_pool(args: Sequence[str]) -> str:
+    """The pool a ``run_inference_worker`` argument list serves (as the command picks it)."""
+    if "--pool" in args:
+        return args[list(args).index("--pool") + 1]
+    engine = args[list(args).index("--engine") + 1] if "--engine" in args else ""
+    if engine in EMBEDDING_ENGINES or (
+        "--kind" in args and args[list(args).index("--kind") + 1] == "embedding"
+    ):
+        return settings.EMBEDDING_POOL
+    return settings.INFERENCE_DEFAULT_POOL
+
+
+@dataclass
+class Web:
+    """A running daphne: ``base`` URL and its process (``process.pid`` for /proc)."""
+
+    base: str
+    process: Process
+
+
+@contextmanager
+def web_process(env: dict, *, app: str = ASGI_APP) -> Iterator[Web]:
+    """Run ``daphne <app>`` on a free port with ``env`` (see :func:`stack_env`); yield
+    it once ``/login/`` answers. Raises RuntimeError if it does not come up within
+    START_TIMEOUT_S seconds. Stopped with SIGTERM on exit."""
     port = free_port()
-    bin_dir = Path(sys.executable).parent
-    procs = [
-        subprocess.Popen(
-            [
-                bin_dir / "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "chatsite.asgi:application",
-            ],
-            cwd=ROOT,
-            env=full_env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ),
-        subprocess.Popen(
-            [sys.executable, "manage.py", "run_inference_worker", *worker_args],
-            cwd=ROOT,
-            env=full_env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ),
-    ]
+    daphne = Path(sys.executable).parent / "daphne"
+    web = _start([daphne, "-b", "127.0.0.1", "-p", str(port), app], env, "daphne")
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                httpx.get(base + "/login/", timeout=1)
-                break
-            except httpx.HTTPError:
-                if time.time() > deadline or any(p.poll() is not None for p in procs):
-                    raise RuntimeError("daphne did not start") from None
-                time.sleep(0.2)
-        # the gateway admits a request only to a pool with a live worker (issue #4)
-        pool = (
-            worker_args[worker_args.index("--pool") + 1]
-            if "--pool" in worker_args
-            else None
-        )
-        while (
-            inference_client.workers_live(pool=pool or settings.INFERENCE_DEFAULT_POOL)
-            == 0
-        ):
-            if time.time() > deadline + 60 or any(p.poll() is not None for p in procs):
-                raise RuntimeError("the inference worker did not start")
-            time.sleep(0.2)
-        yield base
+        web_wait(base, web)
+        yield Web(base=base, process=web)
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop([web])
+
+
+def web_wait(base: str, web: Process, timeout_s: float = START_TIMEOUT_S) -> None:
+    """Wait until daphne at ``base`` answers ``GET /login/``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            httpx.get(base + "/login/", timeout=1)
+            return
+        except httpx.HTTPError:
+            web.check()
+            if time.monotonic() > deadline:
+                raise RuntimeError("daphne did not start") from None
+            time.sleep(0.1)
+
+
+def _workers_start(commands: Sequence[Sequence[str]], env: dict) -> list[Process]:
+    return [
+        _start(
+            [sys.executable, "manage.py", "run_inference_worker", *args],
+            env,
+            f"run_inference_worker {' '.join(args)}",
+        )
+        for args in commands
+    ]
+
+
+@contextmanager
+def worker_processes(
+    commands: Sequence[Sequence[str]], env: dict
+) -> Iterator[list[Process]]:
+    """Run ``manage.py run_inference_worker <args>`` for each of ``commands``; yield the
+    processes once each one's pool has a live worker (the gateway admits a request only
+    to a served pool, issue #4). Stopped with SIGTERM (drain) on exit."""
+    procs = _workers_start(commands, env)
+    try:
+        workers_wait(procs, [_worker_pool(args) for args in commands])
+        yield procs
+    finally:
+        _stop(procs)
+
+
+def workers_wait(
+    procs: Sequence[Process], pools: Sequence[str], timeout_s: float = START_TIMEOUT_S
+) -> None:
+    """Wait until every pool of ``pools`` has a live worker (a heartbeat in Redis)."""
+    deadline = time.monotonic() + timeout_s
+    for proc, pool in zip(procs, pools, strict=True):
+        while inference_client.workers_live(pool=pool) == 0:
+            proc.check()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{proc.what}: no live worker on pool {pool!r}")
+            time.sleep(0.1)
+
+
+@dataclass
+class Stack:
+    """A running stack: the web process and the workers."""
+
+    web: Web
+    workers: list[Process]
+
+    @property
+    def base(self) -> str:
+        return self.web.base
+
+
+@contextmanager
+def running_processes(
+    worker_args: list[str],
+    env: dict[str, str] | None = None,
+    *,
+    for_tests: bool = True,
+    extra_workers: Sequence[Sequence[str]] = (),
+    app: str = ASGI_APP,
+) -> Iterator[Stack]:
+    """Run daphne (``app``), ``run_inference_worker <worker_args>`` and one more worker
+    per ``extra_workers`` entry (e.g. an embedding worker:
+    ``["--engine", "sentence-transformers"]``); yield the :class:`Stack`.
+
+    ``for_tests`` and ``env`` as in :func:`stack_env`. The processes start together
+    (their start-up overlaps); all are stopped with SIGTERM on exit.
+    """
+    full_env = stack_env(env, for_tests=for_tests)
+    with ExitStack() as stack:
+        # Start the workers first (they take longest to load), wait for them last.
+        commands = [list(worker_args), *map(list, extra_workers)]
+        procs = _workers_start(commands, full_env)
+        stack.callback(_stop, procs)
+        web = stack.enter_context(web_process(full_env, app=app))
+        workers_wait(procs, [_worker_pool(args) for args in commands])
+        yield Stack(web=web, workers=procs)
+
+
+@contextmanager
+def running_stack(
+    worker_args: list[str],
+    env: dict[str, str] | None = None,
+    *,
+    for_tests: bool = True,
+    extra_workers: Sequence[Sequence[str]] = (),
+) -> Iterator[str]:
+    """Run daphne and ``manage.py run_inference_worker <worker_args>`` (and
+    ``extra_workers``, see :func:`running_processes`); yield the base URL.
+
+    With ``for_tests`` the processes use the test database (it must be committed:
+    transactional tests) and the test Redis database; otherwise the settings of the
+    environment (dev services). ``env`` adds variables. Stopped with SIGTERM on exit.
+    """
+    with running_processes(
+        worker_args, env, for_tests=for_tests, extra_workers=extra_workers
+    ) as stack:
+        yield stack.base

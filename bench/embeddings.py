@@ -1,0 +1,437 @@
+"""Embeddings in the inference tier: what the web process pays for memory, and what the
+embedding worker's batching buys.
+
+    .venv/bin/python bench/embeddings.py [--turns 100] [--cold-starts 5] [--seconds 3] [--trials 3]
+
+Runs on a throwaway database (``<name>_bench_embeddings`` on the PostgreSQL server of
+DATABASE_URL, or of ``.var/services.env``: created, migrated, dropped at the end) and
+Redis database 14 of REDIS_URL's server (flushed before and after), so nothing the dev
+services hold is touched. Processes as deployed (tests/stack.py): daphne, a scripted
+chat worker (``--engine scripted --delay-ms 1``: the model is not what is measured) and
+an embedding worker (``--engine sentence-transformers``, all-MiniLM-L6-v2 on CPU).
+
+1. Turns with memory on: a user with 5 facts and a ready document sends ``--turns``
+   messages about them (each in a new conversation: POST, then the SSE stream to
+   ``done``). Prints
+   - the web process's RSS (MB = 2^20 bytes, /proc VmRSS; peak VmHWM) at start and
+     after the turns, and whether torch / sentence_transformers are in its sys.modules
+     (daphne runs tests.asgi_probe);
+   - POST latency (ms, client: request sent -> 201 received): warm = turns 2.. of one
+     daphne, p50/p99; cold = the first turn POST after a fresh daphne start (login
+     first), one per ``--cold-starts`` restart, with the embedding and chat workers
+     already running;
+   - how many answers used memory (citations stored, memory not unavailable).
+   Goals (issue "The web tier runs no model"): RSS <= 200 MB; cold p50 <= 2x warm p50.
+2. Embedding throughput (texts/s) at 1, 8 and 32 concurrent callers (asyncio tasks,
+   each one text per request, like a turn's question), ``--trials`` runs of
+   ``--seconds`` each after a short warm-up, median printed: batched (default EMBEDDING_GATHER_MS / EMBEDDING_MAX_BATCH) vs one by
+   one (``--max-batch 1``). Goal: batched >= 3x at 32.
+3. The gathering window's cost to a lone request: latency p50/p99 (ms, enqueue ->
+   vectors, client side) of 100 sequential requests with ``--gather-ms`` 0, 2 (the
+   default) and 10.
+
+The machine's other load is not controlled: on a shared 2-core box, read the figures as
+orders of magnitude and compare within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+BENCH_REDIS_DB = 14
+CHAT_POOL = "bench"
+CHAT_WORKER = ["--pool", CHAT_POOL, "--engine", "scripted", "--delay-ms", "1"]
+EMBED_WORKER = ["--engine", "sentence-transformers"]
+WEB_APP = "tests.asgi_probe:application"
+MODEL_MODULES = ("torch", "sentence_transformers")
+MB = 2**20
+
+FACTS = [
+    "I grow San Marzano tomatoes in my greenhouse.",
+    "My greenhouse is in Porto and gets afternoon sun.",
+    "I am allergic to wasp stings.",
+    "I collect rainwater in two tanks for the garden.",
+    "I prefer organic fertiliser over synthetic.",
+]
+DOCUMENT = "\n\n".join(
+    [
+        "Greenhouse care notes. Water the tomato plants every morning before 8 am "
+        "with rainwater from the north tank. In hot weeks water them twice a day and "
+        "open the roof vents from 11 am to 5 pm so the air does not pass 30 degrees.",
+        "Feeding. From the first truss onwards feed the tomatoes once a week with a "
+        "potassium-rich organic feed, diluted to half strength for seedlings. Stop "
+        "feeding two weeks before the last harvest.",
+        "Pests. Whitefly is the commonest pest under glass; hang yellow sticky traps "
+        "and release Encarsia wasps in late spring. Check the undersides of leaves "
+        "weekly and remove any leaf with blight at once.",
+        "Pruning. Pinch out side shoots of cordon tomatoes when they are 2 cm long, "
+        "and stop the main stem two leaves above the seventh truss in August.",
+    ]
+)
+QUESTIONS = [
+    "How often should I water the tomatoes in my greenhouse?",
+    "When should I open the greenhouse vents?",
+    "What should I feed my tomato plants with?",
+    "How do I deal with whitefly in the greenhouse?",
+    "Should I pinch out the side shoots of my tomatoes?",
+    "Which rainwater tank should I use for watering?",
+    "When do I stop feeding the tomatoes?",
+    "How hot may the greenhouse get?",
+    "What do I do about blight on tomato leaves?",
+    "When should I stop the main stem of a cordon tomato?",
+]
+
+
+def pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, nearest rank."""
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of process ``pid`` in MB (2^20 bytes), from /proc."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) * 1024 / MB  # kB
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def throwaway_services() -> tuple[str, str, str]:
+    """Create an empty database next to DATABASE_URL's and point this process (and the
+    ones it starts) at it and at Redis db 14; return (admin URL, db name, Redis URL)."""
+    import environ
+    import psycopg
+    import redis
+
+    env = environ.Env()
+    services = ROOT / ".var" / "services.env"
+    if services.exists():
+        env.read_env(str(services), overwrite=False)
+    admin_url = env("DATABASE_URL")
+    parts = urlsplit(admin_url)
+    name = parts.path.lstrip("/") + "_bench_embeddings"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    redis_url = env("REDIS_URL").rsplit("/", 1)[0] + f"/{BENCH_REDIS_DB}"
+    redis.Redis.from_url(redis_url).flushdb()
+    os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + name))
+    os.environ["REDIS_URL"] = redis_url
+    os.environ["CELERY_BROKER_URL"] = redis_url
+    return admin_url, name, redis_url
+
+
+def throwaway_drop(admin_url: str, name: str, redis_url: str) -> None:
+    """Drop the bench database and flush the bench Redis db."""
+    import psycopg
+    import redis
+    from django.db import connections
+
+    for connection in connections.all():
+        if getattr(connection, "pool", None) is not None:
+            connection.close_pool()
+        connection.close()
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    redis.Redis.from_url(redis_url).flushdb()
+
+
+def bench_user() -> Any:
+    """A user on an unlimited plan for the bench pool, with memory: facts, a document.
+
+    Needs a live embedding worker (facts and chunks are embedded by it).
+    """
+    from django.contrib.auth import get_user_model
+
+    from gateway.models import ModelPool, Plan, Subscription
+    from memory import services as memory_services
+
+    user = get_user_model().objects.create_user(
+        username="bench", password="bench-pass-123"
+    )
+    pool = ModelPool.objects.create(name=CHAT_POOL, model="scripted-1")
+    plan = Plan.objects.create(name="bench")  # no token limits
+    plan.allowed_pools.set([pool])
+    Subscription.objects.create(user=user, plan=plan)
+    for fact in FACTS:
+        memory_services.fact_add(user=user, text=fact)
+    upload = memory_services.document_upload(
+        user=user, name="greenhouse.md", data=DOCUMENT.encode(), ingest_on_commit=False
+    )
+    document = memory_services.document_ingest(document_id=upload.id)
+    assert document.status == "ready", document.error
+    return user
+
+
+def login(http: Any) -> None:
+    http.get("/login/")
+    response = http.post(
+        "/login/",
+        data={
+            "username": "bench",
+            "password": "bench-pass-123",
+            "csrfmiddlewaretoken": http.cookies["csrftoken"],
+        },
+    )
+    assert response.status_code == 302, response.text
+
+
+def turn(http: Any, content: str) -> tuple[float, str]:
+    """Send ``content`` in a new conversation and read its stream to the end; return
+    (POST latency in ms, the answer's message id)."""
+    from tests.sse import parse_frames
+
+    sent = time.perf_counter()
+    response = http.post(
+        "/c/messages/",
+        data={"content": content},
+        headers={"X-CSRFToken": http.cookies["csrftoken"]},
+    )
+    post_ms = (time.perf_counter() - sent) * 1000
+    assert response.status_code == 201, response.text
+    body = response.json()
+    buffer, ended = "", False
+    with http.stream("GET", body["assistant_message"]["stream_url"]) as stream:
+        for chunk in stream.iter_text():
+            buffer += chunk
+            events, _, buffer = parse_frames(buffer)
+            if any(e.event in ("done", "error") for e in events):
+                ended = True
+                break
+    assert ended, "the stream ended without done/error"
+    return post_ms, body["assistant_message"]["id"]
+
+
+def bench_turns(args: argparse.Namespace) -> None:
+    import httpx
+
+    from conversations.models import Message
+    from memory.models import Citation
+    from tests.asgi_probe import PROBE_PATH
+    from tests.stack import stack_env, web_process, worker_processes
+
+    env = stack_env(for_tests=False)
+    with worker_processes([CHAT_WORKER, EMBED_WORKER], env):
+        bench_user()
+        cold, warm, ids = [], [], []
+        start_rss = end_rss = (0.0, 0.0)
+        modules: list[str] = []
+        for start in range(args.cold_starts):
+            last = start == args.cold_starts - 1
+            with web_process(env, app=WEB_APP) as web:
+                pid = web.process.pid
+                with httpx.Client(base_url=web.base, timeout=60) as http:
+                    login(http)
+                    if last:
+                        start_rss = rss_mb(pid)
+                    for i in range(args.turns if last else 1):
+                        post_ms, answer_id = turn(http, QUESTIONS[i % len(QUESTIONS)])
+                        (cold if i == 0 else warm).append(post_ms)
+                        ids.append(answer_id)
+                    if last:
+                        end_rss = rss_mb(pid)
+                        modules = http.get(PROBE_PATH).json()["modules"]
+            print(f"  daphne start {start + 1}: first turn POST {cold[-1]:7.1f} ms")
+    answers = Message.objects.filter(id__in=ids)
+    complete = answers.filter(status=Message.Status.COMPLETE).count()
+    with_memory = (
+        answers.filter(memory_unavailable=False, citations__isnull=False)
+        .distinct()
+        .count()
+    )
+    citations = Citation.objects.filter(message_id__in=ids).count()
+    loaded = sorted({m.split(".", 1)[0] for m in modules} & set(MODEL_MODULES))
+    print()
+    print(
+        f"web process (daphne) RSS: {start_rss[0]:.0f} MB after login, "
+        f"{end_rss[0]:.0f} MB after {args.turns} turns with memory on "
+        f"(peak {end_rss[1]:.0f} MB)   goal <= 200 MB"
+    )
+    print(f"model modules in daphne's sys.modules: {loaded or 'none'}")
+    print(
+        f"answers: {complete}/{len(ids)} complete, {with_memory} with memory used "
+        f"(citations stored, {citations} in all)"
+    )
+    print(
+        f"POST latency warm (turns 2..{args.turns}, n={len(warm)}): "
+        f"p50 {pct(warm, 0.5):.1f} ms  p99 {pct(warm, 0.99):.1f} ms"
+    )
+    ratio = statistics.median(cold) / pct(warm, 0.5)
+    print(
+        f"POST latency cold (first turn after a daphne start, n={len(cold)}): "
+        f"p50 {statistics.median(cold):.1f} ms  max {max(cold):.1f} ms   "
+        f"cold/warm p50 {ratio:.2f}x   goal <= 2x"
+    )
+
+
+async def _callers(
+    pool: str, texts: list[str], concurrency: int, seconds: float
+) -> tuple[int, float, list[float]]:
+    """``concurrency`` tasks embed one text per request on ``pool`` for ``seconds``;
+    return (texts embedded, elapsed s, request latencies in ms)."""
+    from inference.embeddings import aembed_texts
+
+    latencies: list[float] = []
+    stop_at = time.perf_counter() + seconds
+
+    async def caller(k: int) -> int:
+        done = 0
+        while time.perf_counter() < stop_at:
+            text = texts[(k * 7919 + done) % len(texts)]
+            sent = time.perf_counter()
+            await aembed_texts([text], pool=pool, timeout_s=30)
+            latencies.append((time.perf_counter() - sent) * 1000)
+            done += 1
+        return done
+
+    begun = time.perf_counter()
+    counts = await asyncio.gather(*(caller(k) for k in range(concurrency)))
+    return sum(counts), time.perf_counter() - begun, latencies
+
+
+def sample_texts(limit: int = 2000) -> list[str]:
+    """Short real English texts (a turn's question is one): first lines of the
+    docstrings of the installed Django package."""
+    import django
+
+    out: list[str] = []
+    for path in sorted(Path(django.__file__).parent.rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                doc = ast.get_docstring(node)
+                if doc and len(doc) > 30:
+                    out.append(" ".join(doc.split())[:300])
+                    if len(out) >= limit:
+                        return out
+    return out
+
+
+def bench_embedding_worker(args: argparse.Namespace) -> None:
+    from django.conf import settings
+
+    from tests.stack import stack_env, worker_processes
+
+    env = stack_env(for_tests=False)
+    texts = sample_texts()
+    default = f"gather_ms={settings.EMBEDDING_GATHER_MS:g} max_batch={settings.EMBEDDING_MAX_BATCH}"
+    levels = [1, 8, 32]
+
+    def worker(pool: str, *options: str) -> list[list[str]]:
+        return [[*EMBED_WORKER, "--pool", pool, *options]]
+
+    throughput: dict[str, dict[int, tuple[float, float]]] = {}
+    lone: dict[str, list[float]] = {}
+    configs = [
+        (f"batched ({default})", "bench-emb-batched", (), True),
+        ("one by one (max_batch=1)", "bench-emb-single", ("--max-batch", "1"), True),
+        ("gather_ms=0", "bench-emb-g0", ("--gather-ms", "0"), False),
+        ("gather_ms=10", "bench-emb-g10", ("--gather-ms", "10"), False),
+    ]
+    print()
+    print(f"embedding worker: all-MiniLM-L6-v2, CPU, {os.cpu_count()} cores")
+    for label, pool, options, sweep in configs:
+        with worker_processes(worker(pool, *options), env):
+            asyncio.run(_callers(pool, texts, 8, 1.0))  # warm-up
+            if sweep:
+                throughput[label] = {}
+                for concurrency in levels:
+                    rates, latencies = [], []
+                    for _trial in range(args.trials):
+                        n, elapsed, lat = asyncio.run(
+                            _callers(pool, texts, concurrency, args.seconds)
+                        )
+                        rates.append(n / elapsed)
+                        latencies += lat
+                    rate = statistics.median(rates)
+                    throughput[label][concurrency] = (rate, pct(latencies, 0.5))
+                    print(
+                        f"  {label:34s} {concurrency:2d} concurrent: {rate:7.1f} texts/s "
+                        f"(trials {', '.join(f'{r:.0f}' for r in rates)})  "
+                        f"request p50 {pct(latencies, 0.5):6.1f} ms"
+                    )
+            if sweep and options:
+                continue  # max_batch=1: no gathering to measure
+            lone[label] = asyncio.run(_lone(pool, texts, args.lone_requests))
+    print()
+    print("throughput (texts/s), one text per request:")
+    batched, single = (throughput[c[0]] for c in configs[:2])
+    print(f"  {'concurrent':>10s}  {'batched':>9s}  {'one by one':>10s}  speed-up")
+    for concurrency in levels:
+        b, s = batched[concurrency][0], single[concurrency][0]
+        print(f"  {concurrency:10d}  {b:9.1f}  {s:10.1f}  {b / s:7.2f}x")
+    print("  goal: batched >= 3x one by one at 32")
+    print()
+    print(f"lone request latency (n={args.lone_requests} sequential, client side):")
+    for label in ("gather_ms=0", configs[0][0], "gather_ms=10"):
+        values = lone[label]
+        print(
+            f"  {label:34s} p50 {pct(values, 0.5):6.1f} ms  p99 {pct(values, 0.99):6.1f} ms"
+        )
+
+
+async def _lone(pool: str, texts: list[str], n: int) -> list[float]:
+    """Latencies (ms) of ``n`` sequential one-text requests on ``pool``."""
+    from inference.embeddings import aembed_texts
+
+    out = []
+    for i in range(n):
+        sent = time.perf_counter()
+        await aembed_texts([texts[i % len(texts)]], pool=pool, timeout_s=30)
+        out.append((time.perf_counter() - sent) * 1000)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--cold-starts", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--lone-requests", type=int, default=100)
+    parser.add_argument("--skip-turns", action="store_true")
+    parser.add_argument("--skip-worker", action="store_true")
+    args = parser.parse_args()
+    os.environ["INFERENCE_DEFAULT_POOL"] = CHAT_POOL  # a pool only this run serves
+    os.environ["LOG_LEVEL"] = "WARNING"
+    os.environ["CHAT_MESSAGE_RATE"] = "100000/m"
+    os.environ["LOGIN_RATE"] = "1000/m"
+    os.environ["CHAT_BACKGROUND_JOBS"] = "0"  # titles, summaries, facts: not measured
+    admin_url, name, redis_url = throwaway_services()
+    try:
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        print(f"database {name} (throwaway), Redis db {BENCH_REDIS_DB}")
+        if not args.skip_turns:
+            print(f"turns with memory on ({len(FACTS)} facts, 1 document):")
+            bench_turns(args)
+        if not args.skip_worker:
+            bench_embedding_worker(args)
+    finally:
+        throwaway_drop(admin_url, name, redis_url)
+
+
+if __name__ == "__main__":
+    main()
