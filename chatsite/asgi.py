@@ -103,3 +103,21 @@ site_app = (
 )
 
 application = ProtocolTypeRouter({"http": http_router})
+
+
+def web_warm() -> None:
+    """Load, before the first request, what every turn needs: the serving model's
+    tokenizer (a vocabulary-only read of the GGUF, no weights; DESIGN §9: prompts are
+    counted exactly). Without this the first turn of a fresh process paid the load
+    (bench/embeddings.py: cold POST p50 4x warm). A missing model file is reported by
+    the first turn that needs it, not here.
+    """
+    from inference.tokens import prompt_counter
+
+    try:
+        prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)
+    except (FileNotFoundError, ValueError):
+        pass
+
+
+web_warm()
