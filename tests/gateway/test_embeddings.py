@@ -200,6 +200,7 @@ def test_the_migration_seeds_the_embed_pool_on_the_default_plan():
     Plan.objects.filter(is_default=True).delete()
     free = factories.plan("free-seeded", is_default=True)
     migration.seed(apps, None)
+    migration.seed(apps, None)  # idempotent
     pool = ModelPool.objects.get(name="embed")
     assert pool.name == settings.EMBEDDING_POOL  # the pool the embedding workers serve
     assert pool.kind == ModelPool.Kind.EMBEDDING
