@@ -42,7 +42,7 @@ def subscribe(user: Any, to: Plan) -> Subscription:
 
 def embedding_pool(name: str | None = None, **fields: Any) -> ModelPool:
     """Create or update an embedding pool (default: EMBEDDING_POOL, all-MiniLM-L6-v2,
-    384-d), as migration 0005 seeds it but priced at 0.02 per 1,000 input tokens."""
+    384-d), as migration 0006 seeds it but priced at 0.02 per 1,000 input tokens."""
     from django.conf import settings
 
     from inference.embeddings import EMBEDDING_DIM, EMBEDDING_MAX_TOKENS

@@ -193,9 +193,7 @@ def test_the_system_check_errors_on_an_embedding_pool_of_another_dimension():
 
 @pytest.mark.django_db
 def test_the_migration_seeds_the_embed_pool_on_the_default_plan():
-    migration = importlib.import_module(
-        "gateway.migrations.0005_modelpool_kind_dimensions_embed_pool"
-    )
+    migration = importlib.import_module("gateway.migrations.0006_seed_embed_pool")
     ModelPool.objects.filter(name="embed").delete()
     Plan.objects.filter(is_default=True).delete()
     free = factories.plan("free-seeded", is_default=True)
