@@ -40,8 +40,10 @@ CSV_COLUMNS = [
 class ModelPoolAdmin(admin.ModelAdmin):
     list_display = (
         "name",
+        "kind",
         "engine",
         "model",
+        "dimensions",
         "enabled",
         "max_context",
         "max_output_tokens",
@@ -50,7 +52,7 @@ class ModelPoolAdmin(admin.ModelAdmin):
         "fallback",
         "queue_threshold",
     )
-    list_filter = ("enabled", "engine")
+    list_filter = ("enabled", "kind", "engine")
     list_editable = ("enabled",)
 
 

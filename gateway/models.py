@@ -21,21 +21,45 @@ from inference.embeddings import EMBEDDING_DIM
 class ModelPool(models.Model):
     """A set of inference workers serving one model (their queue is ``inf:q:{name}``).
 
+    ``kind`` says what the pool serves: ``chat`` (token streams, routed by
+    :mod:`gateway.routing`) or ``embedding`` (vectors, :mod:`gateway.embeddings` and
+    ``/v1/embeddings``); neither kind is ever routed to the other's requests. An
+    embedding pool declares ``dimensions``, the length of its vectors, which must equal
+    the stored vectors' (``inference.embeddings.EMBEDDING_DIM``, 384): a mismatch is
+    a startup error (:mod:`gateway.checks`).
+
     ``queue_threshold`` is the number of waiting jobs (queued, not yet taken by a
     worker) above which the pool counts as saturated and requests go to ``fallback``.
     """
+
+    class Kind(models.TextChoices):
+        CHAT = "chat"
+        EMBEDDING = "embedding"
 
     class Engine(models.TextChoices):
         LLAMACPP = "llamacpp"
         VLLM = "vllm"
         OPENAI = "openai"
         SCRIPTED = "scripted"
+        SENTENCE_TRANSFORMERS = "sentence-transformers"
 
     name = models.SlugField(max_length=100, unique=True)
+    kind = models.CharField(
+        max_length=16,
+        choices=Kind.choices,
+        default=Kind.CHAT,
+        help_text="Chat pools answer chat completions; embedding pools serve vectors.",
+    )
     engine = models.CharField(
         max_length=32, choices=Engine.choices, default=Engine.LLAMACPP
     )
     model = models.CharField(max_length=200, help_text="Model name shown to users.")
+    dimensions = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Embedding pools: the dimension of the vectors the model makes "
+        f"(must be {EMBEDDING_DIM}, the stored vectors' dimension).",
+    )
     max_context = models.PositiveIntegerField(
         default=4096, help_text="Context window, tokens."
     )
@@ -66,6 +90,11 @@ class ModelPool(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.model})"
+
+    @property
+    def is_embedding(self) -> bool:
+        """True for a pool that serves vectors, not chat answers."""
+        return self.kind == self.Kind.EMBEDDING
 
 
 class Plan(models.Model):

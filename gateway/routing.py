@@ -6,6 +6,11 @@ Routing (:func:`pool_choose`), in order:
 3. a difficulty heuristic: a short, simple prompt goes to the cheapest allowed pool,
    anything else to the most capable one (largest context, then highest price).
 
+Chat routing only ever picks chat pools; embedding requests are routed by
+:func:`embedding_pool_choose` among embedding pools (``ModelPool.kind``). A request
+naming a model of the other kind gets :class:`WrongModelKind` (400), which says which
+endpoint serves it.
+
 Admission (:func:`pool_admit`): a pool with no live worker, or with more waiting jobs
 than its ``queue_threshold``, is saturated and the request follows its ``fallback`` chain;
 when every pool of the chain is saturated the request is refused (503, ``Retry-After``).
@@ -20,12 +25,43 @@ from decimal import Decimal
 from django.conf import settings
 from redis.exceptions import ResponseError
 
-from chatsite.errors import Forbidden, NotFound, PoolSaturated
+from chatsite.errors import Forbidden, InvalidInput, NotFound, PoolSaturated
 from gateway import selectors
 from gateway.models import ModelPool, Plan
 from inference import client as inference_client
 from inference import protocol
 from inference.connections import redis_sync
+
+
+class WrongModelKind(InvalidInput):
+    """A request named a model of the other kind (400, ``param`` "model"): an
+    embedding model in a chat completion, or a chat model in an embeddings request."""
+
+    code = "wrong_model_kind"
+    param = "model"
+
+    @classmethod
+    def for_chat(cls, requested: str) -> WrongModelKind:
+        """The error for a chat request that named embedding model ``requested``."""
+        return cls(
+            f"“{requested}” is an embedding model: it turns text into vectors and "
+            "cannot chat. Send it to POST /v1/embeddings, or choose a chat model "
+            "(GET /v1/models gives each model's kind)."
+        )
+
+    @classmethod
+    def for_embeddings(cls, requested: str) -> WrongModelKind:
+        """The error for an embeddings request that named chat model ``requested``."""
+        return cls(
+            f"“{requested}” is a chat model, not an embedding model. Send it to "
+            "POST /v1/chat/completions, or choose an embedding model "
+            "(GET /v1/models gives each model's kind)."
+        )
+
+
+def _named(pools: list[ModelPool], requested: str) -> list[ModelPool]:
+    """The enabled pools among ``pools`` whose name or model name is ``requested``."""
+    return [p for p in pools if p.enabled and requested in (p.name, p.model)]
 
 
 def prompt_is_simple(messages: list[dict[str, str]]) -> bool:
@@ -50,18 +86,24 @@ def _price(pool: ModelPool) -> Decimal:
 def pool_choose(
     *, plan: Plan, messages: list[dict[str, str]], requested: str | None = None
 ) -> ModelPool:
-    """Return the pool a request should go to (before admission).
+    """Return the chat pool a request should go to (before admission).
 
-    ``requested`` is a pool name or model name. Raises NotFound (no such enabled model),
-    Forbidden (the plan does not include it, or includes no enabled pool).
+    ``requested`` is a pool name or model name. Only chat pools are candidates; with
+    none in the database, the default pool (:func:`selectors.pool_default`). Raises
+    WrongModelKind (400, ``requested`` is an embedding model), NotFound (no such
+    enabled model), Forbidden (the plan does not include it, or includes no enabled
+    chat pool).
     """
     config = selectors.gateway_config()
-    if not config.pools:
+    chat = config.pools_of(kind=ModelPool.Kind.CHAT)
+    if requested and not _named(chat, requested):
+        if _named(config.pools_of(kind=ModelPool.Kind.EMBEDDING), requested):
+            raise WrongModelKind.for_chat(requested)
+    if not chat:
         return selectors.pool_default()
-    enabled = [p for p in config.pools.values() if p.enabled]
-    allowed = selectors.plan_pools(plan=plan)
+    allowed = selectors.plan_pools(plan=plan, kind=ModelPool.Kind.CHAT)
     if requested:
-        wanted = [p for p in enabled if requested in (p.name, p.model)]
+        wanted = _named(chat, requested)
         if not wanted:
             raise NotFound(
                 f"The model “{requested}” does not exist or is not available.",
@@ -82,6 +124,37 @@ def pool_choose(
     if prompt_is_simple(messages):
         return min(allowed, key=lambda p: (_price(p), p.max_context, p.name))
     return max(allowed, key=lambda p: (p.max_context, _price(p), p.name))
+
+
+def embedding_pool_choose(*, plan: Plan, requested: str) -> ModelPool:
+    """Return the embedding pool that serves ``requested`` (a pool or model name).
+
+    Only enabled embedding pools are candidates, and the plan's ``allowed_pools``
+    apply as for chat (:func:`selectors.plan_pools`). Raises WrongModelKind (400,
+    ``requested`` is a chat model), NotFound (no such enabled embedding model),
+    Forbidden (the plan does not include it).
+    """
+    config = selectors.gateway_config()
+    wanted = _named(config.pools_of(kind=ModelPool.Kind.EMBEDDING), requested)
+    if not wanted:
+        chat = config.pools_of(kind=ModelPool.Kind.CHAT)
+        if _named(chat, requested) or (
+            not chat and requested == settings.INFERENCE_DEFAULT_POOL
+        ):
+            raise WrongModelKind.for_embeddings(requested)
+        raise NotFound(
+            f"The embedding model “{requested}” does not exist or is not available "
+            "(GET /v1/models lists the models you can use).",
+            code="model_not_found",
+        )
+    allowed = selectors.plan_pools(plan=plan, kind=ModelPool.Kind.EMBEDDING)
+    for pool in wanted:
+        if pool in allowed:
+            return pool
+    raise Forbidden(
+        f"Your plan ({plan.name}) does not include the model “{requested}”.",
+        code="model_not_allowed",
+    )
 
 
 def queue_waiting(*, pool: str) -> int:
@@ -124,7 +197,7 @@ def plan_is_lowest(*, plan: Plan) -> bool:
 def pool_admit(*, pool: ModelPool, plan: Plan) -> ModelPool:
     """Return the first pool of ``pool``'s fallback chain that can take a request now.
 
-    Disabled pools in the chain are skipped. Raises PoolSaturated (503 with
+    Disabled pools and embedding pools in the chain are skipped. Raises PoolSaturated (503 with
     ``Retry-After: GATEWAY_SATURATED_RETRY_AFTER_S``) when none can.
     """
     shed = plan_is_lowest(plan=plan)
@@ -132,9 +205,10 @@ def pool_admit(*, pool: ModelPool, plan: Plan) -> ModelPool:
     current: ModelPool | None = pool
     while current is not None and current.name not in seen:
         seen.add(current.name)
-        if (current.pk is None or current.enabled) and not pool_saturated(
-            pool=current, shed=shed
-        ):
+        usable = current.pk is None or (
+            current.enabled and current.kind == ModelPool.Kind.CHAT
+        )
+        if usable and not pool_saturated(pool=current, shed=shed):
             return current
         current = current.fallback if current.fallback_id else None
     retry = settings.GATEWAY_SATURATED_RETRY_AFTER_S

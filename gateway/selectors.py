@@ -44,6 +44,10 @@ class GatewayConfig:
         """The plan of users without a subscription, if one is marked default."""
         return next((p for p in self.plans.values() if p.is_default), None)
 
+    def pools_of(self, *, kind: str) -> list[ModelPool]:
+        """The pools of ``kind`` (a :class:`ModelPool.Kind`), enabled or not."""
+        return [p for p in self.pools.values() if p.kind == kind]
+
     @property
     def priority_bounds(self) -> tuple[int | None, int | None]:
         """Lowest and highest plan priority (None, None without plans)."""
@@ -120,10 +124,22 @@ def plan_for_user(*, user: AbstractBaseUser) -> Plan:
     return plan or Plan(name="unlimited", is_default=True, priority=0)
 
 
-def plan_pools(*, plan: Plan) -> list[ModelPool]:
-    """Return the enabled pools ``plan`` may use (none listed on the plan: all enabled)."""
+def plan_pools(
+    *, plan: Plan, kind: str | None = ModelPool.Kind.CHAT
+) -> list[ModelPool]:
+    """Return the enabled pools of ``kind`` that ``plan`` may use.
+
+    ``kind``: a :class:`ModelPool.Kind` (default chat: chat routing never sees an
+    embedding pool), or None for every kind. A plan that lists no pool may use every
+    enabled pool; one that lists some may use those only (of each kind: a plan listing
+    only chat pools gets no embeddings).
+    """
     config = gateway_config()
-    enabled = [p for p in config.pools.values() if p.enabled]
+    enabled = [
+        p
+        for p in config.pools.values()
+        if p.enabled and (kind is None or p.kind == kind)
+    ]
     names = config.allowed.get(plan.pk) if plan.pk is not None else None
     return [p for p in enabled if p.name in names] if names else enabled
 
@@ -175,9 +191,9 @@ def quota_status(*, user: AbstractBaseUser) -> list[QuotaLine]:
 
 
 def pool_default() -> ModelPool:
-    """Return an unsaved pool standing for ``INFERENCE_DEFAULT_POOL``.
+    """Return an unsaved chat pool standing for ``INFERENCE_DEFAULT_POOL``.
 
-    Used when the database defines no pool at all (a fresh or flushed database).
+    Used when the database defines no chat pool (a fresh or flushed database).
     """
     return ModelPool(
         name=settings.INFERENCE_DEFAULT_POOL,
@@ -187,6 +203,11 @@ def pool_default() -> ModelPool:
         max_output_tokens=settings.GATEWAY_MAX_OUTPUT_TOKENS,
         queue_threshold=settings.GATEWAY_QUEUE_THRESHOLD,
     )
+
+
+def chat_pools_defined() -> bool:
+    """True if the database defines a chat pool (else chat uses :func:`pool_default`)."""
+    return bool(gateway_config().pools_of(kind=ModelPool.Kind.CHAT))
 
 
 def pool_get(*, name: str) -> ModelPool | None:
@@ -202,9 +223,16 @@ def usage_tokens_since(*, user_id: int, since: dt.datetime) -> int:
     return (sums["p"] or 0) + (sums["c"] or 0)
 
 
-def pool_choices(*, user: AbstractBaseUser) -> list[ModelPool]:
-    """Return the enabled pools the user's plan allows, by name (for a model picker)."""
-    return sorted(plan_pools(plan=plan_for_user(user=user)), key=lambda p: p.name)
+def pool_choices(
+    *, user: AbstractBaseUser, kind: str | None = ModelPool.Kind.CHAT
+) -> list[ModelPool]:
+    """Return the enabled pools of ``kind`` the user's plan allows, by name.
+
+    Default: chat pools (the chat page's model picker); ``kind=None``: every kind
+    (``GET /v1/models``), chat pools first.
+    """
+    pools = plan_pools(plan=plan_for_user(user=user), kind=kind)
+    return sorted(pools, key=lambda p: (p.kind != ModelPool.Kind.CHAT, p.name))
 
 
 def api_key_list(*, user: AbstractBaseUser) -> QuerySet[ApiKey]:

@@ -1,12 +1,15 @@
 """Render what the API sends: completion objects, usage, SSE lines (pure functions).
 
 The shapes are OpenAI's (``chat.completion``, ``chat.completion.chunk``, ``list`` of
-``model``), key order included, and :mod:`.schemas` states them for the tests.
+``model``, ``list`` of ``embedding``), key order included, and :mod:`.schemas` states
+them for the tests.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 from typing import Any
 
 from inference import protocol
@@ -110,8 +113,12 @@ def completion_json(
     }
 
 
-def model_list_json(models: list[tuple[str, str]]) -> dict[str, Any]:
-    """Return ``GET /v1/models``'s ``list`` from ``(id, root model)`` pairs."""
+def model_list_json(models: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """Return ``GET /v1/models``'s ``list`` from ``(id, root model, kind)`` triples.
+
+    ``kind`` (``chat`` or ``embedding``) is our extension: which endpoint serves the
+    model (the official clients keep unknown fields).
+    """
     return {
         "object": "list",
         "data": [
@@ -121,7 +128,35 @@ def model_list_json(models: list[tuple[str, str]]) -> dict[str, Any]:
                 "created": 0,
                 "owned_by": "chatsite",
                 "root": root,
+                "kind": kind,
             }
-            for model_id, root in models
+            for model_id, root, kind in models
         ],
+    }
+
+
+def vector_base64(vector: list[float]) -> str:
+    """Return a vector as OpenAI's ``base64`` encoding: its values as little-endian
+    float32, base64-encoded (the official clients decode it with numpy's
+    ``frombuffer(..., dtype="float32")``)."""
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+
+
+def embedding_list_json(
+    *, vectors: list[list[float]], model: str, prompt_tokens: int, encoding_format: str
+) -> dict[str, Any]:
+    """Return ``POST /v1/embeddings``' ``list``: one ``embedding`` per input, in order.
+
+    ``encoding_format`` ``float`` gives each vector as a list of numbers, ``base64``
+    as :func:`vector_base64`; ``prompt_tokens`` are the tokens the model read.
+    """
+    encode = vector_base64 if encoding_format == "base64" else list
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": encode(vector)}
+            for i, vector in enumerate(vectors)
+        ],
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
     }

@@ -1,4 +1,5 @@
-"""Parse and validate a ``/v1/chat/completions`` body (pure: no I/O).
+"""Parse and validate ``/v1/chat/completions`` and ``/v1/embeddings`` bodies (pure: no
+I/O).
 
 Errors are :class:`~chatsite.errors.InvalidInput` (400) or
 :class:`~chatsite.errors.PayloadTooLarge` (413) with a message naming the field; the
@@ -268,4 +269,148 @@ def completion_request_parse(body: bytes) -> CompletionRequest:
         stream=stream,
         include_usage=include_usage,
         cache=cache,
+    )
+
+
+ENCODING_FORMATS = ("float", "base64")
+
+
+@dataclass
+class EmbeddingRequest:
+    """A validated ``/v1/embeddings`` body.
+
+    ``texts``: the inputs, one string per vector wanted (a single string becomes a
+    list of one); ``encoding_format``: ``float`` (lists of numbers) or ``base64``
+    (each vector as the base64 of its little-endian float32 values, what the official
+    client asks for by default); ``dimensions``: the vector length asked for (None:
+    the model's own); ``user``: the caller's end-user id (accepted, not used).
+    """
+
+    model: str
+    texts: list[str]
+    encoding_format: str = "float"
+    dimensions: int | None = None
+    user: str | None = None
+
+
+def _is_token_ids(value: Any) -> bool:
+    """True for OpenAI's token-id input: a list of ints, or a list of such lists."""
+    if not isinstance(value, list) or not value:
+        return False
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return True
+    return all(
+        isinstance(row, list)
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in row)
+        for row in value
+    )
+
+
+def _embedding_input(raw: Any) -> list[str]:
+    """Return the texts of ``input``; raise InvalidInput (param ``input``).
+
+    Limits: at most API_EMBEDDING_MAX_INPUTS texts, each non-empty and at most
+    API_EMBEDDING_MAX_INPUT_CHARS characters, API_EMBEDDING_MAX_TOTAL_CHARS in all.
+    Token ids are refused: a pool's tokenizer is its worker's business.
+    """
+    if raw is None:
+        raise _bad(
+            "`input` is required: a string, or a list of strings.",
+            "missing_input",
+            param="input",
+        )
+    if _is_token_ids(raw):
+        raise _bad(
+            "`input` as token ids is not supported: send the text itself (a string "
+            "or a list of strings).",
+            "unsupported_input",
+            param="input",
+        )
+    texts = [raw] if isinstance(raw, str) else raw
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise _bad(
+            "`input` must be a string or a list of strings.",
+            "invalid_input",
+            param="input",
+        )
+    if not texts:
+        raise _bad("`input` must not be an empty list.", "invalid_input", param="input")
+    most = settings.API_EMBEDDING_MAX_INPUTS
+    if len(texts) > most:
+        raise _bad(
+            f"`input` holds {len(texts):,} texts; the limit is {most:,} per request.",
+            "too_many_inputs",
+            param="input",
+        )
+    longest = settings.API_EMBEDDING_MAX_INPUT_CHARS
+    for i, text in enumerate(texts):
+        where = "`input`" if isinstance(raw, str) else f"input[{i}]"
+        if not text:
+            raise _bad(f"{where} is an empty string.", "invalid_input", param="input")
+        if len(text) > longest:
+            raise _bad(
+                f"{where} holds {len(text):,} characters; the limit is {longest:,}.",
+                "input_too_long",
+                param="input",
+            )
+        _unicode_check(text, where, param="input")
+    total = sum(len(t) for t in texts)
+    if total > settings.API_EMBEDDING_MAX_TOTAL_CHARS:
+        raise _bad(
+            f"`input` holds {total:,} characters in all; the limit is "
+            f"{settings.API_EMBEDDING_MAX_TOTAL_CHARS:,} per request.",
+            "input_too_long",
+            param="input",
+        )
+    return texts
+
+
+def embedding_request_parse(body: bytes) -> EmbeddingRequest:
+    """Validate a ``/v1/embeddings`` JSON body (UTF-8 bytes).
+
+    Raises InvalidInput (400) naming the field in the message and in ``param``. Whether
+    ``dimensions`` fits the model is the gateway's to say (it depends on the pool).
+    """
+    try:
+        data = json.loads(body or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _bad("The request body is not valid JSON.", "invalid_json") from exc
+    if not isinstance(data, dict):
+        raise _bad("The request body must be a JSON object.", "invalid_json")
+    model = data.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise _bad(
+            "`model` is required (see GET /v1/models for embedding models).",
+            "missing_model",
+            param="model",
+        )
+    encoding_format = data.get("encoding_format")
+    if encoding_format is None:
+        encoding_format = "float"
+    if encoding_format not in ENCODING_FORMATS:
+        raise _bad(
+            '`encoding_format` must be "float" or "base64".',
+            "invalid_parameter",
+            param="encoding_format",
+        )
+    dimensions = data.get("dimensions")
+    if dimensions is not None and (
+        isinstance(dimensions, bool)
+        or not isinstance(dimensions, int)
+        or dimensions < 1
+    ):
+        raise _bad(
+            "`dimensions` must be a positive integer.",
+            "invalid_parameter",
+            param="dimensions",
+        )
+    user = data.get("user")
+    if user is not None and not isinstance(user, str):
+        raise _bad("`user` must be a string.", "invalid_parameter", param="user")
+    return EmbeddingRequest(
+        model=model.strip(),
+        texts=_embedding_input(data.get("input")),
+        encoding_format=encoding_format,
+        dimensions=dimensions,
+        user=user,
     )

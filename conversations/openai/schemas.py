@@ -5,12 +5,13 @@ Checked by :func:`inference.protocol.schema_validate`, like the worker events of
 check (a type, a predicate, :func:`_nested` for an object of another schema,
 :func:`_list_of` for a list of them); every field is required and no other field is
 allowed, except those marked ``Optional``. The shapes are the ones the official
-``openai`` client parses (its ``ChatCompletion``, ``ChatCompletionChunk``, ``Model``
-and error types).
+``openai`` client parses (its ``ChatCompletion``, ``ChatCompletionChunk``, ``Model``,
+``CreateEmbeddingResponse`` and error types).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from typing import Any
@@ -70,6 +71,39 @@ def _completion_id(value: Any) -> bool:
 
 def _usage_totals(obj: dict[str, Any]) -> bool:
     return obj["total_tokens"] == obj["prompt_tokens"] + obj["completion_tokens"]
+
+
+MODEL_KINDS = frozenset({"chat", "embedding"})
+
+
+def _non_negative_int(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _vector(value: Any) -> bool:
+    """A float vector: a non-empty list of numbers, or its base64 (a length that
+    decodes to whole float32 values)."""
+    if isinstance(value, list):
+        return bool(value) and all(type(v) in (int, float) for v in value)
+    if isinstance(value, str):
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except ValueError:
+            return False
+        return bool(raw) and len(raw) % 4 == 0
+    return False
+
+
+def _embedding_usage_totals(obj: dict[str, Any]) -> bool:
+    return obj["total_tokens"] == obj["prompt_tokens"]
+
+
+def _embedding_indexes(obj: dict[str, Any]) -> bool:
+    """Indexes 0..n-1 in order, and every vector of one length and encoding."""
+    vectors = [item["embedding"] for item in obj["data"]]
+    return [item["index"] for item in obj["data"]] == list(range(len(vectors))) and (
+        len({(type(v), len(v)) for v in vectors}) <= 1
+    )
 
 
 OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
@@ -146,12 +180,30 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
         "created": int,
         "owned_by": str,
         "root": str,
+        "kind": lambda v: v in MODEL_KINDS,
+    },
+    "embedding_list": {
+        "object": _is("list"),
+        "data": lambda v: isinstance(v, list) and bool(v) and _list_of("embedding")(v),
+        "model": str,
+        "usage": _nested("embedding_usage"),
+    },
+    "embedding": {
+        "object": _is("embedding"),
+        "index": _non_negative_int,
+        "embedding": _vector,
+    },
+    "embedding_usage": {
+        "prompt_tokens": _non_negative_int,
+        "total_tokens": _non_negative_int,
     },
 }
 
 # Checks of a whole object beyond its fields' own.
 _OBJECT_CHECKS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "usage": _usage_totals,
+    "embedding_list": _embedding_indexes,
+    "embedding_usage": _embedding_usage_totals,
 }
 
 
@@ -194,6 +246,11 @@ def validate_error(obj: Any) -> None:
 def validate_model_list(obj: Any) -> None:
     """Check ``GET /v1/models``'s ``list``; raise ValueError."""
     object_validate("list", obj)
+
+
+def validate_embedding_list(obj: Any) -> None:
+    """Check ``POST /v1/embeddings``' ``list`` of embeddings; raise ValueError."""
+    object_validate("embedding_list", obj)
 
 
 def validate_stream_data(data: str) -> str:

@@ -32,8 +32,8 @@ Generation = generations.Generation
 
 
 def _model_check(model: str) -> None:
-    """With no pool in the database only the default pool's name is a model."""
-    if not gateway_selectors.gateway_config().pools and (
+    """With no chat pool in the database only the default pool's name is a model."""
+    if not gateway_selectors.chat_pools_defined() and (
         model != settings.INFERENCE_DEFAULT_POOL
     ):
         raise NotFound(

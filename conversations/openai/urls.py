@@ -11,4 +11,5 @@ from conversations.openai import views
 urlpatterns = [
     path("v1/chat/completions", views.chat_completions, name="api-chat-completions"),
     path("v1/models", views.models_list, name="api-models"),
+    path("v1/embeddings", views.embeddings, name="api-embeddings"),
 ]

@@ -1,4 +1,8 @@
-"""The API's two async views: authenticate, parse, call :mod:`.stream`, render.
+"""The API's async views: authenticate, parse, call the gateway, render.
+
+Chat completions go through :mod:`.stream` (the gateway's generation lifecycle),
+embeddings through :mod:`gateway.embeddings`; both split their sync step (the API key,
+the body, admission: one thread hop, one pooled connection) from the async wait.
 
 Served by ``chatsite.asgi``'s API handler (no session, CSRF or login middleware);
 the decorators keep the views correct under the site's middleware too.
@@ -8,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
+from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -22,7 +27,12 @@ from conversations.openai.errors import (
     error_response,
     method_not_allowed,
 )
-from conversations.openai.requests import CompletionRequest, completion_request_parse
+from conversations.openai.requests import (
+    CompletionRequest,
+    EmbeddingRequest,
+    completion_request_parse,
+    embedding_request_parse,
+)
 from conversations.openai.stream import (
     Generation,
     admission_abandon,
@@ -30,6 +40,7 @@ from conversations.openai.stream import (
     completion_stream,
     generation_start,
 )
+from gateway import embeddings as gateway_embeddings
 from gateway import selectors as gateway_selectors
 from gateway import services as gateway
 
@@ -94,19 +105,21 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     return response
 
 
-def _models(request: HttpRequest) -> list[tuple[str, str]]:
-    """The ``(id, root model)`` of the pools the key's user may use: the enabled pools
-    their plan allows, or the default pool when the database defines none."""
-    pools = gateway_selectors.pool_choices(user=_api_user(request))
-    if not gateway_selectors.gateway_config().pools:
-        pools = [gateway_selectors.pool_default()]
-    return [(p.name, p.model or p.name) for p in pools]
+def _models(request: HttpRequest) -> list[tuple[str, str, str]]:
+    """The ``(id, root model, kind)`` of the pools the key's user may use: the enabled
+    pools of every kind their plan allows (chat first), with the default chat pool
+    when the database defines no chat pool."""
+    pools = gateway_selectors.pool_choices(user=_api_user(request), kind=None)
+    if not gateway_selectors.chat_pools_defined():
+        pools = [gateway_selectors.pool_default(), *pools]
+    return [(p.name, p.model or p.name, p.kind) for p in pools]
 
 
 @csrf_exempt
 @login_not_required
 async def models_list(request: HttpRequest) -> HttpResponse:
-    """``GET /v1/models``: the enabled pools the key's user may use (ids = pool names)."""
+    """``GET /v1/models``: the enabled pools the key's user may use (ids = pool names),
+    each with its ``kind`` (``chat`` or ``embedding``)."""
     if request.method != "GET":
         return method_not_allowed("GET")
     try:
@@ -114,3 +127,64 @@ async def models_list(request: HttpRequest) -> HttpResponse:
     except DomainError as exc:
         return error_response(exc)
     return JsonResponse(chunks.model_list_json(models))
+
+
+def _authenticate_and_admit(
+    request: HttpRequest,
+) -> tuple[gateway_embeddings.EmbeddingAdmission, EmbeddingRequest]:
+    """Authenticate, validate the body, route and reserve: the sync step of an
+    embeddings request."""
+    user = _api_user(request)
+    req = embedding_request_parse(request.body)
+    admission = gateway_embeddings.embedding_admit(
+        user=user, texts=req.texts, model=req.model, dimensions=req.dimensions
+    )
+    return admission, req
+
+
+@csrf_exempt
+@login_not_required
+async def embeddings(request: HttpRequest) -> HttpResponse:
+    """``POST /v1/embeddings``: one vector per input text, OpenAI's shape."""
+    if request.method != "POST":
+        return method_not_allowed("POST")
+    # As for completions: a disconnect during the sync step does not stop it, so its
+    # reservation is given back once it ends (a later one is given back by the
+    # gateway's embedding_create itself).
+    admitting = asyncio.ensure_future(db_brief(_authenticate_and_admit)(request))
+    try:
+        admission, req = await asyncio.shield(admitting)
+    except DomainError as exc:
+        return error_response(exc)
+    except asyncio.CancelledError:
+        await _admission_release(admitting)
+        raise
+    try:
+        result = await gateway_embeddings.embedding_create(
+            admission=admission, texts=req.texts
+        )
+    except DomainError as exc:
+        return error_response(exc)
+    return JsonResponse(
+        chunks.embedding_list_json(
+            vectors=result.vectors,
+            model=admission.model,
+            prompt_tokens=result.tokens,
+            encoding_format=req.encoding_format,
+        )
+    )
+
+
+async def _admission_release(
+    admitting: asyncio.Future[
+        tuple[gateway_embeddings.EmbeddingAdmission, EmbeddingRequest]
+    ],
+) -> None:
+    """The client left during admission: once it ends, give back what it reserved."""
+    try:
+        admission, _req = await admitting
+    except Exception:  # refused (DomainError) or failed: nothing was reserved
+        return
+    await sync_to_async(gateway_embeddings.embedding_release, thread_sensitive=False)(
+        admission=admission
+    )

@@ -19,6 +19,7 @@ from gateway.generations.admission import (
     generation_admit,
     generation_release,
     prompt_tokens_estimate,
+    quota_seed_from_records,
     reservation_guard,
 )
 from gateway.generations.follow import (
@@ -79,6 +80,7 @@ __all__ = [
     "outcome_from_events",
     "outcome_settle",
     "prompt_tokens_estimate",
+    "quota_seed_from_records",
     "reservation_guard",
     "usage_cost",
     "usage_settle",

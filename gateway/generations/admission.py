@@ -120,7 +120,7 @@ def generation_admit(
     if prompt_tokens is None:
         prompt_tokens = prompt_tokens_estimate(messages)
     reserved = prompt_tokens + params["max_tokens"]
-    _quota_seed_from_records(user_id=user.pk)
+    quota_seed_from_records(user_id=user.pk)
     quota.quota_reserve(
         user_id=user.pk,
         job_id=job_id,
@@ -169,8 +169,12 @@ def generation_admit(
     )
 
 
-def _quota_seed_from_records(*, user_id: int) -> None:
-    """Seed absent day/month counters from the usage records (new period, lost Redis)."""
+def quota_seed_from_records(*, user_id: int) -> None:
+    """Seed absent day/month counters from the usage records (new period, lost Redis).
+
+    Call before every reservation (chat and embeddings alike), so a restart of Redis
+    or a new period does not reset a budget already spent.
+    """
     for window in quota.quota_unseeded(user_id=user_id):
         period = 86400 if window.name == quota.WINDOW_DAY else None
         start = (

@@ -38,3 +38,23 @@ def subscribe(user: Any, to: Plan) -> Subscription:
     """Put ``user`` on plan ``to``."""
     sub, _ = Subscription.objects.update_or_create(user=user, defaults={"plan": to})
     return sub
+
+
+def embedding_pool(name: str | None = None, **fields: Any) -> ModelPool:
+    """Create or update an embedding pool (default: EMBEDDING_POOL, all-MiniLM-L6-v2,
+    384-d), as migration 0006 seeds it but priced at 0.02 per 1,000 input tokens."""
+    from django.conf import settings
+
+    from inference.embeddings import EMBEDDING_DIM, EMBEDDING_MAX_TOKENS
+
+    defaults: dict[str, Any] = {
+        "kind": ModelPool.Kind.EMBEDDING,
+        "engine": ModelPool.Engine.SENTENCE_TRANSFORMERS,
+        "model": "all-MiniLM-L6-v2",
+        "dimensions": EMBEDDING_DIM,
+        "max_context": EMBEDDING_MAX_TOKENS,
+        "max_output_tokens": 0,
+        "price_input_per_1k": Decimal("0.02"),
+    }
+    defaults.update(fields)
+    return pool(name or settings.EMBEDDING_POOL, **defaults)

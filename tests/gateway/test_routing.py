@@ -231,3 +231,96 @@ def test_the_config_snapshot_is_reused_until_its_ttl_expires(pools, settings):
     assert first.pools["small"].enabled
     settings.GATEWAY_CONFIG_CACHE_S = 0
     assert not selectors.gateway_config().pools["small"].enabled
+
+
+@pytest.fixture
+def embed_pool(pools):
+    """An embedding pool that would win every chat rule if chat routing saw it: the
+    cheapest, with the largest window."""
+    return factories.embedding_pool(
+        "embed-test", model="vectors-1", max_context=1_000_000
+    )
+
+
+def test_chat_routing_never_picks_an_embedding_pool(pools, embed_pool):
+    small, big = pools
+    everything = factories.plan("all-pools")  # lists none: every enabled pool
+    listed = factories.plan("listed", pools=[small, big, embed_pool])
+    for plan in (everything, listed):
+        assert routing.pool_choose(plan=plan, messages=SIMPLE) == small
+        assert routing.pool_choose(plan=plan, messages=HARD) == big
+
+
+def test_a_plan_of_only_an_embedding_pool_has_no_chat_model(pools, embed_pool):
+    plan = factories.plan("vectors-only", pools=[embed_pool])
+    with pytest.raises(Forbidden) as exc:
+        routing.pool_choose(plan=plan, messages=SIMPLE)
+    assert exc.value.code == "no_model_for_plan"
+
+
+@pytest.mark.parametrize("requested", ["embed-test", "vectors-1"])
+def test_a_chat_request_for_an_embedding_model_is_a_400_naming_the_endpoint(
+    pools, embed_pool, requested
+):
+    plan = factories.plan("pro", pools=[*pools, embed_pool])
+    with pytest.raises(routing.WrongModelKind) as exc:
+        routing.pool_choose(plan=plan, messages=SIMPLE, requested=requested)
+    assert exc.value.status == 400
+    assert exc.value.param == "model"
+    assert "embedding model" in exc.value.message
+    assert "/v1/embeddings" in exc.value.message
+
+
+def test_an_embeddings_request_for_a_chat_model_is_a_400_naming_the_endpoint(
+    pools, embed_pool
+):
+    plan = factories.plan("pro", pools=[*pools, embed_pool])
+    assert routing.embedding_pool_choose(plan=plan, requested="vectors-1") == embed_pool
+    assert routing.embedding_pool_choose(plan=plan, requested="embed-test") == (
+        embed_pool
+    )
+    with pytest.raises(routing.WrongModelKind) as exc:
+        routing.embedding_pool_choose(plan=plan, requested="tiny-1")
+    assert exc.value.param == "model"
+    assert "chat model" in exc.value.message
+    assert "/v1/chat/completions" in exc.value.message
+    with pytest.raises(NotFound):
+        routing.embedding_pool_choose(plan=plan, requested="nope")
+
+
+def test_the_plan_decides_which_embedding_pools_a_user_may_use(pools, embed_pool):
+    small, _big = pools
+    chat_only = factories.plan("chat-only", pools=[small])
+    with pytest.raises(Forbidden) as exc:
+        routing.embedding_pool_choose(plan=chat_only, requested="embed-test")
+    assert exc.value.code == "model_not_allowed"
+    embed_pool.enabled = False
+    embed_pool.save()
+    with pytest.raises(NotFound):
+        routing.embedding_pool_choose(plan=factories.plan(), requested="embed-test")
+
+
+def test_a_fallback_chain_skips_an_embedding_pool(pools, embed_pool):
+    small, _big = pools
+    small.fallback = embed_pool
+    small.save()
+    fake_heartbeat("embed-test")  # the embedding pool is live; the chat pool is not
+    plan = factories.plan("pro", pools=[small, embed_pool])
+    small = routing.pool_choose(plan=plan, messages=SIMPLE)
+    with pytest.raises(PoolSaturated):
+        routing.pool_admit(pool=small, plan=plan)
+
+
+def test_the_model_pickers_list_chat_pools_and_the_api_every_kind(
+    pools, embed_pool, auth_client
+):
+    from gateway import selectors
+
+    small, big = pools
+    user = make_user("picker")
+    assert selectors.pool_choices(user=user) == [big, small]
+    assert selectors.pool_choices(user=user, kind=None) == [big, small, embed_pool]
+    page = auth_client.get("/")
+    assert page.status_code == 200
+    assert embed_pool not in page.context["models"]
+    assert small in page.context["models"]
