@@ -167,6 +167,16 @@ def start_embedding_worker() -> Iterator[Any]:
 REAL_EMBEDDING_POOL = "embed-minilm"
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the test process dies, even by a crash (Linux
+    PR_SET_PDEATHSIG), so no worker outlives its session and serves the next one."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(
+        1, signal.SIGTERM
+    )  # PR_SET_PDEATHSIG
+
+
 @pytest.fixture(scope="session")
 def _embedding_process(django_db_setup: Any) -> Iterator[subprocess.Popen[bytes]]:
     """One embedding worker process (all-MiniLM-L6-v2) for the whole test session, as
@@ -194,6 +204,7 @@ def _embedding_process(django_db_setup: Any) -> Iterator[subprocess.Popen[bytes]
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent,
     )
     yield proc
     proc.send_signal(signal.SIGTERM)

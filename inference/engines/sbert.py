@@ -22,6 +22,7 @@ from inference.engines.base import EngineError
 from inference.engines.embedding import Embedded, EmbeddingEngine
 
 _load_lock = threading.Lock()
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
 
 @functools.cache
@@ -57,7 +58,8 @@ class SentenceTransformersEngine(EmbeddingEngine):
         threads: int | None = None,
     ) -> None:
         self.model_path = str(model_path or embedding_model_path())
-        self.model = Path(self.model_path).name
+        # the wheel keeps the model in a folder named "model": name it by what it is
+        self.model = Path(model_path).name if model_path else DEFAULT_MODEL_NAME
         self.max_batch = max(1, max_batch)
         self.threads = threads
         self._model: Any = None

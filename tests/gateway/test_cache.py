@@ -26,7 +26,10 @@ from tests.conftest import fake_heartbeat, make_user
 from tests.gateway import factories
 from tests.sse import SseResult, asgi_sse, session_cookie
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("embedding_worker"),  # the semantic cache's vectors
+]
 
 DETERMINISTIC = {"temperature": 0}
 QUEUE = protocol.queue_key("default")

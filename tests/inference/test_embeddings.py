@@ -86,6 +86,7 @@ def test_worker_returns_unit_length_384_d_vectors_in_input_order(embedding_worke
     assert result.vectors[0] == pytest.approx(result.vectors[2], abs=1e-6)
     assert _dot(result.vectors[0], result.vectors[1]) < 0.5
     assert result.tokens > 6  # word pieces read, billed as prompt tokens
+    assert result.model == "all-MiniLM-L6-v2"
     assert embed_texts([]).vectors == []
 
 

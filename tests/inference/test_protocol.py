@@ -16,6 +16,16 @@ def test_every_event_type_has_a_schema_that_accepts_a_valid_payload():
             "latency_ms": 40,
         },
         "error": {"code": "engine_error", "message": "failed", "usage": None},
+        "embedding": {
+            "model": "all-MiniLM-L6-v2",
+            "worker": "w",
+            "dim": 2,
+            "count": 1,
+            "vectors": protocol.vectors_encode([[0.6, 0.8]]),
+            "usage": {"prompt_tokens": 4, "completion_tokens": 0, "cached_tokens": 0},
+            "queue_ms": 1,
+            "latency_ms": 9,
+        },
     }
     assert set(valid) == set(protocol.EVENT_SCHEMAS)
     for event_type, payload in valid.items():
@@ -101,3 +111,29 @@ def test_event_parse_decodes_bytes_and_text_entries():
         {"t": "ok"},
         False,
     )
+
+
+def test_vectors_survive_encoding_as_float32_and_a_wrong_size_is_refused():
+    import numpy as np
+
+    rows = [[0.6, 0.8, 0.0], [1.0, 0.0, -0.5]]
+    encoded = protocol.vectors_encode(rows)
+    assert encoded == protocol.vectors_encode(np.array(rows, dtype=np.float32))
+    decoded = protocol.vectors_decode(encoded, count=2, dim=3)
+    assert decoded == [pytest.approx(r) for r in rows]
+    with pytest.raises(ValueError, match="expected 3x3"):
+        protocol.vectors_decode(encoded, count=3, dim=3)
+
+
+def test_an_embed_job_round_trips_and_a_bad_input_is_refused():
+    job = protocol.Job(
+        job_id="j", messages=[], kind=protocol.KIND_EMBED, input=["a", "b"]
+    )
+    assert protocol.Job.from_fields(job.to_fields()) == job
+    bad = protocol.Job(job_id="j", messages=[], kind="paint").to_fields()
+    with pytest.raises(ValueError, match="kind"):
+        protocol.Job.from_fields(bad)
+    with pytest.raises(ValueError, match="list of strings"):
+        protocol.Job.from_fields(
+            protocol.Job(job_id="j", messages=[], input=[1]).to_fields()  # type: ignore[list-item]
+        )

@@ -8,6 +8,7 @@ from django.core.management import call_command
 from inference import client as inference_client
 from inference.engines.scripted import ScriptedEngine
 from inference.selectors import pool_status, pools_list
+from tests.conftest import REAL_EMBEDDING_POOL
 from tests.inference.helpers import (
     enqueue,
     heartbeat_at,
@@ -40,7 +41,7 @@ def test_status_reports_workers_slots_queue_depth_and_oldest_waiting_age(
         lambda: heartbeat_at(handle.worker.worker_id) >= jobs[2].enqueued_at + 0.5
     )
     pools = status_json()
-    assert set(pools) == {"busy", "orphan"}
+    assert set(pools) - {REAL_EMBEDDING_POOL} == {"busy", "orphan"}
     busy = pools["busy"]
     assert busy["live_workers"] == 1
     assert (busy["slots"], busy["busy"], busy["free"]) == (2, 2, 0)
@@ -64,7 +65,7 @@ def test_status_of_a_drained_pool_shows_free_slots_and_no_backlog(start_worker):
     status = pool_status(pool="idle")
     assert (status.live_workers, status.slots, status.busy, status.free) == (1, 3, 0, 3)
     assert (status.waiting, status.running, status.oldest_waiting_s) == (0, 0, None)
-    assert pools_list() == ["idle"]
+    assert [p for p in pools_list() if p != REAL_EMBEDDING_POOL] == ["idle"]
 
 
 def test_status_table_names_each_pool_and_worker(start_worker):
@@ -72,6 +73,7 @@ def test_status_table_names_each_pool_and_worker(start_worker):
     out = io.StringIO()
     call_command("inference_status", stdout=out)
     text = out.getvalue()
-    assert text.splitlines()[0].split()[:3] == ["pool", "workers", "busy"]
+    assert text.splitlines()[0].split()[:4] == ["pool", "kind", "workers", "busy"]
     assert any(line.startswith("table ") for line in text.splitlines())
+    assert any(line.split()[:2] == ["table", "chat"] for line in text.splitlines())
     assert handle.worker.worker_id in text

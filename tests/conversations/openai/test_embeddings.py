@@ -18,7 +18,7 @@ from django.conf import settings
 
 from conversations.openai import schemas
 from gateway import quota, selectors, services
-from gateway.models import UsageRecord
+from gateway.models import ModelPool, UsageRecord
 from inference import protocol
 from inference.connections import redis_async
 from inference.embeddings import EMBEDDING_DIM, embed_texts
@@ -34,7 +34,16 @@ TEXTS = ["The cat sat on the mat.", "Quarterly revenue grew by ten percent."]
 
 
 @pytest.fixture
-def embed_pool(api_key):
+def embed_pool(api_key, request):
+    """The embedding ModelPool, named after EMBEDDING_POOL: with a live worker the
+    worker fixture (which points EMBEDDING_POOL at the real model's pool) goes first."""
+    if "embedding_worker" in request.fixturenames:
+        request.getfixturevalue("embedding_worker")
+    # the seeded `embed` pool (in the default plan) becomes the worker's pool: one
+    # pool per model, as deployed
+    ModelPool.objects.filter(name="embed").exclude(name=settings.EMBEDDING_POOL).update(
+        name=settings.EMBEDDING_POOL
+    )
     return factories.embedding_pool()
 
 

@@ -288,7 +288,7 @@ async def test_another_users_key_never_gets_the_cached_answer(
 
 
 async def test_a_paraphrase_is_answered_by_the_semantic_cache_only_on_opt_in(
-    api_key, start_worker, enqueued, settings
+    api_key, start_worker, enqueued, settings, embedding_worker
 ):
     settings.GATEWAY_SEMANTIC_CACHE_MIN_SIMILARITY = 0.9
     start_worker(ScriptedEngine(text="Paris."))
