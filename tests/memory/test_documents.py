@@ -2,7 +2,7 @@
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from chatsite.errors import InvalidInput, PayloadTooLarge
@@ -179,3 +179,15 @@ def test_documents_page_refreshes_itself_while_a_document_is_processing(
     services.document_ingest(document_id=doc.id)
     page = auth_client.get(reverse("document-list")).content.decode()
     assert 'data-status="ready"' in page and 'http-equiv="refresh"' not in page
+
+
+@pytest.mark.django_db
+def test_ingest_command_without_an_embedding_worker_says_so_and_keeps_nothing(
+    tmp_path, django_user_model, settings
+):
+    settings.EMBEDDING_POOL = "embed-nobody-serves"
+    owner = django_user_model.objects.create_user(username="bob", password="pw-b-1")
+    (tmp_path / "a.md").write_text("Some notes about herons.")
+    with pytest.raises(CommandError, match="Start an embedding worker"):
+        call_command("ingest_documents", str(tmp_path), "--user", owner.username)
+    assert not Document.objects.filter(user=owner).exists()

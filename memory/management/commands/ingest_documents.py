@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from chatsite.errors import DomainError
+from inference.embeddings import EmbeddingUnavailable
 from memory import services
 from memory.extract import SUPPORTED_TYPES
 
@@ -65,9 +66,18 @@ class Command(BaseCommand):
                     bar.n = done
                     bar.refresh()
 
-                document = services.document_ingest(
-                    document_id=document.id, progress=progress
-                )
+                try:
+                    document = services.document_ingest(
+                        document_id=document.id, progress=progress
+                    )
+                except EmbeddingUnavailable as exc:
+                    # nothing half-done is kept: a second run must not duplicate it
+                    services.document_delete(user=user, document_id=document.id)
+                    raise CommandError(
+                        f"{path}: {exc} Start an embedding worker (`manage.py "
+                        "run_inference_worker --engine sentence-transformers`, or "
+                        "`make run`) and run this command again."
+                    ) from exc
             if document.status != document.Status.READY:
                 failed += 1
                 self.stderr.write(f"{path}: {document.error}")
