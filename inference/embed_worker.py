@@ -23,6 +23,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from inference import metrics, protocol
+from inference.client import terminal_append
 from inference.engines.base import EngineError
 from inference.engines.embedding import Embedded, EmbeddingEngine
 from inference.worker import Worker
@@ -211,44 +212,59 @@ class EmbedWorker(Worker):
         metrics.EMBEDDING_BATCH_TEXTS.labels(**labels).observe(
             sum(len(job.input) for _eid, job in live)
         )
-        for (entry_id, job), result in zip(live, results, strict=True):
-            try:
-                await self._answer(job, result, started=started, end=end)
-            finally:
-                await self._ack(entry_id)
-                self.jobs_done += 1
+        answers = [
+            self._answer(job, result, started=started, end=end)
+            for (_eid, job), result in zip(live, results, strict=True)
+        ]
+        # One round trip for the whole batch: every job's terminal event, then the acks
+        # (per-job round trips cost more than the forward pass; bench/embeddings.py).
+        queue = protocol.queue_key(self.pool)
+        entry_ids = [entry_id for entry_id, _job in live]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for (_eid, job), (event_type, payload) in zip(live, answers, strict=True):
+                terminal_append(
+                    pipe,
+                    job_id=job.job_id,
+                    event_type=event_type,
+                    payload=payload,
+                    ttl_s=self.stream_ttl_s,
+                )
+            pipe.xack(queue, protocol.GROUP, *entry_ids)
+            pipe.xdel(queue, *entry_ids)
+            await pipe.execute()
+        self.jobs_done += len(live)
+        for event_type, payload in answers:
+            if event_type == protocol.EVENT_ERROR:
+                metrics.REQUEST_ERRORS.labels(**labels, code=payload["code"]).inc()
 
-    async def _answer(
+    def _answer(
         self,
         job: protocol.Job,
         result: Embedded | EngineError,
         *,
         started: float,
         end: float,
-    ) -> None:
+    ) -> tuple[str, dict[str, Any]]:
+        """Return the terminal event (type, payload) of one job of a batch."""
         labels = self._labels
         origin = job.enqueued_at or started
-        if isinstance(result, EngineError):
-            await self._fail(
-                job, result.code, "The embedding model failed; please try again."
-            )
-            return
         count = len(job.input)
+        if isinstance(result, EngineError):
+            return self._error(
+                result.code, "The embedding model failed; please try again."
+            )
         vectors = result.vectors
         if len(vectors) != count:
-            await self._fail(
-                job,
+            return self._error(
                 protocol.ERROR_ENGINE,
                 f"The embedding model returned {len(vectors)} vectors for {count} texts.",
             )
-            return
         queue_s = max(0.0, started - origin)
         metrics.QUEUE_TIME.labels(**labels).observe(queue_s)
         metrics.E2E_LATENCY.labels(**labels).observe(max(0.0, end - origin))
         metrics.PROMPT_TOKENS.labels(**labels).inc(result.tokens)
         metrics.REQUEST_SUCCESS.labels(**labels, finished_reason="embedding").inc()
-        await self._terminal(
-            job.job_id,
+        return (
             protocol.EVENT_EMBEDDING,
             {
                 "model": self.embedder.model,
@@ -265,3 +281,7 @@ class EmbedWorker(Worker):
                 "latency_ms": int((end - origin) * 1000),
             },
         )
+
+    @staticmethod
+    def _error(code: str, message: str) -> tuple[str, dict[str, Any]]:
+        return protocol.EVENT_ERROR, {"code": code, "message": message, "usage": None}

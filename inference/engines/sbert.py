@@ -44,8 +44,16 @@ def _model_load(path: str, threads: int | None) -> Any:
 class SentenceTransformersEngine(EmbeddingEngine):
     """Embed with a local sentence-transformers model, normalised to unit length.
 
-    ``model_path`` defaults to the bundled all-MiniLM-L6-v2; ``max_batch`` is the number
-    of texts per forward pass; ``threads`` the torch CPU threads (default: torch's).
+    ``model_path`` defaults to the bundled all-MiniLM-L6-v2; ``max_batch`` is the most
+    texts one batch of jobs gathers; ``forward_batch`` the texts per forward pass within
+    it; ``threads`` the torch CPU threads (default: torch's).
+
+    Why the forward pass is smaller than the batch: sentence-transformers sorts a
+    batch's texts by length and pads each forward pass to its longest text, so on a CPU
+    small passes over length-sorted texts waste the least on padding. Measured on 2
+    cores with 32 texts of 30-300 characters: 123 texts/s in one pass of 32, 232 in
+    passes of 8, 190 of 16, 202 of 4 (one text at a time: about 90). On a GPU, where a
+    pass is nearly free, raise it.
     """
 
     name = "sentence-transformers"
@@ -55,12 +63,14 @@ class SentenceTransformersEngine(EmbeddingEngine):
         *,
         model_path: str | Path | None = None,
         max_batch: int = 64,
+        forward_batch: int = 8,
         threads: int | None = None,
     ) -> None:
         self.model_path = str(model_path or embedding_model_path())
         # the wheel keeps the model in a folder named "model": name it by what it is
         self.model = Path(model_path).name if model_path else DEFAULT_MODEL_NAME
         self.max_batch = max(1, max_batch)
+        self.forward_batch = max(1, forward_batch)
         self.threads = threads
         self._model: Any = None
 
@@ -82,7 +92,7 @@ class SentenceTransformersEngine(EmbeddingEngine):
             return [Embedded(vectors=[], tokens=0) for _ in batch]
         vectors = model.encode(
             flat,
-            batch_size=self.max_batch,
+            batch_size=self.forward_batch,
             normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=False,
