@@ -133,3 +133,34 @@ def test_waiting_gauge_shows_the_pools_backlog(start_worker):
         time.sleep(0.05)
     for i in range(3):
         inference_client.job_cancel(job_id=f"m-wait-{i}")
+
+
+def test_an_embedding_batch_shows_in_the_batch_size_histogram_and_counters(
+    start_embedding_worker,
+):
+    from inference.embeddings import embed_texts
+    from tests.inference.test_embeddings import CountingEngine
+
+    start_embedding_worker(CountingEngine(), pool="metrics-embed")
+    labels = {"model_name": "counting-test", "pool": "metrics-embed"}
+
+    def get(snapshot: dict, name: str, **extra: str) -> float:
+        return snapshot.get((name, tuple(sorted({**labels, **extra}.items()))), 0.0)
+
+    before = samples()
+    result = embed_texts(["one", "two", "three"], pool="metrics-embed")
+    after = samples()
+    assert (
+        get(after, "inference:embedding_batch_texts_sum")
+        - get(before, "inference:embedding_batch_texts_sum")
+        == 3
+    )
+    assert (
+        get(after, "vllm:request_success_total", finished_reason="embedding")
+        - get(before, "vllm:request_success_total", finished_reason="embedding")
+        == 1
+    )
+    assert (
+        get(after, "vllm:prompt_tokens_total") - get(before, "vllm:prompt_tokens_total")
+        == result.tokens
+    )
