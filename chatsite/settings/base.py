@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "csp",
     "channels",
     "conversations",
     "gateway",
@@ -43,6 +44,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -56,6 +58,30 @@ MIDDLEWARE = [
 # conversations/openai/urls.py: Bearer keys and JSON, so no session, CSRF, login or
 # messages middleware.
 API_MIDDLEWARE = ["chatsite.middleware.api_middleware"]
+
+# Content-Security-Policy (django-csp 4; DESIGN §10: rendering loads no remote
+# resource). Every page may load images, scripts, styles, fonts and connections (the
+# chat's EventSource and fetch) from our own origin only: a model's answer, or a document
+# quoted in it, cannot make the browser send data elsewhere, even if some HTML got past
+# the renderer (conversations/rendering.py turns every image into a link). No frames,
+# plugins, <base> or form posts elsewhere, and no inline script or style (the admin's
+# pages need none: tests/test_browser.py checks them in Chromium for violations).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'none'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "manifest-src": ["'self'"],
+        "frame-src": ["'none'"],
+        "frame-ancestors": ["'none'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+    }
+}
 
 ROOT_URLCONF = "chatsite.urls"
 ASGI_APPLICATION = "chatsite.asgi.application"

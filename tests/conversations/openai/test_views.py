@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import sync_to_async
+from csp.utils import build_policy
 
 from conversations.models import Conversation, Message
 from gateway.models import UsageRecord
@@ -112,12 +113,15 @@ async def test_models_lists_the_enabled_pools_the_plan_allows(user, api_key):
     ]
 
 
-async def test_the_api_handler_checks_the_host_and_sends_nosniff(api_key):
+async def test_the_api_handler_checks_the_host_and_sends_nosniff_and_the_csp(api_key):
     """The API runs on its own Django handler with one async middleware
-    (chatsite/asgi.py); it keeps the site's Host check and nosniff header."""
+    (chatsite/asgi.py); it keeps the site's Host check, nosniff header and
+    Content-Security-Policy (without django-csp's sync middleware)."""
     ok = await asgi("GET", "/v1/models", key=api_key)
     assert ok.status == 200
     assert ok.headers["x-content-type-options"] == "nosniff"
+    assert ok.headers["content-security-policy"] == build_policy()
+    assert "img-src 'self'" in ok.headers["content-security-policy"]
 
     bad_host = await asgi("GET", "/v1/models", key=api_key, host="evil.example")
     assert bad_host.status == 400
