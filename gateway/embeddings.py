@@ -220,6 +220,8 @@ async def embedding_create(
             pool=admission.pool,
             timeout_s=timeout_s,
             user_ref=str(admission.user_id),
+            # a large request is bulk work: it must not hold up the chat's questions
+            bulk=len(texts) > settings.EMBEDDING_JOB_MAX_TEXTS,
         )
     except BaseException as exc:
         # shielded: a second cancellation cannot stop the release half-way

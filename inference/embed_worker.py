@@ -7,10 +7,18 @@ with one ``embedding`` event instead of a token stream.
 Dynamic batching: the worker blocks for the first job, then takes what else is queued,
 waits out the rest of the ``gather_ms`` millisecond window once and takes what came
 meanwhile (stopping early at ``max_batch`` texts), and runs all of them through the
-engine in one forward pass. While a batch runs, newly arriving jobs
-queue in Redis and form the next batch, so under load batches fill without any waiting,
-and a lone request pays at most ``gather_ms``. Jobs whose caller gave up (deadline
-passed, or their result key already set) are dropped before the batch runs.
+engine together. While a batch runs, newly arriving jobs queue in Redis and form the
+next batch, so under load batches fill without any waiting, and a lone request pays at
+most ``gather_ms``. Jobs whose caller gave up (deadline passed, or their result key
+already set) are dropped before the batch runs.
+
+Two queues, interactive first: ``inf:q:{pool}`` holds what a person waits on (a turn's
+question, a fact, a small API request), ``inf:qb:{pool}`` bulk work (document chunks,
+large API requests; jobs of a few texts each, :func:`inference.embeddings.embed_texts`).
+A batch is interactive jobs only whenever any wait; bulk jobs run, ``bulk_batch`` texts
+at a time, only when none does, so a question waits behind at most one small bulk batch,
+never behind a whole document (a 300-chunk upload delayed questions by 9-20 s when
+both shared one queue).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -31,6 +40,15 @@ from inference.worker import Worker
 logger = logging.getLogger("inference.worker")
 
 
+@dataclass
+class Entry:
+    """A delivered queue entry: the stream it came from, its id and its job."""
+
+    queue: str
+    entry_id: str
+    job: protocol.Job
+
+
 class EmbeddingDimensionError(ValueError):
     """An embedding model's vectors do not have the dimension of the stored ones."""
 
@@ -39,7 +57,8 @@ class EmbedWorker(Worker):
     """Serve one embedding pool with one :class:`EmbeddingEngine`.
 
     ``gather_ms`` is the batching window in milliseconds (0: take only what is already
-    queued); ``max_batch`` the most texts per batch (default: the engine's);
+    queued); ``max_batch`` the most texts per interactive batch (default: the
+    engine's); ``bulk_batch`` the most texts per bulk batch;
     ``expected_dim`` the dimension of the stored vectors: a model of another dimension
     makes :meth:`run` raise :class:`EmbeddingDimensionError` before serving anything.
     Other options are those of :class:`~inference.worker.Worker`.
@@ -55,6 +74,7 @@ class EmbedWorker(Worker):
         redis_url: str,
         gather_ms: float = 2.0,
         max_batch: int | None = None,
+        bulk_batch: int = 16,
         expected_dim: int | None = None,
         stream_ttl_s: int = 120,
         **options: Any,
@@ -71,7 +91,12 @@ class EmbedWorker(Worker):
         self.embedder = engine
         self.gather_ms = max(0.0, gather_ms)
         self.max_batch = max(1, max_batch or engine.max_batch)
+        self.bulk_batch = max(1, bulk_batch)
         self.expected_dim = expected_dim
+        self._queue = protocol.queue_key(pool)
+        self._bulk_queue = protocol.bulk_queue_key(pool)
+        # bulk entries delivered to us while interactive ones went first
+        self._held: list[Entry] = []
         self._batch_jobs = 0
         self.batches = 0  # batches run (tests and benchmarks read it)
 
@@ -85,14 +110,21 @@ class EmbedWorker(Worker):
                 "columns and re-embed the stored facts, chunks and cache entries."
             )
 
+    @property
+    def queue_keys(self) -> list[str]:
+        return [protocol.queue_key(self.pool), protocol.bulk_queue_key(self.pool)]
+
     def _busy(self) -> int:
         return self._batch_jobs
 
     def _heartbeat_fields(self) -> dict[str, Any]:
         return {"dim": self.embedder.dim, "max_batch": self.max_batch}
 
-    async def _read(self, *, count: int, block_ms: int | None) -> list[Any]:
-        """Read up to ``count`` new entries (waiting up to ``block_ms``; None: no wait).
+    async def _read(
+        self, queues: list[str], *, count: int, block_ms: int | None
+    ) -> list[Entry]:
+        """Read up to ``count`` new entries of each of ``queues`` (waiting up to
+        ``block_ms``; None: no wait), in the order of ``queues``.
 
         A queue whose consumer group vanished (Redis restarted without persistence, or
         the stream was deleted while we waited on it) gets it back instead of ending
@@ -102,7 +134,7 @@ class EmbedWorker(Worker):
             result = await self.redis.xreadgroup(
                 protocol.GROUP,
                 self.worker_id,
-                {protocol.queue_key(self.pool): ">"},
+                {queue: ">" for queue in queues},
                 count=count,
                 block=block_ms,
             )
@@ -111,49 +143,76 @@ class EmbedWorker(Worker):
                 raise
             await self._ensure_group()
             return []
-        return [entry for _key, entries in result or [] for entry in entries]
+        by_queue = {key: entries for key, entries in result or []}
+        entries = []
+        for queue in queues:
+            for entry_id, fields in by_queue.get(queue, []):
+                try:
+                    job = protocol.Job.from_fields(fields)
+                except (ValueError, TypeError) as exc:
+                    logger.error("dropping malformed queue entry %s: %s", entry_id, exc)
+                    await self._ack(entry_id, queue)
+                    continue
+                entries.append(Entry(queue, entry_id, job))
+        return entries
 
     async def _take_loop(self) -> None:
         while not self._stopping.is_set():
-            entries = await self._read(count=self.max_batch, block_ms=self.block_ms)
-            if not entries:
-                continue
-            jobs = self._parse(entries)
-            texts = sum(len(job.input) for _eid, job in jobs)
-            gather_until = time.monotonic() + self.gather_ms / 1000
-            while texts < self.max_batch and not self._stopping.is_set():
-                # Take what is queued without blocking (block=None; BLOCK 0 would wait
-                # forever). The window is waited out here, not with XREADGROUP BLOCK:
-                # Redis ends a blocked read only on its server tick (1000/hz ms, 100 ms
-                # at the default hz 10), so BLOCK 2 made a lone request wait ~100 ms
-                # (bench/embeddings.py).
-                more = await self._read(
-                    count=max(1, self.max_batch - len(jobs)), block_ms=None
-                )
-                if not more:
-                    left_s = gather_until - time.monotonic()
-                    if left_s <= 0:
-                        break
-                    await asyncio.sleep(left_s)
-                    continue
-                for entry in self._parse(more):
-                    jobs.append(entry)
-                    texts += len(entry[1].input)
+            batch = await self._next_batch()
             if self._stopping.is_set():
-                for entry_id, job in jobs:
-                    await self._requeue(entry_id, job.to_fields())
+                for entry in batch + self._held:
+                    await self._requeue(
+                        entry.entry_id, entry.job.to_fields(), entry.queue
+                    )
+                self._held = []
                 return
-            await self._run_batch(jobs)
+            if batch:
+                await self._run_batch(batch)
 
-    def _parse(self, entries: list[Any]) -> list[tuple[str, protocol.Job]]:
-        jobs = []
-        for entry_id, fields in entries:
-            try:
-                jobs.append((entry_id, protocol.Job.from_fields(fields)))
-            except (ValueError, TypeError) as exc:
-                logger.error("dropping malformed queue entry %s: %s", entry_id, exc)
-                asyncio.create_task(self._ack(entry_id))
-        return jobs
+    async def _next_batch(self) -> list[Entry]:
+        """Return the next batch: interactive jobs if any wait, else bulk ones."""
+        batch = await self._read([self._queue], count=self.max_batch, block_ms=None)
+        if not batch and not self._held:
+            # Nothing queued: wait for the first job of either queue.
+            first = await self._read(
+                [self._queue, self._bulk_queue], count=1, block_ms=self.block_ms
+            )
+            batch = [e for e in first if e.queue == self._queue]
+            self._held += [e for e in first if e.queue == self._bulk_queue]
+        if batch:
+            return await self._gather(batch)
+        batch, self._held = self._held, []
+        texts = sum(len(e.job.input) for e in batch)
+        while texts < self.bulk_batch and not self._stopping.is_set():
+            more = await self._read([self._bulk_queue], count=1, block_ms=None)
+            if not more:
+                break
+            batch += more
+            texts += sum(len(e.job.input) for e in more)
+        return batch
+
+    async def _gather(self, batch: list[Entry]) -> list[Entry]:
+        """Add the interactive jobs that arrive within the gathering window."""
+        texts = sum(len(e.job.input) for e in batch)
+        gather_until = time.monotonic() + self.gather_ms / 1000
+        while texts < self.max_batch and not self._stopping.is_set():
+            # Take what is queued without blocking (block=None; BLOCK 0 would wait
+            # forever). The window is waited out here, not with XREADGROUP BLOCK:
+            # Redis ends a blocked read only on its server tick (1000/hz ms, 100 ms
+            # at the default hz 10), so BLOCK 2 made a lone request wait ~100 ms
+            # (bench/embeddings.py).
+            more = await self._read(
+                [self._queue], count=max(1, self.max_batch - len(batch)), block_ms=None
+            )
+            if not more:
+                left_s = gather_until - time.monotonic()
+                if left_s <= 0:
+                    break
+                await asyncio.sleep(left_s)
+                continue
+            batch += more
+            texts += sum(len(e.job.input) for e in more)
+        return batch
 
     async def _fail(self, job: protocol.Job, code: str, message: str) -> None:
         await self._terminal(
@@ -162,32 +221,33 @@ class EmbedWorker(Worker):
             {"code": code, "message": message, "usage": None},
         )
 
-    async def _run_batch(self, jobs: list[tuple[str, protocol.Job]]) -> None:
+    async def _run_batch(self, entries: list[Entry]) -> None:
         started = time.time()
         async with self.redis.pipeline(transaction=False) as pipe:
-            for _eid, job in jobs:
-                pipe.exists(protocol.final_key(job.job_id))
+            for entry in entries:
+                pipe.exists(protocol.final_key(entry.job.job_id))
             ended = await pipe.execute()
-        live: list[tuple[str, protocol.Job]] = []
-        for (entry_id, job), gone in zip(jobs, ended, strict=True):
+        live: list[Entry] = []
+        for entry, gone in zip(entries, ended, strict=True):
+            job = entry.job
             if gone:  # the caller gave up (timeout) or another worker answered
-                await self._ack(entry_id)
+                await self._ack(entry.entry_id, entry.queue)
             elif job.kind != protocol.KIND_EMBED:
                 await self._fail(
                     job,
                     protocol.ERROR_ENGINE,
                     f"Pool {self.pool!r} serves embeddings, not chat generations.",
                 )
-                await self._ack(entry_id)
+                await self._ack(entry.entry_id, entry.queue)
             elif job.deadline and started > job.deadline:
                 await self._fail(
                     job,
                     protocol.ERROR_QUEUE_TIMEOUT,
                     "The embedding request waited too long in the queue.",
                 )
-                await self._ack(entry_id)
+                await self._ack(entry.entry_id, entry.queue)
             else:
-                live.append((entry_id, job))
+                live.append(entry)
         if not live:
             return
         self._batch_jobs = len(live)
@@ -195,7 +255,7 @@ class EmbedWorker(Worker):
         metrics.REQUESTS_RUNNING.labels(**labels).inc(len(live))
         try:
             results: list[Embedded | EngineError] = await self.embedder.embed(
-                [job.input for _eid, job in live]
+                [entry.job.input for entry in live]
             )
         except asyncio.CancelledError:
             raise
@@ -210,27 +270,29 @@ class EmbedWorker(Worker):
         end = time.time()
         self.batches += 1
         metrics.EMBEDDING_BATCH_TEXTS.labels(**labels).observe(
-            sum(len(job.input) for _eid, job in live)
+            sum(len(entry.job.input) for entry in live)
         )
         answers = [
-            self._answer(job, result, started=started, end=end)
-            for (_eid, job), result in zip(live, results, strict=True)
+            self._answer(entry.job, result, started=started, end=end)
+            for entry, result in zip(live, results, strict=True)
         ]
         # One round trip for the whole batch: every job's terminal event, then the acks
         # (per-job round trips cost more than the forward pass; bench/embeddings.py).
-        queue = protocol.queue_key(self.pool)
-        entry_ids = [entry_id for entry_id, _job in live]
+        done: dict[str, list[str]] = {}
+        for entry in live:
+            done.setdefault(entry.queue, []).append(entry.entry_id)
         async with self.redis.pipeline(transaction=False) as pipe:
-            for (_eid, job), (event_type, payload) in zip(live, answers, strict=True):
+            for entry, (event_type, payload) in zip(live, answers, strict=True):
                 terminal_append(
                     pipe,
-                    job_id=job.job_id,
+                    job_id=entry.job.job_id,
                     event_type=event_type,
                     payload=payload,
                     ttl_s=self.stream_ttl_s,
                 )
-            pipe.xack(queue, protocol.GROUP, *entry_ids)
-            pipe.xdel(queue, *entry_ids)
+            for queue, entry_ids in done.items():
+                pipe.xack(queue, protocol.GROUP, *entry_ids)
+                pipe.xdel(queue, *entry_ids)
             await pipe.execute()
         self.jobs_done += len(live)
         for event_type, payload in answers:

@@ -22,6 +22,7 @@ This module imports neither torch nor sentence-transformers: only the engine mod
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.metadata
 import time
@@ -105,17 +106,71 @@ def embedding_tokenizer() -> Any:
     return tokenizer
 
 
-def _job(texts: list[str], *, timeout_s: float, user_ref: str) -> protocol.Job:
+def _jobs(texts: list[str], *, timeout_s: float, user_ref: str) -> list[protocol.Job]:
+    """Split ``texts`` into embed jobs of at most EMBEDDING_JOB_MAX_TEXTS texts each, so
+    no single job holds a worker for long (workers batch jobs back together)."""
+    size = max(1, settings.EMBEDDING_JOB_MAX_TEXTS)
     now = time.time()
-    return protocol.Job(
-        job_id=protocol.new_job_id(),
-        messages=[],
-        kind=protocol.KIND_EMBED,
-        input=texts,
-        user_ref=user_ref,
-        enqueued_at=now,
-        deadline=now + timeout_s,
-    )
+    return [
+        protocol.Job(
+            job_id=protocol.new_job_id(),
+            messages=[],
+            kind=protocol.KIND_EMBED,
+            input=texts[i : i + size],
+            user_ref=user_ref,
+            enqueued_at=now,
+            deadline=now + timeout_s,
+        )
+        for i in range(0, len(texts), size)
+    ]
+
+
+class _Answers:
+    """The terminal events of a request's jobs, collected as they arrive."""
+
+    def __init__(self, jobs: list[protocol.Job], pool: str) -> None:
+        self.jobs = jobs
+        self.pool = pool
+        self.results: dict[str, Embeddings] = {}
+        self.keys = {protocol.gen_key(job.job_id): job for job in jobs}
+
+    def streams(self) -> dict[str, str]:
+        """The result streams still awaited (XREAD argument)."""
+        return {
+            key: protocol.STREAM_START
+            for key, job in self.keys.items()
+            if job.job_id not in self.results
+        }
+
+    def take(self, found: Any) -> None:
+        """Record the events of an XREAD answer; raise EmbeddingUnavailable on an error."""
+        for key, entries in found or []:
+            job = self.keys[key.decode() if isinstance(key, bytes) else key]
+            entry_id, fields = entries[0]
+            self.results[job.job_id] = _result(
+                protocol.event_parse(entry_id, fields),
+                count=len(job.input),
+                pool=self.pool,
+            )
+
+    @property
+    def done(self) -> bool:
+        """True once every job has answered."""
+        return len(self.results) == len(self.jobs)
+
+    def combined(self) -> Embeddings:
+        """All jobs' vectors in input order, their tokens summed."""
+        parts = [self.results[job.job_id] for job in self.jobs]
+        return Embeddings(
+            vectors=[v for part in parts for v in part.vectors],
+            tokens=sum(part.tokens for part in parts),
+            model=parts[0].model,
+            dim=parts[0].dim,
+        )
+
+    def pending_ids(self) -> list[str]:
+        """The jobs still without an answer."""
+        return [j.job_id for j in self.jobs if j.job_id not in self.results]
 
 
 def _no_worker(pool: str) -> EmbeddingUnavailable:
@@ -187,52 +242,58 @@ def embed_texts(
     pool: str | None = None,
     timeout_s: float | None = None,
     user_ref: str = "",
+    bulk: bool = False,
 ) -> Embeddings:
     """Embed ``texts`` on the embedding pool; block until the vectors arrive (sync).
 
     For request threads, Celery tasks and commands, never an event loop. ``pool``
     defaults to EMBEDDING_POOL and ``timeout_s`` (seconds, enqueue to answer) to
-    EMBEDDING_TIMEOUT_S. An empty list needs no worker. Raises
-    :class:`EmbeddingUnavailable` at once when the pool has no live worker, and when the
-    answer does not come in time (the job is then ended, so no worker runs it later).
+    EMBEDDING_TIMEOUT_S. ``bulk`` (document ingestion, large requests) queues on the
+    pool's bulk queue, which workers serve only when no interactive job waits. The
+    texts travel as jobs of at most EMBEDDING_JOB_MAX_TEXTS. An empty list needs no
+    worker. Raises :class:`EmbeddingUnavailable` at once when the pool has no live
+    worker, and when the answer does not come in time (the jobs are then ended, so no
+    worker runs them later).
     """
     texts = list(texts)
     if not texts:
         return Embeddings(vectors=[], tokens=0, model="", dim=EMBEDDING_DIM)
     pool, timeout_s = _params(pool, timeout_s)
     client = redis_sync()
-    now = time.time()
-    if not _live(client, pool, now):
+    if not _live(client, pool, time.time()):
         raise _no_worker(pool)
-    job = _job(texts, timeout_s=timeout_s, user_ref=user_ref)
-    key = protocol.gen_key(job.job_id)
-    client.xadd(protocol.queue_key(pool), job.to_fields())
+    jobs = _jobs(texts, timeout_s=timeout_s, user_ref=user_ref)
+    answers = _Answers(jobs, pool)
+    queue = protocol.bulk_queue_key(pool) if bulk else protocol.queue_key(pool)
+    with client.pipeline(transaction=False) as pipe:
+        for job in jobs:
+            pipe.xadd(queue, job.to_fields())
+        pipe.execute()
     try:
-        while True:
-            remaining = job.deadline - time.time()
+        while not answers.done:
+            remaining = jobs[0].deadline - time.time()
             if remaining <= 0:
                 raise _timed_out(pool, timeout_s)
             # Wake at least once a second to notice that the pool's last worker died.
             block_ms = max(1, int(min(remaining, 1.0) * 1000))
-            found = client.xread({key: protocol.STREAM_START}, count=1, block=block_ms)
-            if found:
-                entry_id, fields = found[0][1][0]
-                return _result(
-                    protocol.event_parse(entry_id, fields), count=len(texts), pool=pool
-                )
-            if not _live(client, pool, time.time()):
+            found = client.xread(answers.streams(), count=1, block=block_ms)
+            answers.take(found)
+            if not found and not _live(client, pool, time.time()):
                 raise _no_worker(pool)
-    except EmbeddingUnavailable as exc:
-        if exc.code in (TIMEOUT, NO_WORKER):
-            _give_up(client, job.job_id)
+        return answers.combined()
+    except EmbeddingUnavailable:
+        _give_up(client, answers.pending_ids())
         raise
     finally:
-        client.delete(key)
+        client.delete(*answers.keys)
 
 
-def _give_up(client: Any, job_id: str) -> None:
-    """Mark a job as ended so no worker embeds it after its caller left."""
-    client.set(protocol.final_key(job_id), "1", ex=_RESULT_TTL_S)
+def _give_up(client: Any, job_ids: list[str]) -> Any:
+    """Mark jobs as ended so no worker embeds them after their caller left."""
+    with client.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.set(protocol.final_key(job_id), "1", ex=_RESULT_TTL_S)
+        return pipe.execute()
 
 
 async def aembed_texts(
@@ -241,41 +302,45 @@ async def aembed_texts(
     pool: str | None = None,
     timeout_s: float | None = None,
     user_ref: str = "",
+    bulk: bool = False,
 ) -> Embeddings:
-    """Embed ``texts`` without blocking the event loop; see :func:`embed_texts`."""
+    """Embed ``texts`` without blocking the event loop; see :func:`embed_texts`.
+
+    A caller cancelled while waiting (a client that left) ends its jobs too.
+    """
     texts = list(texts)
     if not texts:
         return Embeddings(vectors=[], tokens=0, model="", dim=EMBEDDING_DIM)
     pool, timeout_s = _params(pool, timeout_s)
     client = redis_async()
-    now = time.time()
-    if not await _live(client, pool, now):
+    if not await _live(client, pool, time.time()):
         raise _no_worker(pool)
-    job = _job(texts, timeout_s=timeout_s, user_ref=user_ref)
-    key = protocol.gen_key(job.job_id)
-    await client.xadd(protocol.queue_key(pool), job.to_fields())
+    jobs = _jobs(texts, timeout_s=timeout_s, user_ref=user_ref)
+    answers = _Answers(jobs, pool)
+    queue = protocol.bulk_queue_key(pool) if bulk else protocol.queue_key(pool)
+    async with client.pipeline(transaction=False) as pipe:
+        for job in jobs:
+            pipe.xadd(queue, job.to_fields())
+        await pipe.execute()
     try:
-        while True:
-            remaining = job.deadline - time.time()
+        while not answers.done:
+            remaining = jobs[0].deadline - time.time()
             if remaining <= 0:
                 raise _timed_out(pool, timeout_s)
             block_ms = max(1, int(min(remaining, 1.0) * 1000))
-            found = await client.xread(
-                {key: protocol.STREAM_START}, count=1, block=block_ms
-            )
-            if found:
-                entry_id, fields = found[0][1][0]
-                return _result(
-                    protocol.event_parse(entry_id, fields), count=len(texts), pool=pool
-                )
-            if not await _live(client, pool, time.time()):
+            found = await client.xread(answers.streams(), count=1, block=block_ms)
+            answers.take(found)
+            if not found and not await _live(client, pool, time.time()):
                 raise _no_worker(pool)
-    except EmbeddingUnavailable as exc:
-        if exc.code in (TIMEOUT, NO_WORKER):
-            await client.set(protocol.final_key(job.job_id), "1", ex=_RESULT_TTL_S)
+        return answers.combined()
+    except (EmbeddingUnavailable, asyncio.CancelledError):
+        async with client.pipeline(transaction=False) as pipe:
+            for job_id in answers.pending_ids():
+                pipe.set(protocol.final_key(job_id), "1", ex=_RESULT_TTL_S)
+            await asyncio.shield(pipe.execute())
         raise
     finally:
-        await client.delete(key)
+        await client.delete(*answers.keys)
 
 
 def embed_text(text: str, **options: Any) -> list[float]:

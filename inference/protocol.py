@@ -6,6 +6,8 @@ nothing else builds a key or an event by hand.
 Keys
 - ``inf:q:{pool}``: stream of jobs, consumer group ``workers``; an entry holds one
   field ``job`` (the JSON of :class:`Job`).
+- ``inf:qb:{pool}``: an embedding pool's bulk jobs (ingestion, large requests), the
+  same format, taken only when ``inf:q:{pool}`` is empty.
 - ``inf:gen:{job_id}``: stream of one generation's events; each entry has fields
   ``e`` (event type) and ``d`` (JSON payload). Expires ``stream_ttl`` seconds after its
   terminal event.
@@ -97,6 +99,16 @@ STREAM_START = "0-0"
 def queue_key(pool: str) -> str:
     """Return the job stream key of a pool."""
     return f"inf:q:{pool}"
+
+
+def bulk_queue_key(pool: str) -> str:
+    """Return the bulk job stream of an embedding pool (same format as its queue).
+
+    Document ingestion and large embedding requests go here; the pool's workers take
+    from it only when ``inf:q:{pool}`` is empty, so a turn's question never waits
+    behind a document (its key is outside ``inf:q:*``: not a pool of its own).
+    """
+    return f"inf:qb:{pool}"
 
 
 def gen_key(job_id: str) -> str:

@@ -48,10 +48,14 @@ class CrashRecovery:
     reclaim_scans: int
     _closing: bool
 
-    async def _ack(self, entry_id: str) -> None:
+    queue_keys: list[str]
+
+    async def _ack(self, entry_id: str, queue: str | None = None) -> None:
         raise NotImplementedError
 
-    async def _requeue(self, entry_id: str, fields: dict[str, Any]) -> None:
+    async def _requeue(
+        self, entry_id: str, fields: dict[str, Any], queue: str | None = None
+    ) -> None:
         raise NotImplementedError
 
     async def _terminal(
@@ -75,9 +79,8 @@ class CrashRecovery:
         one worker wins) and then: already ended → acknowledged; no token yet and
         retries left → re-queued as a new entry; else ended with ``worker_lost``.
         Dead consumers left with no pending entry are removed from the group and the
-        heartbeat set.
+        heartbeat set. Every queue of the worker (:attr:`queue_keys`) is scanned.
         """
-        queue = protocol.queue_key(self.pool)
         now = time.time()
         live = set(
             await self.redis.zrangebyscore(
@@ -85,30 +88,34 @@ class CrashRecovery:
             )
         )
         live.add(self.worker_id)
-        try:
-            consumers = await self.redis.xinfo_consumers(queue, protocol.GROUP)
-        except ResponseError:
-            self.reclaim_scans += 1
-            return 0  # no stream or group yet
         handled = 0
-        for consumer in consumers:
-            name = consumer["name"]
-            if name in live:
-                continue
-            if int(consumer["pending"]):
-                handled += await self._reclaim_consumer(name)
-                still = await self.redis.xpending_range(
-                    queue, protocol.GROUP, min="-", max="+", count=1, consumername=name
-                )
-                if still:
+        for queue in self.queue_keys:
+            try:
+                consumers = await self.redis.xinfo_consumers(queue, protocol.GROUP)
+            except ResponseError:
+                continue  # no stream or group yet
+            for consumer in consumers:
+                name = consumer["name"]
+                if name in live:
                     continue
-            await self.redis.xgroup_delconsumer(queue, protocol.GROUP, name)
-            await self.redis.zrem(protocol.workers_key(self.pool), name)
+                if int(consumer["pending"]):
+                    handled += await self._reclaim_consumer(name, queue)
+                    still = await self.redis.xpending_range(
+                        queue,
+                        protocol.GROUP,
+                        min="-",
+                        max="+",
+                        count=1,
+                        consumername=name,
+                    )
+                    if still:
+                        continue
+                await self.redis.xgroup_delconsumer(queue, protocol.GROUP, name)
+                await self.redis.zrem(protocol.workers_key(self.pool), name)
         self.reclaim_scans += 1
         return handled
 
-    async def _reclaim_consumer(self, consumer: str) -> int:
-        queue = protocol.queue_key(self.pool)
+    async def _reclaim_consumer(self, consumer: str, queue: str) -> int:
         entries = await self.redis.xpending_range(
             queue, protocol.GROUP, min="-", max="+", count=100, consumername=consumer
         )
@@ -125,21 +132,23 @@ class CrashRecovery:
             )
             for entry_id, fields in claimed:
                 if fields is None:  # deleted meanwhile
-                    await self._ack(entry_id)
+                    await self._ack(entry_id, queue)
                     continue
                 handled += 1
                 self.jobs_reclaimed += 1
-                await self._recover(entry_id, fields, consumer)
+                await self._recover(entry_id, fields, consumer, queue)
         return handled
 
-    async def _recover(self, entry_id: str, fields: dict[str, Any], dead: str) -> None:
+    async def _recover(
+        self, entry_id: str, fields: dict[str, Any], dead: str, queue: str
+    ) -> None:
         try:
             job = protocol.Job.from_fields(fields)
         except (ValueError, TypeError):
-            await self._ack(entry_id)
+            await self._ack(entry_id, queue)
             return
         if await self.redis.exists(protocol.final_key(job.job_id)):
-            await self._ack(entry_id)  # it ended; only the ack was lost
+            await self._ack(entry_id, queue)  # it ended; only the ack was lost
             return
         head = await self.redis.xrange(protocol.gen_key(job.job_id), count=8)
         emitted = any(f.get("e") == protocol.EVENT_TOKEN for _id, f in head)
@@ -160,7 +169,7 @@ class CrashRecovery:
                     attempts,
                 )
                 metrics.REQUESTS_RETRIED.labels(pool=self.pool).inc()
-                await self._requeue(entry_id, job.to_fields())
+                await self._requeue(entry_id, job.to_fields(), queue)
                 return
         logger.warning("job %s lost worker %s mid-answer", job.job_id, dead)
         await self._terminal(
@@ -173,4 +182,4 @@ class CrashRecovery:
                 "usage": None,
             },
         )
-        await self._ack(entry_id)
+        await self._ack(entry_id, queue)

@@ -91,6 +91,11 @@ class Worker(CrashRecovery):
 
     kind = "chat"
 
+    @property
+    def queue_keys(self) -> list[str]:
+        """The queue streams this worker takes jobs from, in order of priority."""
+        return [protocol.queue_key(self.pool)]
+
     def _busy(self) -> int:
         """Job slots in use (published in the heartbeat)."""
         return len(self._running)
@@ -158,13 +163,14 @@ class Worker(CrashRecovery):
             await self.redis.aclose()
 
     async def _ensure_group(self) -> None:
-        try:
-            await self.redis.xgroup_create(
-                protocol.queue_key(self.pool), protocol.GROUP, id="0", mkstream=True
-            )
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        for queue in self.queue_keys:
+            try:
+                await self.redis.xgroup_create(
+                    queue, protocol.GROUP, id="0", mkstream=True
+                )
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
 
     async def _take_loop(self) -> None:
         slot_freed = asyncio.Event()
@@ -195,9 +201,12 @@ class Worker(CrashRecovery):
                     else:
                         self._start_job(entry_id, fields, slot_freed)
 
-    async def _requeue(self, entry_id: str, fields: dict[str, Any]) -> None:
-        """Put a delivered entry back on the queue (as a new entry) and drop ours."""
-        queue = protocol.queue_key(self.pool)
+    async def _requeue(
+        self, entry_id: str, fields: dict[str, Any], queue: str | None = None
+    ) -> None:
+        """Put a delivered entry back on its queue (as a new entry) and drop ours;
+        ``queue`` defaults to the pool's queue."""
+        queue = queue or protocol.queue_key(self.pool)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.xadd(queue, fields)
             pipe.xack(queue, protocol.GROUP, entry_id)
@@ -223,8 +232,8 @@ class Worker(CrashRecovery):
 
         task.add_done_callback(_done)
 
-    async def _ack(self, entry_id: str) -> None:
-        queue = protocol.queue_key(self.pool)
+    async def _ack(self, entry_id: str, queue: str | None = None) -> None:
+        queue = queue or protocol.queue_key(self.pool)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.xack(queue, protocol.GROUP, entry_id)
             pipe.xdel(queue, entry_id)

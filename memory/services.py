@@ -99,6 +99,7 @@ def document_ingest(*, document_id: int, progress: Progress | None = None) -> Do
                     [p.text for p in pieces[i : i + batch]],
                     timeout_s=settings.EMBEDDING_INGEST_TIMEOUT_S,
                     user_ref=str(document.user_id),
+                    bulk=True,  # behind every question, never in front of one
                 ).vectors
             )
             if progress:

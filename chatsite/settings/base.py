@@ -218,6 +218,11 @@ EMBEDDING_INGEST_BATCH = env.int("EMBEDDING_INGEST_BATCH", default=64)
 # most texts in one forward pass.
 EMBEDDING_GATHER_MS = env.float("EMBEDDING_GATHER_MS", default=2.0)
 EMBEDDING_MAX_BATCH = env.int("EMBEDDING_MAX_BATCH", default=64)
+# Bulk work (ingestion, large API requests) runs this many texts per batch, and only
+# when no interactive job waits: a question waits behind at most one such batch.
+EMBEDDING_BULK_BATCH = env.int("EMBEDDING_BULK_BATCH", default=16)
+# Texts per embed job: a long request is split so one job never holds a worker long.
+EMBEDDING_JOB_MAX_TEXTS = env.int("EMBEDDING_JOB_MAX_TEXTS", default=16)
 
 # A `streaming` message whose job has no stream left after this long is finalised as an error.
 REAPER_STALE_AFTER_S = env.float("REAPER_STALE_AFTER_S", default=900.0)

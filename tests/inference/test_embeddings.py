@@ -30,7 +30,7 @@ from inference.engines.base import EngineError
 from inference.engines.embedding import Embedded, EmbeddingEngine
 from inference.engines.openai_embed import OpenAIEmbeddingEngine
 from inference.selectors import pool_status
-from tests.inference.helpers import queue_drained
+from tests.inference.helpers import queue_drained, wait_until
 
 
 def _dot(a: list[float], b: list[float]) -> float:
@@ -254,3 +254,35 @@ def test_one_failed_remote_request_does_not_fail_the_others_in_its_batch(
     good, bad = asyncio.run(embed_both(_remote(server)))
     assert isinstance(good, Embedded) and good.vectors[0][0] == 1.0
     assert isinstance(bad, EngineError) and "500" in str(bad)
+
+
+def test_a_long_request_travels_as_several_jobs_and_comes_back_in_order(
+    start_embedding_worker, settings
+):
+    settings.EMBEDDING_JOB_MAX_TEXTS = 3
+    engine = CountingEngine()
+    start_embedding_worker(engine)
+    texts = ["x" * n for n in range(1, 11)]
+    result = embed_texts(texts, bulk=True)
+    assert [row.index(1.0) for row in result.vectors] == list(range(1, 11))
+    assert result.tokens == sum(range(1, 11))
+    jobs = [texts for batch in engine.batches for texts in batch]
+    assert max(len(j) for j in jobs) <= 3 and len(jobs) == 4
+
+
+def test_a_question_goes_before_queued_bulk_work(start_embedding_worker, settings):
+    settings.EMBEDDING_JOB_MAX_TEXTS = 4
+    engine = CountingEngine(delay_s=0.1)
+    start_embedding_worker(engine, bulk_batch=4, gather_ms=0)
+    bulk = threading.Thread(
+        target=lambda: embed_texts([f"chunk {i}" for i in range(40)], bulk=True)
+    )
+    bulk.start()  # ten bulk jobs of 4 texts: ten batches of 0.1 s
+    assert wait_until(lambda: len(engine.batches) >= 1)  # the document is running
+    embed_texts(["my question"])
+    bulk.join(timeout=10)
+    order = [texts for batch in engine.batches for texts in batch]
+    assert len(order) == 11
+    # it waited for the bulk batch already running at most, then ran on its own
+    assert order.index(["my question"]) <= 2
+    assert [["my question"]] in engine.batches

@@ -155,6 +155,7 @@ class Command(BaseCommand):
             if opts["gather_ms"] is None
             else opts["gather_ms"],
             max_batch=max_batch,
+            bulk_batch=settings.EMBEDDING_BULK_BATCH,
             expected_dim=EMBEDDING_DIM,
             heartbeat_s=settings.INFERENCE_HEARTBEAT_S,
             worker_ttl_s=settings.INFERENCE_WORKER_TTL_S,
