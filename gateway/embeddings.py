@@ -163,6 +163,7 @@ def embedding_admit(
         job_id=job_id,
         tokens=reserved,
         limits=selectors.plan_limits(plan=plan),
+        advice=quota.SHRINK_ADVICE_EMBEDDINGS,
     )
     return EmbeddingAdmission(
         job_id=job_id,

@@ -165,7 +165,14 @@ def _duration(seconds: float) -> str:
     return out + (f"{secs}s" if secs or not out else "")
 
 
-def _exceeded(window: Window, *, amount: int, now: float) -> QuotaExceeded:
+# What a request too large for a whole window can change, by what it is.
+SHRINK_ADVICE = "Ask for a shorter answer (lower max_tokens) or a shorter prompt."
+SHRINK_ADVICE_EMBEDDINGS = "Send fewer or shorter inputs per request."
+
+
+def _exceeded(
+    window: Window, *, amount: int, now: float, advice: str = SHRINK_ADVICE
+) -> QuotaExceeded:
     assert window.limit is not None
     wait_s = max(1, math.ceil(window.resets_at - now))
     at = dt.datetime.fromtimestamp(window.resets_at, tz=dt.UTC)
@@ -176,8 +183,7 @@ def _exceeded(window: Window, *, amount: int, now: float) -> QuotaExceeded:
     if not retryable:
         message = (
             f"This request may use up to {amount:,} tokens, more than your plan's "
-            f"{label} of {window.limit:,} tokens. Ask for a shorter answer "
-            "(lower max_tokens) or a shorter prompt."
+            f"{label} of {window.limit:,} tokens. {advice}"
         )
     else:
         message = (
@@ -205,12 +211,14 @@ def quota_reserve(
     tokens: int,
     limits: Limits,
     now: float | None = None,
+    advice: str = SHRINK_ADVICE,
 ) -> list[Window]:
     """Reserve ``tokens`` (estimated prompt + max_tokens) in every window, atomically.
 
     The reservation stays listed as unsubmitted until :func:`quota_reservation_submitted`
     or its settlement; ``now`` (epoch s, default: the current time) is its reservation
-    time for :func:`quota_reservations_sweep` too.
+    time for :func:`quota_reservations_sweep` too. ``advice`` ends the message of a
+    request too large for a whole window (what the caller can make smaller).
     Returns the windows after charging. Raises :class:`QuotaExceeded` (429, with
     ``Retry-After`` and ``x-ratelimit-*-tokens`` headers naming the first window that
     has no room); nothing is charged then.
@@ -236,7 +244,7 @@ def quota_reserve(
         blocked = Window(
             blocked.name, blocked.key, blocked.limit, int(result[2]), blocked.resets_at
         )
-        raise _exceeded(blocked, amount=tokens, now=now)
+        raise _exceeded(blocked, amount=tokens, now=now, advice=advice)
     return [
         Window(w.name, w.key, w.limit, int(used), w.resets_at)
         for w, used in zip(windows, result[1:], strict=True)

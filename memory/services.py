@@ -128,10 +128,11 @@ def document_ingest(*, document_id: int, progress: Progress | None = None) -> Do
             )
     except NotFound:
         raise
-    except EmbeddingUnavailable as exc:
+    except EmbeddingUnavailable:
         Document.objects.filter(id=document_id).update(
             status=Document.Status.PENDING,
-            error=f"Waiting for the embedding service ({exc}); it will be retried.",
+            error="Waiting for the embedding service, which is not answering; "
+            "the document will be processed as soon as it is back.",
         )
         raise
     except Exception as exc:  # noqa: BLE001 - recorded on the document for the user

@@ -142,6 +142,9 @@ async def test_over_quota_is_a_429_and_nothing_stays_reserved(
     assert exc.value.status_code == 429
     assert exc.value.response.headers["x-should-retry"] == "false"
     assert exc.value.body["code"] == "quota_minute"
+    # advice an embeddings user can follow (no max_tokens here)
+    assert "fewer or shorter inputs" in exc.value.body["message"]
+    assert "max_tokens" not in exc.value.body["message"]
     assert no_reservations()
     assert not await UsageRecord.objects.filter(user=user).aexists()
     # a small request still fits
