@@ -309,6 +309,24 @@ MEMORY_EXTRACT_FACTS = env.bool("MEMORY_EXTRACT_FACTS", default=True)
 MEMORY_SMALL_POOL = env("MEMORY_SMALL_POOL", default=INFERENCE_DEFAULT_POOL)
 # After an answer: title the conversation, roll its summary, extract facts (Celery).
 CHAT_BACKGROUND_JOBS = env.bool("CHAT_BACKGROUND_JOBS", default=True)
+# --- Safety: input moderation (DESIGN §10, safety/classifiers/) -------------------------
+# The classifier backend: "embedded" (trained on MiniLM embeddings, the default),
+# "guard" (a guard model such as Llama Guard 3 on SAFETY_GUARD_POOL) or "remote"
+# (an OpenAI-compatible /v1/moderations at SAFETY_REMOTE_URL).
+SAFETY_BACKEND = env("SAFETY_BACKEND", default="embedded")
+# When the backend is down: refuse the input (True) or let it through unchecked (False).
+SAFETY_FAIL_CLOSED = env.bool("SAFETY_FAIL_CLOSED", default=False)
+# How long a guard or remote backend may take to answer, s.
+SAFETY_TIMEOUT_S = env.float("SAFETY_TIMEOUT_S", default=5.0)
+SAFETY_GUARD_POOL = env("SAFETY_GUARD_POOL", default="guard")
+# "prompt": send Llama Guard 3's task prompt; "conversation": the user's text alone,
+# for a worker whose chat template builds the prompt (vLLM with the model's template).
+SAFETY_GUARD_FORMAT = env("SAFETY_GUARD_FORMAT", default="prompt")
+SAFETY_REMOTE_URL = env("SAFETY_REMOTE_URL", default="https://api.openai.com/v1")
+SAFETY_REMOTE_API_KEY = env("SAFETY_REMOTE_API_KEY", default="")
+SAFETY_REMOTE_MODEL = env("SAFETY_REMOTE_MODEL", default="omni-moderation-latest")
+# Per-category threshold overrides of the embedded model's, e.g. {"hate": 0.6}.
+SAFETY_THRESHOLDS = env.json("SAFETY_THRESHOLDS", default={})
 # --- Inference workers and metrics (DESIGN §5, §11) -----------------------------------
 # Workers beat every INFERENCE_HEARTBEAT_S s; one silent for INFERENCE_WORKER_TTL_S s is
 # dead, and every INFERENCE_RECLAIM_S s live workers take over its pending jobs.

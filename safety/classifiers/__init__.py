@@ -1,0 +1,86 @@
+"""Input moderation classifiers: one interface, backends chosen per deployment.
+
+- ``embedded`` (default): trained on all-MiniLM-L6-v2 embeddings, plus rules
+  (:mod:`.embedded`);
+- ``guard``: a guard model such as Llama Guard 3 on our inference tier (:mod:`.guard`);
+- ``remote``: an OpenAI-compatible ``/v1/moderations`` endpoint (:mod:`.remote`).
+
+``SAFETY_BACKEND`` picks the backend; :func:`classify_text` applies
+``SAFETY_FAIL_CLOSED`` when it is down.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from django.conf import settings
+
+from safety.categories import Category
+from safety.classifiers.base import Classifier, ModerationUnavailable, Verdict
+
+__all__ = [
+    "BACKENDS",
+    "Classifier",
+    "ModerationUnavailable",
+    "Verdict",
+    "classifier_get",
+    "classify_text",
+]
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("embedded", "guard", "remote")
+
+
+def classifier_get(backend: str | None = None) -> Classifier:
+    """Return a classifier of ``backend`` (default ``SAFETY_BACKEND``).
+
+    Raises ``ValueError`` for an unknown backend name.
+    """
+    backend = backend or settings.SAFETY_BACKEND
+    if backend == "embedded":
+        from safety.classifiers.embedded import EmbeddedClassifier
+
+        return EmbeddedClassifier()
+    if backend == "guard":
+        from safety.classifiers.guard import GuardClassifier
+
+        return GuardClassifier()
+    if backend == "remote":
+        from safety.classifiers.remote import RemoteClassifier
+
+        return RemoteClassifier()
+    raise ValueError(f"unknown moderation backend {backend!r}; one of {BACKENDS}")
+
+
+def classify_text(
+    text: str,
+    *,
+    vector: Sequence[float] | None = None,
+    classifier: Classifier | None = None,
+    fail_closed: bool | None = None,
+) -> Verdict:
+    """Judge ``text``, applying the fail policy when the backend is down.
+
+    ``fail_closed`` defaults to ``SAFETY_FAIL_CLOSED``. Closed: re-raise
+    :class:`ModerationUnavailable` (a 503 with a clear message; nothing is sent). Open:
+    log a warning and return a verdict that flags nothing with ``available=False``,
+    so the caller can let the text through and still record that it was not checked.
+    """
+    classifier = classifier or classifier_get()
+    if fail_closed is None:
+        fail_closed = settings.SAFETY_FAIL_CLOSED
+    try:
+        return classifier.classify(text, vector=vector)
+    except ModerationUnavailable as exc:
+        if fail_closed:
+            raise
+        logger.warning("moderation unavailable, failing open: %s", exc.message)
+        return Verdict(
+            scores=dict.fromkeys(Category, 0.0),
+            flagged=(),
+            backend=classifier.name,
+            available=False,
+            detail={"error": exc.message},
+        )

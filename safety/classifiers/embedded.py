@@ -1,0 +1,137 @@
+"""The default backend: a classifier trained on all-MiniLM-L6-v2 embeddings of the
+labelled set in ``safety/data/``, plus prompt-injection rules.
+
+Two logistic regressions over :func:`safety.classifiers.features.features`, trained by
+``manage.py moderation_train`` (:mod:`safety.classifiers.training`) and stored in
+``safety/data/embedded_model.npz`` (committed, so serving needs no training step):
+
+- a *gate*: P(the text asks for harm), trained on every harmful example against every
+  benign one. Pooling the categories gives it ten times the positives of any
+  one-vs-rest model, which is what separates "how do I build a bomb" from "history of
+  the atomic bomb" with a few hundred examples;
+- a *category head*: one-vs-rest over the harmful examples only, saying which harm.
+
+A category's score is ``gate * q_c / max(q)``: the most likely category carries the
+gate's probability, the others in proportion. A rule match (:mod:`.rules`) sets
+``prompt_injection`` to 1. Thresholds per category were chosen by cross-validation on
+the training set (``moderation_train``) and are stored with the weights; the settings
+``SAFETY_THRESHOLDS`` (and later the admin) override them.
+
+Serving is two matrix-vector products in numpy; the text's vector comes from the
+embedding pool (or the caller's shared one). No model runs in the web process.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+
+from inference.embeddings import EmbeddingUnavailable, embed_texts
+from safety.categories import Category
+from safety.classifiers.base import Classifier, ModerationUnavailable, Verdict
+from safety.classifiers.features import FEATURE_DIM, features
+from safety.classifiers.rules import injection_match
+from safety.dataset import DATA_DIR
+
+MODEL_PATH = DATA_DIR / "embedded_model.npz"
+
+
+class EmbeddedModel:
+    """The learned weights (see module docstring); loaded from an ``.npz`` file."""
+
+    def __init__(self, arrays: Any) -> None:
+        self.categories = [Category(c) for c in arrays["categories"]]
+        self.gate_w = np.asarray(arrays["gate_w"], dtype=np.float32)
+        self.gate_b = float(arrays["gate_b"])
+        self.cat_w = np.asarray(arrays["cat_w"], dtype=np.float32)
+        self.cat_b = np.asarray(arrays["cat_b"], dtype=np.float32)
+        self.thresholds = {
+            c: float(t)
+            for c, t in zip(self.categories, arrays["thresholds"], strict=True)
+        }
+        if self.gate_w.shape != (FEATURE_DIM,):
+            raise ValueError(
+                f"model expects {self.gate_w.shape[0]} features, code makes "
+                f"{FEATURE_DIM}: run manage.py moderation_train"
+            )
+
+    @classmethod
+    def load(cls, path: Path | str = MODEL_PATH) -> EmbeddedModel:
+        """Read a model file written by :func:`safety.classifiers.training.model_save`.
+
+        Raises ``FileNotFoundError`` when it is missing, ``ValueError`` when stale.
+        """
+        with np.load(path, allow_pickle=False) as arrays:
+            return cls(arrays)
+
+    def scores(self, x: np.ndarray) -> dict[Category, float]:
+        """Return every category's score (0..1) for a feature vector ``x``."""
+        gate = 1.0 / (1.0 + np.exp(-(float(self.gate_w @ x) + self.gate_b)))
+        q = 1.0 / (1.0 + np.exp(-(self.cat_w @ x + self.cat_b)))
+        q = q / max(float(q.max()), 1e-9)
+        return {c: float(gate * q[i]) for i, c in enumerate(self.categories)}
+
+
+@functools.cache
+def embedded_model() -> EmbeddedModel:
+    """The committed model, loaded once per process."""
+    return EmbeddedModel.load(MODEL_PATH)
+
+
+class EmbeddedClassifier(Classifier):
+    """The embedded default backend (see module docstring)."""
+
+    name = "embedded"
+
+    def __init__(
+        self,
+        *,
+        model: EmbeddedModel | None = None,
+        thresholds: dict[Category, float] | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        self.model = model or embedded_model()
+        overrides = {
+            Category(k): float(v)
+            for k, v in (getattr(settings, "SAFETY_THRESHOLDS", None) or {}).items()
+        }
+        self.thresholds = {**self.model.thresholds, **overrides, **(thresholds or {})}
+        self.timeout_s = timeout_s
+
+    def _vectors(self, texts: Sequence[str]) -> list[list[float]]:
+        try:
+            return embed_texts(list(texts), timeout_s=self.timeout_s).vectors
+        except EmbeddingUnavailable as exc:
+            raise ModerationUnavailable(
+                f"Content moderation is unavailable right now: {exc}"
+            ) from exc
+
+    def _verdict(self, text: str, vector: Sequence[float]) -> Verdict:
+        scores = self.model.scores(features(text, vector))
+        phrase = injection_match(text)
+        if phrase is not None:
+            scores[Category.PROMPT_INJECTION] = 1.0
+        return Verdict.from_scores(
+            scores,
+            thresholds=self.thresholds,
+            backend=self.name,
+            detail={"rule": phrase} if phrase else {},
+        )
+
+    def classify(self, text: str, *, vector: Sequence[float] | None = None) -> Verdict:
+        """Judge ``text`` (see :meth:`Classifier.classify`); embeds it on the embedding
+        pool unless ``vector`` is given. Raises :class:`ModerationUnavailable` when no
+        embedding worker answers."""
+        if vector is None:
+            vector = self._vectors([text])[0]
+        return self._verdict(text, vector)
+
+    def classify_batch(self, texts: Sequence[str]) -> list[Verdict]:
+        """Judge many texts with one embedding request."""
+        vectors = self._vectors(texts) if texts else []
+        return [self._verdict(t, v) for t, v in zip(texts, vectors, strict=True)]

@@ -1,0 +1,63 @@
+"""The labelled moderation examples kept in the repo (``safety/data/*.jsonl``).
+
+One JSON object a line: ``text`` (what a user typed), ``labels`` (our category values,
+:class:`safety.categories.Category`; empty for benign text) and optional ``tags``:
+``sensitive`` marks benign text on a sensitive topic that must pass (history, medicine,
+security teaching, fiction, "kill a process"), ``support`` a person in distress asking
+for help (allowed, see ``safety/data/README.md``). ``moderation_train.jsonl`` trains the
+embedded classifier; ``moderation_heldout.jsonl`` (a seeded 20 % of every class, split
+before any training) is only ever evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from safety.categories import Category
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+TRAIN_SET = DATA_DIR / "moderation_train.jsonl"
+HELDOUT_SET = DATA_DIR / "moderation_heldout.jsonl"
+
+TAG_SENSITIVE = "sensitive"
+TAG_SUPPORT = "support"
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled text; ``labels`` empty means benign (must not be flagged)."""
+
+    text: str
+    labels: frozenset[Category] = field(default_factory=frozenset)
+    tags: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def benign(self) -> bool:
+        """True when no category applies."""
+        return not self.labels
+
+
+def examples_load(path: Path | str) -> list[Example]:
+    """Read a JSONL set; return its examples in file order.
+
+    Raises ``ValueError`` naming the line for a malformed line or an unknown category.
+    """
+    examples: list[Example] = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                examples.append(
+                    Example(
+                        text=str(row["text"]),
+                        labels=frozenset(Category(c) for c in row.get("labels", [])),
+                        tags=frozenset(row.get("tags", [])),
+                    )
+                )
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{number}: {exc}") from exc
+    return examples

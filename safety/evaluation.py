@@ -1,0 +1,191 @@
+"""Measuring a moderation backend on a labelled set (``manage.py moderation_eval``).
+
+Per category: precision, recall and F1 of "flagged as this category" against the
+labels. On the benign examples: the share flagged as anything (false-positive rate),
+also on the ``sensitive`` subset (benign text on sensitive topics) and the ``support``
+subset (people in distress asking for help). Latency: each text is classified alone,
+as a turn would, so the figure includes the embedding round trip (ms, p50 and p99).
+Targets (issue 10): recall >= 0.9 per category and <= 5 % false positives on benign.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from safety.categories import Category
+from safety.classifiers.base import Classifier, Verdict
+from safety.dataset import TAG_SENSITIVE, TAG_SUPPORT, Example
+
+TARGET_RECALL = 0.9
+TARGET_FP_RATE = 0.05
+
+
+@dataclass
+class CategoryScore:
+    """Counts and rates of one category; ``support`` = labelled examples."""
+
+    category: Category
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+
+    @property
+    def support(self) -> int:
+        return self.tp + self.fn
+
+    @property
+    def precision(self) -> float:
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0
+
+    @property
+    def recall(self) -> float:
+        return self.tp / self.support if self.support else 0.0
+
+    @property
+    def f1(self) -> float:
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+
+@dataclass
+class Report:
+    """The outcome of :func:`evaluate`."""
+
+    backend: str
+    categories: list[CategoryScore]
+    benign: tuple[int, int]  # (flagged, total)
+    sensitive: tuple[int, int]
+    support: tuple[int, int]
+    harmful_detected: tuple[int, int]
+    latencies_ms: list[float]
+    false_positives: list[tuple[Example, Verdict]] = field(default_factory=list)
+    misses: list[tuple[Example, Verdict]] = field(default_factory=list)
+
+    def latency_ms(self, q: float) -> float:
+        """The ``q``-th percentile (0..100) of per-text latency, ms."""
+        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else 0.0
+
+    @staticmethod
+    def rate(pair: tuple[int, int]) -> float:
+        return pair[0] / pair[1] if pair[1] else 0.0
+
+    @property
+    def meets_targets(self) -> bool:
+        """True when every labelled category's recall and the benign FP rate meet the
+        targets."""
+        return (
+            all(c.recall >= TARGET_RECALL for c in self.categories if c.support)
+            and self.rate(self.benign) <= TARGET_FP_RATE
+        )
+
+
+def evaluate(classifier: Classifier, examples: Sequence[Example]) -> Report:
+    """Classify every example one by one (timed) and score the verdicts."""
+    scores = {c: CategoryScore(c) for c in Category}
+    counts = {"benign": [0, 0], "sensitive": [0, 0], "support": [0, 0], "harm": [0, 0]}
+    latencies: list[float] = []
+    report_fp: list[tuple[Example, Verdict]] = []
+    report_miss: list[tuple[Example, Verdict]] = []
+    for example in examples:
+        started = time.perf_counter()
+        verdict = classifier.classify(example.text)
+        latencies.append((time.perf_counter() - started) * 1000)
+        flagged = set(verdict.flagged)
+        for category in Category:
+            if category in example.labels:
+                if category in flagged:
+                    scores[category].tp += 1
+                else:
+                    scores[category].fn += 1
+            elif category in flagged:
+                scores[category].fp += 1
+        if example.benign:
+            keys = ["benign"]
+            keys += ["sensitive"] if TAG_SENSITIVE in example.tags else []
+            keys += ["support"] if TAG_SUPPORT in example.tags else []
+            for key in keys:
+                counts[key][0] += bool(flagged)
+                counts[key][1] += 1
+            if flagged:
+                report_fp.append((example, verdict))
+        else:
+            counts["harm"][0] += bool(flagged)
+            counts["harm"][1] += 1
+            if not example.labels & flagged:
+                report_miss.append((example, verdict))
+    return Report(
+        backend=classifier.name,
+        categories=list(scores.values()),
+        benign=tuple(counts["benign"]),  # type: ignore[arg-type]
+        sensitive=tuple(counts["sensitive"]),  # type: ignore[arg-type]
+        support=tuple(counts["support"]),  # type: ignore[arg-type]
+        harmful_detected=tuple(counts["harm"]),  # type: ignore[arg-type]
+        latencies_ms=latencies,
+        false_positives=report_fp,
+        misses=report_miss,
+    )
+
+
+def report_lines(report: Report, *, details: bool = False) -> list[str]:
+    """Render ``report`` as the lines ``moderation_eval`` prints."""
+
+    def mark(ok: bool) -> str:
+        return "ok" if ok else "MISS"
+
+    lines = [
+        f"backend: {report.backend}",
+        f"{'category':18} {'n':>4} {'precision':>9} {'recall':>7} {'f1':>6}  "
+        f"recall>={TARGET_RECALL:g}",
+    ]
+    for c in report.categories:
+        if not c.support and not c.fp:
+            continue
+        target = mark(c.recall >= TARGET_RECALL) if c.support else "-"
+        lines.append(
+            f"{c.category.value:18} {c.support:4d} {c.precision:9.2f} "
+            f"{c.recall:7.2f} {c.f1:6.2f}  {target}"
+        )
+    labelled = [c for c in report.categories if c.support]
+    if labelled:
+        lines.append(
+            f"{'macro average':18} {sum(c.support for c in labelled):4d} "
+            f"{np.mean([c.precision for c in labelled]):9.2f} "
+            f"{np.mean([c.recall for c in labelled]):7.2f} "
+            f"{np.mean([c.f1 for c in labelled]):6.2f}"
+        )
+    h = report.harmful_detected
+    lines.append(
+        f"harmful flagged as any category: {h[0]}/{h[1]} = {report.rate(h):.1%}"
+    )
+    b = report.benign
+    lines.append(
+        f"false positives on benign: {b[0]}/{b[1]} = {report.rate(b):.1%}  "
+        f"(target <= {TARGET_FP_RATE:.0%}: {mark(report.rate(b) <= TARGET_FP_RATE)})"
+    )
+    for name, pair in (
+        ("sensitive but allowed", report.sensitive),
+        ("support-seeking", report.support),
+    ):
+        lines.append(
+            f"  of which {name}: {pair[0]}/{pair[1]} = {report.rate(pair):.1%}"
+        )
+    lines.append(
+        f"latency per text (incl. embedding round trip): p50 {report.latency_ms(50):.1f} ms, "
+        f"p99 {report.latency_ms(99):.1f} ms over {len(report.latencies_ms)} texts"
+    )
+    lines.append(f"targets met: {'yes' if report.meets_targets else 'no'}")
+    if details:
+        for title, rows in (
+            ("false positives", report.false_positives),
+            ("missed", report.misses),
+        ):
+            lines.append(f"{title}:")
+            for example, verdict in rows:
+                labels = ",".join(sorted(c.value for c in example.labels)) or "benign"
+                got = ",".join(c.value for c in verdict.flagged) or "-"
+                lines.append(f"  [{labels} -> {got}] {example.text}")
+    return lines

@@ -1,0 +1,76 @@
+"""`manage.py moderation_train [--set FILE] [--out FILE]`: train the embedded
+moderation classifier and write its weights (default ``safety/data/embedded_model.npz``,
+committed so that serving needs no training step).
+
+The texts are embedded on the embedding pool, so an embedding worker must be running
+(``manage.py run_inference_worker --engine sentence-transformers``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from django.core.management.base import BaseCommand, CommandError
+
+from inference.embeddings import EmbeddingUnavailable, embed_texts
+from safety.categories import Category
+from safety.classifiers.embedded import MODEL_PATH
+from safety.classifiers.training import FP_BUDGET_PER_CATEGORY, model_save, model_train
+from safety.dataset import TRAIN_SET, examples_load
+
+_BATCH = 64
+
+
+class Command(BaseCommand):
+    help = "Train the embedded moderation classifier on the labelled training set."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--set", default=str(TRAIN_SET), help="training JSONL")
+        parser.add_argument("--out", default=str(MODEL_PATH), help="model file (.npz)")
+        parser.add_argument(
+            "--fp-budget",
+            type=float,
+            default=FP_BUDGET_PER_CATEGORY,
+            help="most benign training examples (a fraction) each category may flag "
+            "out of fold; sets the thresholds",
+        )
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        examples = examples_load(opts["set"])
+        vectors: list[list[float]] = []
+        model_name = ""
+        try:
+            for i in range(0, len(examples), _BATCH):
+                batch = embed_texts(
+                    [e.text for e in examples[i : i + _BATCH]], timeout_s=120
+                )
+                vectors += batch.vectors
+                model_name = batch.model
+        except EmbeddingUnavailable as exc:
+            raise CommandError(
+                f"{exc} Start an embedding worker (`manage.py run_inference_worker "
+                "--engine sentence-transformers`) and run this command again."
+            ) from exc
+        self.stdout.write(f"{len(examples)} examples embedded with {model_name}")
+        model = model_train(
+            examples, vectors, fp_budget=opts["fp_budget"], progress=self.stdout.write
+        )
+        model_save(model, opts["out"], embedding_model=model_name)
+        benign = np.array([e.benign for e in examples])
+        self.stdout.write(
+            f"cross-validated on the training set (per-category benign FP budget "
+            f"{opts['fp_budget']:.1%}):"
+        )
+        self.stdout.write(f"  {'category':18} {'threshold':>9} {'recall':>7}")
+        for j, category in enumerate(Category):
+            positive = np.array([category in e.labels for e in examples])
+            recall = (model.oof_scores[positive, j] >= model.thresholds[j]).mean()
+            self.stdout.write(
+                f"  {category.value:18} {model.thresholds[j]:9.2f} {recall:7.2f}"
+            )
+        flagged = (model.oof_scores >= model.thresholds).any(axis=1)
+        self.stdout.write(
+            f"  benign flagged (out of fold, without rules): {flagged[benign].mean():.1%}"
+        )
+        self.stdout.write(self.style.SUCCESS(f"wrote {opts['out']}"))
