@@ -5,8 +5,8 @@ One JSON object a line: ``text`` (what a user typed), ``labels`` (our category v
 ``sensitive`` marks benign text on a sensitive topic that must pass (history, medicine,
 security teaching, fiction, "kill a process"), ``support`` a person in distress asking
 for help (allowed, see ``safety/data/README.md``). ``moderation_train.jsonl`` trains the
-embedded classifier; ``moderation_heldout.jsonl`` (a seeded 20 % of every class, split
-before any training) is only ever evaluated.
+embedded classifier; ``moderation_heldout.jsonl`` (written before the model was trained and
+never trained or tuned on; see ``safety/data/README.md``) is only ever evaluated.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from inference.embeddings import EmbeddingUnavailable, embed_texts
 from safety.categories import Category
 from safety.classifiers.embedded import MODEL_PATH
-from safety.classifiers.training import FP_BUDGET_PER_CATEGORY, model_save, model_train
+from safety.classifiers.training import FP_BUDGET, model_save, model_train
 from safety.dataset import TRAIN_SET, examples_load
 
 _BATCH = 64
@@ -31,9 +31,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--fp-budget",
             type=float,
-            default=FP_BUDGET_PER_CATEGORY,
-            help="most benign training examples (a fraction) each category may flag "
-            "out of fold; sets the thresholds",
+            default=FP_BUDGET,
+            help="most benign training examples (a fraction) the categories together "
+            "may flag out of fold; sets the thresholds",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -59,7 +59,7 @@ class Command(BaseCommand):
         model_save(model, opts["out"], embedding_model=model_name)
         benign = np.array([e.benign for e in examples])
         self.stdout.write(
-            f"cross-validated on the training set (per-category benign FP budget "
+            f"cross-validated on the training set (benign FP budget, all categories "
             f"{opts['fp_budget']:.1%}):"
         )
         self.stdout.write(f"  {'category':18} {'threshold':>9} {'recall':>7}")
