@@ -94,7 +94,7 @@ VLLM_VENV := .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_MODEL := .var/models/smollm2-hf
-VLLM_APP_DEPS := Django|channels|daphne|celery|redis|hiredis|django-environ|django-ratelimit|psycopg\[binary\]|psycopg-pool|pgvector|markdown-it-py|nh3|pygments|prometheus-client|httpx|pytest|pytest-django|pytest-asyncio
+VLLM_APP_DEPS := Django|django-csp|channels|daphne|celery|redis|hiredis|django-environ|django-ratelimit|psycopg\[binary\]|psycopg-pool|pgvector|markdown-it-py|nh3|pygments|prometheus-client|httpx|pytest|pytest-django|pytest-asyncio
 # vLLM CPU: a small KV cache is set per engine (kv_cache_gib); keep its logs short
 VLLM_ENV := HF_HUB_OFFLINE=1 VLLM_LOGGING_LEVEL=WARNING TQDM_DISABLE=1
 
