@@ -20,8 +20,8 @@ class CategoryPolicyAdmin(admin.ModelAdmin):
     fields = ("category", "description", "action", "threshold", "updated_at")
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        # A category without a policy blocks at the backend's threshold; set its
-        # action to "off" instead of deleting it.
+        # A category without a row falls back to its shipped policy: set the action
+        # to "off" to ignore a category, never delete it.
         return False
 
 

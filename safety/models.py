@@ -31,8 +31,8 @@ class CategoryPolicy(models.Model):
     ``SAFETY_THRESHOLDS``). ``action``: block the request, flag it (let it through and
     record an event) or ignore the category. Read through
     :func:`safety.selectors.safety_config` (cached per process for
-    SAFETY_CONFIG_CACHE_S seconds). A category without a row blocks at the backend's
-    threshold.
+    SAFETY_CONFIG_CACHE_S seconds). A category without a row gets its shipped
+    policy (:data:`safety.selectors.SHIPPED_POLICIES`).
     """
 
     category = models.CharField(max_length=32, choices=Category.choices, unique=True)

@@ -22,13 +22,23 @@ class Policy:
 
 DEFAULT_POLICY = Policy(threshold=None, action=Action.BLOCK)
 
+# The shipped policies (migration 0002 seeds the same rows): every category blocks at
+# the backend's threshold except prompt injection, which is flag-only (see that
+# migration for why). A category without a row gets its shipped policy.
+SHIPPED_POLICIES: dict[Category, Policy] = {
+    c: Policy(threshold=None, action=Action.FLAG)
+    if c == Category.PROMPT_INJECTION
+    else DEFAULT_POLICY
+    for c in Category
+}
+
 
 @dataclass(frozen=True)
 class SafetyConfig:
     """A snapshot of the admin-edited category policies (read-only, shared by threads).
 
-    ``policies`` holds every category: one without a row gets :data:`DEFAULT_POLICY`
-    (block at the backend's threshold), so a missing row never lets harm through.
+    ``policies`` holds every category: one without a row gets its shipped policy
+    (:data:`SHIPPED_POLICIES`), so a missing row never lets harm through.
     """
 
     policies: dict[Category, Policy]
@@ -36,7 +46,7 @@ class SafetyConfig:
 
     def policy(self, category: Category) -> Policy:
         """The policy of ``category``."""
-        return self.policies.get(category, DEFAULT_POLICY)
+        return self.policies.get(category, SHIPPED_POLICIES[category])
 
 
 _config: SafetyConfig | None = None
@@ -49,7 +59,7 @@ def _config_load() -> SafetyConfig:
         for p in CategoryPolicy.objects.all()
     }
     return SafetyConfig(
-        policies={c: rows.get(c.value, DEFAULT_POLICY) for c in Category},
+        policies={c: rows.get(c.value, SHIPPED_POLICIES[c]) for c in Category},
         loaded_at=time.monotonic(),
     )
 

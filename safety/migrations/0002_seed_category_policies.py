@@ -5,8 +5,9 @@ which is flag-only: a jailbreak attempt cannot switch the assistant's rules off 
 system prompt and the model's own training still apply), and the rules that detect it
 also match people asking *about* prompt injection ("what does 'ignore previous
 instructions' do?"), so blocking would refuse legitimate security questions. Flagged
-attempts are recorded for review. The category values are written out here (not read
-from safety.categories) so the migration stays what it was when later code changes.
+attempts are recorded for review. The values are written out here (not read from
+safety.selectors.SHIPPED_POLICIES, which holds the same defaults for a category
+without a row) so the migration stays what it was when later code changes.
 """
 
 from django.db import migrations

@@ -42,10 +42,18 @@ def test_with_a_zero_ttl_every_read_sees_the_latest_edit(settings):
     assert selectors.safety_config().policy(Category.FRAUD).action == "flag"
 
 
-def test_a_category_without_a_row_blocks_at_the_backends_threshold(settings):
+def test_a_category_without_a_row_gets_its_shipped_policy(settings):
     settings.SAFETY_CONFIG_CACHE_S = 0
-    CategoryPolicy.objects.filter(category="weapons").delete()
-    assert (
-        selectors.safety_config().policy(Category.WEAPONS) == selectors.DEFAULT_POLICY
-    )
-    assert selectors.DEFAULT_POLICY.action == "block"
+    CategoryPolicy.objects.all().delete()  # as a flushed (transactional) test db
+    config = selectors.safety_config()
+    assert config.policy(Category.WEAPONS) == selectors.Policy(None, "block")
+    assert config.policy(Category.PROMPT_INJECTION) == selectors.Policy(None, "flag")
+
+
+def test_the_shipped_policies_are_what_the_migration_seeds():
+    from importlib import import_module
+
+    seed = import_module("safety.migrations.0002_seed_category_policies")
+    assert seed.DEFAULTS == {
+        c.value: p.action for c, p in selectors.SHIPPED_POLICIES.items()
+    }
