@@ -79,7 +79,11 @@ def main() -> None:
             job = uuid.uuid4().hex
             t0 = time.perf_counter()
             generations.generation_admit(
-                user=user, job_id=job, messages=messages, params={"max_tokens": 64}
+                user=user,
+                job_id=job,
+                messages=messages,
+                params={"max_tokens": 64},
+                surface=generations.Surface.API,
             )
             generations.generation_release(job_id=job)
             admit.append((time.perf_counter() - t0) * 1e6)
@@ -89,7 +93,11 @@ def main() -> None:
             for _ in range(per_thread):
                 job = uuid.uuid4().hex
                 generations.generation_admit(
-                    user=user, job_id=job, messages=messages, params={"max_tokens": 64}
+                    user=user,
+                    job_id=job,
+                    messages=messages,
+                    params={"max_tokens": 64},
+                    surface=generations.Surface.API,
                 )
                 generations.generation_release(job_id=job)
             connection.close()

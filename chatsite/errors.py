@@ -101,3 +101,18 @@ class PoolSaturated(ServiceUnavailable):
 
     code = "pool_saturated"
     message = "The assistant is busy right now. Please try again in a moment."
+
+
+class ModerationBlocked(InvalidInput):
+    """The input was refused by the content policy (400, OpenAI's
+    ``content_policy_violation`` on ``messages``). ``category`` is the matched
+    moderation category's value; the message names it and says what the user can do."""
+
+    status = 400
+    code = "content_policy_violation"
+    param = "messages"
+    message = "This message was not sent because it goes against the content policy."
+
+    def __init__(self, message: str | None = None, *, category: str = "") -> None:
+        super().__init__(message)
+        self.category = category

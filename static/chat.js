@@ -176,9 +176,30 @@
     try { payload = await response.json(); } catch (err) { payload = {}; }
     if (!response.ok) {
       const message = (payload.error && payload.error.message) || ("Request failed (" + response.status + ")");
-      throw new Error(message);
+      const error = new Error(message);
+      error.code = payload.error && payload.error.code;
+      throw error;
     }
     return payload;
+  }
+
+  // A message the content policy refused: a notice in the thread (it stays there; the
+  // user's text stays in the input box to edit). Text only, never HTML.
+  function policyNotice(message) {
+    const notice = document.createElement("article");
+    notice.className = "msg msg-notice";
+    notice.dataset.code = "content_policy_violation";
+    notice.setAttribute("role", "alert");
+    const who = document.createElement("div");
+    who.className = "msg-role";
+    who.textContent = "Message not sent";
+    const body = document.createElement("div");
+    body.className = "msg-body plain";
+    body.textContent = message;
+    notice.append(who, body);
+    thread.append(notice);
+    notice.scrollIntoView({block: "end"});
+    return notice;
   }
 
   // Rename form and Delete link for a conversation created on this page (the server
@@ -248,8 +269,10 @@
       input.value = "";
       startTurn(turn);
     } catch (err) {
-      showError(err.message);
+      if (err.code === "content_policy_violation") policyNotice(err.message);
+      else showError(err.message);
       if (!active) setBusy(false);
+      input.focus();
     } finally {
       sending = false;
     }
@@ -276,7 +299,8 @@
       if (last) last.classList.add("superseded");
       startTurn(turn);
     } catch (err) {
-      showError(err.message);
+      if (err.code === "content_policy_violation") policyNotice(err.message);
+      else showError(err.message);
       if (!active) setBusy(false);
     } finally {
       sending = false;

@@ -231,6 +231,16 @@ def embedding_worker(
 
 
 @pytest.fixture
+def moderation_off(settings: Any) -> None:
+    """Input moderation switched off (SAFETY_INPUT_ENABLED), for tests about something
+    else that need a live embedding worker: their texts must not depend on the
+    classifier's verdicts (moderation has its own tests: tests/safety,
+    tests/conversations/test_turn_moderation.py, openai/test_moderation.py). Without an
+    embedding worker moderation fails open at once and needs no switch."""
+    settings.SAFETY_INPUT_ENABLED = False
+
+
+@pytest.fixture
 def user(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user(
         username="alice", password="pw-alice-123"

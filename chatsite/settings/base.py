@@ -327,6 +327,12 @@ SAFETY_REMOTE_API_KEY = env("SAFETY_REMOTE_API_KEY", default="")
 SAFETY_REMOTE_MODEL = env("SAFETY_REMOTE_MODEL", default="omni-moderation-latest")
 # Per-category threshold overrides of the embedded model's, e.g. {"hate": 0.6}.
 SAFETY_THRESHOLDS = env.json("SAFETY_THRESHOLDS", default={})
+# Screen the user's message before anything is spent (DESIGN §4.2); False: no input
+# moderation at all (no classification, no events).
+SAFETY_INPUT_ENABLED = env.bool("SAFETY_INPUT_ENABLED", default=True)
+# The per-category policies (admin: thresholds, block/flag/off) are cached per process
+# this long, s (0: read on every request); admin edits apply within it.
+SAFETY_CONFIG_CACHE_S = env.float("SAFETY_CONFIG_CACHE_S", default=5.0)
 # --- Inference workers and metrics (DESIGN §5, §11) -----------------------------------
 # Workers beat every INFERENCE_HEARTBEAT_S s; one silent for INFERENCE_WORKER_TTL_S s is
 # dead, and every INFERENCE_RECLAIM_S s live workers take over its pending jobs.

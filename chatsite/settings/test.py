@@ -31,6 +31,7 @@ SSE_HEARTBEAT_S = 1.0
 INFERENCE_NO_WORKER_GRACE_S = 2.0
 # Tests edit pools and plans between requests: no per-process config cache.
 GATEWAY_CONFIG_CACHE_S = 0.0
+SAFETY_CONFIG_CACHE_S = 0.0
 # Tasks run eagerly here: tests trigger titles/summaries/facts explicitly, so a test
 # sees only the model calls it asked for.
 CHAT_BACKGROUND_JOBS = False

@@ -26,6 +26,7 @@ from conversations.openai.requests import CompletionRequest
 from gateway import generations
 from gateway import selectors as gateway_selectors
 from gateway.cache import CachePolicy
+from inference.embeddings import TextVector
 from inference.tokens import prompt_counter
 
 Generation = generations.Generation
@@ -52,7 +53,9 @@ def prompt_tokens_count(messages: list[dict[str, str]]) -> int:
     return prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)(messages)
 
 
-def _cache_policy(req: CompletionRequest) -> CachePolicy | None:
+def _cache_policy(
+    req: CompletionRequest, *, query: TextVector | None = None
+) -> CachePolicy | None:
     """The answer caches (:mod:`gateway.cache`) an API request may use.
 
     At temperature 0 the exact cache (an identical request gets the identical answer);
@@ -68,16 +71,21 @@ def _cache_policy(req: CompletionRequest) -> CachePolicy | None:
         personal=False,
         opt_in=bool(req.cache),
         semantic=bool(req.cache),
+        query=query,
     )
 
 
 def generation_start(*, user: AbstractBaseUser, req: CompletionRequest) -> Generation:
     """Admit, reserve and enqueue the request's generation; nothing stays reserved if
     it raises. A cache hit is served by the gateway without a job. Raises the gateway's
-    DomainErrors (ContextOverflow, NotFound, Forbidden, QuotaExceeded,
-    PoolSaturated)."""
+    DomainErrors (ModerationBlocked, ModerationUnavailable, ContextOverflow,
+    NotFound, Forbidden, QuotaExceeded, PoolSaturated).
+
+    The last user message is embedded at most once, shared by input moderation and
+    the semantic cache (as a chat turn shares its question's vector)."""
     _model_check(req.model)
     counted = prompt_tokens_count(req.messages)
+    query = TextVector(generations.last_user_text(req.messages))
     started = generations.generation_start(
         user=user,
         messages=req.messages,
@@ -86,8 +94,10 @@ def generation_start(*, user: AbstractBaseUser, req: CompletionRequest) -> Gener
         prompt_tokens=max(counted, generations.prompt_tokens_estimate(req.messages)),
         context_tokens=counted,
         params=req.params,
+        surface=generations.Surface.API,
+        query=query,
         model=req.model,
-        cache_policy=_cache_policy(req),
+        cache_policy=_cache_policy(req, query=query),
     )
     generation = started.generation
     generation.model = started.admission.model or req.model

@@ -250,6 +250,11 @@ def _turn_run(
         prompt_tokens=built.prompt_tokens,
         context_tokens=built.prompt_tokens,
         params=generation_params,
+        surface=generations.Surface.CHAT,
+        # input moderation reads the same vector as memory and the semantic cache
+        query=query,
+        conversation_id=conversation.pk if conversation is not None else None,
+        message_id=question.pk if question is not None else None,
         model=model,
         cache_policy=_cache_policy(
             built,
@@ -279,8 +284,10 @@ def turn_start(
     ``model`` is an explicit pool/model choice. Raises InvalidInput (empty),
     PayloadTooLarge (over CHAT_MAX_MESSAGE_CHARS characters), NotFound (not the user's
     conversation, unknown model), Conflict (an answer is still streaming), Forbidden
-    (model not in the plan), QuotaExceeded (429), PoolSaturated (503). Nothing is
-    stored and nothing stays reserved when it raises.
+    (model not in the plan), ModerationBlocked (400, the content policy; a moderation
+    event is recorded), ModerationUnavailable (503, failing closed), QuotaExceeded
+    (429), PoolSaturated (503). Nothing is stored and nothing stays reserved when it
+    raises.
     """
     content = _validate_content(content)
     conversation = None

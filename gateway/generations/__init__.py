@@ -4,8 +4,8 @@ Every surface that makes the model write — the chat turn, the OpenAI-compatibl
 goes through these three steps, so a policy added here (quotas, caches, fallback,
 output moderation) applies to all of them and none can skip it:
 
-- **start** (:mod:`.start`, :mod:`.admission`): admit (route, reserve tokens, caches,
-  admission control), store the surface's rows, submit the job;
+- **start** (:mod:`.start`, :mod:`.admission`): admit (input moderation, route,
+  reserve tokens, caches, admission control), store the surface's rows, submit the job;
 - **follow** (:mod:`.follow`): the only async reader of a generation's Redis stream
   (resume, coalescing, stream policies, watchdog, fallback restart, settlement);
 - **settle** (:mod:`.settle`): the outcome (:mod:`.outcome`, one map for every
@@ -16,8 +16,11 @@ output moderation) applies to all of them and none can skip it:
 from gateway.generations.admission import (
     Admission,
     ContextOverflow,
+    Surface,
     generation_admit,
     generation_release,
+    input_check,
+    last_user_text,
     prompt_tokens_estimate,
     quota_seed_from_records,
     reservation_guard,
@@ -67,6 +70,7 @@ __all__ = [
     "Settlement",
     "Started",
     "StreamPolicy",
+    "Surface",
     "generation_abandon",
     "generation_admit",
     "generation_cancel",
@@ -77,6 +81,8 @@ __all__ = [
     "generation_start",
     "generation_submit",
     "generation_sweep",
+    "input_check",
+    "last_user_text",
     "outcome_from_events",
     "outcome_settle",
     "prompt_tokens_estimate",

@@ -1,6 +1,8 @@
 """Admission: route a request, reserve its worst-case tokens, consult the caches.
 
-Runs before anything is stored or enqueued (DESIGN §4.2): route to a pool (plan,
+Runs before anything is stored or enqueued (DESIGN §4.2): screen the user's message
+(input moderation, :func:`safety.services.input_moderate`: a blocked request reserves,
+looks up and enqueues nothing), route to a pool (plan,
 explicit choice, difficulty), reserve the tokens atomically (:mod:`gateway.quota`),
 look the answer up in the caches (:mod:`gateway.cache`), then admission control
 (saturated pools fall back; all saturated: 503). A request that fails after admission
@@ -24,6 +26,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from chatsite.errors import InvalidInput
 from gateway import cache, quota, routing, selectors
 from gateway.cache import CacheHit, CachePolicy
+from inference.embeddings import TextVector
+from safety import services as safety_services
+from safety.models import ModerationEvent
+
+# Where a request comes from, as moderation events record it (chat / api).
+Surface = ModerationEvent.Surface
 
 
 class ContextOverflow(InvalidInput):
@@ -77,18 +85,67 @@ def prompt_tokens_estimate(messages: list[dict[str, str]]) -> int:
     )
 
 
+def last_user_text(messages: list[dict[str, str]]) -> str:
+    """The content of the last ``user`` message of ``messages`` ("" if none)."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return str(message.get("content") or "")
+    return ""
+
+
+def input_check(
+    *,
+    user: AbstractBaseUser,
+    job_id: str,
+    messages: list[dict[str, str]],
+    surface: str,
+    query: TextVector | None = None,
+    conversation_id: Any = None,
+    message_id: Any = None,
+) -> None:
+    """Moderate the user's text of a request (SAFETY_INPUT_ENABLED; off: no-op).
+
+    The text is ``query.text`` (the turn's own message, whose shared vector the
+    classifier reads) or else the last user message of ``messages``. Raises
+    ModerationBlocked (400) or, failing closed, ModerationUnavailable (503).
+    """
+    if not settings.SAFETY_INPUT_ENABLED:
+        return
+    text = query.text if query is not None else last_user_text(messages)
+    if not text.strip():
+        return
+    safety_services.input_moderate(
+        user=user,
+        text=text,
+        query=query,
+        surface=surface,
+        conversation_id=conversation_id,
+        message_id=message_id,
+        job_id=job_id,
+    )
+
+
 def generation_admit(
     *,
     user: AbstractBaseUser,
     job_id: str,
     messages: list[dict[str, str]],
     params: dict[str, Any],
+    surface: str,
     model: str | None = None,
     cache_policy: CachePolicy | None = None,
     prompt_tokens: int | None = None,
     context_tokens: int | None = None,
+    query: TextVector | None = None,
+    conversation_id: Any = None,
+    message_id: Any = None,
 ) -> Admission:
-    """Route, reserve quota and admit a request; call before storing anything.
+    """Moderate, route, reserve quota and admit a request; call before storing anything.
+
+    First the user's text is moderated (:func:`input_check`; ``surface`` a
+    :data:`Surface` value, ``query`` the shared :class:`TextVector` of the user's
+    message when the caller has one, ``conversation_id``/``message_id`` what a
+    moderation event refers to): a blocked request raises before anything below runs.
 
     ``messages`` are the OpenAI chat messages to send; ``params["max_tokens"]`` is in
     tokens; ``params["cache"]`` true opts in to cached answers (it is never enqueued);
@@ -102,11 +159,22 @@ def generation_admit(
     the prompt's tokens by the serving tokenizer, checked against the routed pool's
     ``max_context`` (None: not checked).
 
-    Raises ContextOverflow (400, the prompt alone fills the pool's context window),
+    Raises ModerationBlocked (400, the content policy; an event is recorded, nothing
+    reserved), ModerationUnavailable (503, moderation down and failing closed),
+    ContextOverflow (400, the prompt alone fills the pool's context window),
     NotFound / Forbidden (model choice), QuotaExceeded (429, nothing reserved),
     PoolSaturated (503, the reservation is given back). On success the caller owns the
     reservation: it ends in settlement, :func:`generation_release`, or the sweep.
     """
+    input_check(
+        user=user,
+        job_id=job_id,
+        messages=messages,
+        surface=surface,
+        query=query,
+        conversation_id=conversation_id,
+        message_id=message_id,
+    )
     plan = selectors.plan_for_user(user=user)
     pool = routing.pool_choose(plan=plan, messages=messages, requested=model)
     if context_tokens is not None and context_tokens >= pool.max_context:

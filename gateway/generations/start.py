@@ -3,8 +3,8 @@
 :func:`generation_start` is what the chat turn and the OpenAI-compatible API call. The
 order is fixed so that no I/O happens under a row lock and no token budget leaks:
 
-1. admission (routing, the quota reservation, the caches, admission control) — Redis
-   and the database, outside any transaction;
+1. admission (input moderation, routing, the quota reservation, the caches, admission
+   control) — Redis and the database, outside any transaction;
 2. ``store(admission)`` — the caller's rows (the chat's messages) in one short,
    durable transaction; nothing else runs inside it;
 3. submission — the job is enqueued (or a cache hit written as its stream) after that
@@ -36,6 +36,7 @@ from gateway.generations.admission import (
 )
 from inference import client as inference_client
 from inference import protocol
+from inference.embeddings import TextVector
 
 T = TypeVar("T")
 
@@ -114,21 +115,27 @@ def generation_start(
     user: AbstractBaseUser,
     messages: list[dict[str, str]],
     params: dict[str, Any],
+    surface: str,
     prompt_tokens: int | None = None,
     context_tokens: int | None = None,
     model: str | None = None,
     cache_policy: CachePolicy | None = None,
     store: Callable[[Admission], T] | None = None,
     job_id: str | None = None,
+    query: TextVector | None = None,
+    conversation_id: Any = None,
+    message_id: Any = None,
 ) -> Started[T | None]:
     """Admit, store and submit a generation (see the module docstring for the order).
 
-    ``messages``/``params``/``prompt_tokens``/``context_tokens``/``model``/
-    ``cache_policy`` as in
-    :func:`generation_admit`. ``store`` runs in its own durable transaction (it may
+    ``messages``/``params``/``surface``/``prompt_tokens``/``context_tokens``/
+    ``model``/``cache_policy``/``query``/``conversation_id``/``message_id`` as in
+    :func:`generation_admit` (``query``: the shared embedding of the user's message,
+    read by input moderation and the semantic cache). ``store`` runs in its own durable transaction (it may
     not be called inside one) and returns what the caller wants back; it may raise a
     DomainError (e.g. Conflict) to refuse the request. Raises the admission's errors
-    (ContextOverflow, QuotaExceeded, PoolSaturated, NotFound, Forbidden) and whatever
+    (ModerationBlocked, ModerationUnavailable, ContextOverflow, QuotaExceeded,
+    PoolSaturated, NotFound, Forbidden) and whatever
     ``store`` raises;
     nothing stays reserved or enqueued then.
     """
@@ -139,10 +146,14 @@ def generation_start(
             job_id=job_id,
             messages=messages,
             params=params,
+            surface=surface,
             model=model,
             cache_policy=cache_policy,
             prompt_tokens=prompt_tokens,
             context_tokens=context_tokens,
+            query=query,
+            conversation_id=conversation_id,
+            message_id=message_id,
         )
         stored = None
         if store is not None:

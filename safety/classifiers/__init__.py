@@ -26,6 +26,7 @@ __all__ = [
     "Verdict",
     "classifier_get",
     "classify_text",
+    "unavailable_verdict",
 ]
 
 logger = logging.getLogger(__name__)
@@ -74,13 +75,29 @@ def classify_text(
     try:
         return classifier.classify(text, vector=vector)
     except ModerationUnavailable as exc:
-        if fail_closed:
-            raise
-        logger.warning("moderation unavailable, failing open: %s", exc.message)
-        return Verdict(
-            scores=dict.fromkeys(Category, 0.0),
-            flagged=(),
-            backend=classifier.name,
-            available=False,
-            detail={"error": exc.message},
-        )
+        return unavailable_verdict(exc, classifier=classifier, fail_closed=fail_closed)
+
+
+def unavailable_verdict(
+    exc: ModerationUnavailable,
+    *,
+    classifier: Classifier,
+    fail_closed: bool | None = None,
+) -> Verdict:
+    """Apply the fail policy to a backend that could not judge a text.
+
+    ``fail_closed`` (default ``SAFETY_FAIL_CLOSED``) true: raise ``exc``. False: log a
+    warning and return a verdict that flags nothing with ``available=False``.
+    """
+    if fail_closed is None:
+        fail_closed = settings.SAFETY_FAIL_CLOSED
+    if fail_closed:
+        raise exc
+    logger.warning("moderation unavailable, failing open: %s", exc.message)
+    return Verdict(
+        scores=dict.fromkeys(Category, 0.0),
+        flagged=(),
+        backend=classifier.name,
+        available=False,
+        detail={"error": exc.message},
+    )

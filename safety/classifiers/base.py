@@ -84,6 +84,9 @@ class Classifier(ABC):
     """A moderation backend: text in, :class:`Verdict` out."""
 
     name = "base"
+    # Whether classify() reads the text's embedding: a caller holding a shared
+    # TextVector reads it only for such a backend (no embedding for a guard model).
+    uses_vector = False
 
     @abstractmethod
     def classify(self, text: str, *, vector: Sequence[float] | None = None) -> Verdict:

@@ -87,6 +87,7 @@ class EmbeddedClassifier(Classifier):
     """The embedded default backend (see module docstring)."""
 
     name = "embedded"
+    uses_vector = True
 
     def __init__(
         self,

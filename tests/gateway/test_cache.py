@@ -29,6 +29,7 @@ from tests.sse import SseResult, asgi_sse, session_cookie
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("embedding_worker"),  # the semantic cache's vectors
+    pytest.mark.usefixtures("moderation_off"),  # caching, not the classifier's verdicts
 ]
 
 DETERMINISTIC = {"temperature": 0}

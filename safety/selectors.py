@@ -1,0 +1,81 @@
+"""Reads of the safety app: the per-category policies, cached per process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from safety.categories import Category
+from safety.models import Action, CategoryPolicy
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One category's policy: ``threshold`` 0..1 (None: the backend's) and ``action``."""
+
+    threshold: float | None
+    action: str
+
+
+DEFAULT_POLICY = Policy(threshold=None, action=Action.BLOCK)
+
+# The shipped policies (migration 0002 seeds the same rows): every category blocks at
+# the backend's threshold except prompt injection, which is flag-only (see that
+# migration for why). A category without a row gets its shipped policy.
+SHIPPED_POLICIES: dict[Category, Policy] = {
+    c: Policy(threshold=None, action=Action.FLAG)
+    if c == Category.PROMPT_INJECTION
+    else DEFAULT_POLICY
+    for c in Category
+}
+
+
+@dataclass(frozen=True)
+class SafetyConfig:
+    """A snapshot of the admin-edited category policies (read-only, shared by threads).
+
+    ``policies`` holds every category: one without a row gets its shipped policy
+    (:data:`SHIPPED_POLICIES`), so a missing row never lets harm through.
+    """
+
+    policies: dict[Category, Policy]
+    loaded_at: float
+
+    def policy(self, category: Category) -> Policy:
+        """The policy of ``category``."""
+        return self.policies.get(category, SHIPPED_POLICIES[category])
+
+
+_config: SafetyConfig | None = None
+_config_lock = threading.Lock()
+
+
+def _config_load() -> SafetyConfig:
+    rows = {
+        p.category: Policy(threshold=p.threshold, action=p.action)
+        for p in CategoryPolicy.objects.all()
+    }
+    return SafetyConfig(
+        policies={c: rows.get(c.value, SHIPPED_POLICIES[c]) for c in Category},
+        loaded_at=time.monotonic(),
+    )
+
+
+def safety_config() -> SafetyConfig:
+    """Return the category policies, reloaded after SAFETY_CONFIG_CACHE_S seconds.
+
+    Like :func:`gateway.selectors.gateway_config`: admin edits reach a running process
+    within that time (0: every call reloads, one query); saves the query on the path
+    of every message.
+    """
+    global _config
+    ttl = settings.SAFETY_CONFIG_CACHE_S
+    config = _config
+    if config is None or ttl <= 0 or time.monotonic() - config.loaded_at >= ttl:
+        with _config_lock:
+            config = _config_load()
+            _config = config
+    return config
