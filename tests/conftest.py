@@ -231,6 +231,13 @@ def embedding_worker(
 
 
 @pytest.fixture
+def moderation_on(settings: Any) -> None:
+    """Input moderation switched on (SAFETY_INPUT_ENABLED is off by default until the
+    embedded classifier meets its target): for the tests of moderation itself."""
+    settings.SAFETY_INPUT_ENABLED = True
+
+
+@pytest.fixture
 def moderation_off(settings: Any) -> None:
     """Input moderation switched off (SAFETY_INPUT_ENABLED), for tests about something
     else that need a live embedding worker: their texts must not depend on the

@@ -161,7 +161,10 @@ def test_empty_message_shows_a_clear_error_and_sends_nothing(page):
     assert Message.objects.count() == 0
 
 
-@pytest.mark.parametrize("site_env", [{"EMBEDDING_POOL": REAL_EMBEDDING_POOL}])
+@pytest.mark.parametrize(
+    "site_env",
+    [{"EMBEDDING_POOL": REAL_EMBEDDING_POOL, "SAFETY_INPUT_ENABLED": "1"}],
+)
 def test_a_blocked_message_shows_a_notice_in_the_thread_and_keeps_the_text(
     embedding_worker, page
 ):
