@@ -4,7 +4,8 @@ One JSON object a line: ``text`` (what a user typed), ``labels`` (our category v
 :class:`safety.categories.Category`; empty for benign text) and optional ``tags``:
 ``sensitive`` marks benign text on a sensitive topic that must pass (history, medicine,
 security teaching, fiction, "kill a process"), ``support`` a person in distress asking
-for help (allowed, see ``safety/data/README.md``). ``moderation_train.jsonl`` trains the
+for help (allowed, see ``safety/data/README.md``), ``everyday`` ordinary chat (greetings,
+one-word replies, "remember that I drive a bus", assistant requests). ``moderation_train.jsonl`` trains the
 embedded classifier; ``moderation_heldout.jsonl`` (written before the model was trained and
 never trained or tuned on; see ``safety/data/README.md``) is only ever evaluated.
 """
@@ -20,9 +21,11 @@ from safety.categories import Category
 DATA_DIR = Path(__file__).resolve().parent / "data"
 TRAIN_SET = DATA_DIR / "moderation_train.jsonl"
 HELDOUT_SET = DATA_DIR / "moderation_heldout.jsonl"
+EVERYDAY_HELDOUT_SET = DATA_DIR / "moderation_everyday_heldout.jsonl"
 
 TAG_SENSITIVE = "sensitive"
 TAG_SUPPORT = "support"
+TAG_EVERYDAY = "everyday"
 
 
 @dataclass(frozen=True)

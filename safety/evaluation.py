@@ -3,7 +3,9 @@
 Per category: precision, recall and F1 of "flagged as this category" against the
 labels. On the benign examples: the share flagged as anything (false-positive rate),
 also on the ``sensitive`` subset (benign text on sensitive topics) and the ``support``
-subset (people in distress asking for help). Latency: each text is classified alone,
+subset (people in distress asking for help) and the ``everyday`` subset (ordinary
+chat); and the share *blocked*, i.e. flagged in a category whose shipped action is
+block (prompt injection is flag-only). Latency: each text is classified alone,
 as a turn would, so the figure includes the embedding round trip (ms, p50 and p99).
 Targets (issue 10): recall >= 0.9 per category and <= 5 % false positives on benign.
 """
@@ -18,7 +20,9 @@ import numpy as np
 
 from safety.categories import Category
 from safety.classifiers.base import Classifier, Verdict
-from safety.dataset import TAG_SENSITIVE, TAG_SUPPORT, Example
+from safety.dataset import TAG_EVERYDAY, TAG_SENSITIVE, TAG_SUPPORT, Example
+from safety.models import Action
+from safety.selectors import SHIPPED_POLICIES
 
 TARGET_RECALL = 0.9
 TARGET_FP_RATE = 0.05
@@ -60,10 +64,14 @@ class Report:
     benign: tuple[int, int]  # (flagged, total)
     sensitive: tuple[int, int]
     support: tuple[int, int]
+    everyday: tuple[int, int]
     harmful_detected: tuple[int, int]
     latencies_ms: list[float]
     false_positives: list[tuple[Example, Verdict]] = field(default_factory=list)
     misses: list[tuple[Example, Verdict]] = field(default_factory=list)
+    # benign / everyday examples flagged in a category whose shipped action blocks
+    benign_blocked: tuple[int, int] = (0, 0)
+    everyday_blocked: tuple[int, int] = (0, 0)
 
     def latency_ms(self, q: float) -> float:
         """The ``q``-th percentile (0..100) of per-text latency, ms."""
@@ -86,7 +94,12 @@ class Report:
 def evaluate(classifier: Classifier, examples: Sequence[Example]) -> Report:
     """Classify every example one by one (timed) and score the verdicts."""
     scores = {c: CategoryScore(c) for c in Category}
-    counts = {"benign": [0, 0], "sensitive": [0, 0], "support": [0, 0], "harm": [0, 0]}
+    counts = {
+        key: [0, 0]
+        for key in ("benign", "sensitive", "support", "everyday", "harm")
+        + ("benign_blocked", "everyday_blocked")
+    }
+    blocking = {c for c, p in SHIPPED_POLICIES.items() if p.action == Action.BLOCK}
     latencies: list[float] = []
     report_fp: list[tuple[Example, Verdict]] = []
     report_miss: list[tuple[Example, Verdict]] = []
@@ -107,9 +120,14 @@ def evaluate(classifier: Classifier, examples: Sequence[Example]) -> Report:
             keys = ["benign"]
             keys += ["sensitive"] if TAG_SENSITIVE in example.tags else []
             keys += ["support"] if TAG_SUPPORT in example.tags else []
+            keys += ["everyday"] if TAG_EVERYDAY in example.tags else []
             for key in keys:
                 counts[key][0] += bool(flagged)
                 counts[key][1] += 1
+            for key in ("benign", "everyday"):
+                if key in keys:
+                    counts[f"{key}_blocked"][0] += bool(flagged & blocking)
+                    counts[f"{key}_blocked"][1] += 1
             if flagged:
                 report_fp.append((example, verdict))
         else:
@@ -123,10 +141,13 @@ def evaluate(classifier: Classifier, examples: Sequence[Example]) -> Report:
         benign=tuple(counts["benign"]),  # type: ignore[arg-type]
         sensitive=tuple(counts["sensitive"]),  # type: ignore[arg-type]
         support=tuple(counts["support"]),  # type: ignore[arg-type]
+        everyday=tuple(counts["everyday"]),  # type: ignore[arg-type]
         harmful_detected=tuple(counts["harm"]),  # type: ignore[arg-type]
         latencies_ms=latencies,
         false_positives=report_fp,
         misses=report_miss,
+        benign_blocked=tuple(counts["benign_blocked"]),  # type: ignore[arg-type]
+        everyday_blocked=tuple(counts["everyday_blocked"]),  # type: ignore[arg-type]
     )
 
 
@@ -169,10 +190,20 @@ def report_lines(report: Report, *, details: bool = False) -> list[str]:
     for name, pair in (
         ("sensitive but allowed", report.sensitive),
         ("support-seeking", report.support),
+        ("everyday chat", report.everyday),
     ):
         lines.append(
             f"  of which {name}: {pair[0]}/{pair[1]} = {report.rate(pair):.1%}"
         )
+    for name, pair in (
+        ("benign", report.benign_blocked),
+        ("everyday chat", report.everyday_blocked),
+    ):
+        if pair[1]:
+            lines.append(
+                f"blocked (a category whose shipped action is block) on {name}: "
+                f"{pair[0]}/{pair[1]} = {report.rate(pair):.1%}"
+            )
     lines.append(
         f"latency per text (incl. embedding round trip): p50 {report.latency_ms(50):.1f} ms, "
         f"p99 {report.latency_ms(99):.1f} ms over {len(report.latencies_ms)} texts"

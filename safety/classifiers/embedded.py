@@ -13,7 +13,8 @@ Two logistic regressions over :func:`safety.classifiers.features.features`, trai
 
 A category's score is ``gate * q_c / max(q)``: the most likely category carries the
 gate's probability, the others in proportion. A rule match (:mod:`.rules`) sets
-``prompt_injection`` to 1. Thresholds per category were chosen by cross-validation on
+``prompt_injection`` to 1; a text of at most ``SHORT_TEXT_WORDS`` words gets its
+``prompt_injection`` score from the rules only. Thresholds per category were chosen by cross-validation on
 the training set (``moderation_train``) and are stored with the weights; the settings
 ``SAFETY_THRESHOLDS`` (and later the admin) override them.
 
@@ -24,6 +25,7 @@ embedding pool (or the caller's shared one). No model runs in the web process.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,13 @@ from safety.classifiers.rules import injection_match
 from safety.dataset import DATA_DIR
 
 MODEL_PATH = DATA_DIR / "embedded_model.npz"
+
+# A text of at most this many words cannot carry an instruction to override ("ok",
+# "thanks", "I'm Ada."): its prompt-injection score comes from the rules only, which
+# still catch the short stereotyped ones ("developer mode", "ignore previous
+# instructions"). The model alone flagged such replies as injection.
+SHORT_TEXT_WORDS = 3
+_WORDS = re.compile(r"\S+")
 
 
 class EmbeddedModel:
@@ -114,6 +123,8 @@ class EmbeddedClassifier(Classifier):
 
     def _verdict(self, text: str, vector: Sequence[float]) -> Verdict:
         scores = self.model.scores(features(text, vector))
+        if len(_WORDS.findall(text)) <= SHORT_TEXT_WORDS:
+            scores[Category.PROMPT_INJECTION] = 0.0
         phrase = injection_match(text)
         if phrase is not None:
             scores[Category.PROMPT_INJECTION] = 1.0

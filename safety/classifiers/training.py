@@ -5,7 +5,8 @@ scikit-learn's ``LogisticRegression`` (L2, ``class_weight="balanced"``: the clas
 are uneven) and picks the per-category thresholds from 5-fold cross-validation on the
 *training* set only (:func:`thresholds_choose`): all categories start at the lowest
 common threshold whose out-of-fold benign false-positive rate (flagged as anything)
-is within ``FP_BUDGET`` (4 %, under the 5 % target of issue 10), then the category
+is within ``FP_BUDGET`` (4 %, under the 5 % target of issue 10) and whose rate on
+everyday chat is within ``EVERYDAY_FP_BUDGET`` (1 %), then the category
 with the lowest recall is lowered step by step while the budget holds. The held-out
 set is never read here.
 
@@ -23,12 +24,18 @@ import numpy as np
 
 from safety.categories import Category
 from safety.classifiers.features import NGRAM_BUCKETS, features
-from safety.dataset import Example
+from safety.dataset import TAG_EVERYDAY, Example
 
 # Inverse L2 strengths, chosen by cross-validation on the training set.
 GATE_C = 16.0
 CATEGORY_C = 4.0
 FP_BUDGET = 0.04
+# Ordinary chat (tag ``everyday``) is counted apart, with its own, tighter budget: many
+# easy benign examples in the pool would otherwise loosen the budget on the hard ones
+# (sensitive topics), and blocking "thanks" is worse than blocking a borderline question.
+EVERYDAY_FP_BUDGET = 0.01
+# Weight of one everyday example in the gate, relative to another benign one.
+EVERYDAY_WEIGHT = 1.0
 FOLDS = 5
 # Thresholds are searched on this grid; none is set below its floor.
 THRESHOLD_GRID = np.round(np.arange(0.30, 0.96, 0.01), 2)
@@ -48,19 +55,39 @@ class TrainedModel:
     oof_scores: np.ndarray
 
 
-def _fit(x: np.ndarray, y: np.ndarray, c: float) -> tuple[np.ndarray, float]:
+def _fit(
+    x: np.ndarray, y: np.ndarray, c: float, weight: np.ndarray | None = None
+) -> tuple[np.ndarray, float]:
     from sklearn.linear_model import LogisticRegression
 
-    model = LogisticRegression(C=c, class_weight="balanced", max_iter=5000)
-    model.fit(x, y)
+    model = LogisticRegression(
+        C=c, class_weight=None if weight is not None else "balanced", max_iter=5000
+    )
+    model.fit(x, y, sample_weight=weight)
     return model.coef_[0].astype(np.float32), float(model.intercept_[0])
 
 
+def gate_weights(harmful: np.ndarray, everyday: np.ndarray) -> np.ndarray:
+    """Per-example weights of the gate: the classes balanced as by scikit-learn's
+    ``class_weight="balanced"``, counting benign examples *without* everyday chat, which
+    then weighs per example as much as any other benign one. Balancing over all benign
+    examples would halve the weight of the hard ones (sensitive topics) as everyday
+    chat is added, and the gate would learn "short and ordinary = benign" at their
+    expense."""
+    n_harm = max(int(harmful.sum()), 1)
+    n_other = max(int((~harmful & ~everyday).sum()), 1)
+    half = (n_harm + n_other) / 2
+    weight = np.where(harmful, half / n_harm, half / n_other)
+    return np.where(everyday, weight * EVERYDAY_WEIGHT, weight)
+
+
 def _fit_all(
-    x: np.ndarray, y: np.ndarray
+    x: np.ndarray, y: np.ndarray, everyday: np.ndarray
 ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
     harmful = y.any(axis=1)
-    gate_w, gate_b = _fit(x, harmful.astype(int), GATE_C)
+    gate_w, gate_b = _fit(
+        x, harmful.astype(int), GATE_C, gate_weights(harmful, everyday)
+    )
     ws, bs = [], []
     for j in range(y.shape[1]):
         w, b = _fit(x[harmful], y[harmful, j].astype(int), CATEGORY_C)
@@ -82,7 +109,12 @@ def _scores(
 
 
 def thresholds_choose(
-    oof: np.ndarray, y: np.ndarray, *, fp_budget: float = FP_BUDGET
+    oof: np.ndarray,
+    y: np.ndarray,
+    *,
+    fp_budget: float = FP_BUDGET,
+    everyday: np.ndarray | None = None,
+    everyday_budget: float = EVERYDAY_FP_BUDGET,
 ) -> np.ndarray:
     """Choose one threshold per category from out-of-fold scores ``oof`` (examples x
     categories) and labels ``y`` (same shape, bool; a row without labels is benign).
@@ -90,18 +122,25 @@ def thresholds_choose(
     Start from the lowest common threshold of ``THRESHOLD_GRID`` at which at most
     ``fp_budget`` (a fraction) of benign rows reach any category's threshold; then,
     repeatedly, lower by one grid step the threshold of the category with the lowest
-    recall whose step gains recall and keeps the benign rate within the budget.
+    recall whose step gains recall and keeps the benign rate within the budget. Rows
+    marked in ``everyday`` (bool, optional) are left out of that rate and held to
+    ``everyday_budget`` instead.
     """
-    benign = ~y.any(axis=1)
+    everyday = np.zeros(len(y), bool) if everyday is None else everyday
+    benign = ~y.any(axis=1) & ~everyday
+    pools = [(benign, fp_budget), (everyday & ~y.any(axis=1), everyday_budget)]
+    pools = [(rows, budget) for rows, budget in pools if rows.any()]
 
-    def fp_rate(t: np.ndarray) -> float:
-        return float((oof[benign] >= t).any(axis=1).mean())
+    def over(t: np.ndarray) -> bool:
+        return any(
+            (oof[rows] >= t).any(axis=1).mean() > budget for rows, budget in pools
+        )
 
     def recalls(t: np.ndarray) -> np.ndarray:
         return np.array([(oof[y[:, j], j] >= t[j]).mean() for j in range(y.shape[1])])
 
     start = next(
-        (g for g in THRESHOLD_GRID if fp_rate(np.full(y.shape[1], g)) <= fp_budget),
+        (g for g in THRESHOLD_GRID if not over(np.full(y.shape[1], g))),
         THRESHOLD_GRID[-1],
     )
     t = np.full(y.shape[1], start, dtype=np.float32)
@@ -111,7 +150,7 @@ def thresholds_choose(
         for j in np.argsort(r, kind="stable"):
             trial = t.copy()
             trial[j] = round(float(t[j]) - step, 2)
-            if trial[j] < 0.05 or fp_rate(trial) > fp_budget:
+            if trial[j] < 0.05 or over(trial):
                 continue
             if recalls(trial)[j] > r[j] or (oof[y[:, j], j] >= trial[j]).all():
                 t = trial
@@ -143,14 +182,15 @@ def model_train(
             for e in examples
         ]
     )
+    everyday = np.array([TAG_EVERYDAY in e.tags for e in examples]) & benign
     oof = np.zeros(y.shape)
     folds = StratifiedKFold(FOLDS, shuffle=True, random_state=0)
     for k, (train, test) in enumerate(folds.split(x, strata), start=1):
         progress(f"cross-validation fold {k}/{FOLDS}")
-        oof[test] = _scores(x[test], *_fit_all(x[train], y[train]))
-    thresholds = thresholds_choose(oof, y, fp_budget=fp_budget)
+        oof[test] = _scores(x[test], *_fit_all(x[train], y[train], everyday[train]))
+    thresholds = thresholds_choose(oof, y, fp_budget=fp_budget, everyday=everyday)
     progress("fitting on the whole training set")
-    gate_w, gate_b, cat_w, cat_b = _fit_all(x, y)
+    gate_w, gate_b, cat_w, cat_b = _fit_all(x, y, everyday)
     return TrainedModel(gate_w, gate_b, cat_w, cat_b, thresholds, oof)
 
 

@@ -8,10 +8,18 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 
-from safety.dataset import HELDOUT_SET, TRAIN_SET, examples_load
+from safety.classifiers.training import thresholds_choose
+from safety.dataset import (
+    EVERYDAY_HELDOUT_SET,
+    HELDOUT_SET,
+    TAG_EVERYDAY,
+    TRAIN_SET,
+    examples_load,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -63,3 +71,25 @@ def test_labelled_sets_are_large_enough_and_disjoint() -> None:
     for category in {c for e in held for c in e.labels}:
         assert sum(category in e.labels for e in train + held) >= 40
         assert sum(category in e.labels for e in held) >= 8
+
+
+def test_everyday_heldout_set_is_fresh_benign_and_disjoint() -> None:
+    everyday = examples_load(EVERYDAY_HELDOUT_SET)
+    assert len(everyday) >= 150
+    assert all(e.benign and TAG_EVERYDAY in e.tags for e in everyday)
+    seen = {e.text.lower().strip() for e in examples_load(TRAIN_SET)} | {
+        e.text.lower().strip() for e in examples_load(HELDOUT_SET)
+    }
+    assert not {e.text.lower().strip() for e in everyday} & seen
+
+
+def test_everyday_chat_has_its_own_threshold_budget() -> None:
+    # one category; 4 benign rows (hard), 4 everyday rows, 2 harmful
+    oof = np.array(
+        [[0.9], [0.2], [0.2], [0.2], [0.5], [0.1], [0.1], [0.1], [0.6], [0.95]]
+    )
+    y = np.array([[False]] * 8 + [[True], [True]])
+    everyday = np.array([False] * 4 + [True] * 4 + [False] * 2)
+    # budget 25 % of hard benign lets 0.9 through; everyday at 0 % must stay under 0.5
+    t = thresholds_choose(oof, y, fp_budget=0.25, everyday=everyday, everyday_budget=0)
+    assert 0.5 < t[0] <= 0.6

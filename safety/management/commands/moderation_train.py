@@ -16,8 +16,19 @@ from django.core.management.base import BaseCommand, CommandError
 from inference.embeddings import EmbeddingUnavailable, embed_texts
 from safety.categories import Category
 from safety.classifiers.embedded import MODEL_PATH
-from safety.classifiers.training import FP_BUDGET, model_save, model_train
-from safety.dataset import TRAIN_SET, examples_load
+from safety.classifiers.training import (
+    EVERYDAY_FP_BUDGET,
+    FP_BUDGET,
+    model_save,
+    model_train,
+)
+from safety.dataset import (
+    TAG_EVERYDAY,
+    TAG_SENSITIVE,
+    TAG_SUPPORT,
+    TRAIN_SET,
+    examples_load,
+)
 
 _BATCH = 64
 
@@ -32,8 +43,8 @@ class Command(BaseCommand):
             "--fp-budget",
             type=float,
             default=FP_BUDGET,
-            help="most benign training examples (a fraction) the categories together "
-            "may flag out of fold; sets the thresholds",
+            help="most benign training examples (a fraction; everyday chat apart) the "
+            "categories together may flag out of fold; sets the thresholds",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -60,7 +71,7 @@ class Command(BaseCommand):
         benign = np.array([e.benign for e in examples])
         self.stdout.write(
             f"cross-validated on the training set (benign FP budget, all categories "
-            f"{opts['fp_budget']:.1%}):"
+            f"{opts['fp_budget']:.1%}; everyday chat {EVERYDAY_FP_BUDGET:.1%}):"
         )
         self.stdout.write(f"  {'category':18} {'threshold':>9} {'recall':>7}")
         for j, category in enumerate(Category):
@@ -73,4 +84,11 @@ class Command(BaseCommand):
         self.stdout.write(
             f"  benign flagged (out of fold, without rules): {flagged[benign].mean():.1%}"
         )
+        for tag in (TAG_EVERYDAY, TAG_SENSITIVE, TAG_SUPPORT):
+            subset = benign & np.array([tag in e.tags for e in examples])
+            if subset.any():
+                self.stdout.write(
+                    f"    of which {tag}: {flagged[subset].sum()}/{subset.sum()} = "
+                    f"{flagged[subset].mean():.1%}"
+                )
         self.stdout.write(self.style.SUCCESS(f"wrote {opts['out']}"))
