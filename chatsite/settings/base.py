@@ -329,8 +329,8 @@ SAFETY_REMOTE_MODEL = env("SAFETY_REMOTE_MODEL", default="omni-moderation-latest
 SAFETY_THRESHOLDS = env.json("SAFETY_THRESHOLDS", default={})
 # Screen the user's message before anything is spent (DESIGN §4.2); False: no input
 # moderation at all (no classification, no events). Off by default until the embedded
-# classifier meets its target on ordinary chat: measured on everyday messages it still
-# blocks some ("Remember that I drive a bus." scores as self-harm; see issue 10).
+# classifier meets its held-out recall target (>= 0.9 per category; six categories are
+# at 0.75-0.86 by `manage.py moderation_eval`; see issue 10).
 SAFETY_INPUT_ENABLED = env.bool("SAFETY_INPUT_ENABLED", default=False)
 # The per-category policies (admin: thresholds, block/flag/off) are cached per process
 # this long, s (0: read on every request); admin edits apply within it.
