@@ -107,8 +107,9 @@ def suspension_active(*, user: AbstractBaseUser) -> Suspension | None:
 def suspension_message(suspension: Suspension) -> str:
     """What a suspended user reads: until when (UTC), why, and what to do."""
     until = suspension.until.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    reason = suspension.reason.strip().rstrip(".")
     return (
-        f"Your account is suspended until {until}. Reason: {suspension.reason} "
+        f"Your account is suspended until {until}. Reason: {reason}. "
         "You can read your conversations, but not send messages or use the API "
         "until then. If you think this is a mistake, contact the site's staff."
     )
