@@ -16,12 +16,12 @@ from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.text import Truncator
 
 from safety import services
-from safety.audit import AuditedAdminMixin
+from safety.audit import REDACTED, AuditedAdminMixin, audit_record
 from safety.models import AuditLogEntry, CategoryPolicy, ModerationEvent, Suspension
 
 TEXT_PREVIEW_CHARS = 120
@@ -242,7 +242,23 @@ User = get_user_model()
 
 
 class AuditedUserAdmin(AuditedAdminMixin, UserAdmin):
-    """Django's user admin, every add / change / delete audited."""
+    """Django's user admin, every add / change / delete audited, password changes
+    too (recorded as changed, never the hash)."""
+
+    def user_change_password(
+        self, request: HttpRequest, id: str, form_url: str = ""
+    ) -> HttpResponse:
+        response = super().user_change_password(request, id, form_url)
+        if request.method == "POST" and response.status_code == 302:
+            user = User._default_manager.get(pk=id)
+            audit_record(
+                actor=request.user,
+                action=AuditLogEntry.Verb.CHANGE,
+                obj=user,
+                before={"password": REDACTED},
+                after={"password": f"{REDACTED} (changed)"},
+            )
+        return response
 
 
 if admin.site.is_registered(User):

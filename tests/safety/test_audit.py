@@ -228,3 +228,15 @@ def test_a_stored_entry_cannot_be_changed_or_deleted(user):
     with pytest.raises(ValueError, match="append-only"):
         entry.delete()
     assert AuditLogEntry.objects.get().actor_label == "t"
+
+
+def test_a_password_change_in_admin_is_audited_without_the_hash(admin_client, user):
+    url = reverse("admin:auth_user_password_change", args=[user.pk])
+    response = admin_client.post(
+        url, {"password1": "n3w-Secret-pw!", "password2": "n3w-Secret-pw!"}
+    )
+    assert response.status_code == 302
+    entry = AuditLogEntry.objects.get(object_type="auth.user")
+    assert entry.after == {"password": "<redacted> (changed)"}
+    user.refresh_from_db()
+    assert user.password not in str(entry.after)
