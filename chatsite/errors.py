@@ -116,3 +116,11 @@ class ModerationBlocked(InvalidInput):
     def __init__(self, message: str | None = None, *, category: str = "") -> None:
         super().__init__(message)
         self.category = category
+
+
+class Suspended(Forbidden):
+    """The user's account is suspended (403 ``account_suspended``): the message names
+    the reason and when the suspension ends (UTC)."""
+
+    code = "account_suspended"
+    message = "Your account is suspended."

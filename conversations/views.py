@@ -24,6 +24,7 @@ from chatsite.http import error_response, json_errors
 from conversations import selectors, services
 from conversations.services import Turn
 from gateway import selectors as gateway_selectors
+from safety import selectors as safety_selectors
 
 
 def _turn_json(turn: Turn) -> dict[str, Any]:
@@ -46,7 +47,11 @@ def _turn_json(turn: Turn) -> dict[str, Any]:
 
 
 def _chat_page(request: HttpRequest, conversation: Any = None) -> HttpResponse:
+    suspension = safety_selectors.suspension_active(user=request.user)
     context = {
+        "suspension_notice": safety_selectors.suspension_message(suspension)
+        if suspension
+        else "",
         "conversations": selectors.conversation_list(user=request.user)[:200],
         "conversation": conversation,
         "items": selectors.thread_items(conversation=conversation)

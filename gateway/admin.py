@@ -23,6 +23,7 @@ from gateway.models import (
     UsageRecord,
     UserPreference,
 )
+from safety.audit import AuditedAdminMixin
 
 CSV_COLUMNS = [
     "day",
@@ -37,7 +38,7 @@ CSV_COLUMNS = [
 
 
 @admin.register(ModelPool)
-class ModelPoolAdmin(admin.ModelAdmin):
+class ModelPoolAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = (
         "name",
         "kind",
@@ -57,7 +58,7 @@ class ModelPoolAdmin(admin.ModelAdmin):
 
 
 @admin.register(Plan)
-class PlanAdmin(admin.ModelAdmin):
+class PlanAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = (
         "name",
         "tokens_per_minute",
@@ -70,7 +71,7 @@ class PlanAdmin(admin.ModelAdmin):
 
 
 @admin.register(Subscription)
-class SubscriptionAdmin(admin.ModelAdmin):
+class SubscriptionAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ("user", "plan", "created_at")
     list_filter = ("plan",)
     search_fields = ("user__username",)

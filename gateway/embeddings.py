@@ -44,6 +44,7 @@ from inference import client as inference_client
 from inference import embeddings as inference_embeddings
 from inference import protocol
 from inference.embeddings import EMBEDDING_DIM, Embeddings, EmbeddingUnavailable
+from safety import selectors as safety_selectors
 
 
 class DimensionsUnsupported(InvalidInput):
@@ -137,12 +138,13 @@ def embedding_admit(
 
     ``texts``: the inputs (validated at the edge: non-empty strings); ``model``: a
     pool or model name; ``dimensions``: the vector length asked for (None: the
-    pool's). Raises WrongModelKind (400, a chat model), NotFound (404), Forbidden
+    pool's). Raises Suspended (403, checked first), WrongModelKind (400, a chat model), NotFound (404), Forbidden
     (403, not in the plan), DimensionsUnsupported (400), ServiceUnavailable (503, no
     live worker on the pool; nothing reserved), QuotaExceeded (429, nothing reserved).
     On success the caller owns the reservation: :func:`embedding_create` settles or
     releases it (else the periodic sweep does).
     """
+    safety_selectors.suspension_check(user=user)
     plan = selectors.plan_for_user(user=user)
     pool = routing.embedding_pool_choose(plan=plan, requested=model)
     served = pool.dimensions or EMBEDDING_DIM

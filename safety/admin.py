@@ -1,19 +1,34 @@
-"""Admin: the per-category moderation policies (editable) and the moderation events
-(read-only list for review; the offending text is shown escaped, never as HTML)."""
+"""Admin: the per-category moderation policies (editable), the moderation events
+(read-only list for review, with the actions confirm / dismiss / suspend user / lift
+suspension; the offending text is shown escaped, never as HTML), suspensions, the
+users (re-registered audited) and the append-only audit log (read-only).
+
+Every change staff make here goes to the audit log: ModelAdmins mix in
+:class:`safety.audit.AuditedAdminMixin`, the actions call audited services.
+"""
 
 from __future__ import annotations
 
-from django.contrib import admin
-from django.http import HttpRequest
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from django.utils.text import Truncator
 
-from safety.models import CategoryPolicy, ModerationEvent
+from safety import services
+from safety.audit import REDACTED, AuditedAdminMixin, audit_record
+from safety.models import AuditLogEntry, CategoryPolicy, ModerationEvent, Suspension
 
 TEXT_PREVIEW_CHARS = 120
 
 
 @admin.register(CategoryPolicy)
-class CategoryPolicyAdmin(admin.ModelAdmin):
+class CategoryPolicyAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ("category", "action", "threshold", "description", "updated_at")
     list_editable = ("action", "threshold")
     readonly_fields = ("description", "updated_at")
@@ -26,7 +41,7 @@ class CategoryPolicyAdmin(admin.ModelAdmin):
 
 
 @admin.register(ModerationEvent)
-class ModerationEventAdmin(admin.ModelAdmin):
+class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = (
         "created_at",
         "user",
@@ -50,6 +65,7 @@ class ModerationEventAdmin(admin.ModelAdmin):
     list_select_related = ("user",)
     search_fields = ("user__username", "text")
     date_hierarchy = "created_at"
+    actions = ("confirm_events", "dismiss_events", "suspend_users", "lift_suspensions")
     readonly_fields = (
         "created_at",
         "user",
@@ -84,3 +100,167 @@ class ModerationEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+    def has_moderate_permission(self, request: HttpRequest) -> bool:
+        """Staff who may review events (the model's change permission) may run the
+        actions; the event itself stays read-only."""
+        return request.user.has_perm("safety.change_moderationevent")
+
+    @admin.action(description="Confirm selected events", permissions=["moderate"])
+    def confirm_events(self, request: HttpRequest, queryset: QuerySet) -> None:
+        changed = services.event_review(
+            events=queryset,
+            status=ModerationEvent.Status.CONFIRMED,
+            actor=request.user,
+        )
+        self.message_user(request, f"{changed} event(s) confirmed.", messages.SUCCESS)
+
+    @admin.action(description="Dismiss selected events", permissions=["moderate"])
+    def dismiss_events(self, request: HttpRequest, queryset: QuerySet) -> None:
+        changed = services.event_review(
+            events=queryset,
+            status=ModerationEvent.Status.DISMISSED,
+            actor=request.user,
+        )
+        self.message_user(request, f"{changed} event(s) dismissed.", messages.SUCCESS)
+
+    @admin.action(
+        description="Suspend the users of selected events (SAFETY_ADMIN_SUSPEND_S)",
+        permissions=["moderate"],
+    )
+    def suspend_users(self, request: HttpRequest, queryset: QuerySet) -> None:
+        until = timezone.now() + timedelta(seconds=settings.SAFETY_ADMIN_SUSPEND_S)
+        by_user: dict[int, list[ModerationEvent]] = {}
+        for event in queryset.select_related("user"):
+            by_user.setdefault(event.user_id, []).append(event)
+        for events in by_user.values():
+            named = ", ".join(
+                sorted({e.get_category_display().lower() for e in events})
+            )
+            services.suspension_create(
+                user=events[0].user,
+                until=until,
+                reason=f"Content policy violations reviewed by staff ({named}).",
+                actor=request.user,
+            )
+        self.message_user(
+            request,
+            f"{len(by_user)} user(s) suspended until {until:%Y-%m-%d %H:%M} UTC.",
+            messages.SUCCESS,
+        )
+
+    @admin.action(
+        description="Lift the suspensions of selected events' users",
+        permissions=["moderate"],
+    )
+    def lift_suspensions(self, request: HttpRequest, queryset: QuerySet) -> None:
+        users = {e.user_id: e.user for e in queryset.select_related("user")}
+        lifted = sum(
+            len(services.suspension_lift(user=u, actor=request.user))
+            for u in users.values()
+        )
+        self.message_user(request, f"{lifted} suspension(s) lifted.", messages.SUCCESS)
+
+
+@admin.register(Suspension)
+class SuspensionAdmin(AuditedAdminMixin, admin.ModelAdmin):
+    list_display = ("user", "until", "active", "reason", "created_by", "created_at")
+    list_filter = (("until", admin.DateFieldListFilter), "lifted_at")
+    list_select_related = ("user", "created_by")
+    search_fields = ("user__username", "reason")
+    autocomplete_fields = ("user",)
+    fields = ("user", "until", "reason", "created_by", "lifted_at", "lifted_by")
+    readonly_fields = ("created_by", "lifted_at", "lifted_by")
+    actions = ("lift",)
+
+    @admin.display(boolean=True, description="in force")
+    def active(self, obj: Suspension) -> bool:
+        return obj.lifted_at is None and obj.until > timezone.now()
+
+    def save_model(
+        self, request: HttpRequest, obj: Suspension, form: object, change: bool
+    ) -> None:
+        if not change:
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)  # type: ignore[arg-type]
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        # lift a suspension instead: its record stays
+        return False
+
+    @admin.action(description="Lift selected suspensions", permissions=["change"])
+    def lift(self, request: HttpRequest, queryset: QuerySet) -> None:
+        users = {s.user_id: s.user for s in queryset.select_related("user")}
+        lifted = sum(
+            len(services.suspension_lift(user=u, actor=request.user))
+            for u in users.values()
+        )
+        self.message_user(request, f"{lifted} suspension(s) lifted.", messages.SUCCESS)
+
+
+@admin.register(AuditLogEntry)
+class AuditLogEntryAdmin(admin.ModelAdmin):
+    """Read-only for everyone, superusers included (append-only log)."""
+
+    list_display = (
+        "created_at",
+        "actor_label",
+        "action",
+        "object_type",
+        "object_id",
+        "object_repr",
+    )
+    list_filter = ("action", "object_type", ("created_at", admin.DateFieldListFilter))
+    search_fields = ("actor_label", "object_repr", "object_id")
+    date_hierarchy = "created_at"
+    readonly_fields = (
+        "created_at",
+        "actor",
+        "actor_label",
+        "action",
+        "object_type",
+        "object_id",
+        "object_repr",
+        "before",
+        "after",
+    )
+
+    def get_actions(self, request: HttpRequest) -> dict:
+        return {}
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+User = get_user_model()
+
+
+class AuditedUserAdmin(AuditedAdminMixin, UserAdmin):
+    """Django's user admin, every add / change / delete audited, password changes
+    too (recorded as changed, never the hash)."""
+
+    def user_change_password(
+        self, request: HttpRequest, id: str, form_url: str = ""
+    ) -> HttpResponse:
+        response = super().user_change_password(request, id, form_url)
+        if request.method == "POST" and response.status_code == 302:
+            user = User._default_manager.get(pk=id)
+            audit_record(
+                actor=request.user,
+                action=AuditLogEntry.Verb.CHANGE,
+                obj=user,
+                before={"password": REDACTED},
+                after={"password": f"{REDACTED} (changed)"},
+            )
+        return response
+
+
+if admin.site.is_registered(User):
+    admin.site.unregister(User)
+admin.site.register(User, AuditedUserAdmin)

@@ -123,3 +123,106 @@ class ModerationEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_action_display()} {self.get_category_display()} ({self.surface})"
+
+
+class Suspension(models.Model):
+    """A period during which a user may not generate (chat or API) or embed.
+
+    Active while ``lifted_at`` is empty and ``until`` is in the future: it ends on time
+    by itself (nothing has to run), or early when staff lift it. ``created_by`` is the
+    staff member who suspended the user (None: the abuse score did, or a command run
+    without a staff account).
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="suspensions",
+    )
+    reason = models.TextField()
+    until = models.DateTimeField()
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    lifted_at = models.DateTimeField(null=True, blank=True)
+    lifted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # suspension_active: the user's unlifted suspensions, latest end first
+            models.Index(
+                fields=["user", "-until"],
+                condition=models.Q(lifted_at__isnull=True),
+                name="suspension_open",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} until {self.until:%Y-%m-%d %H:%M} UTC"
+
+
+class AuditLogEntry(models.Model):
+    """One staff action (admin or management command): who did what to which object,
+    with the object's field values before and after (JSON; secrets redacted).
+
+    Append-only: :meth:`save` refuses to update a stored entry and :meth:`delete`
+    refuses to delete one; the admin shows entries read-only.
+    """
+
+    class Verb(models.TextChoices):
+        ADD = "add", "Add"
+        CHANGE = "change", "Change"
+        DELETE = "delete", "Delete"
+        CONFIRM = "confirm", "Confirm event"
+        DISMISS = "dismiss", "Dismiss event"
+        SUSPEND = "suspend", "Suspend user"
+        LIFT = "lift", "Lift suspension"
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    actor_label = models.CharField(max_length=150)
+    action = models.CharField(max_length=16, choices=Verb.choices)
+    object_type = models.CharField(max_length=100)
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=200)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "audit log entries"
+        indexes = [
+            models.Index(fields=["-created_at"], name="audit_created"),
+            models.Index(fields=["object_type", "object_id"], name="audit_object"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.actor_label} {self.action} {self.object_type} {self.object_repr}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        """Insert the entry; an entry once stored is never changed."""
+        if self.pk is not None:
+            raise ValueError("Audit log entries are append-only.")
+        super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+    def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
+        """Refuse: audit log entries are append-only."""
+        raise ValueError("Audit log entries are append-only.")

@@ -5,11 +5,15 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
 
+from chatsite.errors import Suspended
 from safety.categories import Category
-from safety.models import Action, CategoryPolicy
+from safety.models import Action, CategoryPolicy, Suspension
 
 
 @dataclass(frozen=True)
@@ -79,3 +83,44 @@ def safety_config() -> SafetyConfig:
             config = _config_load()
             _config = config
     return config
+
+
+def suspension_active(*, user: AbstractBaseUser) -> Suspension | None:
+    """The user's suspension in force now (the one ending last), or None.
+
+    One query on the partial index ``suspension_open`` (the user's unlifted
+    suspensions). Not cached: it is cheap next to admission's own queries, and a cache
+    would keep a lifted user locked out (or a new suspension unenforced) for its TTL.
+    A suspension whose ``until`` has passed is over without anything having to run.
+    """
+    if user.pk is None:
+        return None
+    return (
+        Suspension.objects.filter(
+            user_id=user.pk, lifted_at__isnull=True, until__gt=timezone.now()
+        )
+        .order_by("-until")
+        .first()
+    )
+
+
+def suspension_message(suspension: Suspension) -> str:
+    """What a suspended user reads: until when (UTC), why, and what to do."""
+    until = suspension.until.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    reason = suspension.reason.strip().rstrip(".")
+    return (
+        f"Your account is suspended until {until}. Reason: {reason}. "
+        "You can read your conversations, but not send messages or use the API "
+        "until then. If you think this is a mistake, contact the site's staff."
+    )
+
+
+def suspension_check(*, user: AbstractBaseUser) -> None:
+    """Raise :class:`Suspended` (403 ``account_suspended``) when ``user`` is suspended.
+
+    Admission (chat, API, embeddings) calls this first, before anything is moderated,
+    reserved or enqueued.
+    """
+    suspension = suspension_active(user=user)
+    if suspension is not None:
+        raise Suspended(suspension_message(suspension))

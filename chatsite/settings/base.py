@@ -335,6 +335,14 @@ SAFETY_INPUT_ENABLED = env.bool("SAFETY_INPUT_ENABLED", default=False)
 # The per-category policies (admin: thresholds, block/flag/off) are cached per process
 # this long, s (0: read on every request); admin edits apply within it.
 SAFETY_CONFIG_CACHE_S = env.float("SAFETY_CONFIG_CACHE_S", default=5.0)
+# Abuse limits (safety/abuse.py): each blocked input adds 1 to a user's abuse score,
+# which halves every SAFETY_ABUSE_HALF_LIFE_S s; at SAFETY_ABUSE_SUSPEND_SCORE the user
+# is suspended for SAFETY_ABUSE_SUSPEND_S s. Staff suspending from the moderation
+# console suspend for SAFETY_ADMIN_SUSPEND_S s.
+SAFETY_ABUSE_HALF_LIFE_S = env.float("SAFETY_ABUSE_HALF_LIFE_S", default=6 * 3600.0)
+SAFETY_ABUSE_SUSPEND_SCORE = env.float("SAFETY_ABUSE_SUSPEND_SCORE", default=5.0)
+SAFETY_ABUSE_SUSPEND_S = env.int("SAFETY_ABUSE_SUSPEND_S", default=24 * 3600)
+SAFETY_ADMIN_SUSPEND_S = env.int("SAFETY_ADMIN_SUSPEND_S", default=7 * 24 * 3600)
 # --- Inference workers and metrics (DESIGN §5, §11) -----------------------------------
 # Workers beat every INFERENCE_HEARTBEAT_S s; one silent for INFERENCE_WORKER_TTL_S s is
 # dead, and every INFERENCE_RECLAIM_S s live workers take over its pending jobs.

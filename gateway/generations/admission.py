@@ -1,6 +1,7 @@
 """Admission: route a request, reserve its worst-case tokens, consult the caches.
 
-Runs before anything is stored or enqueued (DESIGN §4.2): screen the user's message
+Runs before anything is stored or enqueued (DESIGN §4.2): refuse a suspended user
+(:func:`safety.selectors.suspension_check`, 403), screen the user's message
 (input moderation, :func:`safety.services.input_moderate`: a blocked request reserves,
 looks up and enqueues nothing), route to a pool (plan,
 explicit choice, difficulty), reserve the tokens atomically (:mod:`gateway.quota`),
@@ -27,6 +28,7 @@ from chatsite.errors import InvalidInput
 from gateway import cache, quota, routing, selectors
 from gateway.cache import CacheHit, CachePolicy
 from inference.embeddings import TextVector
+from safety import selectors as safety_selectors
 from safety import services as safety_services
 from safety.models import ModerationEvent
 
@@ -159,13 +161,15 @@ def generation_admit(
     the prompt's tokens by the serving tokenizer, checked against the routed pool's
     ``max_context`` (None: not checked).
 
-    Raises ModerationBlocked (400, the content policy; an event is recorded, nothing
+    Raises Suspended (403 ``account_suspended``, checked before anything else),
+    ModerationBlocked (400, the content policy; an event is recorded, nothing
     reserved), ModerationUnavailable (503, moderation down and failing closed),
     ContextOverflow (400, the prompt alone fills the pool's context window),
     NotFound / Forbidden (model choice), QuotaExceeded (429, nothing reserved),
     PoolSaturated (503, the reservation is given back). On success the caller owns the
     reservation: it ends in settlement, :func:`generation_release`, or the sweep.
     """
+    safety_selectors.suspension_check(user=user)
     input_check(
         user=user,
         job_id=job_id,
