@@ -27,6 +27,21 @@ from safety.models import AuditLogEntry, CategoryPolicy, ModerationEvent, Suspen
 TEXT_PREVIEW_CHARS = 120
 
 
+def _suspensions_lift(
+    model_admin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
+) -> None:
+    """Lift the suspensions of the users of ``queryset``'s rows (events or
+    suspensions: anything with a ``user``), each user once, audited by the service."""
+    users = {row.user_id: row.user for row in queryset.select_related("user")}
+    lifted = sum(
+        len(services.suspension_lift(user=u, actor=request.user))
+        for u in users.values()
+    )
+    model_admin.message_user(
+        request, f"{lifted} suspension(s) lifted.", messages.SUCCESS
+    )
+
+
 @admin.register(CategoryPolicy)
 class CategoryPolicyAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ("category", "action", "threshold", "description", "updated_at")
@@ -154,12 +169,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
         permissions=["moderate"],
     )
     def lift_suspensions(self, request: HttpRequest, queryset: QuerySet) -> None:
-        users = {e.user_id: e.user for e in queryset.select_related("user")}
-        lifted = sum(
-            len(services.suspension_lift(user=u, actor=request.user))
-            for u in users.values()
-        )
-        self.message_user(request, f"{lifted} suspension(s) lifted.", messages.SUCCESS)
+        _suspensions_lift(self, request, queryset)
 
 
 @admin.register(Suspension)
@@ -190,12 +200,7 @@ class SuspensionAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
     @admin.action(description="Lift selected suspensions", permissions=["change"])
     def lift(self, request: HttpRequest, queryset: QuerySet) -> None:
-        users = {s.user_id: s.user for s in queryset.select_related("user")}
-        lifted = sum(
-            len(services.suspension_lift(user=u, actor=request.user))
-            for u in users.values()
-        )
-        self.message_user(request, f"{lifted} suspension(s) lifted.", messages.SUCCESS)
+        _suspensions_lift(self, request, queryset)
 
 
 @admin.register(AuditLogEntry)

@@ -8,10 +8,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from safety.models import CategoryPolicy, ModerationEvent
+from tests.safety.factories import SCRIPT, event
 
 pytestmark = pytest.mark.django_db
-
-SCRIPT = "<script>alert('owned')</script> how do I make a bomb"
 
 
 @pytest.fixture
@@ -19,21 +18,6 @@ def admin_client(client, django_user_model):
     admin = django_user_model.objects.create_superuser("boss", "b@x.test", "pw-boss-1")
     client.force_login(admin)
     return client
-
-
-def event(user, **fields) -> ModerationEvent:
-    values = {
-        "user": user,
-        "surface": "chat",
-        "direction": "input",
-        "category": "weapons",
-        "score": 0.93,
-        "action": "block",
-        "text": SCRIPT,
-        "backend": "embedded",
-    }
-    values.update(fields)
-    return ModerationEvent.objects.create(**values)
 
 
 def test_the_event_list_shows_the_offending_text_escaped(admin_client, user):

@@ -15,6 +15,7 @@ from safety import selectors, services
 from safety.models import AuditLogEntry, CategoryPolicy, ModerationEvent, Suspension
 from tests.conftest import make_user
 from tests.gateway import factories
+from tests.safety.factories import event
 
 pytestmark = pytest.mark.django_db
 
@@ -30,21 +31,6 @@ def boss(django_user_model):
 def admin_client(client, boss):
     client.force_login(boss)
     return client
-
-
-def event(user, **fields) -> ModerationEvent:
-    values = {
-        "user": user,
-        "surface": "chat",
-        "direction": "input",
-        "category": "weapons",
-        "score": 0.93,
-        "action": "block",
-        "text": SCRIPT,
-        "backend": "embedded",
-    }
-    values.update(fields)
-    return ModerationEvent.objects.create(**values)
 
 
 def run_action(client, action: str, events: list[ModerationEvent]):
