@@ -193,3 +193,8 @@ def tokens_tick(value: float) -> str:
         if value >= size:
             return f"{value / size:g}{suffix}"
     return f"{value:g}"
+
+
+def cost_tick(value: float) -> str:
+    """A cost for an axis, without trailing zeros: ``0``, ``0.25``, ``1.5``, ``12``."""
+    return f"{value:,.4f}".rstrip("0").rstrip(".")

@@ -123,6 +123,7 @@ def _charts(days: list[UsageRow], models: list[UsageRow]) -> list[charts.BarChar
             title="Cost per day",
             points=[(r.key, float(r.cost)) for r in days],
             format_value=charts.cost_text,
+            format_tick=charts.cost_tick,
             short_label=lambda key: key[5:],
         ),
         charts.bar_chart(
@@ -136,6 +137,7 @@ def _charts(days: list[UsageRow], models: list[UsageRow]) -> list[charts.BarChar
             title=f"Cost per model{shown}",
             points=[(r.key, float(r.cost)) for r in top],
             format_value=charts.cost_text,
+            format_tick=charts.cost_tick,
         ),
     ]
 

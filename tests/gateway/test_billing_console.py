@@ -81,6 +81,7 @@ def test_charts_with_data_show_the_numbers(admin_client, usage):
     assert "<title>m-a: 1.50</title>" in html
     # the scale: steps of 500 tokens up to 2,000, the tallest bar fills the plot
     assert [t.text for t in tokens_day.ticks] == ["0", "500", "1k", "1.5k", "2k"]
+    assert [t.text for t in cost_day.ticks] == ["0", "2", "4", "6"]
     heights = {b.title: float(b.height) for b in tokens_day.bars}
     plot = charts.HEIGHT - charts.MARGIN_TOP - charts.MARGIN_BOTTOM
     assert heights["2026-11-03: 2,000 tokens"] == pytest.approx(plot)
