@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from chatsite.errors import Conflict, InvalidInput, NotFound
 from gateway import quota
@@ -55,8 +55,6 @@ def plan_create(
         known = ", ".join(ModelPool.objects.values_list("name", flat=True)) or "none"
         raise NotFound(f"No pool named {', '.join(missing)} (pools: {known}).")
     with transaction.atomic():
-        if Plan.objects.filter(name=name).exists():
-            raise Conflict(f"A plan named {name!r} already exists.")
         if is_default:
             for old in Plan.objects.select_for_update().filter(is_default=True):
                 before = audit_snapshot(old)
@@ -70,14 +68,22 @@ def plan_create(
                     before=before,
                     after=audit_snapshot(old),
                 )
-        plan = Plan.objects.create(
-            name=name,
-            monthly_token_budget=tokens_per_month,
-            tokens_per_day=tokens_per_day,
-            tokens_per_minute=tokens_per_minute,
-            priority=priority,
-            is_default=is_default,
-        )
+        try:
+            with transaction.atomic():  # a concurrent create of the same name
+                plan = Plan.objects.create(
+                    name=name,
+                    monthly_token_budget=tokens_per_month,
+                    tokens_per_day=tokens_per_day,
+                    tokens_per_minute=tokens_per_minute,
+                    priority=priority,
+                    is_default=is_default,
+                )
+        except IntegrityError as exc:
+            if "one_default_plan" in str(exc):
+                raise Conflict(
+                    "Another plan was made the default at the same time; try again."
+                ) from exc
+            raise Conflict(f"A plan named {name!r} already exists.") from exc
         plan.allowed_pools.set(found.values())
         audit_record(
             actor=actor,
