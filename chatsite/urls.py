@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 urlpatterns = [
+    path("admin/billing/", include("gateway.billing.urls")),  # before the admin's
     path("admin/", admin.site.urls),
     path("settings/", include("gateway.urls")),
     path("", include("conversations.urls")),
