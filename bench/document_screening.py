@@ -10,10 +10,12 @@ ingestion chunks it (memory.chunking.text_chunk, MEMORY_CHUNK_TOKENS /
 MEMORY_CHUNK_OVERLAP_TOKENS), embedded in-process with the bundled all-MiniLM-L6-v2
 (the same engine an embedding worker runs; no services needed), and judged by
 :class:`safety.classifiers.embedded.EmbeddedClassifier` with the chunk's vector, as
-``safety.services.chunks_screen`` does under the shipped policies (prompt injection:
-the backend's own threshold). Prints per file: chunks, flagged chunks, the highest
-prompt-injection score, and each flagged chunk's start; then the same for a handful
-of injected passages written for this script.
+``safety.services.chunks_screen`` does under the shipped policies and
+SAFETY_DOCUMENTS_THRESHOLDS (prompt injection: 1.0, a rule match). Prints per file:
+chunks, flagged chunks (and how many the model alone would flag at its own chat
+threshold), the highest prompt-injection score, classification time, and each flagged
+chunk's start; then the same for a handful of injected passages written for this
+script.
 
 Nothing is stored; the figures depend only on the committed model and the files.
 """
@@ -76,14 +78,23 @@ def main() -> None:
             for t, v in zip(texts, result.vectors, strict=True)
         ]
         ms = (time.perf_counter() - start) * 1000
+        floor = float(
+            settings.SAFETY_DOCUMENTS_THRESHOLDS.get(Category.PROMPT_INJECTION, 0.0)
+        )
+        by_model = [
+            v for v in verdicts if Category.PROMPT_INJECTION in v.flagged
+        ]  # the model's own threshold, as for a chat message
         flagged = [
             (t, v)
             for t, v in zip(texts, verdicts, strict=True)
             if Category.PROMPT_INJECTION in v.flagged
+            and v.scores[Category.PROMPT_INJECTION] >= floor
         ]
         top = max(v.scores[Category.PROMPT_INJECTION] for v in verdicts)
         print(
-            f"{name}: {len(texts)} chunks, {len(flagged)} flagged, "
+            f"{name}: {len(texts)} chunks, {len(flagged)} flagged "
+            f"(document floor {floor:g}; {len(by_model)} at the model's own "
+            f"threshold {classifier.thresholds[Category.PROMPT_INJECTION]:.2f}), "
             f"max prompt_injection score {top:.3f}, "
             f"classification {ms / len(texts):.2f} ms/chunk (vector given)"
         )

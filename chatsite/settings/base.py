@@ -353,6 +353,12 @@ SAFETY_DOCUMENTS_ENABLED = env.bool("SAFETY_DOCUMENTS_ENABLED", default=True)
 SAFETY_DOCUMENTS_CATEGORIES = env.list(
     "SAFETY_DOCUMENTS_CATEGORIES", default=["prompt_injection"]
 )
+# A document chunk matches a category only at or above this score too (0..1). Prompt
+# injection: 1.0, i.e. a rule match (safety/classifiers/rules.py): the embedded model
+# flags 17% of the chunks of our own docs (bench/document_screening.py), the rules none.
+SAFETY_DOCUMENTS_THRESHOLDS = env.json(
+    "SAFETY_DOCUMENTS_THRESHOLDS", default={"prompt_injection": 1.0}
+)
 MEMORY_CHUNK_SCREENER = env(
     "MEMORY_CHUNK_SCREENER", default="safety.services.chunks_screen"
 )
