@@ -76,8 +76,11 @@ class Chunk(models.Model):
     # Screened at ingestion (MEMORY_CHUNK_SCREENER, e.g. for prompt injection): a
     # flagged chunk is kept and shown to its owner, but not retrieved into prompts
     # unless MEMORY_RETRIEVE_FLAGGED. Category and score (0..1) are the screener's.
-    flagged = models.BooleanField(default=False)
-    moderation_category = models.CharField(max_length=32, blank=True, default="")
+    # database defaults too: bulk loaders (COPY in tests/bench) leave them out
+    flagged = models.BooleanField(default=False, db_default=False)
+    moderation_category = models.CharField(
+        max_length=32, blank=True, default="", db_default=""
+    )
     moderation_score = models.FloatField(null=True, blank=True)
 
     class Meta:

@@ -10,12 +10,14 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="chunk",
             name="flagged",
-            field=models.BooleanField(default=False),
+            field=models.BooleanField(db_default=False, default=False),
         ),
         migrations.AddField(
             model_name="chunk",
             name="moderation_category",
-            field=models.CharField(blank=True, default="", max_length=32),
+            field=models.CharField(
+                blank=True, db_default="", default="", max_length=32
+            ),
         ),
         migrations.AddField(
             model_name="chunk",

@@ -56,7 +56,9 @@ def test_screening_is_its_own_switch_and_follows_the_admins_policies(settings):
     settings.SAFETY_DOCUMENTS_ENABLED = False
     assert screen(INJECTED[:1]) == [None]
     settings.SAFETY_DOCUMENTS_ENABLED = True
-    CategoryPolicy.objects.create(category="prompt_injection", action=Action.OFF)
+    CategoryPolicy.objects.update_or_create(
+        category="prompt_injection", defaults={"action": Action.OFF}
+    )
     assert screen(INJECTED[:1]) == [None]
 
 

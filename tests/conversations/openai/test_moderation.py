@@ -241,7 +241,9 @@ async def test_a_cached_verdict_still_follows_the_admins_policy(
     )
     result = await asgi("POST", "/v1/chat/completions", body=body, key=api_key)
     assert result.status == 400
-    await CategoryPolicy.objects.acreate(category="weapons", action=Action.OFF)
+    await CategoryPolicy.objects.aupdate_or_create(
+        category="weapons", defaults={"action": Action.OFF}
+    )
     result = await asgi("POST", "/v1/chat/completions", body=body, key=api_key)
     assert result.status == 200, result.body
     assert len(enqueued) == 1
