@@ -413,9 +413,12 @@ def abuse_record(*, user: AbstractBaseUser) -> str:
     """
     threshold = settings.SAFETY_ABUSE_SUSPEND_SCORE
     length = _duration_words(settings.SAFETY_ABUSE_SUSPEND_S)
-    score = abuse_score(user=user)
-    if score + 1e-9 < threshold:
-        left = max(1, math.ceil(threshold - score - 1e-9))
+    # In hundredths: violations seconds apart have decayed by a few millionths (a
+    # 6 h half-life loses 1% in 5 min), which must not let the Nth of N blocked
+    # messages fall short of the threshold, nor tell the user "N more" after the first.
+    score = round(abuse_score(user=user), 2)
+    if score < threshold:
+        left = max(1, math.ceil(threshold - score))
         return (
             f"If {left} more message{'s are' if left != 1 else ' is'} blocked soon, "
             f"your account will be suspended for {length}."
