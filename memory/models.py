@@ -73,6 +73,15 @@ class Chunk(models.Model):
     start_char = models.PositiveIntegerField()
     end_char = models.PositiveIntegerField()
     embedding = VectorField(dimensions=EMBEDDING_DIM)
+    # Screened at ingestion (MEMORY_CHUNK_SCREENER, e.g. for prompt injection): a
+    # flagged chunk is kept and shown to its owner, but not retrieved into prompts
+    # unless MEMORY_RETRIEVE_FLAGGED. Category and score (0..1) are the screener's.
+    # database defaults too: bulk loaders (COPY in tests/bench) leave them out
+    flagged = models.BooleanField(default=False, db_default=False)
+    moderation_category = models.CharField(
+        max_length=32, blank=True, default="", db_default=""
+    )
+    moderation_score = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["document", "ord"]
@@ -80,6 +89,12 @@ class Chunk(models.Model):
             models.UniqueConstraint(fields=["document", "ord"], name="chunk_doc_ord")
         ]
         indexes = [
+            # the admin's "flagged chunks" list: few rows, so a partial index
+            models.Index(
+                fields=["document", "ord"],
+                condition=models.Q(flagged=True),
+                name="chunk_flagged",
+            ),
             HnswIndex(
                 name="chunk_embedding_hnsw",
                 fields=["embedding"],
@@ -91,6 +106,11 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document_id}#{self.ord}"
+
+    @property
+    def moderation_label(self) -> str:
+        """The flagged category in words ("prompt injection"), "" when not flagged."""
+        return self.moderation_category.replace("_", " ")
 
 
 class MemoryFact(models.Model):

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from pgvector.django import CosineDistance
 
 from chatsite.errors import NotFound
@@ -22,8 +23,14 @@ from memory.models import Chunk, Document, MemoryFact, MemorySettings
 
 
 def document_list(*, user: AbstractBaseUser) -> QuerySet[Document]:
-    """Return the user's documents, newest first (text deferred)."""
-    return Document.objects.filter(user=user).defer("text").order_by("-created")
+    """Return the user's documents, newest first (text deferred), each annotated with
+    ``flagged_chunks``: how many of its passages screening flagged (not retrieved)."""
+    return (
+        Document.objects.filter(user=user)
+        .defer("text")
+        .annotate(flagged_chunks=Count("chunks", filter=Q(chunks__flagged=True)))
+        .order_by("-created")
+    )
 
 
 def document_get(*, user: AbstractBaseUser, document_id: Any) -> Document:
@@ -55,18 +62,25 @@ def chunks_search(
     k: int,
     max_distance: float | None = None,
     ef_search: int = 40,
+    include_flagged: bool | None = None,
 ) -> list[ChunkHit]:
     """Return up to ``k`` of the user's chunks nearest to ``vector`` (384-d), nearest first.
 
     Only the user's own (ready) documents are searched. ``max_distance`` drops hits whose
-    cosine distance is larger. ``ef_search`` is HNSW's candidate list size.
+    cosine distance is larger. ``ef_search`` is HNSW's candidate list size. Chunks
+    flagged at ingestion (e.g. an injected instruction) are left out unless
+    ``include_flagged`` (default: MEMORY_RETRIEVE_FLAGGED, off).
     """
     user_id = getattr(user, "pk", user)
+    if include_flagged is None:
+        include_flagged = settings.MEMORY_RETRIEVE_FLAGGED
+    chunks = Chunk.objects.filter(user_id=user_id)
+    if not include_flagged:
+        chunks = chunks.filter(flagged=False)
     with transaction.atomic():
         _iterative_scan(ef_search)
         rows = list(
-            Chunk.objects.filter(user_id=user_id)
-            .select_related("document")
+            chunks.select_related("document")
             .defer("document__text", "embedding")
             .annotate(distance=CosineDistance("embedding", vector))
             .order_by("distance")[:k]

@@ -10,6 +10,15 @@ Vectors come from the inference tier's embedding pool (:mod:`inference.embedding
 in batches of EMBEDDING_INGEST_BATCH chunks. When it is unavailable the document goes
 back to ``pending`` with the reason and the Celery task retries later; a fact cannot be
 stored without its vector, so adding one raises ServiceUnavailable (503).
+
+Screening (issue 10, prompt injection in retrieved text): before they are stored, the
+chunks are screened by the hook named in MEMORY_CHUNK_SCREENER (dotted path, loaded
+with ``import_string`` like GATEWAY_STREAM_POLICIES; default
+``safety.services.chunks_screen``), which reads the vectors just computed for
+retrieval, so screening embeds nothing. memory and safety are sibling layers and may
+not import each other: the setting names the hook, and this module only knows its
+contract (:data:`ChunkScreener`). A flagged chunk is stored with ``flagged`` set and
+is left out of retrieval (:func:`memory.selectors.chunks_search`).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.utils.module_loading import import_string
 
 from chatsite.errors import InvalidInput, NotFound, ServiceUnavailable
 from inference.embeddings import EmbeddingUnavailable, embed_text, embed_texts
@@ -34,6 +44,37 @@ logger = logging.getLogger(__name__)
 
 # Progress callback: (chunks embedded so far, total chunks).
 Progress = Callable[[int, int], None]
+
+# The screening hook's contract: called with ``texts`` (the chunks' texts) and
+# ``vectors`` (their 384-d embeddings, same order) as keyword arguments; returns one
+# entry per chunk: None (nothing found) or ``(category, score)`` (a category code such
+# as "prompt_injection", score 0..1). It may raise ServiceUnavailable when it cannot
+# judge and the deployment fails closed: the document then waits and is retried.
+ChunkScreener = Callable[..., list[tuple[str, float] | None]]
+
+
+def chunk_screener() -> ChunkScreener | None:
+    """Return the hook named by MEMORY_CHUNK_SCREENER, or None when it is empty.
+
+    Raises ImportError for a path that names nothing (a deployment error, loud).
+    """
+    path = getattr(settings, "MEMORY_CHUNK_SCREENER", "")
+    return import_string(path) if path else None
+
+
+def _chunks_screen(
+    texts: list[str], vectors: list[Any]
+) -> list[tuple[str, float] | None]:
+    """Screen the chunks with the configured hook (one entry per chunk)."""
+    screener = chunk_screener()
+    if screener is None or not texts:
+        return [None] * len(texts)
+    flags = list(screener(texts=texts, vectors=vectors))
+    if len(flags) != len(texts):
+        raise ValueError(
+            f"chunk screener returned {len(flags)} verdicts for {len(texts)} chunks"
+        )
+    return flags
 
 
 def document_upload(
@@ -76,8 +117,10 @@ def document_ingest(*, document_id: int, progress: Progress | None = None) -> Do
     Idempotent: existing chunks are replaced. Sizes come from MEMORY_CHUNK_TOKENS and
     MEMORY_CHUNK_OVERLAP_TOKENS (tokens of the embedding model). ``progress`` is called
     with (chunks embedded, total chunks) after each batch. Raises NotFound if the document
-    is gone (deleted meanwhile), EmbeddingUnavailable when no vector can be had (the
-    document is left ``pending`` with the reason, to be retried).
+    is gone (deleted meanwhile), EmbeddingUnavailable when no vector can be had and
+    ServiceUnavailable when the screener cannot judge and fails closed (either way the
+    document is left ``pending`` with the reason, to be retried). Each chunk is
+    screened (:func:`chunk_screener`) and stored flagged or not.
     """
     updated = Document.objects.filter(id=document_id).update(
         status=Document.Status.PROCESSING, error=""
@@ -104,6 +147,7 @@ def document_ingest(*, document_id: int, progress: Progress | None = None) -> Do
             )
             if progress:
                 progress(min(i + batch, len(pieces)), len(pieces))
+        flags = _chunks_screen([p.text for p in pieces], vectors)
         with transaction.atomic():
             if not Document.objects.select_for_update().filter(id=document_id).exists():
                 raise NotFound("This document does not exist.")
@@ -118,8 +162,11 @@ def document_ingest(*, document_id: int, progress: Progress | None = None) -> Do
                         start_char=p.start,
                         end_char=p.end,
                         embedding=v,
+                        flagged=flag is not None,
+                        moderation_category=flag[0] if flag else "",
+                        moderation_score=flag[1] if flag else None,
                     )
-                    for p, v in zip(pieces, vectors, strict=True)
+                    for p, v, flag in zip(pieces, vectors, flags, strict=True)
                 ],
                 batch_size=500,
             )
@@ -127,6 +174,13 @@ def document_ingest(*, document_id: int, progress: Progress | None = None) -> Do
                 status=Document.Status.READY, chunk_count=len(pieces), error=""
             )
     except NotFound:
+        raise
+    except ServiceUnavailable as exc:  # the screener, failing closed: wait and retry
+        Document.objects.filter(id=document_id).update(
+            status=Document.Status.PENDING,
+            error=f"Waiting to be checked: {exc.message} The document will be "
+            "processed as soon as the service is back.",
+        )
         raise
     except EmbeddingUnavailable:
         Document.objects.filter(id=document_id).update(

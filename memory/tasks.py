@@ -26,7 +26,8 @@ def ingest_document(self: Any, document_id: int) -> str:
         return services.document_ingest(document_id=document_id).status
     except NotFound:
         return "deleted"
-    except EmbeddingUnavailable as exc:
+    except (EmbeddingUnavailable, ServiceUnavailable) as exc:
+        # no embedding worker, or a chunk screener that cannot judge (failing closed)
         if self.request.retries >= INGEST_RETRIES or self.request.is_eager:
             Document.objects.filter(id=document_id).update(
                 status=Document.Status.FAILED,

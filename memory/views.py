@@ -32,6 +32,7 @@ def document_list(request: HttpRequest) -> HttpResponse:
                         "status": d.status,
                         "error": d.error,
                         "chunks": d.chunk_count,
+                        "flagged_chunks": d.flagged_chunks,
                     }
                     for d in documents
                 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from chatsite.errors import ModerationBlocked
 from inference.embeddings import EmbeddingUnavailable, TextVector
+from safety import verdicts as verdict_cache
 from safety.audit import audit_record, audit_snapshot
 from safety.categories import Category, category_info
 from safety.classifiers import (
@@ -40,8 +41,10 @@ __all__ = [
     "ModerationBlocked",
     "abuse_record",
     "abuse_score",
+    "chunks_screen",
     "event_review",
     "input_moderate",
+    "messages_moderate",
     "policy_matches",
     "suspension_create",
     "suspension_lift",
@@ -140,11 +143,49 @@ def input_moderate(
     verdict = _verdict(text=text, query=query)
     if not verdict.available:
         return verdict
-    matches = policy_matches(verdict, config=safety_config())
-    if not matches:
-        return verdict
-    blocking = [m for m in matches if m.action == Action.BLOCK]
-    top = blocking[0] if blocking else matches[0]
+    _decide(
+        user=user,
+        judged=[(text, verdict)],
+        surface=surface,
+        conversation_id=conversation_id,
+        message_id=message_id,
+        job_id=job_id,
+    )
+    return verdict
+
+
+def _decide(
+    *,
+    user: AbstractBaseUser,
+    judged: Sequence[tuple[str, Verdict]],
+    surface: str,
+    conversation_id: uuid.UUID | str | None,
+    message_id: uuid.UUID | str | None,
+    job_id: str,
+) -> None:
+    """Apply the policies to the verdicts of one request's texts and record at most
+    one event: the highest-scoring blocking match of any text (then raise
+    ModerationBlocked), else the highest-scoring flag-only match."""
+    config = safety_config()
+    found = [
+        (m, text, verdict)
+        for text, verdict in judged
+        if verdict.available
+        for m in policy_matches(verdict, config=config)
+    ]
+    # a flag-only match on a text judged before (the verdict cache: an API client's
+    # unchanged history) was recorded then: not one event per call
+    found = [
+        f for f in found if f[0].action == Action.BLOCK or not f[2].detail.get("cached")
+    ]
+    if not found:
+        return
+    blocking = sorted(
+        (f for f in found if f[0].action == Action.BLOCK), key=lambda f: -f[0].score
+    )
+    top, text, verdict = (
+        blocking[0] if blocking else max(found, key=lambda f: f[0].score)
+    )
     action = (
         ModerationEvent.EventAction.BLOCK
         if blocking
@@ -177,7 +218,143 @@ def input_moderate(
         raise ModerationBlocked(
             f"{blocked_message(top.category)} {consequence}", category=top.category
         )
-    return verdict
+
+
+def _verdicts(*, texts: list[str], query: TextVector | None) -> list[Verdict]:
+    """Judge each of ``texts``: cached verdicts first (:mod:`safety.verdicts`), then
+    the text of ``query`` with its shared vector, then the rest in one batch (one
+    embedding request); new verdicts are cached. Applies the fail policy (raises
+    ModerationUnavailable when failing closed; failing open, the unjudged texts get
+    an unavailable verdict)."""
+    classifier = classifier_get()
+    results: list[Verdict | None] = list(
+        verdict_cache.verdicts_cached(backend=classifier.name, texts=texts)
+    )
+    fresh: dict[int, Verdict] = {}
+    todo = [i for i, v in enumerate(results) if v is None]
+    shared = [
+        i
+        for i in todo
+        if query is not None and classifier.uses_vector and texts[i] == query.text
+    ]
+    try:
+        for i in shared:
+            fresh[i] = _verdict(text=texts[i], query=query)
+        rest = [i for i in todo if i not in fresh]
+        if rest:
+            batch = classifier.classify_batch([texts[i] for i in rest])
+            fresh.update(zip(rest, batch, strict=True))
+    except ModerationUnavailable as exc:
+        try:
+            down = unavailable_verdict(exc, classifier=classifier)
+        except ModerationUnavailable as closed:  # the one clear message, no detail
+            raise ModerationUnavailable() from closed
+        fresh.update((i, down) for i in todo if i not in fresh)
+    for i, verdict in fresh.items():
+        results[i] = verdict
+    verdict_cache.verdicts_store(
+        texts=[texts[i] for i in fresh], verdicts=list(fresh.values())
+    )
+    return [v for v in results if v is not None]
+
+
+def messages_moderate(
+    *,
+    user: AbstractBaseUser,
+    messages: Sequence[dict[str, str]],
+    surface: str,
+    query: TextVector | None = None,
+    job_id: str = "",
+) -> list[Verdict]:
+    """Screen every message of a client-authored conversation (the API) at once.
+
+    An API client writes the whole ``messages`` list (system prompt, earlier user and
+    assistant turns), so all of it is its input: each message with text is judged on
+    its own, not joined (the embedding model reads 256 word pieces at most, so a
+    joined history would hide all but its start), in one batch (one embedding request
+    for the texts not judged in the last SAFETY_VERDICT_CACHE_S s: an unchanged
+    history costs one Redis MGET). ``query``: the shared vector of the last user
+    message. One event at most per request, for the worst text (see
+    :func:`input_moderate` for the actions and errors: ModerationBlocked,
+    ModerationUnavailable). Returns the verdicts, one per distinct text.
+    """
+    texts = list(dict.fromkeys(str(m.get("content") or "") for m in messages))
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        return []
+    verdicts = _verdicts(texts=texts, query=query)
+    _decide(
+        user=user,
+        judged=list(zip(texts, verdicts, strict=True)),
+        surface=surface,
+        conversation_id=None,
+        message_id=None,
+        job_id=job_id,
+    )
+    return verdicts
+
+
+# --- Document chunks (prompt injection in retrieved text) ---------------------------
+
+
+def chunks_screen(
+    *, texts: Sequence[str], vectors: Sequence[Sequence[float]]
+) -> list[tuple[str, float] | None]:
+    """Screen document chunks at ingestion; the hook memory calls (MEMORY_CHUNK_SCREENER).
+
+    ``texts``: the chunks; ``vectors``: their 384-d embeddings, already computed for
+    retrieval (a backend that reads vectors embeds nothing; others classify the texts
+    in one batch). Returns, per chunk, None or ``(category code, score 0..1)``: the
+    highest-scoring category of SAFETY_DOCUMENTS_CATEGORIES that matches under the
+    admin's policies (:func:`policy_matches`; a category set to ``off`` never flags)
+    and reaches its SAFETY_DOCUMENTS_THRESHOLDS floor. The shipped floor for prompt
+    injection is 1.0, a rule match (:mod:`safety.classifiers.rules`): the embedded
+    model, trained on chat messages, scores technical prose about assistants as
+    injection (10 of 59 chunks of our own README/DESIGN/CONVENTIONS at its 0.65
+    threshold, up to 0.994), and a flagged chunk is lost to retrieval, while the rules
+    flagged none of them and catch the stereotyped injections
+    (``bench/document_screening.py``).
+    Records no event and blocks nobody: the chunk is only kept out of prompts.
+    SAFETY_DOCUMENTS_ENABLED off: flags nothing. A backend that is down fails open
+    (logged, nothing flagged) or, with SAFETY_FAIL_CLOSED, raises
+    :class:`ModerationUnavailable` so the document waits and is retried.
+    """
+    if not settings.SAFETY_DOCUMENTS_ENABLED or not texts:
+        return [None] * len(texts)
+    wanted = {Category(c) for c in settings.SAFETY_DOCUMENTS_CATEGORIES}
+    classifier = classifier_get()
+    try:
+        if classifier.uses_vector:
+            verdicts = [
+                classifier.classify(t, vector=v)
+                for t, v in zip(texts, vectors, strict=True)
+            ]
+        else:
+            verdicts = classifier.classify_batch(list(texts))
+    except ModerationUnavailable as exc:
+        if settings.SAFETY_FAIL_CLOSED:
+            raise ModerationUnavailable(
+                "Content moderation is unavailable right now, so the document "
+                "cannot be checked yet."
+            ) from exc
+        logger.warning("document chunks not screened (failing open): %s", exc)
+        return [None] * len(texts)
+    config = safety_config()
+    floors = {
+        Category(c): float(t)
+        for c, t in (settings.SAFETY_DOCUMENTS_THRESHOLDS or {}).items()
+    }
+    flags: list[tuple[str, float] | None] = []
+    for verdict in verdicts:
+        matches = [
+            m
+            for m in policy_matches(verdict, config=config)
+            if m.category in wanted and m.score >= floors.get(m.category, 0.0)
+        ]
+        flags.append(
+            (matches[0].category.value, round(matches[0].score, 4)) if matches else None
+        )
+    return flags
 
 
 # --- Abuse limits and suspensions ---------------------------------------------------
@@ -236,9 +413,12 @@ def abuse_record(*, user: AbstractBaseUser) -> str:
     """
     threshold = settings.SAFETY_ABUSE_SUSPEND_SCORE
     length = _duration_words(settings.SAFETY_ABUSE_SUSPEND_S)
-    score = abuse_score(user=user)
-    if score + 1e-9 < threshold:
-        left = max(1, math.ceil(threshold - score - 1e-9))
+    # In hundredths: violations seconds apart have decayed by a few millionths (a
+    # 6 h half-life loses 1% in 5 min), which must not let the Nth of N blocked
+    # messages fall short of the threshold, nor tell the user "N more" after the first.
+    score = round(abuse_score(user=user), 2)
+    if score < threshold:
+        left = max(1, math.ceil(threshold - score))
         return (
             f"If {left} more message{'s are' if left != 1 else ' is'} blocked soon, "
             f"your account will be suspended for {length}."

@@ -272,3 +272,38 @@ def test_the_pages_and_the_admin_work_under_the_policy(page, site, user, browser
     for path in ["/login/", "/signup/", "/admin/login/"]:
         assert page.goto(site + path).status == 200, path
     assert browser_log.csp_violations == [], "\n".join(browser_log.csp_violations)
+
+
+def test_a_suspended_user_sees_the_banner_naming_when_it_ends_and_cannot_send(
+    page, user
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from safety import services as safety_services
+
+    suspension = safety_services.suspension_create(
+        user=user,
+        until=timezone.now() + timedelta(hours=3),
+        reason="Repeated messages against the content policy (weapons)",
+        actor=None,
+        actor_label="test",
+    )
+    until = suspension.until.strftime("%Y-%m-%d %H:%M UTC")
+    page.reload()
+    banner = page.locator("#suspension-banner")
+    banner.wait_for()
+    assert banner.is_visible()
+    assert until in banner.inner_text() and "weapons" in banner.inner_text()
+    assert banner.get_attribute("role") == "alert"
+    page.fill("#content", "Hello")
+    page.click("#send")
+    from playwright.sync_api import expect
+
+    # (a locator wait: the page's CSP forbids the eval a wait_for_function needs)
+    error = page.locator("#composer-error")
+    expect(error).to_contain_text("suspended")
+    assert until in error.inner_text()
+    page.screenshot(path=str(SHOTS / "suspended.png"), full_page=True)
+    assert Message.objects.count() == 0

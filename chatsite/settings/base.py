@@ -343,6 +343,31 @@ SAFETY_ABUSE_HALF_LIFE_S = env.float("SAFETY_ABUSE_HALF_LIFE_S", default=6 * 360
 SAFETY_ABUSE_SUSPEND_SCORE = env.float("SAFETY_ABUSE_SUSPEND_SCORE", default=5.0)
 SAFETY_ABUSE_SUSPEND_S = env.int("SAFETY_ABUSE_SUSPEND_S", default=24 * 3600)
 SAFETY_ADMIN_SUSPEND_S = env.int("SAFETY_ADMIN_SUSPEND_S", default=7 * 24 * 3600)
+# Document chunks are screened at ingestion (memory/services.py) by the hook named in
+# MEMORY_CHUNK_SCREENER (a dotted path: memory and safety cannot import each other; ""
+# screens nothing). On by default, independently of SAFETY_INPUT_ENABLED: a flagged
+# chunk only stays out of prompts, it blocks nobody. Only SAFETY_DOCUMENTS_CATEGORIES
+# flag a chunk (prompt injection: a user's own document on a sensitive topic is theirs
+# to ask about; an instruction aimed at the model is not data).
+SAFETY_DOCUMENTS_ENABLED = env.bool("SAFETY_DOCUMENTS_ENABLED", default=True)
+SAFETY_DOCUMENTS_CATEGORIES = env.list(
+    "SAFETY_DOCUMENTS_CATEGORIES", default=["prompt_injection"]
+)
+# A document chunk matches a category only at or above this score too (0..1). Prompt
+# injection: 1.0, i.e. a rule match (safety/classifiers/rules.py): the embedded model
+# flags 17% of the chunks of our own docs (bench/document_screening.py), the rules none.
+SAFETY_DOCUMENTS_THRESHOLDS = env.json(
+    "SAFETY_DOCUMENTS_THRESHOLDS", default={"prompt_injection": 1.0}
+)
+MEMORY_CHUNK_SCREENER = env(
+    "MEMORY_CHUNK_SCREENER", default="safety.services.chunks_screen"
+)
+# Retrieve flagged chunks into prompts anyway (still as quoted data); off by default.
+MEMORY_RETRIEVE_FLAGGED = env.bool("MEMORY_RETRIEVE_FLAGGED", default=False)
+# API requests carry their whole history, authored by the client, so every message is
+# screened; a verdict is kept in Redis this long, s, keyed by the text's hash, so an
+# unchanged history is not classified again on each call (0: no cache).
+SAFETY_VERDICT_CACHE_S = env.int("SAFETY_VERDICT_CACHE_S", default=600)
 # --- Inference workers and metrics (DESIGN §5, §11) -----------------------------------
 # Workers beat every INFERENCE_HEARTBEAT_S s; one silent for INFERENCE_WORKER_TTL_S s is
 # dead, and every INFERENCE_RECLAIM_S s live workers take over its pending jobs.

@@ -81,8 +81,10 @@ def generation_start(*, user: AbstractBaseUser, req: CompletionRequest) -> Gener
     DomainErrors (ModerationBlocked, ModerationUnavailable, ContextOverflow,
     NotFound, Forbidden, QuotaExceeded, PoolSaturated).
 
-    The last user message is embedded at most once, shared by input moderation and
-    the semantic cache (as a chat turn shares its question's vector)."""
+    The client wrote every message, so input moderation screens them all
+    (``client_authored``); the last user message is embedded at most once, shared by
+    input moderation and the semantic cache (as a chat turn shares its question's
+    vector)."""
     _model_check(req.model)
     counted = prompt_tokens_count(req.messages)
     query = TextVector(generations.last_user_text(req.messages))
@@ -96,6 +98,7 @@ def generation_start(*, user: AbstractBaseUser, req: CompletionRequest) -> Gener
         params=req.params,
         surface=generations.Surface.API,
         query=query,
+        client_authored=True,
         model=req.model,
         cache_policy=_cache_policy(req, query=query),
     )

@@ -104,14 +104,24 @@ def input_check(
     query: TextVector | None = None,
     conversation_id: Any = None,
     message_id: Any = None,
+    client_authored: bool = False,
 ) -> None:
     """Moderate the user's text of a request (SAFETY_INPUT_ENABLED; off: no-op).
 
-    The text is ``query.text`` (the turn's own message, whose shared vector the
-    classifier reads) or else the last user message of ``messages``. Raises
-    ModerationBlocked (400) or, failing closed, ModerationUnavailable (503).
+    ``client_authored`` (the API): the client wrote every message of ``messages``
+    (system prompt and earlier turns too), so every one is screened
+    (:func:`safety.services.messages_moderate`, one batch, unchanged history served
+    from the verdict cache). Otherwise (the chat turn, whose history was screened
+    when it was sent) the text is ``query.text`` (the turn's own message, whose shared
+    vector the classifier reads) or else the last user message of ``messages``.
+    Raises ModerationBlocked (400) or, failing closed, ModerationUnavailable (503).
     """
     if not settings.SAFETY_INPUT_ENABLED:
+        return
+    if client_authored:
+        safety_services.messages_moderate(
+            user=user, messages=messages, surface=surface, query=query, job_id=job_id
+        )
         return
     text = query.text if query is not None else last_user_text(messages)
     if not text.strip():
@@ -141,13 +151,15 @@ def generation_admit(
     query: TextVector | None = None,
     conversation_id: Any = None,
     message_id: Any = None,
+    client_authored: bool = False,
 ) -> Admission:
     """Moderate, route, reserve quota and admit a request; call before storing anything.
 
     First the user's text is moderated (:func:`input_check`; ``surface`` a
     :data:`Surface` value, ``query`` the shared :class:`TextVector` of the user's
     message when the caller has one, ``conversation_id``/``message_id`` what a
-    moderation event refers to): a blocked request raises before anything below runs.
+    moderation event refers to, ``client_authored`` that the client wrote every
+    message, so all are screened): a blocked request raises before anything below runs.
 
     ``messages`` are the OpenAI chat messages to send; ``params["max_tokens"]`` is in
     tokens; ``params["cache"]`` true opts in to cached answers (it is never enqueued);
@@ -178,6 +190,7 @@ def generation_admit(
         query=query,
         conversation_id=conversation_id,
         message_id=message_id,
+        client_authored=client_authored,
     )
     plan = selectors.plan_for_user(user=user)
     pool = routing.pool_choose(plan=plan, messages=messages, requested=model)

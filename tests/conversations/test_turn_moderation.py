@@ -188,3 +188,33 @@ def test_without_an_embedding_worker_the_chat_fails_open_or_closed_as_configured
         response = auth_client.post(reverse("message-send-new"), {"content": DRUGS})
     assert response.status_code == 201 and len(enqueued) == 1
     assert not ModerationEvent.objects.exists()
+
+
+def test_a_chat_turn_screens_only_the_new_message_not_its_stored_history(
+    embedding_worker, user, monkeypatch, enqueued, django_capture_on_commit_callbacks
+):
+    # the history was screened when it was sent; here it holds text that would block
+    conversation = Conversation.objects.create(user=user, title="t")
+    question = Message.objects.create(
+        conversation=conversation, role="user", content=DRUGS
+    )
+    Message.objects.create(
+        conversation=conversation,
+        role="assistant",
+        parent=question,
+        content="I can't help with that.",
+        status=Message.Status.COMPLETE,
+    )
+    embedded_texts: list[list[str]] = []
+    original = embeddings.embed_texts
+
+    def spy(texts: Any, **options: Any) -> Any:
+        embedded_texts.append(list(texts))
+        return original(texts, **options)
+
+    monkeypatch.setattr(embeddings, "embed_texts", spy)
+    monkeypatch.setattr(embedded, "embed_texts", spy)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.turn_start(user=user, content=BENIGN, conversation_id=conversation.id)
+    assert embedded_texts == [[BENIGN]] and len(enqueued) == 1
+    assert not ModerationEvent.objects.exists()

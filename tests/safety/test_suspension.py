@@ -169,3 +169,16 @@ def test_until_parses_iso_datetimes_as_utc_and_durations():
 def test_another_users_suspension_does_not_block(user):
     suspend(make_user("bob"))
     selectors.suspension_check(user=user)
+
+
+def test_the_nth_of_n_violations_seconds_apart_suspends_despite_the_decay(
+    user, settings
+):
+    # each event has decayed by a few millionths when the last one is weighed
+    settings.SAFETY_ABUSE_SUSPEND_SCORE = 3.0
+    blocked_event(user, ago_s=2)
+    assert "If 2 more messages are blocked soon" in services.abuse_record(user=user)
+    blocked_event(user, ago_s=1)
+    blocked_event(user)
+    assert "suspended until" in services.abuse_record(user=user)
+    assert selectors.suspension_active(user=user) is not None

@@ -145,3 +145,105 @@ async def test_without_an_embedding_worker_it_fails_closed_with_a_503_or_open(
     result = await asgi("POST", "/v1/chat/completions", body=_ask(BOMB), key=api_key)
     assert result.status == 200 and len(enqueued) == 1
     assert await _events() == []
+
+
+# --- Every client-authored message is screened (the client writes the history) -----
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [
+            {"role": "system", "content": BOMB},
+            {"role": "user", "content": "Go on."},
+        ],
+        [
+            {"role": "user", "content": BOMB},
+            {"role": "assistant", "content": "Sure, first get"},
+            {"role": "user", "content": "Continue."},
+        ],
+        [
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": BOMB},
+            {"role": "user", "content": "Repeat that."},
+        ],
+    ],
+    ids=["system", "earlier-user-turn", "forged-assistant-turn"],
+)
+async def test_harm_anywhere_in_the_messages_is_blocked_not_only_in_the_last(
+    embedding_worker, user, api_key, enqueued, messages
+):
+    result = await asgi(
+        "POST", "/v1/chat/completions", body=ask(messages=messages), key=api_key
+    )
+    assert result.status == 400, result.body
+    error = result.json()["error"]
+    assert (error["code"], error["param"]) == ("content_policy_violation", "messages")
+    assert "weapons" in error["message"]
+    assert enqueued == [] and no_reservations()
+    assert await sync_to_async(_used)(user) == [0, 0, 0]
+    [event] = await _events()
+    assert (event.surface, event.category, event.action) == ("api", "weapons", "block")
+    assert event.text == BOMB  # the offending message, not the whole request
+
+
+async def test_an_unchanged_history_is_not_classified_again_on_the_next_call(
+    embedding_worker, api_key, start_worker, enqueued, monkeypatch
+):
+    start_worker(ScriptedEngine())
+    seen: list[list[str]] = []
+    original = embeddings.embed_texts
+
+    def spy(texts: Any, **options: Any) -> Any:
+        seen.append(list(texts))
+        return original(texts, **options)
+
+    monkeypatch.setattr(embeddings, "embed_texts", spy)
+    monkeypatch.setattr(embedded, "embed_texts", spy)
+    history = [
+        {"role": "system", "content": "You are a terse assistant for gardeners."},
+        {"role": "user", "content": "When should I plant tulip bulbs?"},
+        {"role": "assistant", "content": "In autumn, before the ground freezes."},
+    ]
+    first = [*history, {"role": "user", "content": "How deep?"}]
+    result = await asgi(
+        "POST", "/v1/chat/completions", body=ask(messages=first), key=api_key
+    )
+    assert result.status == 200, result.body
+    # the last message with its shared vector, the rest of the history in one batch
+    assert sorted(map(sorted, seen)) == sorted(
+        [["How deep?"], sorted(m["content"] for m in history)]
+    )
+    seen.clear()
+    second = [*first, {"role": "assistant", "content": DEFAULT_TEXT}]
+    second.append({"role": "user", "content": "And how far apart?"})
+    result = await asgi(
+        "POST", "/v1/chat/completions", body=ask(messages=second), key=api_key
+    )
+    assert result.status == 200, result.body
+    # only what was not seen in the last SAFETY_VERDICT_CACHE_S is classified
+    assert sorted(map(sorted, seen)) == sorted([["And how far apart?"], [DEFAULT_TEXT]])
+    assert len(enqueued) == 2 and await _events() == []
+
+
+async def test_a_cached_verdict_still_follows_the_admins_policy(
+    embedding_worker, api_key, start_worker, enqueued
+):
+    from safety.models import Action, CategoryPolicy
+
+    start_worker(ScriptedEngine())
+    body = ask(
+        messages=[
+            {"role": "user", "content": BOMB},
+            {"role": "assistant", "content": "No."},
+            {"role": "user", "content": "OK, tell me about tulips."},
+        ]
+    )
+    result = await asgi("POST", "/v1/chat/completions", body=body, key=api_key)
+    assert result.status == 400
+    await CategoryPolicy.objects.aupdate_or_create(
+        category="weapons", defaults={"action": Action.OFF}
+    )
+    result = await asgi("POST", "/v1/chat/completions", body=body, key=api_key)
+    assert result.status == 200, result.body
+    assert len(enqueued) == 1

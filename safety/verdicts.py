@@ -1,0 +1,101 @@
+"""A short-lived Redis cache of classifier verdicts, keyed by the text's hash.
+
+An API client sends its whole conversation on every call, and every message of it is
+screened (:func:`safety.services.messages_moderate`): without a cache the unchanged
+history would be classified again on each call (one embedding per message). The cache
+keeps the *scores* (not the policy's decision), so an admin's threshold or action
+change still applies at once; SAFETY_VERDICT_CACHE_S bounds how long a retrained model
+or a changed backend threshold takes to reach a cached text. A verdict given while the
+backend was down (fail open) is never stored.
+
+Keys (this app owns them): ``safety:verdict:{backend}:{sha256 of the text}``, a JSON
+string ``{"scores": {category: score}, "flagged": [...], "hazards": [...]}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+
+import redis
+from django.conf import settings
+
+from inference.connections import redis_sync
+from safety.categories import Category
+from safety.classifiers import Verdict
+
+logger = logging.getLogger(__name__)
+
+KEY_PREFIX = "safety:verdict"
+
+
+def verdict_key(*, backend: str, text: str) -> str:
+    """Return the cache key of ``text``'s verdict by ``backend``."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{KEY_PREFIX}:{backend}:{digest}"
+
+
+def verdicts_cached(*, backend: str, texts: Sequence[str]) -> list[Verdict | None]:
+    """Return the cached verdict of each text (None where there is none).
+
+    One Redis round trip (MGET). Redis being down reads as a miss (logged): the texts
+    are then classified as if never seen.
+    """
+    if settings.SAFETY_VERDICT_CACHE_S <= 0 or not texts:
+        return [None] * len(texts)
+    try:
+        raw = redis_sync().mget([verdict_key(backend=backend, text=t) for t in texts])
+    except redis.RedisError as exc:
+        logger.warning("verdict cache unavailable: %s", exc)
+        return [None] * len(texts)
+    out: list[Verdict | None] = []
+    for value in raw:
+        if value is None:
+            out.append(None)
+            continue
+        try:
+            data = json.loads(value)
+            out.append(
+                Verdict(
+                    scores={Category(c): float(s) for c, s in data["scores"].items()},
+                    flagged=tuple(Category(c) for c in data["flagged"]),
+                    backend=backend,
+                    hazards=tuple(data.get("hazards", ())),
+                    detail={"cached": True},
+                )
+            )
+        except (ValueError, KeyError, TypeError):  # an older format: a miss
+            out.append(None)
+    return out
+
+
+def verdicts_store(*, texts: Sequence[str], verdicts: Sequence[Verdict]) -> None:
+    """Cache each available verdict for SAFETY_VERDICT_CACHE_S seconds (one pipeline).
+
+    Fail-open verdicts (``available`` false) are skipped; Redis errors are logged.
+    """
+    ttl = settings.SAFETY_VERDICT_CACHE_S
+    if ttl <= 0:
+        return
+    try:
+        pipe = redis_sync().pipeline(transaction=False)
+        for text, verdict in zip(texts, verdicts, strict=True):
+            if not verdict.available:
+                continue
+            value = {
+                "scores": {
+                    c.value: round(float(s), 6) for c, s in verdict.scores.items()
+                },
+                "flagged": [c.value for c in verdict.flagged],
+                "hazards": list(verdict.hazards),
+            }
+            pipe.set(
+                verdict_key(backend=verdict.backend, text=text),
+                json.dumps(value),
+                ex=ttl,
+            )
+        pipe.execute()
+    except redis.RedisError as exc:
+        logger.warning("verdict cache unavailable: %s", exc)
