@@ -207,7 +207,14 @@ def _workers(env: dict) -> list[subprocess.Popen]:
         # one core each: the model and the classifier's embeddings do not fight over
         # the same cores (on 2 cores, both at 2 threads made every check cost seconds)
         ["--engine", "llamacpp", "--pool", "bench-llm", "--threads", "1"],
-        ["--engine", "sentence-transformers", "--pool", "bench-embed", "--threads", "1"],
+        [
+            "--engine",
+            "sentence-transformers",
+            "--pool",
+            "bench-embed",
+            "--threads",
+            "1",
+        ],
     ]
     return [
         subprocess.Popen([*manage, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
