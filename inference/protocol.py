@@ -136,6 +136,17 @@ def detached_key(job_id: str) -> str:
     return f"inf:detached:{job_id}"
 
 
+def moderation_key(job_id: str) -> str:
+    """Return the hash of a generation's output-moderation decisions.
+
+    Field: a window's index (0, 1, ...); value: its decision as JSON
+    (:class:`safety.output.WindowDecision`). Written once per window by whoever checks
+    it first (HSETNX: the live follower, or settlement's replay), read by every later
+    replay and resume, so all of them release and cut at the same place.
+    """
+    return f"inf:mod:{job_id}"
+
+
 def attempts_key(job_id: str) -> str:
     """Return the key counting crash-recovery retries of a job."""
     return f"inf:attempts:{job_id}"

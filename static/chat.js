@@ -107,7 +107,7 @@
     const state = article.querySelector(".msg-state");
     if (failed) state.textContent = data.message || "The answer failed.";
     else if (data.status === "cancelled") state.textContent = "Stopped";
-    else if (data.status === "filtered") state.textContent = "Cut by the content filter";
+    else if (data.status === "filtered") state.textContent = data.error || "Cut by the content filter";
     const meta = article.querySelector(".msg-meta");
     if (meta && data.model) {
       let m = data.model;

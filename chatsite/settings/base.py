@@ -335,6 +335,17 @@ SAFETY_INPUT_ENABLED = env.bool("SAFETY_INPUT_ENABLED", default=False)
 # The per-category policies (admin: thresholds, block/flag/off) are cached per process
 # this long, s (0: read on every request); admin edits apply within it.
 SAFETY_CONFIG_CACHE_S = env.float("SAFETY_CONFIG_CACHE_S", default=5.0)
+# Output moderation (safety/output.py): the answer is classified window by window as
+# it streams. Off by default for the same reason as input moderation (the embedded
+# classifier's recall is below its target). "hold": a window's text reaches clients
+# only once it was checked (no violating character is ever shown; costs TTFT);
+# "release": text streams at once and the answer is cut after a violating window
+# (the leak is at most one window). A window is one sentence (it ends after ".", "!"
+# or "?" followed by a space, or at a newline) of at most SAFETY_OUTPUT_WINDOW_CHARS
+# characters (characters, not tokens: replay over the stored text sees no tokens).
+SAFETY_OUTPUT_ENABLED = env.bool("SAFETY_OUTPUT_ENABLED", default=False)
+SAFETY_OUTPUT_MODE = env("SAFETY_OUTPUT_MODE", default="hold")
+SAFETY_OUTPUT_WINDOW_CHARS = env.int("SAFETY_OUTPUT_WINDOW_CHARS", default=200)
 # Abuse limits (safety/abuse.py): each blocked input adds 1 to a user's abuse score,
 # which halves every SAFETY_ABUSE_HALF_LIFE_S s; at SAFETY_ABUSE_SUSPEND_SCORE the user
 # is suspended for SAFETY_ABUSE_SUSPEND_S s. Staff suspending from the moderation
@@ -433,5 +444,10 @@ API_EMBEDDING_TIMEOUT_S = env.float("API_EMBEDDING_TIMEOUT_S", default=30.0)
 # error event and the reaper settles the answer later.
 GATEWAY_SETTLE_RETRY_S = env.float("GATEWAY_SETTLE_RETRY_S", default=10.0)
 # Stream policies (dotted paths of gateway.generations.policy.StreamPolicy subclasses),
-# applied in order to every generation's text before any surface sees it.
-GATEWAY_STREAM_POLICIES = env.list("GATEWAY_STREAM_POLICIES", default=[])
+# applied in order to every generation's text before any surface sees it. A policy
+# whose active() is False (output moderation while SAFETY_OUTPUT_ENABLED is off) is
+# skipped.
+GATEWAY_STREAM_POLICIES = env.list(
+    "GATEWAY_STREAM_POLICIES",
+    default=["gateway.generations.moderation.OutputModeration"],
+)

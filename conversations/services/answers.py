@@ -35,6 +35,7 @@ def message_generation(
         model=message.model,
         enqueued_at=message.created_at.timestamp(),
         cache_kind=message.cache_kind,
+        surface=generations.Surface.CHAT,
     )
 
 
@@ -63,6 +64,8 @@ class MessageRecorder:
         }
         if outcome.error is not None:
             fields["error"] = outcome.error.message
+        elif outcome.reason:  # why a filtered answer was cut: shown under it
+            fields["error"] = outcome.reason
         updated = Message.objects.filter(
             id=job_id, status=Message.Status.STREAMING
         ).update(**fields)

@@ -159,7 +159,7 @@ async def _policy_prime(chain: PolicyChain, generation: Generation, after: str) 
         and tuple(int(p) for p in e.id.split("-")) <= after_key
     ]
     if seen:
-        chain.feed("".join(seen))
+        await chain.afeed("".join(seen))
 
 
 async def generation_follow(
@@ -225,7 +225,11 @@ async def generation_follow(
                         pending.add(event)
                     continue
                 if pending:
-                    delta, cut_now = pending.release(chain)
+                    try:
+                        delta, cut_now = await pending.release(chain)
+                    except _BACKEND_ERRORS as exc:
+                        yield Broken(_stream_broken(exc))
+                        return
                     tokens_seen += pending.tokens
                     if delta is not None:
                         yield delta
@@ -242,7 +246,11 @@ async def generation_follow(
                 if not event.is_terminal:
                     continue
                 if chain is not None and not cut:
-                    tail = chain.finish()
+                    try:
+                        tail = await chain.afinish()
+                    except _BACKEND_ERRORS as exc:
+                        yield Broken(_stream_broken(exc))
+                        return
                     if tail.text:
                         yield Delta(tail.text, event.id)
                 try:
@@ -294,11 +302,11 @@ class _Pending:
         self.event_id = event.id
         self.tokens += 1
 
-    def release(self, chain: PolicyChain | None) -> tuple[Delta | None, bool]:
+    async def release(self, chain: PolicyChain | None) -> tuple[Delta | None, bool]:
         text = "".join(self.parts)
         cut = False
         if chain is not None:
-            decision = chain.feed(text)
+            decision = await chain.afeed(text)
             text, cut = decision.text, decision.cut
         delta = Delta(text, self.event_id, self.tokens) if text else None
         return delta, cut

@@ -73,7 +73,8 @@ class Outcome:
 
     ``text`` is the answer as released to clients (characters); ``usage`` the tokens
     billed (zero for errors and cache hits); ``ttft_ms``/``latency_ms`` from the
-    worker's ``done`` event (None on error); ``error`` set iff ``status`` is error.
+    worker's ``done`` event (None on error); ``error`` set iff ``status`` is error;
+    ``reason`` the sentence a user reads about why a ``filtered`` answer was cut.
     """
 
     status: str
@@ -85,6 +86,7 @@ class Outcome:
     ttft_ms: int | None = None
     latency_ms: int | None = None
     error: GenerationFailed | None = None
+    reason: str = ""
 
     @property
     def openai_finish_reason(self) -> str | None:
@@ -136,11 +138,12 @@ def outcome_from_events(
     )
 
 
-def outcome_filtered(outcome: Outcome, *, released: str) -> Outcome:
+def outcome_filtered(outcome: Outcome, *, released: str, reason: str = "") -> Outcome:
     """Return ``outcome`` cut by a stream policy: only ``released`` text was shown.
 
-    The engine's usage is still billed (it generated those tokens); an error keeps
-    being an error.
+    The engine's usage is still billed (it generated those tokens: a cut cancels the
+    engine, so that is what it wrote up to the cancel); an error keeps being an error.
+    ``reason``: the policy's sentence for the user ("" : the generic one).
     """
     if outcome.error is not None:
         return outcome
@@ -153,4 +156,5 @@ def outcome_filtered(outcome: Outcome, *, released: str) -> Outcome:
         cache_kind=outcome.cache_kind,
         ttft_ms=outcome.ttft_ms,
         latency_ms=outcome.latency_ms,
+        reason=reason,
     )

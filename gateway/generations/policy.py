@@ -8,14 +8,22 @@ released text) and settlement replays it over the whole stored text
 (:func:`policy_replay`): what is stored is exactly what could have been shown, whoever
 settles (the relay, the API, the reaper).
 
+A policy that must wait on I/O to decide (output moderation classifies windows of
+text on the inference tier) does it in :meth:`StreamPolicy.afeed`, which the live
+follower awaits, so the event loop is never blocked; settlement's replay is sync
+(:meth:`StreamPolicy.feed`). Such a policy stays deterministic by recording each
+decision where every later replay reads it (:mod:`safety.output`).
+
 Policies are configured by GATEWAY_STREAM_POLICIES (dotted paths of
-:class:`StreamPolicy` subclasses, applied in order; none by default). Output
-moderation (hold-back window, release-then-cut) is such a policy.
+:class:`StreamPolicy` subclasses, applied in order; those whose :meth:`active` is
+False are skipped). Output moderation (:mod:`gateway.generations.moderation`) is
+such a policy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -24,10 +32,12 @@ from django.utils.module_loading import import_string
 @dataclass
 class Release:
     """A policy's decision on text fed to it: ``text`` may be shown now; ``cut`` True
-    ends the answer here (nothing after ``text`` is ever released)."""
+    ends the answer here (nothing after ``text`` is ever released); ``reason`` is the
+    sentence a user reads about a cut ("" : the generic one)."""
 
     text: str
     cut: bool = False
+    reason: str = ""
 
 
 class StreamPolicy:
@@ -40,6 +50,11 @@ class StreamPolicy:
         self.job_id = job_id
         self.user_id = user_id
 
+    @classmethod
+    def active(cls) -> bool:
+        """Whether the policy applies now (a setting may switch it off)."""
+        return True
+
     def feed(self, text: str) -> Release:
         """Take the next ``text`` delta; return what may be released now."""
         return Release(text)
@@ -48,6 +63,20 @@ class StreamPolicy:
         """The generation ended: return what was held back and may still be released."""
         return Release("")
 
+    async def afeed(self, text: str) -> Release:
+        """:meth:`feed` for the live follower; override when deciding needs I/O (it
+        must then decide exactly as :meth:`feed` would)."""
+        return self.feed(text)
+
+    async def afinish(self) -> Release:
+        """:meth:`finish` for the live follower (see :meth:`afeed`)."""
+        return self.finish()
+
+    def settled(self, *, generated: str, surface: str, message_id: Any) -> None:
+        """The generation was settled after this policy saw all of it (sync, once, in
+        the settling transaction): record what it found. ``generated`` is the whole
+        text the engine wrote (released or not); ``surface`` chat / api."""
+
 
 class PolicyChain:
     """The configured policies as one: each one's released text feeds the next."""
@@ -55,52 +84,102 @@ class PolicyChain:
     def __init__(self, policies: list[StreamPolicy]) -> None:
         self.policies = policies
         self.cut = False
+        self.reason = ""
 
     def feed(self, text: str) -> Release:
         """Feed ``text`` through every policy in order; see :meth:`StreamPolicy.feed`."""
-        return self._run(text, final=False)
+        if self.cut:
+            return Release("", cut=True, reason=self.reason)
+        cut, reason = False, ""
+        for policy in self.policies:
+            decision = policy.feed(text) if text else Release("")
+            if cut and not decision.cut:  # a cut upstream: flush what is held
+                decision = _joined(decision, policy.finish())
+            text, cut, reason = _step(decision, cut, reason)
+        return self._ended(text, cut, reason)
 
     def finish(self) -> Release:
         """Flush every policy in order; see :meth:`StreamPolicy.finish`."""
-        return self._run("", final=True)
-
-    def _run(self, text: str, *, final: bool) -> Release:
         if self.cut:
-            return Release("", cut=True)
-        cut = False
+            return Release("", cut=True, reason=self.reason)
+        text, cut, reason = "", False, ""
         for policy in self.policies:
             decision = policy.feed(text) if text else Release("")
-            # the stream ends here (its end, or a cut upstream): flush what is held
-            if (final or cut) and not decision.cut:
-                tail = policy.finish()
-                decision = Release(decision.text + tail.text, tail.cut)
-            text = decision.text
-            cut = cut or decision.cut
-        self.cut = cut
-        return Release(text, cut)
+            if not decision.cut:
+                decision = _joined(decision, policy.finish())
+            text, cut, reason = _step(decision, cut, reason)
+        return self._ended(text, cut, reason)
+
+    async def afeed(self, text: str) -> Release:
+        """:meth:`feed` through each policy's :meth:`StreamPolicy.afeed`."""
+        if self.cut:
+            return Release("", cut=True, reason=self.reason)
+        cut, reason = False, ""
+        for policy in self.policies:
+            decision = await policy.afeed(text) if text else Release("")
+            if cut and not decision.cut:
+                decision = _joined(decision, await policy.afinish())
+            text, cut, reason = _step(decision, cut, reason)
+        return self._ended(text, cut, reason)
+
+    async def afinish(self) -> Release:
+        """:meth:`finish` through each policy's :meth:`StreamPolicy.afinish`."""
+        if self.cut:
+            return Release("", cut=True, reason=self.reason)
+        text, cut, reason = "", False, ""
+        for policy in self.policies:
+            decision = await policy.afeed(text) if text else Release("")
+            if not decision.cut:
+                decision = _joined(decision, await policy.afinish())
+            text, cut, reason = _step(decision, cut, reason)
+        return self._ended(text, cut, reason)
+
+    def settled(self, *, generated: str, surface: str, message_id: Any) -> None:
+        """Tell every policy the generation was settled (:meth:`StreamPolicy.settled`)."""
+        for policy in self.policies:
+            policy.settled(generated=generated, surface=surface, message_id=message_id)
+
+    def _ended(self, text: str, cut: bool, reason: str) -> Release:
+        self.cut, self.reason = cut, reason
+        return Release(text, cut, reason)
+
+
+def _joined(first: Release, then: Release) -> Release:
+    """``first`` followed by ``then`` (a flush after a feed)."""
+    return Release(first.text + then.text, then.cut, then.reason)
+
+
+def _step(decision: Release, cut: bool, reason: str) -> tuple[str, bool, str]:
+    """The text passed on and the chain's cut state after one policy's ``decision``
+    (the first cut's reason is kept)."""
+    if decision.cut and not cut:
+        return decision.text, True, decision.reason
+    return decision.text, cut or decision.cut, reason
 
 
 def policies_for(*, job_id: str, user_id: int) -> PolicyChain | None:
-    """Return the configured policies for a generation, or None when there are none."""
+    """Return the configured, active policies for a generation, or None when none."""
     paths = getattr(settings, "GATEWAY_STREAM_POLICIES", [])
-    if not paths:
-        return None
-    return PolicyChain(
-        [import_string(path)(job_id=job_id, user_id=user_id) for path in paths]
-    )
+    classes = [import_string(path) for path in paths]
+    policies = [cls(job_id=job_id, user_id=user_id) for cls in classes if cls.active()]
+    return PolicyChain(policies) if policies else None
 
 
-def policy_replay(*, job_id: str, user_id: int, text: str) -> Release:
-    """Run the configured policies over a whole answer; return what they release.
+def chain_replay(chain: PolicyChain | None, text: str) -> Release:
+    """Run ``chain`` over a whole answer ``text``; return what it releases.
 
     ``cut`` True: the answer was cut by a policy and only the returned text may be
     stored and billed as shown.
     """
-    chain = policies_for(job_id=job_id, user_id=user_id)
     if chain is None:
         return Release(text)
     fed = chain.feed(text)
     if fed.cut:
         return fed
     tail = chain.finish()
-    return Release(fed.text + tail.text, tail.cut)
+    return Release(fed.text + tail.text, tail.cut, tail.reason)
+
+
+def policy_replay(*, job_id: str, user_id: int, text: str) -> Release:
+    """Run the configured policies over a whole answer; see :func:`chain_replay`."""
+    return chain_replay(policies_for(job_id=job_id, user_id=user_id), text)

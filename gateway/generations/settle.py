@@ -30,7 +30,7 @@ from gateway.generations.outcome import (
     outcome_filtered,
     outcome_from_events,
 )
-from gateway.generations.policy import policy_replay
+from gateway.generations.policy import chain_replay, policies_for
 from gateway.generations.start import Generation
 from gateway.models import ModelPool, UsageRecord
 from inference import client as inference_client
@@ -219,19 +219,29 @@ def generation_settle(
     outcome = outcome_from_events(
         events, model=generation.model, cache_kind=generation.cache_kind
     )
-    released = policy_replay(
-        job_id=generation.job_id, user_id=generation.user_id, text=outcome.text
-    )
+    generated = outcome.text
+    chain = policies_for(job_id=generation.job_id, user_id=generation.user_id)
+    released = chain_replay(chain, generated)
     if released.cut:
-        outcome = outcome_filtered(outcome, released=released.text)
+        outcome = outcome_filtered(
+            outcome, released=released.text, reason=released.reason
+        )
     else:
         outcome.text = released.text
-    settled = outcome_settle(
-        generation=generation,
-        outcome=outcome,
-        recorder=recorder,
-        message_id=message_id,
-    )
+    with transaction.atomic():
+        settled = outcome_settle(
+            generation=generation,
+            outcome=outcome,
+            recorder=recorder,
+            message_id=message_id,
+        )
+        if settled and chain is not None and outcome.error is None:
+            chain.settled(
+                generated=generated,
+                surface=generation.surface
+                or ("chat" if recorder is not None else "api"),
+                message_id=message_id,
+            )
     return Settlement("settled" if settled else "already", outcome)
 
 

@@ -47,7 +47,8 @@ class Generation:
 
     ``enqueued_at`` is epoch seconds; ``cache_kind`` is ``exact``/``semantic`` when a
     cache answers (no job runs), else "". ``pool`` changes when a fallback retry moves
-    the job (:mod:`gateway.fallback`).
+    the job (:mod:`gateway.fallback`). ``surface``: chat / api (what moderation events
+    name; "" when unknown).
     """
 
     job_id: str
@@ -56,6 +57,7 @@ class Generation:
     model: str
     enqueued_at: float
     cache_kind: str = ""
+    surface: str = ""
 
     @property
     def created(self) -> int:
@@ -177,6 +179,7 @@ def generation_start(
         model=admission.model or (model or ""),
         enqueued_at=enqueued_at,
         cache_kind=admission.cache_hit.kind if admission.cache_hit else "",
+        surface=surface,
     )
     return Started(generation=generation, admission=admission, stored=stored)
 

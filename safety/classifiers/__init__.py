@@ -15,6 +15,7 @@ import logging
 from collections.abc import Sequence
 
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 from safety.categories import Category
 from safety.classifiers.base import Classifier, ModerationUnavailable, Verdict
@@ -37,9 +38,14 @@ BACKENDS = ("embedded", "guard", "remote")
 def classifier_get(backend: str | None = None) -> Classifier:
     """Return a classifier of ``backend`` (default ``SAFETY_BACKEND``).
 
-    Raises ``ValueError`` for an unknown backend name.
+    ``backend`` is one of :data:`BACKENDS`, or the dotted path of another
+    :class:`Classifier` subclass (built with no arguments: a deployment's own
+    backend, or a test's deterministic one). Raises ``ValueError`` for an unknown
+    backend name.
     """
     backend = backend or settings.SAFETY_BACKEND
+    if "." in backend:
+        return import_string(backend)()
     if backend == "embedded":
         from safety.classifiers.embedded import EmbeddedClassifier
 

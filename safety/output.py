@@ -1,0 +1,388 @@
+"""Output moderation: the answer is classified window by window while it streams.
+
+:class:`OutputModerator` holds the rules; the gateway runs it as a stream policy
+(:class:`gateway.generations.moderation.OutputModeration`, the layers forbid safety
+to import the gateway), so it runs in the one follower of every generation (the chat's
+SSE relay, the API streamed or not) and in settlement's replay: no surface can skip
+it. Switched on by
+SAFETY_OUTPUT_ENABLED (off by default, like input moderation, while the embedded
+classifier's recall is below its target).
+
+**Windows.** The text is split into windows of whole sentences: a window ends after
+".", "!" or "?" followed by whitespace, or after a newline, once it holds at least
+:data:`WINDOW_MIN_CHARS` characters (a shorter sentence joins the next); it never
+exceeds SAFETY_OUTPUT_WINDOW_CHARS characters (then it ends at its last space, or
+there). The unit is characters because settlement replays over the stored text, which
+has no tokens; 200 characters are about 50 tokens of English. The split depends only
+on the text, never on how it arrived in deltas.
+
+**Checks.** Each window is classified together with the window before it (a harmful
+instruction split over two sentences is still seen whole) by the configured backend
+(:func:`safety.classifiers.classifier_get`), and the verdict goes through the admin's
+per-category policies (:func:`safety.services.policy_matches`): a ``block`` match cuts
+the answer, a ``flag`` match lets it go on and is recorded.
+
+**Modes** (SAFETY_OUTPUT_MODE):
+
+- ``hold``: a window's text is released only after it was checked, so no character of
+  a violating window reaches any client; the cost is the time to finish the first
+  window plus one classification before the first character (measured in
+  ``bench/moderation.py``);
+- ``release``: text is released at once; when a window is found violating the answer
+  is cut right there, so what leaked is at most that one window (the follower awaits
+  each check before it reads on, so nothing after the window is released).
+
+**Determinism.** Every window's decision is recorded in Redis
+(:func:`inference.protocol.moderation_key`, HSETNX: the first checker wins, the others
+read its decision), so settlement's replay, a page reload resuming mid-answer and a
+second tab all release and cut at exactly the same place as the live follower, without
+classifying again; a replay with nothing recorded (nobody followed) classifies.
+
+**A cut** ends the answer ``content_filter`` (status ``filtered``) with the reason
+a user reads ("This answer was stopped: it went against our content policy on ...");
+the follower cancels the engine, so only the tokens it generated are billed. When the
+answer is settled one :class:`ModerationEvent` (direction output) is recorded with
+the whole generated text, for review, and the metric
+``safety:output_moderation_total`` counts it. An output violation does **not** count
+toward the user's abuse score (:func:`safety.services.abuse_score` counts blocked
+inputs only): the model wrote it, and a user asking something benign must not be
+suspended because the model misbehaved.
+
+**Backend down.** SAFETY_FAIL_CLOSED False (default): the window is released
+unchecked and a warning logged; True: the answer is cut with a clear "could not be
+checked" reason (no event: nothing matched).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from chatsite.db import db_brief
+from inference import protocol
+from inference.connections import redis_sync
+from safety.categories import Category
+from safety.classifiers import ModerationUnavailable, classifier_get
+from safety.models import Action, ModerationEvent
+from safety.selectors import safety_config
+from safety.services import policy_matches
+
+logger = logging.getLogger(__name__)
+
+MODES = ("hold", "release")
+# A sentence shorter than this (characters: "Sure.", "1.") joins the next one: it
+# carries too little for the classifier and would cost one check for nothing.
+WINDOW_MIN_CHARS = 20
+_SENTENCE_END = ".!?"
+
+PASS = "pass"
+FLAG = "flag"
+BLOCK = "block"
+UNCHECKED = "unchecked"  # backend down, failing open: released unchecked
+UNAVAILABLE = "unavailable"  # backend down, failing closed: cut
+
+UNAVAILABLE_REASON = (
+    "This answer was stopped: content moderation was unavailable, so the rest of it "
+    "could not be checked. Please try again in a moment."
+)
+
+
+def cut_reason(category: Category | str) -> str:
+    """The sentence shown under an answer cut for violating ``category``."""
+    label = Category(category).label.lower()
+    return f"This answer was stopped: it went against our content policy on {label}."
+
+
+@dataclass(frozen=True)
+class WindowDecision:
+    """What output moderation decided for one window.
+
+    ``action``: pass / flag / block / unchecked / unavailable (see the constants);
+    ``category``/``score`` (0..1): the matched category, for flag and block;
+    ``scores``: every category's score; ``backend``: who judged.
+    """
+
+    action: str
+    category: str = ""
+    score: float = 0.0
+    scores: dict[str, float] = field(default_factory=dict)
+    backend: str = ""
+
+    @property
+    def cut(self) -> bool:
+        """Whether this decision ends the answer."""
+        return self.action in (BLOCK, UNAVAILABLE)
+
+    @property
+    def reason(self) -> str:
+        """The sentence a user reads about a cut ("" when not a cut)."""
+        if self.action == BLOCK:
+            return cut_reason(self.category)
+        if self.action == UNAVAILABLE:
+            return UNAVAILABLE_REASON
+        return ""
+
+    def to_json(self) -> str:
+        """The decision as stored in Redis."""
+        return json.dumps(
+            {
+                "a": self.action,
+                "c": self.category,
+                "s": self.score,
+                "scores": self.scores,
+                "b": self.backend,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> WindowDecision:
+        """Read a decision stored by :meth:`to_json`."""
+        data = json.loads(raw)
+        return cls(
+            action=data["a"],
+            category=data.get("c", ""),
+            score=float(data.get("s", 0.0)),
+            scores=data.get("scores") or {},
+            backend=data.get("b", ""),
+        )
+
+
+def window_split(text: str, *, max_chars: int, final: bool) -> list[str]:
+    """Split ``text`` into its closed windows (see the module docstring), in order.
+
+    The characters after the last window are still open (more text may extend them)
+    unless ``final``, when they are the last window. ``max_chars`` >= 1 characters.
+    The split of a prefix never changes when text is appended.
+    """
+    windows: list[str] = []
+    start, i, n = 0, 0, len(text)
+    while i < n:
+        size = i + 1 - start
+        char = text[i]
+        end = None
+        if size >= WINDOW_MIN_CHARS and (
+            char == "\n"
+            or (char in _SENTENCE_END and i + 1 < n and text[i + 1].isspace())
+        ):
+            end = i + 1
+        elif size >= max_chars:
+            space = text.rfind(" ", start + max_chars // 2, i + 1)
+            end = space + 1 if space > start else i + 1
+        if end is not None:
+            windows.append(text[start:end])
+            start = i = end
+            continue
+        i += 1
+    if final and start < n:
+        windows.append(text[start:])
+    return windows
+
+
+def output_classify(text: str) -> WindowDecision:
+    """Classify ``text`` (a window with its context) and apply the category policies.
+
+    Sync (the embedded backend embeds on the inference tier over Redis). A backend
+    that is down gives ``unavailable`` (cut) when SAFETY_FAIL_CLOSED, else
+    ``unchecked`` (released; logged).
+    """
+    classifier = classifier_get()
+    try:
+        verdict = classifier.classify(text)
+    except ModerationUnavailable as exc:
+        if settings.SAFETY_FAIL_CLOSED:
+            logger.warning("output moderation unavailable, cutting: %s", exc.message)
+            return WindowDecision(UNAVAILABLE, backend=classifier.name)
+        logger.warning("output moderation unavailable, failing open: %s", exc.message)
+        return WindowDecision(UNCHECKED, backend=classifier.name)
+    scores = {c.value: round(float(s), 4) for c, s in verdict.scores.items()}
+    matches = policy_matches(verdict, config=safety_config())
+    if not matches:
+        return WindowDecision(PASS, scores=scores, backend=verdict.backend)
+    blocking = [m for m in matches if m.action == Action.BLOCK]
+    top = blocking[0] if blocking else matches[0]
+    return WindowDecision(
+        BLOCK if blocking else FLAG,
+        category=top.category.value,
+        score=round(float(top.score), 4),
+        scores=scores,
+        backend=verdict.backend,
+    )
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the moderator releases after a delta: ``text`` may be shown now; ``cut``
+    True ends the answer (nothing after ``text``); ``reason`` the user's sentence."""
+
+    text: str
+    cut: bool = False
+    reason: str = ""
+
+
+class OutputModerator:
+    """Output moderation of one generation (see the module docstring): the stream
+    policy protocol of :class:`gateway.generations.policy.StreamPolicy`, returning
+    :class:`Step`. ``job_id`` keys its recorded decisions; ``user_id`` owns events."""
+
+    def __init__(self, *, job_id: str, user_id: int) -> None:
+        self.job_id = job_id
+        self.user_id = user_id
+        mode = settings.SAFETY_OUTPUT_MODE
+        if mode not in MODES:
+            raise ValueError(f"SAFETY_OUTPUT_MODE must be one of {MODES}, not {mode!r}")
+        self.hold = mode == "hold"
+        self.max_chars = max(1, int(settings.SAFETY_OUTPUT_WINDOW_CHARS))
+        self.buffer = ""  # the open window (hold: not released yet)
+        self.previous = ""  # the last closed window: context for the next check
+        self.decisions: list[WindowDecision] = []
+        self.cut_by: WindowDecision | None = None
+
+    @staticmethod
+    def enabled() -> bool:
+        """Whether output moderation is on (SAFETY_OUTPUT_ENABLED)."""
+        return bool(settings.SAFETY_OUTPUT_ENABLED)
+
+    # --- feeding: the windows closed by a delta are decided, then applied ----------
+
+    def _closed(self, text: str, *, final: bool) -> list[str]:
+        if self.cut_by is not None:
+            return []
+        return window_split(self.buffer + text, max_chars=self.max_chars, final=final)
+
+    def feed(self, text: str) -> Step:
+        """Take ``text``; return what may be released (sync: settlement's replay)."""
+        windows = self._closed(text, final=False)
+        return self._apply(text, windows, self._decide_all(windows))
+
+    def finish(self) -> Step:
+        """The answer ended: the open rest is the last window (sync)."""
+        windows = self._closed("", final=True)
+        return self._apply("", windows, self._decide_all(windows))
+
+    async def afeed(self, text: str) -> Step:
+        """:meth:`feed` for the live follower: checks run in a thread, off the loop."""
+        windows = self._closed(text, final=False)
+        decisions = await db_brief(self._decide_all)(windows) if windows else []
+        return self._apply(text, windows, decisions)
+
+    async def afinish(self) -> Step:
+        """:meth:`finish` for the live follower (see :meth:`afeed`)."""
+        windows = self._closed("", final=True)
+        decisions = await db_brief(self._decide_all)(windows) if windows else []
+        return self._apply("", windows, decisions)
+
+    def _decide_all(self, windows: list[str]) -> list[WindowDecision]:
+        """Decide ``windows`` in order (their indexes follow the ones decided), up to
+        and including the first cut."""
+        decisions: list[WindowDecision] = []
+        context = self.previous
+        for offset, window in enumerate(windows):
+            decision = self._decide(len(self.decisions) + offset, context, window)
+            decisions.append(decision)
+            if decision.cut:
+                break
+            context = window
+        return decisions
+
+    def _decide(self, index: int, context: str, window: str) -> WindowDecision:
+        """The recorded decision of window ``index``, else classify it and record
+        the decision (the first recorder wins)."""
+        if not window.strip():
+            return WindowDecision(PASS)
+        client = redis_sync()
+        key = protocol.moderation_key(self.job_id)
+        raw = client.hget(key, str(index))
+        if raw is not None:
+            return WindowDecision.from_json(raw)
+        decision = output_classify((context + window).strip())
+        if not client.hsetnx(key, str(index), decision.to_json()):
+            raw = client.hget(key, str(index))
+            if raw is not None:
+                decision = WindowDecision.from_json(raw)
+        client.expire(key, settings.INFERENCE_STREAM_TTL_S)
+        return decision
+
+    def _apply(
+        self, text: str, windows: list[str], decisions: list[WindowDecision]
+    ) -> Step:
+        """Advance over the decided windows; return what is released now."""
+        if self.cut_by is not None:
+            return Step("", cut=True, reason=self.cut_by.reason)
+        before = len(self.buffer)  # characters fed earlier and still open
+        whole = self.buffer + text
+        consumed, held_out = 0, ""
+        for window, decision in zip(windows, decisions, strict=False):
+            self.decisions.append(decision)
+            if decision.cut:
+                self.cut_by, self.buffer = decision, ""
+                if self.hold:
+                    return Step(held_out, cut=True, reason=decision.reason)
+                # release: the text up to this window's end was (or is now) shown
+                end = consumed + len(window)
+                return Step(
+                    whole[before:end] if end > before else "",
+                    cut=True,
+                    reason=decision.reason,
+                )
+            consumed += len(window)
+            held_out += window
+            self.previous = window
+        self.buffer = whole[consumed:]
+        return Step(held_out if self.hold else text)
+
+    # --- settlement: record what was found -------------------------------------------
+
+    def settled(self, *, generated: str, surface: str, message_id: Any) -> None:
+        """Record one :class:`ModerationEvent` for the answer (the cut's category, or
+        the highest-scoring flag) with the whole ``generated`` text, and count it in
+        ``safety:output_moderation_total`` (after commit)."""
+        decision = self.cut_by
+        if decision is None:
+            flags = [d for d in self.decisions if d.action == FLAG]
+            decision = max(flags, key=lambda d: d.score) if flags else None
+        if decision is None:
+            return
+        action, category = (
+            ("cut", decision.category or UNAVAILABLE)
+            if decision.cut
+            else ("flag", decision.category)
+        )
+        if decision.action in (BLOCK, FLAG):
+            ModerationEvent.objects.create(
+                user_id=self.user_id,
+                surface=surface or ModerationEvent.Surface.API,
+                direction=ModerationEvent.Direction.OUTPUT,
+                category=decision.category,
+                score=decision.score,
+                scores=decision.scores,
+                action=(
+                    ModerationEvent.EventAction.BLOCK
+                    if decision.action == BLOCK
+                    else ModerationEvent.EventAction.FLAG
+                ),
+                text=generated,
+                message_id=message_id,
+                job_id=self.job_id,
+                backend=decision.backend,
+            )
+        logger.info(
+            "output %s: user %s, job %s, %s (%.2f) on %s",
+            action,
+            self.user_id,
+            self.job_id,
+            category,
+            decision.score,
+            surface,
+        )
+
+        def count() -> None:
+            from safety.metrics import OUTPUT_MODERATION
+
+            OUTPUT_MODERATION.labels(action=action, category=category).inc()
+
+        transaction.on_commit(count)
