@@ -125,11 +125,13 @@ def generation_start(
     query: TextVector | None = None,
     conversation_id: Any = None,
     message_id: Any = None,
+    fallback: bool = True,
 ) -> Started[T | None]:
     """Admit, store and submit a generation (see the module docstring for the order).
 
     ``messages``/``params``/``surface``/``prompt_tokens``/``context_tokens``/
-    ``model``/``cache_policy``/``query``/``conversation_id``/``message_id`` as in
+    ``model``/``cache_policy``/``query``/``conversation_id``/``message_id``/
+    ``fallback`` as in
     :func:`generation_admit` (``query``: the shared embedding of the user's message,
     read by input moderation and the semantic cache). ``store`` runs in its own durable transaction (it may
     not be called inside one) and returns what the caller wants back; it may raise a
@@ -154,6 +156,7 @@ def generation_start(
             query=query,
             conversation_id=conversation_id,
             message_id=message_id,
+            fallback=fallback,
         )
         stored = None
         if store is not None:
