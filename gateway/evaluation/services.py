@@ -10,8 +10,8 @@ billing and output moderation apply as to anyone. Bounds:
   run cannot take a pool's slots from its users;
 - its pool is pinned (no fallback: the run measures that pool), and the eval plan is
   shed before every user (:func:`gateway.routing.pool_admit`, EVAL_SHED_FRACTION);
-  a shed request (PoolSaturated, or a retryable quota refusal) waits and retries with
-  exponential backoff — EVAL_RETRY_BASE_S doubling to 30 s — for up to
+  a shed request (PoolSaturated, a retryable quota refusal, or a job no worker took
+  before its queue timeout) waits and retries with exponential backoff — EVAL_RETRY_BASE_S doubling to 30 s — for up to
   EVAL_RETRY_MAX_S seconds, and only then is recorded as an error.
 
 Execution is idempotent: a case run that already has a result is skipped, so a
@@ -320,45 +320,13 @@ def _shed(exc: DomainError) -> bool:
     return exc.code == "pool_saturated" or (exc.retryable and exc.status in (429, 503))
 
 
-async def _generate(
-    *,
-    user: AbstractBaseUser,
-    pool: str,
-    messages: list[dict[str, str]],
-    params: dict[str, Any],
-    sleep: Callable[[float], Any] = asyncio.sleep,
-) -> _Answer:
-    """One request through the gateway's lifecycle, retried while it is shed."""
-    start = sync_to_async(generations.generation_start)
-    deadline = time.monotonic() + settings.EVAL_RETRY_MAX_S
-    delay = settings.EVAL_RETRY_BASE_S
-    attempts = 0
-    while True:
-        attempts += 1
-        try:
-            started = await start(
-                user=user,
-                messages=messages,
-                params=params,
-                surface=generations.Surface.API,
-                model=pool,
-                fallback=False,
-            )
-            break
-        except DomainError as exc:
-            if isinstance(exc, ModerationBlocked):
-                return _Answer(
-                    error=f"{exc.code}: {exc.message}", refused=True, attempts=attempts
-                )
-            if not _shed(exc) or time.monotonic() + delay > deadline:
-                return _Answer(error=f"{exc.code}: {exc.message}", attempts=attempts)
-            # full jitter: concurrent case runs do not come back in step
-            await sleep(random.uniform(delay / 2, delay))
-            delay = min(delay * 2, RETRY_CAP_S)
-    generation = started.generation
+async def _follow(generation: generations.Generation) -> tuple[_Answer, bool]:
+    """Read a generation to its end; return the answer and whether its failure is
+    retryable (no worker took it in time: capacity, not the case, was the problem)."""
     clock = time.monotonic()
     parts: list[str] = []
-    answer = _Answer(attempts=attempts, job_id=generation.job_id, pool=generation.pool)
+    answer = _Answer(job_id=generation.job_id, pool=generation.pool)
+    retryable = False
     async with aclosing(generations.generation_follow(generation)) as items:
         async for item in items:
             if isinstance(item, generations.Delta):
@@ -375,11 +343,54 @@ async def _generate(
                 answer.completion_tokens = outcome.usage.completion_tokens
                 if outcome.error is not None:
                     answer.error = f"{outcome.error.code}: {outcome.error.message}"
+                    retryable = outcome.error.retryable
                 break
     answer.text = "".join(parts)
     answer.latency_ms = int((time.monotonic() - clock) * 1000)
     answer.pool = generation.pool
-    return answer
+    return answer, retryable
+
+
+async def _generate(
+    *,
+    user: AbstractBaseUser,
+    pool: str,
+    messages: list[dict[str, str]],
+    params: dict[str, Any],
+    sleep: Callable[[float], Any] = asyncio.sleep,
+) -> _Answer:
+    """One request through the gateway's lifecycle (start, then follow to its end),
+    retried with backoff while it is shed at admission or times out in the queue."""
+    start = sync_to_async(generations.generation_start)
+    deadline = time.monotonic() + settings.EVAL_RETRY_MAX_S
+    delay = settings.EVAL_RETRY_BASE_S
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            started = await start(
+                user=user,
+                messages=messages,
+                params=params,
+                surface=generations.Surface.API,
+                model=pool,
+                fallback=False,
+            )
+        except DomainError as exc:
+            if isinstance(exc, ModerationBlocked):
+                return _Answer(
+                    error=f"{exc.code}: {exc.message}", refused=True, attempts=attempts
+                )
+            if not _shed(exc) or time.monotonic() + delay > deadline:
+                return _Answer(error=f"{exc.code}: {exc.message}", attempts=attempts)
+        else:
+            answer, retryable = await _follow(started.generation)
+            answer.attempts = attempts
+            if not retryable or time.monotonic() + delay > deadline:
+                return answer
+        # full jitter: concurrent case runs do not come back in step
+        await sleep(random.uniform(delay / 2, delay))
+        delay = min(delay * 2, RETRY_CAP_S)
 
 
 def _case_messages(case: EvalCase) -> list[dict[str, str]]:

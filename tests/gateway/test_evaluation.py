@@ -356,3 +356,32 @@ def test_the_admin_imports_starts_and_compares_runs(admin_client, start_worker):
     )
     assert page.status_code == 200
     assert "both runs agree on every case" in page.content.decode()
+
+
+def test_a_case_whose_job_times_out_in_the_queue_is_retried_not_failed(
+    start_worker, settings
+):
+    settings.EVAL_RETRY_BASE_S = 0.05
+    settings.INFERENCE_QUEUE_TIMEOUT_S = 0.5
+    factories.pool("default")
+    make_set("late", [case_line("c", "Paris", [{"type": "contains", "value": "P"}])])
+    run = services.eval_run_create(set_name="late", pool="default")
+    fake_heartbeat("default")  # looks served, but nobody takes the job in time
+
+    def execute() -> None:
+        try:
+            services.eval_run_execute(run_id=run.pk)
+        finally:
+            connection.close()
+
+    runner = threading.Thread(target=execute)
+    runner.start()
+    wait_for(
+        lambda: UsageRecord.objects.filter(status=UsageRecord.Status.ERROR).exists()
+    )
+    settings.INFERENCE_QUEUE_TIMEOUT_S = 30
+    start_worker(ScriptedEngine())
+    runner.join(timeout=30)
+    result = EvalResult.objects.get(run=run)
+    assert result.passed and result.error == ""
+    assert result.attempts >= 2

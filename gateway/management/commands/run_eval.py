@@ -153,12 +153,14 @@ class Command(BaseCommand):
             worker = threading.Thread(target=execute, daemon=True)
             worker.start()
         began = time.monotonic()
-        with tqdm(total=run.total, desc=f"{run.eval_set.name} on {run.pool}") as bar:
+        with tqdm(
+            total=run.total, desc=f"{run.eval_set.name} on {run.pool}", mininterval=1
+        ) as bar:
             while True:
                 run.refresh_from_db()
                 bar.total = run.total
-                bar.n = run.done
-                bar.refresh()
+                if run.done > bar.n:
+                    bar.update(run.done - bar.n)
                 if run.status in (EvalRun.Status.COMPLETE, EvalRun.Status.FAILED):
                     break
                 if worker is not None and not worker.is_alive():
