@@ -111,3 +111,68 @@ class Message(models.Model):
     def job_id(self) -> str:
         """The inference job id of an assistant message (its own id)."""
         return str(self.id)
+
+
+class Feedback(models.Model):
+    """A user's rating of one assistant message version (thumbs up/down).
+
+    Each answer version (a regenerated sibling is its own Message) has its own
+    feedback; one row per user and message, replaced whole when the rating changes.
+    ``pool``/``model``/``plan``/``ttft_ms``/token counts are copied from the answer and
+    its usage record when the rating is given, so analysis needs no join and survives
+    a plan change. ``ttft_ms`` in milliseconds; token counts in tokens.
+    """
+
+    class Rating(models.TextChoices):
+        UP = "up", "thumbs up"
+        DOWN = "down", "thumbs down"
+
+    class Reason(models.TextChoices):
+        # thumbs up
+        ACCURATE = "accurate", "Accurate"
+        CLEAR = "clear", "Clear and well written"
+        # thumbs down
+        WRONG = "wrong", "Incorrect or made up"
+        UNHELPFUL = "unhelpful", "Not helpful"
+        INSTRUCTIONS = "instructions", "Did not follow instructions"
+        REFUSED = "refused", "Refused without good reason"
+        UNSAFE = "unsafe", "Harmful or offensive"
+        FORMAT = "format", "Too long or badly formatted"
+        OTHER = "other", "Other"
+
+    id = models.BigAutoField(primary_key=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="feedback"
+    )
+    message = models.ForeignKey(
+        Message, on_delete=models.CASCADE, related_name="feedback"
+    )
+    rating = models.CharField(max_length=8, choices=Rating.choices)
+    reason = models.CharField(
+        max_length=16, choices=Reason.choices, blank=True, default=""
+    )
+    comment = models.TextField(blank=True, default="")
+    pool = models.CharField(max_length=100, blank=True, default="")
+    model = models.CharField(max_length=200, blank=True, default="")
+    plan = models.CharField(max_length=100, blank=True, default="")
+    ttft_ms = models.PositiveIntegerField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        verbose_name_plural = "feedback"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "message"], name="one_feedback_per_user_message"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["model", "updated_at"], name="feedback_model_updated"),
+            models.Index(fields=["updated_at"], name="feedback_updated"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rating} on {self.message_id} ({self.model or 'unknown model'})"

@@ -58,6 +58,11 @@ urlpatterns = [
         views.message_stop,
         name="message-stop",
     ),
+    path(
+        "c/<uuid:conversation_id>/messages/<uuid:message_id>/feedback/",
+        views.message_feedback,
+        name="message-feedback",
+    ),
     # the OpenAI-compatible API (Bearer API keys, no session or CSRF)
     path("", include("conversations.openai.urls")),
 ]

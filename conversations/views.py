@@ -6,6 +6,7 @@ JSON endpoints answer errors as ``{"error": {"code", "message"}}`` via
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
@@ -19,7 +20,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_ratelimit.decorators import ratelimit
 
-from chatsite.errors import DomainError
+from chatsite.errors import DomainError, InvalidInput
 from chatsite.http import error_response, json_errors
 from conversations import selectors, services
 from conversations.services import Turn
@@ -116,6 +117,50 @@ def message_stop(
     )
     return JsonResponse(
         {"message_id": str(message.id), "status": message.status}, status=202
+    )
+
+
+def _body_fields(request: HttpRequest) -> dict[str, Any]:
+    """The fields of a form post, or of a JSON object body; raise InvalidInput."""
+    if request.content_type != "application/json":
+        return request.POST.dict()
+    try:
+        data = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput("The request body is not valid JSON.") from exc
+    if not isinstance(data, dict):
+        raise InvalidInput("The request body must be a JSON object.")
+    return data
+
+
+@require_http_methods(["POST", "DELETE"])
+@json_errors
+def message_feedback(
+    request: HttpRequest, conversation_id: Any, message_id: Any
+) -> JsonResponse:
+    """POST: rate an answer (``rating`` up/down, optional ``reason``, ``comment``;
+    form fields or a JSON object), replacing an earlier rating. DELETE: remove it."""
+    if request.method == "DELETE":
+        removed = services.feedback_delete(
+            user=request.user, conversation_id=conversation_id, message_id=message_id
+        )
+        return JsonResponse({"message_id": str(message_id), "removed": removed})
+    fields = _body_fields(request)
+    feedback = services.feedback_set(
+        user=request.user,
+        conversation_id=conversation_id,
+        message_id=message_id,
+        rating=fields.get("rating"),
+        reason=fields.get("reason", ""),
+        comment=fields.get("comment", ""),
+    )
+    return JsonResponse(
+        {
+            "message_id": str(feedback.message_id),
+            "rating": feedback.rating,
+            "reason": feedback.reason,
+            "comment": feedback.comment,
+        }
     )
 
 

@@ -228,3 +228,7 @@ class UserPreferenceAdmin(admin.ModelAdmin):
     list_filter = ("reuse_cached_answers",)
     search_fields = ("user__username",)
     raw_id_fields = ("user",)
+
+
+# Evaluation sets, runs and their comparison (registers its ModelAdmins).
+from gateway.evaluation import admin as _evaluation_admin  # noqa: E402, F401

@@ -15,7 +15,8 @@ Admission (:func:`pool_admit`): a pool with no live worker, or with more waiting
 than its ``queue_threshold``, is saturated and the request follows its ``fallback`` chain;
 when every pool of the chain is saturated the request is refused (503, ``Retry-After``).
 Under pressure the lowest-priority plan is shed first: its requests see a threshold of
-``queue_threshold * GATEWAY_SHED_FRACTION``.
+``queue_threshold * GATEWAY_SHED_FRACTION``; the evaluation plan (EVAL_PLAN_NAME) is
+shed before every user, at ``queue_threshold * EVAL_SHED_FRACTION``.
 """
 
 from __future__ import annotations
@@ -174,16 +175,21 @@ def queue_waiting(*, pool: str) -> int:
     return len(client.xrange(key, f"({last}", "+"))
 
 
-def pool_saturated(*, pool: ModelPool, shed: bool = False) -> bool:
+def pool_saturated(
+    *, pool: ModelPool, shed: bool = False, fraction: float | None = None
+) -> bool:
     """True if ``pool`` has no live worker or more waiting jobs than it accepts.
 
     With ``shed`` (a lowest-priority request under pressure) the accepted queue depth is
-    ``queue_threshold * GATEWAY_SHED_FRACTION``.
+    ``queue_threshold * GATEWAY_SHED_FRACTION``; ``fraction`` (0-1) overrides that
+    share (evaluation requests: EVAL_SHED_FRACTION, shed before any user).
     """
     if inference_client.workers_live(pool=pool.name) == 0:
         return True
     threshold = pool.queue_threshold
-    if shed:
+    if fraction is not None:
+        threshold = int(threshold * fraction)
+    elif shed:
         threshold = int(threshold * settings.GATEWAY_SHED_FRACTION)
     return queue_waiting(pool=pool.name) > threshold
 
@@ -194,13 +200,22 @@ def plan_is_lowest(*, plan: Plan) -> bool:
     return lo is not None and hi is not None and lo < hi and plan.priority <= lo
 
 
-def pool_admit(*, pool: ModelPool, plan: Plan) -> ModelPool:
+def plan_is_eval(*, plan: Plan) -> bool:
+    """True for the evaluation plan (EVAL_PLAN_NAME): its requests are shed before any
+    user's, at ``queue_threshold * EVAL_SHED_FRACTION`` waiting jobs."""
+    return plan.name == settings.EVAL_PLAN_NAME
+
+
+def pool_admit(*, pool: ModelPool, plan: Plan, fallback: bool = True) -> ModelPool:
     """Return the first pool of ``pool``'s fallback chain that can take a request now.
 
-    Disabled pools and embedding pools in the chain are skipped. Raises PoolSaturated (503 with
-    ``Retry-After: GATEWAY_SATURATED_RETRY_AFTER_S``) when none can.
+    Disabled pools and embedding pools in the chain are skipped. ``fallback`` False
+    admits ``pool`` itself or nothing (an evaluation measures that pool, not another).
+    Raises PoolSaturated (503 with ``Retry-After: GATEWAY_SATURATED_RETRY_AFTER_S``)
+    when none can.
     """
     shed = plan_is_lowest(plan=plan)
+    fraction = settings.EVAL_SHED_FRACTION if plan_is_eval(plan=plan) else None
     seen: set[str] = set()
     current: ModelPool | None = pool
     while current is not None and current.name not in seen:
@@ -208,8 +223,10 @@ def pool_admit(*, pool: ModelPool, plan: Plan) -> ModelPool:
         usable = current.pk is None or (
             current.enabled and current.kind == ModelPool.Kind.CHAT
         )
-        if usable and not pool_saturated(pool=current, shed=shed):
+        if usable and not pool_saturated(pool=current, shed=shed, fraction=fraction):
             return current
+        if not fallback:
+            break
         current = current.fallback if current.fallback_id else None
     retry = settings.GATEWAY_SATURATED_RETRY_AFTER_S
     raise PoolSaturated(

@@ -223,6 +223,16 @@ def usage_tokens_since(*, user_id: int, since: dt.datetime) -> int:
     return (sums["p"] or 0) + (sums["c"] or 0)
 
 
+def usage_for_message(*, message_id: Any) -> UsageRecord | None:
+    """Return the usage record of the generation that wrote chat message
+    ``message_id`` (the newest, should a job be recorded twice), or None."""
+    return (
+        UsageRecord.objects.filter(message_id=message_id)
+        .order_by("-created_at")
+        .first()
+    )
+
+
 def pool_choices(
     *, user: AbstractBaseUser, kind: str | None = ModelPool.Kind.CHAT
 ) -> list[ModelPool]:

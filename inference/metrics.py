@@ -21,6 +21,8 @@ empties the folder at start. Names follow vLLM's where vLLM has one, with its
 - ``inference:requests_aborted_total``: generations stopped by a cancel (user stop,
   no client left, shutdown); ``inference:request_errors_total{code}``: ``error`` ends;
   ``inference:requests_retried_total``: jobs re-queued by crash recovery.
+- ``chatsite:feedback_total{model_name, rating}``: thumbs up/down given to answers
+  (recorded by the web process, :mod:`conversations.services.feedback`).
 - Embedding pools record the queue time, e2e latency, prompt tokens, running requests
   and ``request_success{finished_reason="embedding"}`` above, plus
   ``inference:embedding_batch_texts``: texts per forward pass (dynamic batching).
@@ -178,6 +180,12 @@ REQUESTS_RETRIED = Counter(
     "inference:requests_retried",
     "Jobs re-queued by crash recovery after their worker died before any token.",
     ("pool",),
+)
+
+FEEDBACK = Counter(
+    "chatsite:feedback",
+    "Ratings given to answers (thumbs up/down), by the model that answered.",
+    ("model_name", "rating"),
 )
 
 

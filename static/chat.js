@@ -307,6 +307,22 @@
     }
   });
 
+  // Thumbs up/down under a finished answer (minimal; reasons and comments come with
+  // the feedback UI). A second click on the same thumb keeps it: use the other to change.
+  thread.addEventListener("click", async function (e) {
+    const button = e.target.closest(".msg-feedback button[data-rating]");
+    if (!button) return;
+    const box = button.closest(".msg-feedback");
+    const data = new FormData();
+    data.append("rating", button.dataset.rating);
+    try {
+      await post(box.dataset.feedbackUrl, data);
+      box.querySelectorAll("button").forEach(function (b) {
+        b.setAttribute("aria-pressed", b === button ? "true" : "false");
+      });
+    } catch (err) { showError(err.message); }
+  });
+
   thread.scrollTop = thread.scrollHeight; // open a conversation at its newest message
 
   // Resume an answer that was still streaming when the page loaded (reload, other tab).

@@ -2,7 +2,8 @@
 
 - :mod:`.turns`: send a message, regenerate, stop (the start of a generation);
 - :mod:`.answers`: the answer's side of settling a generation, and the reaper;
-- :mod:`.conversations`: rename, delete, titles, rolling summaries.
+- :mod:`.conversations`: rename, delete, titles, rolling summaries;
+- :mod:`.feedback`: thumbs up/down on answers.
 """
 
 from conversations.services.answers import (
@@ -18,6 +19,7 @@ from conversations.services.conversations import (
     conversation_summarize,
     conversation_title_generate,
 )
+from conversations.services.feedback import feedback_delete, feedback_set
 from conversations.services.turns import (
     BUSY_MESSAGE,
     Turn,
@@ -36,6 +38,8 @@ __all__ = [
     "conversation_rename",
     "conversation_summarize",
     "conversation_title_generate",
+    "feedback_delete",
+    "feedback_set",
     "message_finalize",
     "message_generation",
     "streaming_messages_reap",

@@ -152,6 +152,7 @@ def generation_admit(
     conversation_id: Any = None,
     message_id: Any = None,
     client_authored: bool = False,
+    fallback: bool = True,
 ) -> Admission:
     """Moderate, route, reserve quota and admit a request; call before storing anything.
 
@@ -171,7 +172,8 @@ def generation_admit(
     the caller has them; else :func:`prompt_tokens_estimate`. A reservation below the
     real prompt would let concurrent requests spend past a limit. ``context_tokens``:
     the prompt's tokens by the serving tokenizer, checked against the routed pool's
-    ``max_context`` (None: not checked).
+    ``max_context`` (None: not checked). ``fallback`` False: a saturated pool is
+    refused rather than replaced by its fallback (evaluation runs pin their pool).
 
     Raises Suspended (403 ``account_suspended``, checked before anything else),
     ModerationBlocked (400, the content policy; an event is recorded, nothing
@@ -235,7 +237,7 @@ def generation_admit(
                 reserved_tokens=0,
                 cache_hit=hit,
             )
-        pool = routing.pool_admit(pool=pool, plan=plan)
+        pool = routing.pool_admit(pool=pool, plan=plan, fallback=fallback)
         params["max_tokens"] = min(params["max_tokens"], pool.max_output_tokens)
         if material is not None:
             material.params = dict(params)

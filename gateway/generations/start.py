@@ -128,12 +128,13 @@ def generation_start(
     conversation_id: Any = None,
     message_id: Any = None,
     client_authored: bool = False,
+    fallback: bool = True,
 ) -> Started[T | None]:
     """Admit, store and submit a generation (see the module docstring for the order).
 
     ``messages``/``params``/``surface``/``prompt_tokens``/``context_tokens``/
     ``model``/``cache_policy``/``query``/``conversation_id``/``message_id``/
-    ``client_authored`` as in
+    ``client_authored``/``fallback`` as in
     :func:`generation_admit` (``query``: the shared embedding of the user's message,
     read by input moderation and the semantic cache). ``store`` runs in its own durable transaction (it may
     not be called inside one) and returns what the caller wants back; it may raise a
@@ -159,6 +160,7 @@ def generation_start(
             conversation_id=conversation_id,
             message_id=message_id,
             client_authored=client_authored,
+            fallback=fallback,
         )
         stored = None
         if store is not None:
