@@ -1,7 +1,9 @@
 """The default backend: a classifier trained on all-MiniLM-L6-v2 embeddings of the
 labelled set in ``safety/data/``, plus prompt-injection rules.
 
-Two logistic regressions over :func:`safety.classifiers.features.features`, trained by
+Two logistic regressions over :func:`safety.classifiers.features.features` and the
+text's similarities to the labelled training examples (nearest exemplars per
+category, :func:`safety.classifiers.features.exemplar_similarities`), trained by
 ``manage.py moderation_train`` (:mod:`safety.classifiers.training`) and stored in
 ``safety/data/embedded_model.npz`` (committed, so serving needs no training step):
 
@@ -18,7 +20,8 @@ gate's probability, the others in proportion. A rule match (:mod:`.rules`) sets
 the training set (``moderation_train``) and are stored with the weights; the settings
 ``SAFETY_THRESHOLDS`` (and later the admin) override them.
 
-Serving is two matrix-vector products in numpy; the text's vector comes from the
+Serving is a few matrix-vector products in numpy (the exemplar similarities are one
+product with the ~2,900 stored training vectors, well under a millisecond); the text's vector comes from the
 embedding pool (or the caller's shared one). No model runs in the web process.
 """
 
@@ -36,7 +39,12 @@ from django.conf import settings
 from inference.embeddings import EmbeddingUnavailable, embed_texts
 from safety.categories import Category
 from safety.classifiers.base import Classifier, ModerationUnavailable, Verdict
-from safety.classifiers.features import FEATURE_DIM, features
+from safety.classifiers.features import (
+    EXEMPLAR_SCALE,
+    TEXT_FEATURE_DIM,
+    exemplar_similarities,
+    features,
+)
 from safety.classifiers.rules import injection_match
 from safety.dataset import DATA_DIR
 
@@ -63,11 +71,27 @@ class EmbeddedModel:
             c: float(t)
             for c, t in zip(self.categories, arrays["thresholds"], strict=True)
         }
-        if self.gate_w.shape != (FEATURE_DIM,):
+        files = getattr(arrays, "files", arrays)
+        if "exemplars" not in files:
+            raise ValueError("model has no exemplars: run manage.py moderation_train")
+        self.exemplars = np.asarray(arrays["exemplars"], dtype=np.float32)
+        self.exemplar_members = np.asarray(arrays["exemplar_members"], dtype=bool)
+        expected = TEXT_FEATURE_DIM + self.exemplar_members.shape[1]
+        if self.gate_w.shape != (expected,):
             raise ValueError(
                 f"model expects {self.gate_w.shape[0]} features, code makes "
-                f"{FEATURE_DIM}: run manage.py moderation_train"
+                f"{expected}: run manage.py moderation_train"
             )
+
+    def inputs(self, text: str, vector: Sequence[float]) -> np.ndarray:
+        """Return the model's input for ``text`` with its 384-d ``vector``: the text
+        features, then the scaled similarities to the stored exemplars."""
+        sims = exemplar_similarities(
+            np.asarray(vector, dtype=np.float32)[None, :],
+            self.exemplars,
+            self.exemplar_members,
+        )[0]
+        return np.concatenate([features(text, vector), EXEMPLAR_SCALE * sims])
 
     @classmethod
     def load(cls, path: Path | str = MODEL_PATH) -> EmbeddedModel:
@@ -122,7 +146,7 @@ class EmbeddedClassifier(Classifier):
             ) from exc
 
     def _verdict(self, text: str, vector: Sequence[float]) -> Verdict:
-        scores = self.model.scores(features(text, vector))
+        scores = self.model.scores(self.model.inputs(text, vector))
         if len(_WORDS.findall(text)) <= SHORT_TEXT_WORDS:
             scores[Category.PROMPT_INJECTION] = 0.0
         phrase = injection_match(text)

@@ -1,10 +1,21 @@
-"""Input features of the embedded classifier: the sentence embedding plus hashed word
-n-grams.
+"""Input features of the embedded classifier: the sentence embedding, hashed word
+n-grams, hashed character n-grams, and similarities to labelled exemplars.
 
 The all-MiniLM-L6-v2 vector says what a text is *about*; word n-grams carry the
-*intent* cues it blurs ("so I can", "without getting caught", "how did", "protect").
-N-grams are hashed with CRC-32 (stable across processes, unlike ``hash()``) into
-``NGRAM_BUCKETS`` binary features, L2-normalised, so serving needs no vocabulary file.
+*intent* cues it blurs ("so I can", "without getting caught", "how did", "protect");
+character n-grams (3 to 5 characters inside and across word boundaries) carry the same
+cues through typos, inflections and run-together words ("metamphetamine", "hak into",
+"kil myself"). Both are hashed with CRC-32 (stable across processes, unlike ``hash()``)
+into ``NGRAM_BUCKETS`` and ``CHAR_BUCKETS`` binary features, L2-normalised, so serving
+needs no vocabulary file.
+
+Exemplar similarities (:func:`exemplar_similarities`) give, for each group of labelled
+training examples (each harmful category, the other benign examples, everyday chat),
+the mean cosine similarity of the text to its ``EXEMPLAR_K`` nearest members: a
+nearest-neighbour vote that a linear model over the vector alone cannot express (a
+request close to three known methods of self-harm, or to three history questions).
+In cross-validation they raised mean out-of-fold recall from 0.87 to 0.90 at the same
+false-positive budget (``safety/data/README.md``).
 """
 
 from __future__ import annotations
@@ -18,14 +29,30 @@ import numpy as np
 from inference.embeddings import EMBEDDING_DIM
 
 NGRAM_BUCKETS = 4096
-# The n-gram vector is divided by at least sqrt(MIN_GRAMS): a text of one or two words
+CHAR_BUCKETS = 4096
+# Character n-gram lengths (inclusive).
+CHAR_MIN, CHAR_MAX = 3, 5
+# The n-gram vectors are divided by at least sqrt(MIN_GRAMS): a text of one or two words
 # (one to three n-grams) then weighs less than a sentence instead of putting all its
 # weight on one or two hashed buckets, where "secret" or "sys" alone could look like
 # the harmful requests sharing that word (or that bucket).
 MIN_GRAMS = 8
-FEATURE_DIM = EMBEDDING_DIM + NGRAM_BUCKETS
+TEXT_FEATURE_DIM = EMBEDDING_DIM + NGRAM_BUCKETS + CHAR_BUCKETS
+# Nearest exemplars averaged per group, and the weight of the similarity features
+# against the unit-length blocks above; both chosen by cross-validation on the training
+# set (k 1, 3 and 5 and weights 2 and 5 were within 0.01 of mean recall).
+EXEMPLAR_K = 3
+EXEMPLAR_SCALE = 2.0
 
 _WORD = re.compile(r"[a-z0-9']+")
+
+
+def _hashed(grams: Sequence[str], buckets: int) -> np.ndarray:
+    out = np.zeros(buckets, dtype=np.float32)
+    for gram in grams:
+        out[zlib.crc32(gram.encode()) % buckets] = 1.0
+    norm = max(float(np.linalg.norm(out)), MIN_GRAMS**0.5)
+    return out / norm
 
 
 def ngram_features(text: str, *, buckets: int = NGRAM_BUCKETS) -> np.ndarray:
@@ -34,14 +61,57 @@ def ngram_features(text: str, *, buckets: int = NGRAM_BUCKETS) -> np.ndarray:
     without words)."""
     words = _WORD.findall(text.lower())
     grams = words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
-    out = np.zeros(buckets, dtype=np.float32)
-    for gram in grams:
-        out[zlib.crc32(gram.encode()) % buckets] = 1.0
-    norm = max(float(np.linalg.norm(out)), MIN_GRAMS**0.5)
-    return out / norm
+    return _hashed(grams, buckets)
+
+
+def char_ngram_features(text: str, *, buckets: int = CHAR_BUCKETS) -> np.ndarray:
+    """Return the hashed character n-gram vector of ``text`` (``CHAR_MIN`` to
+    ``CHAR_MAX`` characters of its lower-cased words joined by single spaces, with a
+    space at each end; ``buckets`` floats, normalised as :func:`ngram_features`)."""
+    joined = " " + " ".join(_WORD.findall(text.lower())) + " "
+    grams = [
+        joined[i : i + n]
+        for n in range(CHAR_MIN, CHAR_MAX + 1)
+        for i in range(len(joined) - n + 1)
+    ]
+    return _hashed(grams, buckets)
 
 
 def features(text: str, vector: Sequence[float]) -> np.ndarray:
-    """Return the classifier's input for one text: its 384-d ``vector`` followed by its
-    n-gram features (``FEATURE_DIM`` floats)."""
-    return np.concatenate([np.asarray(vector, dtype=np.float32), ngram_features(text)])
+    """Return the text part of the classifier's input: its 384-d ``vector``, then its
+    word and character n-gram features (``TEXT_FEATURE_DIM`` floats)."""
+    return np.concatenate(
+        [
+            np.asarray(vector, dtype=np.float32),
+            ngram_features(text),
+            char_ngram_features(text),
+        ]
+    )
+
+
+def exemplar_similarities(
+    vectors: np.ndarray,
+    bank: np.ndarray,
+    members: np.ndarray,
+    *,
+    exclude: np.ndarray | None = None,
+    k: int = EXEMPLAR_K,
+) -> np.ndarray:
+    """Return, for each row of ``vectors`` (n x 384, unit length), the mean cosine
+    similarity to its ``k`` most similar rows of ``bank`` (m x 384, unit length) in each
+    group of ``members`` (m x g bool: row i of the bank belongs to group j): an n x g
+    float32 array. ``exclude`` (n ints, optional) names for each query one bank row to
+    leave out (itself, when the bank is the training set: leave-one-out). A group with
+    fewer than ``k`` members averages what it has; an empty one gives 0.
+    """
+    sims = np.asarray(vectors, dtype=np.float32) @ np.asarray(bank, np.float32).T
+    if exclude is not None:
+        sims[np.arange(len(sims)), exclude] = -1.0
+    out = np.zeros((len(sims), members.shape[1]), dtype=np.float32)
+    for g in range(members.shape[1]):
+        member = sims[:, members[:, g]]
+        if member.shape[1] == 0:
+            continue
+        top = min(k, member.shape[1])
+        out[:, g] = np.partition(member, -top, axis=1)[:, -top:].mean(axis=1)
+    return out

@@ -23,7 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from safety.categories import Category
-from safety.classifiers.features import NGRAM_BUCKETS, features
+from safety.classifiers.features import (
+    CHAR_BUCKETS,
+    EXEMPLAR_SCALE,
+    NGRAM_BUCKETS,
+    exemplar_similarities,
+    features,
+)
 from safety.dataset import TAG_EVERYDAY, Example
 
 # Inverse L2 strengths, chosen by cross-validation on the training set.
@@ -45,7 +51,9 @@ _MAX_STEPS = 500
 @dataclass
 class TrainedModel:
     """Arrays of a trained model (the layout :class:`EmbeddedModel` reads) and the
-    out-of-fold scores the thresholds were chosen from."""
+    out-of-fold scores the thresholds were chosen from. ``exemplars``: the training
+    vectors (m x 384); ``exemplar_members``: m x g bool, the groups of
+    :func:`exemplar_groups`."""
 
     gate_w: np.ndarray
     gate_b: float
@@ -53,6 +61,8 @@ class TrainedModel:
     cat_b: np.ndarray
     thresholds: np.ndarray
     oof_scores: np.ndarray
+    exemplars: np.ndarray
+    exemplar_members: np.ndarray
 
 
 def _fit(
@@ -160,6 +170,29 @@ def thresholds_choose(
     return t
 
 
+def exemplar_groups(y: np.ndarray, everyday: np.ndarray) -> np.ndarray:
+    """Return the exemplar groups of training rows with labels ``y`` (n x categories,
+    bool) as an n x (categories + 2) bool matrix: one column per category, then the
+    benign rows other than everyday chat, then everyday chat."""
+    benign = ~y.any(axis=1)
+    return np.column_stack([y, benign & ~everyday, benign & everyday])
+
+
+def inputs_with_exemplars(
+    x: np.ndarray,
+    vectors: np.ndarray,
+    bank: np.ndarray,
+    members: np.ndarray,
+    *,
+    exclude: np.ndarray | None = None,
+) -> np.ndarray:
+    """Append the scaled exemplar similarities of ``vectors`` against ``bank`` (see
+    :func:`safety.classifiers.features.exemplar_similarities`) to the text features
+    ``x`` (n x TEXT_FEATURE_DIM); returns n x (TEXT_FEATURE_DIM + groups)."""
+    sims = exemplar_similarities(vectors, bank, members, exclude=exclude)
+    return np.hstack([x, EXEMPLAR_SCALE * sims])
+
+
 def model_train(
     examples: Sequence[Example],
     vectors: Sequence[Sequence[float]],
@@ -172,6 +205,7 @@ def model_train(
 
     categories = list(Category)
     x = np.stack([features(e.text, v) for e, v in zip(examples, vectors, strict=True)])
+    vecs = np.asarray(vectors, dtype=np.float32)
     y = np.array([[c in e.labels for c in categories] for e in examples])
     benign = ~y.any(axis=1)
     if not benign.any() or not y.any(axis=0).all():
@@ -183,19 +217,29 @@ def model_train(
         ]
     )
     everyday = np.array([TAG_EVERYDAY in e.tags for e in examples]) & benign
+    members = exemplar_groups(y, everyday)
     oof = np.zeros(y.shape)
     folds = StratifiedKFold(FOLDS, shuffle=True, random_state=0)
     for k, (train, test) in enumerate(folds.split(x, strata), start=1):
         progress(f"cross-validation fold {k}/{FOLDS}")
-        oof[test] = _scores(x[test], *_fit_all(x[train], y[train], everyday[train]))
+        # The fold's own training rows are the exemplars: a training row is compared
+        # with the others (leave-one-out), as a new text would be with all of them.
+        bank, bank_members = vecs[train], members[train]
+        x_train = inputs_with_exemplars(
+            x[train], bank, bank, bank_members, exclude=np.arange(len(train))
+        )
+        x_test = inputs_with_exemplars(x[test], vecs[test], bank, bank_members)
+        oof[test] = _scores(x_test, *_fit_all(x_train, y[train], everyday[train]))
     thresholds = thresholds_choose(oof, y, fp_budget=fp_budget, everyday=everyday)
     progress("fitting on the whole training set")
-    gate_w, gate_b, cat_w, cat_b = _fit_all(x, y, everyday)
-    return TrainedModel(gate_w, gate_b, cat_w, cat_b, thresholds, oof)
+    x_all = inputs_with_exemplars(x, vecs, vecs, members, exclude=np.arange(len(x)))
+    gate_w, gate_b, cat_w, cat_b = _fit_all(x_all, y, everyday)
+    return TrainedModel(gate_w, gate_b, cat_w, cat_b, thresholds, oof, vecs, members)
 
 
 def model_save(model: TrainedModel, path: Path | str, *, embedding_model: str) -> None:
-    """Write ``model`` as a compressed ``.npz`` (float16 weights: ~100 KB)."""
+    """Write ``model`` as a compressed ``.npz`` (float16 weights and exemplar vectors:
+    ~2 MB for 2,851 exemplars)."""
     np.savez_compressed(
         path,
         categories=np.array([c.value for c in Category]),
@@ -205,5 +249,8 @@ def model_save(model: TrainedModel, path: Path | str, *, embedding_model: str) -
         cat_b=model.cat_b.astype(np.float32),
         thresholds=model.thresholds,
         ngram_buckets=np.int32(NGRAM_BUCKETS),
+        char_buckets=np.int32(CHAR_BUCKETS),
+        exemplars=model.exemplars.astype(np.float16),
+        exemplar_members=model.exemplar_members.astype(bool),
         embedding_model=np.array(embedding_model),
     )
