@@ -72,6 +72,8 @@ class ThreadItem:
 
     message: Message
     previous_versions: list[Message] = field(default_factory=list)
+    # the conversation owner's thumbs on ``message`` ("up" / "down"; "" = none)
+    rating: str = ""
 
     @property
     def version_count(self) -> int:
@@ -94,6 +96,11 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
     messages = list(
         conversation.messages.order_by("created_at").prefetch_related(citations)
     )
+    ratings = dict(
+        Feedback.objects.filter(
+            user_id=conversation.user_id, message__conversation=conversation
+        ).values_list("message_id", "rating")
+    )
     answers: dict[Any, list[Message]] = {}
     for m in messages:
         if m.role == Message.Role.ASSISTANT and m.parent_id is not None:
@@ -106,7 +113,11 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
         versions = answers.get(m.id)
         if versions:
             items.append(
-                ThreadItem(message=versions[-1], previous_versions=versions[:-1])
+                ThreadItem(
+                    message=versions[-1],
+                    previous_versions=versions[:-1],
+                    rating=ratings.get(versions[-1].id, ""),
+                )
             )
     return items
 

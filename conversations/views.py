@@ -43,6 +43,7 @@ def _turn_json(turn: Turn) -> dict[str, Any]:
             "status": answer.status,
             "stream_url": reverse("message-stream", args=[conv.id, answer.id]),
             "stop_url": reverse("message-stop", args=[conv.id, answer.id]),
+            "feedback_url": reverse("message-feedback", args=[conv.id, answer.id]),
         },
     }
 

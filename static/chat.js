@@ -81,6 +81,30 @@
     if (footer) footer.prepend(note);
   }
 
+  // Thumbs under an answer that has ended: the page renders them hidden while it
+  // streams; an answer started on this page gets them from its feedback URL.
+  function showFeedback(article) {
+    let box = article.querySelector(".msg-feedback");
+    if (!box && article.dataset.feedbackUrl) {
+      box = document.createElement("span");
+      box.className = "msg-feedback";
+      box.dataset.feedbackUrl = article.dataset.feedbackUrl;
+      for (const [rating, label, title] of [["up", "👍", "Good answer"], ["down", "👎", "Bad answer"]]) {
+        const button = document.createElement("button");
+        button.type = "button";
+        button.className = "link";
+        button.dataset.rating = rating;
+        button.setAttribute("aria-pressed", "false");
+        button.title = title;
+        button.textContent = label;
+        box.append(button);
+      }
+      const footer = article.querySelector(".msg-footer");
+      if (footer) footer.append(box);
+    }
+    if (box) box.hidden = false;
+  }
+
   function finish(article, data, failed) {
     const body = article.querySelector(".msg-body");
     if (data.html !== undefined) body.innerHTML = data.html; // sanitised on the server
@@ -108,6 +132,7 @@
     if (failed) state.textContent = data.message || "The answer failed.";
     else if (data.status === "cancelled") state.textContent = "Stopped";
     else if (data.status === "filtered") state.textContent = data.error || "Cut by the content filter";
+    showFeedback(article);
     const meta = article.querySelector(".msg-meta");
     if (meta && data.model) {
       let m = data.model;
@@ -252,6 +277,7 @@
     }
     const article = bubble("assistant", "");
     article.dataset.messageId = turn.assistant_message.id;
+    article.dataset.feedbackUrl = turn.assistant_message.feedback_url;
     stream(article, turn.assistant_message.stream_url, turn.assistant_message.stop_url);
   }
 

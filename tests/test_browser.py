@@ -131,6 +131,32 @@ def test_answer_streams_into_the_page_then_renders_markdown(page):
     assert message.status == "complete" and "**bold**" in message.content
 
 
+def test_thumbs_and_footer_after_streaming_a_reload_mid_answer_and_a_rating(page):
+    """The footer (model, tokens) and the thumbs appear under an answer that ended on
+    this page, and under one that ended after a reload mid-answer; a rating shows
+    pressed after a reload."""
+    page.fill("#content", "First question")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    answer = last_answer(page)
+    assert answer.locator(".msg-feedback:not([hidden]) button").count() == 2
+    assert "tokens" in answer.locator(".msg-meta").first.inner_text()
+    page.fill("#content", "Second question")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(
+        "article.msg-assistant.status-streaming .msg-body:not(:empty)"
+    )
+    page.reload()
+    page.wait_for_selector("article.msg-assistant.status-complete >> nth=1")
+    answer = last_answer(page)
+    assert "tokens" in answer.locator(".msg-meta").first.inner_text()
+    answer.locator(".msg-feedback:not([hidden]) button[data-rating=down]").click()
+    page.wait_for_selector(".msg-feedback button[aria-pressed=true]")
+    page.reload()
+    pressed = last_answer(page).locator("button[data-rating=down]")
+    assert pressed.get_attribute("aria-pressed") == "true"
+
+
 def test_stop_keeps_the_partial_answer_and_regenerate_adds_a_version(page):
     page.fill("#content", "Tell me a long story")
     page.click("#send")

@@ -251,3 +251,22 @@ def test_admin_lists_feedback_and_shows_satisfaction_per_model(
         reverse("admin:conversations_feedback_satisfaction"), {"end": "2000-01-01"}
     )
     assert "No feedback in this period" in empty.content.decode()
+
+
+def test_the_page_shows_the_stored_rating_after_a_reload(auth_client, thread):
+    conv, _q, _first, second = thread
+    rate(auth_client, conv, second, rating="down", reason="wrong")
+    page = auth_client.get(reverse("conversation-detail", args=[conv.id]))
+    html = page.content.decode()
+    box = html[html.index(url(conv, second)) :]
+    assert 'data-rating="down" aria-pressed="true"' in box[:600]
+    assert 'data-rating="up" aria-pressed="false"' in box[:600]
+
+
+def test_a_streaming_answer_has_hidden_thumbs(auth_client, thread):
+    conv, _q, _first, second = thread
+    Message.objects.filter(id=second.id).update(status=Message.Status.STREAMING)
+    page = auth_client.get(reverse("conversation-detail", args=[conv.id])).content
+    html = page.decode()
+    at = html.index(f'data-feedback-url="{url(conv, second)}"')
+    assert html[at:].split(">")[0].endswith(" hidden")

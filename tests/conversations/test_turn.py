@@ -58,6 +58,10 @@ def test_turn_streams_tokens_and_persists_the_answer_with_usage(
     answer = Message.objects.get(id=body["assistant_message"]["id"])
     assert answer.status == Message.Status.COMPLETE
     assert answer.content == "Hello there, how can I help?"
+    # the page adds thumbs under the finished answer from this URL
+    assert body["assistant_message"]["feedback_url"] == reverse(
+        "message-feedback", args=[answer.conversation_id, answer.id]
+    )
     assert answer.token_count == 6 and answer.prompt_tokens > 0
     assert answer.model == "scripted-1"
     assert answer.ttft_ms is not None and answer.latency_ms is not None
