@@ -227,6 +227,13 @@ class EvalRunAdmin(admin.ModelAdmin):
         if a not in runs or b not in runs:
             self.message_user(request, "No such run.", messages.ERROR)
             return HttpResponseRedirect(reverse("admin:gateway_evalrun_changelist"))
+        if runs[a].eval_set_id != runs[b].eval_set_id:
+            self.message_user(
+                request,
+                "These runs are of different sets; compare two runs of the same set.",
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(reverse("admin:gateway_evalrun_changelist"))
         sa, sb, diffs = selectors.runs_compare(a=runs[a], b=runs[b])
         context = {
             **self.admin_site.each_context(request),

@@ -356,6 +356,28 @@ def test_the_admin_imports_starts_and_compares_runs(admin_client, start_worker):
     )
     assert page.status_code == 200
     assert "both runs agree on every case" in page.content.decode()
+    other = io.BytesIO(
+        case_line("d", "Rome", [{"type": "contains", "value": "Rome"}]).encode()
+    )
+    other.name = "other.jsonl"
+    admin_client.post(
+        reverse("admin:gateway_evalset_import"), {"name": "other", "file": other}
+    )
+    admin_client.post(
+        reverse("admin:gateway_evalset_changelist"),
+        {
+            "action": "start_runs",
+            "_selected_action": [EvalSet.objects.get(name="other").pk],
+            "pool": "default",
+            "repeat": 1,
+        },
+    )
+    third = EvalRun.objects.latest("pk")
+    page = admin_client.get(
+        reverse("admin:gateway_evalrun_compare", args=[runs[0].pk, third.pk]),
+        follow=True,
+    )
+    assert "runs are of different sets" in page.content.decode()
 
 
 def test_a_case_whose_job_times_out_in_the_queue_is_retried_not_failed(
