@@ -5,8 +5,9 @@
 to import the gateway), so it runs in the one follower of every generation (the chat's
 SSE relay, the API streamed or not) and in settlement's replay: no surface can skip
 it. Switched on by
-SAFETY_OUTPUT_ENABLED (off by default, like input moderation, while the embedded
-classifier's recall is below its target).
+SAFETY_OUTPUT_ENABLED (off by default, unlike input moderation: the embedded
+classifier, trained on user requests, is below its recall target and has no held-out
+figures on answers).
 
 **Windows.** The text is split into windows of whole sentences: a window ends after
 ".", "!" or "?" followed by whitespace, or after a newline, once it holds at least

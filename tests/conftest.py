@@ -232,18 +232,20 @@ def embedding_worker(
 
 @pytest.fixture
 def moderation_on(settings: Any) -> None:
-    """Input moderation switched on (SAFETY_INPUT_ENABLED is off by default until the
-    embedded classifier meets its target): for the tests of moderation itself."""
+    """Input moderation switched on (SAFETY_INPUT_ENABLED: on in the product, off in
+    chatsite/settings/test.py): for the tests of moderation itself."""
     settings.SAFETY_INPUT_ENABLED = True
 
 
 @pytest.fixture
 def moderation_off(settings: Any) -> None:
-    """Input moderation switched off (SAFETY_INPUT_ENABLED), for tests about something
-    else that need a live embedding worker: their texts must not depend on the
-    classifier's verdicts (moderation has its own tests: tests/safety,
-    tests/conversations/test_turn_moderation.py, openai/test_moderation.py). Without an
-    embedding worker moderation fails open at once and needs no switch."""
+    """Input moderation switched off (SAFETY_INPUT_ENABLED; already off in the test
+    settings, so this states the intent and guards against an environment that turns
+    it on), for tests about something else that need a live embedding worker: their
+    texts must not depend on the classifier's verdicts (moderation has its own tests:
+    tests/safety, tests/conversations/test_turn_moderation.py,
+    openai/test_moderation.py). Without an embedding worker moderation fails open at
+    once and needs no switch."""
     settings.SAFETY_INPUT_ENABLED = False
 
 

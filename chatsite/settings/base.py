@@ -342,16 +342,19 @@ SAFETY_REMOTE_MODEL = env("SAFETY_REMOTE_MODEL", default="omni-moderation-latest
 # Per-category threshold overrides of the embedded model's, e.g. {"hate": 0.6}.
 SAFETY_THRESHOLDS = env.json("SAFETY_THRESHOLDS", default={})
 # Screen the user's message before anything is spent (DESIGN §4.2); False: no input
-# moderation at all (no classification, no events). Off by default until the embedded
-# classifier meets its held-out recall target (>= 0.9 per category; six categories are
-# at 0.75-0.86 by `manage.py moderation_eval`; see issue 10).
-SAFETY_INPUT_ENABLED = env.bool("SAFETY_INPUT_ENABLED", default=False)
+# moderation at all (no classification, no events). On by default since the embedded
+# classifier's false positives on a fresh held-out set are within their budget (benign
+# 5/100 <= 5 %, everyday chat blocked 1/185 <= 1 %; `manage.py moderation_eval`, see
+# safety/data/README.md): recall is below its 0.9 target in two categories (violence
+# 0.88, self_harm 0.84), and screening most harmful requests beats screening none.
+SAFETY_INPUT_ENABLED = env.bool("SAFETY_INPUT_ENABLED", default=True)
 # The per-category policies (admin: thresholds, block/flag/off) are cached per process
 # this long, s (0: read on every request); admin edits apply within it.
 SAFETY_CONFIG_CACHE_S = env.float("SAFETY_CONFIG_CACHE_S", default=5.0)
 # Output moderation (safety/output.py): the answer is classified window by window as
-# it streams. Off by default for the same reason as input moderation (the embedded
-# classifier's recall is below its target). "hold": a window's text reaches clients
+# it streams. Off by default (unlike input moderation): the embedded classifier,
+# trained on user requests, is below its recall target and has no held-out figures
+# on answers. "hold": a window's text reaches clients
 # only once it was checked (no violating character is ever shown; costs TTFT);
 # "release": text streams at once and the answer is cut after a violating window
 # (the leak is at most one window). A window is one sentence (it ends after ".", "!"

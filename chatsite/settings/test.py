@@ -35,3 +35,8 @@ SAFETY_CONFIG_CACHE_S = 0.0
 # Tasks run eagerly here: tests trigger titles/summaries/facts explicitly, so a test
 # sees only the model calls it asked for.
 CHAT_BACKGROUND_JOBS = False
+# Input moderation is on in the product (base.py) but off in tests unless a test asks
+# for it (the `moderation_on` fixture, or SAFETY_INPUT_ENABLED=1 in a test server's
+# environment): a test about something else must not depend on the classifier's
+# verdicts on its texts.
+SAFETY_INPUT_ENABLED = env.bool("SAFETY_INPUT_ENABLED", default=False)

@@ -215,14 +215,18 @@ async def test_an_unchanged_history_is_not_classified_again_on_the_next_call(
         [["How deep?"], sorted(m["content"] for m in history)]
     )
     seen.clear()
-    second = [*first, {"role": "assistant", "content": DEFAULT_TEXT}]
+    # the client writes the assistant turn back; an ordinary one (the scripted engine's
+    # DEFAULT_TEXT, about "the whole path from worker to browser", is scored as malware
+    # by the current embedded model: safety/data/README.md, third round)
+    reply = "About 15 cm deep, pointy end up."
+    second = [*first, {"role": "assistant", "content": reply}]
     second.append({"role": "user", "content": "And how far apart?"})
     result = await asgi(
         "POST", "/v1/chat/completions", body=ask(messages=second), key=api_key
     )
     assert result.status == 200, result.body
     # only what was not seen in the last SAFETY_VERDICT_CACHE_S is classified
-    assert sorted(map(sorted, seen)) == sorted([["And how far apart?"], [DEFAULT_TEXT]])
+    assert sorted(map(sorted, seen)) == sorted([["And how far apart?"], [reply]])
     assert len(enqueued) == 2 and await _events() == []
 
 
