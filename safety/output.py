@@ -166,6 +166,16 @@ def window_split(text: str, *, max_chars: int, final: bool) -> list[str]:
         size = i + 1 - start
         char = text[i]
         end = None
+        if (
+            not final
+            and i + 1 == n
+            and size >= WINDOW_MIN_CHARS
+            and char in _SENTENCE_END
+        ):
+            # whether this ends a sentence depends on the next character: decide only
+            # when it has arrived, as the whole text will (else a prefix could close
+            # a window by size that the whole text closes later, at this sentence end)
+            break
         if size >= WINDOW_MIN_CHARS and (
             char == "\n"
             or (char in _SENTENCE_END and i + 1 < n and text[i + 1].isspace())
