@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.text import Truncator
 
-from safety import services
+from safety import suspensions
 from safety.audit import REDACTED, AuditedAdminMixin, audit_record
 from safety.models import AuditLogEntry, CategoryPolicy, ModerationEvent, Suspension
 
@@ -34,7 +34,7 @@ def _suspensions_lift(
     suspensions: anything with a ``user``), each user once, audited by the service."""
     users = {row.user_id: row.user for row in queryset.select_related("user")}
     lifted = sum(
-        len(services.suspension_lift(user=u, actor=request.user))
+        len(suspensions.suspension_lift(user=u, actor=request.user))
         for u in users.values()
     )
     model_admin.message_user(
@@ -123,7 +123,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
     @admin.action(description="Confirm selected events", permissions=["moderate"])
     def confirm_events(self, request: HttpRequest, queryset: QuerySet) -> None:
-        changed = services.event_review(
+        changed = suspensions.event_review(
             events=queryset,
             status=ModerationEvent.Status.CONFIRMED,
             actor=request.user,
@@ -132,7 +132,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
     @admin.action(description="Dismiss selected events", permissions=["moderate"])
     def dismiss_events(self, request: HttpRequest, queryset: QuerySet) -> None:
-        changed = services.event_review(
+        changed = suspensions.event_review(
             events=queryset,
             status=ModerationEvent.Status.DISMISSED,
             actor=request.user,
@@ -152,7 +152,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
             named = ", ".join(
                 sorted({e.get_category_display().lower() for e in events})
             )
-            services.suspension_create(
+            suspensions.suspension_create(
                 user=events[0].user,
                 until=until,
                 reason=f"Content policy violations reviewed by staff ({named}).",

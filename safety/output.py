@@ -45,7 +45,7 @@ the follower cancels the engine, so only the tokens it generated are billed. Whe
 answer is settled one :class:`ModerationEvent` (direction output) is recorded with
 the whole generated text, for review, and the metric
 ``safety:output_moderation_total`` counts it. An output violation does **not** count
-toward the user's abuse score (:func:`safety.services.abuse_score` counts blocked
+toward the user's abuse score (:func:`safety.suspensions.abuse_score` counts blocked
 inputs only): the model wrote it, and a user asking something benign must not be
 suspended because the model misbehaved.
 

@@ -9,22 +9,16 @@ costs nothing.
 from __future__ import annotations
 
 import logging
-import math
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
-from django.utils import timezone
 
 from chatsite.errors import ModerationBlocked
 from inference.embeddings import EmbeddingUnavailable, TextVector
 from safety import verdicts as verdict_cache
-from safety.audit import audit_record, audit_snapshot
 from safety.categories import Category, category_info
 from safety.classifiers import (
     ModerationUnavailable,
@@ -33,21 +27,17 @@ from safety.classifiers import (
     classify_text,
     unavailable_verdict,
 )
-from safety.models import Action, AuditLogEntry, ModerationEvent, Suspension
-from safety.selectors import SafetyConfig, safety_config, suspension_active
+from safety.models import Action, ModerationEvent
+from safety.selectors import SafetyConfig, safety_config
+from safety.suspensions import abuse_record
 
 __all__ = [
     "Match",
     "ModerationBlocked",
-    "abuse_record",
-    "abuse_score",
     "chunks_screen",
-    "event_review",
     "input_moderate",
     "messages_moderate",
     "policy_matches",
-    "suspension_create",
-    "suspension_lift",
 ]
 
 logger = logging.getLogger(__name__)
@@ -355,194 +345,3 @@ def chunks_screen(
             (matches[0].category.value, round(matches[0].score, 4)) if matches else None
         )
     return flags
-
-
-# --- Abuse limits and suspensions ---------------------------------------------------
-
-
-def _duration_words(seconds: float) -> str:
-    hours = seconds / 3600
-    if hours >= 48:
-        return f"{round(hours / 24)} days"
-    if hours >= 1:
-        return f"{round(hours)} hour{'s' if round(hours) != 1 else ''}"
-    return f"{max(1, round(seconds / 60))} minutes"
-
-
-def abuse_score(*, user: AbstractBaseUser, now: datetime | None = None) -> float:
-    """The user's abuse score now: each blocked input counts 1, halved every
-    SAFETY_ABUSE_HALF_LIFE_S seconds since it happened.
-
-    Computed from the :class:`ModerationEvent` rows themselves (no separate counter
-    to keep in step): blocked input events that staff have not dismissed, since the
-    user's latest suspension began (a suspension settles what came before it), within
-    20 half-lives (older ones weigh under one millionth).
-    """
-    now = now or timezone.now()
-    half_life = settings.SAFETY_ABUSE_HALF_LIFE_S
-    since = now - timedelta(seconds=20 * half_life)
-    latest = (
-        Suspension.objects.filter(user_id=user.pk)
-        .order_by("-created_at")
-        .values_list("created_at", flat=True)
-        .first()
-    )
-    if latest is not None and latest > since:
-        since = latest
-    times = (
-        ModerationEvent.objects.filter(
-            user_id=user.pk,
-            direction=ModerationEvent.Direction.INPUT,
-            action=ModerationEvent.EventAction.BLOCK,
-            created_at__gte=since,
-        )
-        .exclude(status=ModerationEvent.Status.DISMISSED)
-        .values_list("created_at", flat=True)[:1000]
-    )
-    return sum(0.5 ** (max(0.0, (now - t).total_seconds()) / half_life) for t in times)
-
-
-def abuse_record(*, user: AbstractBaseUser) -> str:
-    """Weigh a blocked input just recorded: suspend the user when their
-    :func:`abuse_score` reaches SAFETY_ABUSE_SUSPEND_SCORE (for SAFETY_ABUSE_SUSPEND_S
-    seconds, the reason naming the violations); return the sentence the block message
-    adds (the suspension, or how many more blocked messages lead to one).
-
-    Race-free: the suspension is created under a lock on the user's row, after
-    checking again that none is active, so concurrent violations suspend once.
-    """
-    threshold = settings.SAFETY_ABUSE_SUSPEND_SCORE
-    length = _duration_words(settings.SAFETY_ABUSE_SUSPEND_S)
-    # In hundredths: violations seconds apart have decayed by a few millionths (a
-    # 6 h half-life loses 1% in 5 min), which must not let the Nth of N blocked
-    # messages fall short of the threshold, nor tell the user "N more" after the first.
-    score = round(abuse_score(user=user), 2)
-    if score < threshold:
-        left = max(1, math.ceil(threshold - score))
-        return (
-            f"If {left} more message{'s are' if left != 1 else ' is'} blocked soon, "
-            f"your account will be suspended for {length}."
-        )
-    with transaction.atomic():
-        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-        suspension = suspension_active(user=user)
-        if suspension is None:
-            categories = (
-                ModerationEvent.objects.filter(
-                    user_id=user.pk,
-                    direction=ModerationEvent.Direction.INPUT,
-                    action=ModerationEvent.EventAction.BLOCK,
-                )
-                .exclude(status=ModerationEvent.Status.DISMISSED)
-                .order_by("-created_at")
-                .values_list("category", flat=True)[:20]
-            )
-            named = ", ".join(sorted({Category(c).label.lower() for c in categories}))
-            suspension = suspension_create(
-                user=user,
-                until=timezone.now()
-                + timedelta(seconds=settings.SAFETY_ABUSE_SUSPEND_S),
-                reason=f"Repeated messages against the content policy ({named}).",
-                actor=None,
-                actor_label="abuse limit",
-            )
-    until = suspension.until.strftime("%Y-%m-%d %H:%M UTC")
-    return f"Because of repeated violations your account is suspended until {until}."
-
-
-def suspension_create(
-    *,
-    user: AbstractBaseUser,
-    until: datetime,
-    reason: str,
-    actor: AbstractBaseUser | None,
-    actor_label: str | None = None,
-) -> Suspension:
-    """Suspend ``user`` until ``until`` (aware datetime) for ``reason``; audited.
-
-    ``actor``: the staff member (None: a command run or the abuse limit, named by
-    ``actor_label``). Takes effect on the user's next request (not cached).
-    """
-    with transaction.atomic():
-        suspension = Suspension.objects.create(
-            user=user,
-            until=until,
-            reason=reason,
-            created_by=actor if actor is not None and actor.pk else None,
-        )
-        audit_record(
-            actor=actor,
-            actor_label=actor_label,
-            action=AuditLogEntry.Verb.SUSPEND,
-            obj=suspension,
-            before=None,
-            after=audit_snapshot(suspension),
-        )
-    return suspension
-
-
-def suspension_lift(
-    *,
-    user: AbstractBaseUser,
-    actor: AbstractBaseUser | None,
-    actor_label: str | None = None,
-) -> list[Suspension]:
-    """Lift every suspension of ``user`` in force now; return them (empty: none).
-
-    Each lift is audited (before → after). Idempotent: a second call lifts nothing.
-    """
-    now = timezone.now()
-    lifted = []
-    with transaction.atomic():
-        for suspension in Suspension.objects.select_for_update().filter(
-            user_id=user.pk, lifted_at__isnull=True, until__gt=now
-        ):
-            before = audit_snapshot(suspension)
-            suspension.lifted_at = now
-            suspension.lifted_by = actor if actor is not None and actor.pk else None
-            suspension.save(update_fields=["lifted_at", "lifted_by"])
-            audit_record(
-                actor=actor,
-                actor_label=actor_label,
-                action=AuditLogEntry.Verb.LIFT,
-                obj=suspension,
-                before=before,
-                after=audit_snapshot(suspension),
-            )
-            lifted.append(suspension)
-    return lifted
-
-
-def event_review(
-    *,
-    events: Iterable[ModerationEvent],
-    status: str,
-    actor: AbstractBaseUser | None,
-    actor_label: str | None = None,
-) -> int:
-    """Set staff's review ``status`` (confirmed / dismissed) on ``events``; audited
-    per event whose status changes. Returns how many changed. A dismissed blocked
-    input no longer counts towards the user's :func:`abuse_score`."""
-    verb = (
-        AuditLogEntry.Verb.CONFIRM
-        if status == ModerationEvent.Status.CONFIRMED
-        else AuditLogEntry.Verb.DISMISS
-    )
-    changed = 0
-    with transaction.atomic():
-        for event in events:
-            if event.status == status:
-                continue
-            before = audit_snapshot(event)
-            event.status = status
-            event.save(update_fields=["status"])
-            audit_record(
-                actor=actor,
-                actor_label=actor_label,
-                action=verb,
-                obj=event,
-                before=before,
-                after=audit_snapshot(event),
-            )
-            changed += 1
-    return changed

@@ -307,9 +307,9 @@ def test_a_suspended_user_sees_the_banner_naming_when_it_ends_and_cannot_send(
 
     from django.utils import timezone
 
-    from safety import services as safety_services
+    from safety import suspensions
 
-    suspension = safety_services.suspension_create(
+    suspension = suspensions.suspension_create(
         user=user,
         until=timezone.now() + timedelta(hours=3),
         reason="Repeated messages against the content policy (weapons)",

@@ -16,7 +16,7 @@ from django.urls import path, reverse
 
 from chatsite.errors import DomainError
 from gateway import selectors as gateway_selectors
-from gateway.evaluation import selectors, services
+from gateway.evaluation import importing, selectors, services
 from gateway.evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet
 from gateway.models import ModelPool
 
@@ -86,7 +86,7 @@ class EvalSetAdmin(admin.ModelAdmin):
         if request.method == "POST" and form.is_valid():
             try:
                 raw = form.cleaned_data["file"].read().decode("utf-8")
-                eval_set, count = services.eval_set_import(
+                eval_set, count = importing.eval_set_import(
                     name=form.cleaned_data["name"],
                     lines=raw.splitlines(),
                     description=form.cleaned_data["description"],

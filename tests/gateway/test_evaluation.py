@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from chatsite.errors import InvalidInput, PoolSaturated
 from gateway import generations, routing
-from gateway.evaluation import services
+from gateway.evaluation import importing, services
 from gateway.evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet
 from gateway.models import Plan, UsageRecord
 from inference import protocol
@@ -47,7 +47,7 @@ def case_line(name: str, text: str, checks: list[dict], **extra) -> str:
 
 
 def make_set(name: str, lines: list[str]) -> EvalSet:
-    eval_set, _ = services.eval_set_import(name=name, lines=lines)
+    eval_set, _ = importing.eval_set_import(name=name, lines=lines)
     return eval_set
 
 
@@ -80,14 +80,14 @@ def test_the_shipped_set_imports_and_a_bad_file_imports_nothing(tmp_path):
         case_line("bad-check", "x", [{"type": "regex", "value": "("}]),
     ]
     with pytest.raises(InvalidInput) as info:
-        services.eval_set_import(name="broken", lines=bad)
+        importing.eval_set_import(name="broken", lines=bad)
     message = info.value.message
     assert "Nothing was imported" in message
     assert "line 2" in message and "line 3" in message and "line 4" in message
     assert not EvalSet.objects.filter(name="broken").exists()
     # an existing set is left untouched by a bad file, even with replace
     with pytest.raises(InvalidInput):
-        services.eval_set_import(name="basic", lines=bad, replace=True)
+        importing.eval_set_import(name="basic", lines=bad, replace=True)
     assert EvalCase.objects.filter(eval_set=basic).count() == count
     assert not EvalCase.objects.filter(name="ok").exists()
     bad_file = tmp_path / "bad.jsonl"

@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from gateway.models import Plan
-from safety import selectors, services
+from safety import selectors, suspensions
 from safety.models import AuditLogEntry, CategoryPolicy, ModerationEvent, Suspension
 from tests.conftest import make_user
 from tests.gateway import factories
@@ -171,7 +171,7 @@ def test_adding_a_suspension_in_admin_records_who(admin_client, boss, user):
 
 
 def test_the_audit_log_is_read_only_in_admin_even_for_superusers(admin_client, user):
-    services.suspension_create(
+    suspensions.suspension_create(
         user=user,
         until=timezone.now() + timedelta(hours=1),
         reason=SCRIPT,
@@ -198,9 +198,9 @@ def test_the_audit_log_is_read_only_in_admin_even_for_superusers(admin_client, u
 
 
 def test_a_stored_entry_cannot_be_changed_or_deleted(user):
-    services.suspension_lift(user=user, actor=None)  # nothing to lift: no entry
+    suspensions.suspension_lift(user=user, actor=None)  # nothing to lift: no entry
     assert not AuditLogEntry.objects.exists()
-    services.suspension_create(
+    suspensions.suspension_create(
         user=user,
         until=timezone.now() + timedelta(hours=1),
         reason="r",

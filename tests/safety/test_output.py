@@ -217,7 +217,7 @@ def _metric(action: str, category: str) -> float:
 def test_a_cut_records_one_output_event_with_the_whole_generated_text(
     user, django_capture_on_commit_callbacks
 ):
-    from safety.services import abuse_score
+    from safety.suspensions import abuse_score
 
     moderator = output.OutputModerator(job_id="job-cut", user_id=user.pk)
     _live(moderator, [CLEAN, VIOLENT, AFTER])

@@ -14,7 +14,7 @@ from django.utils import timezone
 from chatsite.errors import Suspended
 from conversations.models import Conversation, Message
 from gateway import embeddings as gateway_embeddings
-from safety import selectors, services
+from safety import selectors, suspensions
 from safety.management.commands.suspend import until_parse
 from safety.models import AuditLogEntry, ModerationEvent, Suspension
 from tests.conftest import make_user
@@ -26,7 +26,7 @@ UNTIL = datetime(2099, 1, 2, 3, 4, tzinfo=UTC)
 
 
 def suspend(user, *, until=UNTIL, reason="Spam <b>bold</b>") -> Suspension:
-    return services.suspension_create(
+    return suspensions.suspension_create(
         user=user, until=until, reason=reason, actor=None, actor_label="test"
     )
 
@@ -88,7 +88,7 @@ def test_a_suspension_ends_on_time_and_a_lifted_one_is_over(user):
     assert selectors.suspension_active(user=user) == current
     with pytest.raises(Suspended):
         selectors.suspension_check(user=user)
-    lifted = services.suspension_lift(user=user, actor=None, actor_label="test")
+    lifted = suspensions.suspension_lift(user=user, actor=None, actor_label="test")
     assert lifted == [current] and past not in lifted
     assert selectors.suspension_active(user=user) is None
 
@@ -108,17 +108,17 @@ def test_blocked_inputs_decay_and_suspend_at_the_threshold(user, settings):
     settings.SAFETY_ABUSE_SUSPEND_S = 7200
     blocked_event(user, ago_s=3600)  # weighs 0.5
     blocked_event(user, category="hate")
-    assert services.abuse_score(user=user) == pytest.approx(1.5, abs=1e-3)
-    note = services.abuse_record(user=user)
+    assert suspensions.abuse_score(user=user) == pytest.approx(1.5, abs=1e-3)
+    note = suspensions.abuse_record(user=user)
     assert "If 2 more messages are blocked soon" in note
     assert selectors.suspension_active(user=user) is None
     # a dismissed event and a flagged one do not count
     blocked_event(user, status="dismissed")
     blocked_event(user, action="flag")
-    assert services.abuse_score(user=user) == pytest.approx(1.5, abs=1e-3)
+    assert suspensions.abuse_score(user=user) == pytest.approx(1.5, abs=1e-3)
     blocked_event(user)
     blocked_event(user)
-    note = services.abuse_record(user=user)
+    note = suspensions.abuse_record(user=user)
     suspension = selectors.suspension_active(user=user)
     assert suspension is not None and "suspended until" in note
     assert "hate" in suspension.reason and "weapons" in suspension.reason
@@ -128,9 +128,9 @@ def test_blocked_inputs_decay_and_suspend_at_the_threshold(user, settings):
     entry = AuditLogEntry.objects.get(action="suspend")
     assert entry.actor_label == "abuse limit" and entry.object_id == str(suspension.pk)
     # concurrent violations after it do not suspend twice, and the score restarts
-    services.abuse_record(user=user)
+    suspensions.abuse_record(user=user)
     assert Suspension.objects.count() == 1
-    assert services.abuse_score(user=user) == 0.0
+    assert suspensions.abuse_score(user=user) == 0.0
 
 
 def test_the_suspend_and_unsuspend_commands_are_audited(user, capsys):
@@ -177,8 +177,8 @@ def test_the_nth_of_n_violations_seconds_apart_suspends_despite_the_decay(
     # each event has decayed by a few millionths when the last one is weighed
     settings.SAFETY_ABUSE_SUSPEND_SCORE = 3.0
     blocked_event(user, ago_s=2)
-    assert "If 2 more messages are blocked soon" in services.abuse_record(user=user)
+    assert "If 2 more messages are blocked soon" in suspensions.abuse_record(user=user)
     blocked_event(user, ago_s=1)
     blocked_event(user)
-    assert "suspended until" in services.abuse_record(user=user)
+    assert "suspended until" in suspensions.abuse_record(user=user)
     assert selectors.suspension_active(user=user) is not None

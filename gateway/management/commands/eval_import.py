@@ -1,7 +1,7 @@
 """`manage.py eval_import FILE [--name NAME] [--description TEXT] [--replace]`.
 
 Imports an evaluation set from a JSONL file (one case per line; see
-:func:`gateway.evaluation.services.eval_cases_parse`). All or nothing: a bad line
+:func:`gateway.evaluation.importing.eval_cases_parse`). All or nothing: a bad line
 imports nothing and the command exits 1 naming the bad lines. The set's name defaults
 to the file's name without ``.jsonl`` (``gateway/evaluation/sets/basic.jsonl`` →
 ``basic``).
@@ -15,7 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chatsite.errors import DomainError
-from gateway.evaluation import services
+from gateway.evaluation import importing
 
 
 class Command(BaseCommand):
@@ -39,7 +39,7 @@ class Command(BaseCommand):
             raise CommandError(f"Cannot read {path}: {exc}") from exc
         name = opts["name"] or path.name.removesuffix(".jsonl")
         try:
-            eval_set, count = services.eval_set_import(
+            eval_set, count = importing.eval_set_import(
                 name=name,
                 lines=text.splitlines(),
                 description=opts["description"],

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from safety import services
+from safety import suspensions
 
 DURATION = re.compile(r"^(\d+)\s*([mhdw])$")
 UNIT_S = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -68,7 +68,7 @@ class Command(BaseCommand):
         reason = options["reason"].strip()
         if not reason:
             raise CommandError("--reason must not be empty.")
-        suspension = services.suspension_create(
+        suspension = suspensions.suspension_create(
             user=user,
             until=until,
             reason=reason,

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from safety import services
+from safety import suspensions
 from safety.management.commands.suspend import command_actor, user_get
 
 
@@ -18,7 +18,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         user = user_get(options["username"])
-        lifted = services.suspension_lift(
+        lifted = suspensions.suspension_lift(
             user=user, actor=None, actor_label=command_actor()
         )
         if lifted:

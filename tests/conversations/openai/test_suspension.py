@@ -11,14 +11,14 @@ from django.utils import timezone
 
 from conversations.openai import schemas
 from inference.engines.scripted import ScriptedEngine
-from safety import services
+from safety import suspensions
 from tests.conversations.openai.helpers import asgi, ask, no_reservations
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def _suspend(user, until) -> None:
-    await sync_to_async(services.suspension_create)(
+    await sync_to_async(suspensions.suspension_create)(
         user=user, until=until, reason="Repeated abuse", actor=None, actor_label="t"
     )
 
