@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export WEB_HOST WEB_PORT
 
-.PHONY: venv services migrate run stop test lint browser bench bench-retrieval bench-embeddings bench-moderation clean
+.PHONY: venv services migrate run stop test lint browser vendor bench bench-retrieval bench-embeddings bench-moderation clean
 
 # llama-cpp-python is compiled here. ggml's AMX kernels (chosen by -march=native on
 # Sapphire Rapids Xeons) crash with a segfault in ggml_backend_amx_mul_mat on these
@@ -70,6 +70,20 @@ browser:
 		echo "installing Debian's chromium for the browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium is not installed (needs root): browser tests will be skipped"; fi
+
+# Front-end libraries from npm, pinned in package.json/package-lock.json. Their browser
+# builds (and licences) are committed under static/vendor/; axe-core is for the browser
+# tests only. Run this after changing a pin; `make run` and `make test` never need npm.
+vendor:
+	npm ci --no-audit --no-fund
+	mkdir -p static/vendor tests/browser/vendor
+	cp node_modules/markdown-it/dist/browser/markdown-it.umd.min.js static/vendor/markdown-it.min.js
+	cp node_modules/markdown-it/LICENSE static/vendor/markdown-it.LICENSE
+	cp node_modules/dompurify/dist/purify.min.js static/vendor/purify.min.js
+	cp node_modules/dompurify/LICENSE static/vendor/purify.LICENSE
+	cp node_modules/axe-core/axe.min.js tests/browser/vendor/axe.min.js
+	cp node_modules/axe-core/LICENSE tests/browser/vendor/axe.LICENSE
+	node -e 'const l=require("./package-lock.json").packages;for(const n of ["markdown-it","dompurify","axe-core"])console.log(n, l["node_modules/"+n].version)' > static/vendor/VERSIONS
 
 test: services lint browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -57,7 +57,7 @@ API_MIDDLEWARE = ["chatsite.middleware.api_middleware"]
 # quoted in it, cannot make the browser send data elsewhere, even if some HTML got past
 # the renderer (conversations/rendering.py turns every image into a link). No frames,
 # plugins, <base> or form posts elsewhere, and no inline script or style (the admin's
-# pages need none: tests/test_browser.py checks them in Chromium for violations).
+# pages need none: tests/browser/test_chat.py checks them in Chromium for violations).
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'none'"],

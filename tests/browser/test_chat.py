@@ -9,101 +9,16 @@ Skipped where Chromium is not installed (`make test` installs it when run as roo
 from __future__ import annotations
 
 import re
-import shutil
-from dataclasses import dataclass, field
 
 import pytest
 
 from conversations.models import Conversation, Message
+from tests.browser.conftest import ANSWER, BROWSER_MARKS, SHOTS, last_answer
 from tests.conftest import REAL_EMBEDDING_POOL
-from tests.stack import ROOT, running_stack
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.slow,
-    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed"),
-]
-SHOTS = ROOT / ".var" / "screenshots"
-ANSWER = "Here is **bold** text and `code`. "
+pytestmark = BROWSER_MARKS
 LEAK_HOST = "127.0.0.2"
 LEAKY_ANSWER = f"See ![x](http://{LEAK_HOST}:9/p.png?leak=secret) here. "
-
-
-@dataclass
-class BrowserLog:
-    """What the browser did: every request's URL and the console's CSP violations."""
-
-    requests: list[str] = field(default_factory=list)
-    csp_violations: list[str] = field(default_factory=list)
-
-
-@pytest.fixture
-def script_text():
-    """The scripted engine's answer (repeated up to CHAT_MAX_TOKENS); a test may
-    parametrize it."""
-    return ANSWER
-
-
-@pytest.fixture
-def site_env():
-    """Extra environment of the site's processes; a test may parametrize it."""
-    return {}
-
-
-@pytest.fixture
-def site(user, script_text, site_env):
-    args = ["--pool", "default", "--engine", "scripted", "--delay-ms", "40"]
-    args += ["--script-text", script_text, "--cycle"]
-    with running_stack(args, env={"CHAT_MAX_TOKENS": "40", **site_env}) as base:
-        yield base
-
-
-@pytest.fixture
-def browser_log():
-    return BrowserLog()
-
-
-@pytest.fixture
-def page(site, browser_log, monkeypatch):
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API runs an event loop in this thread; the ORM calls of the
-    # assertions are plain sync calls, not async code.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-            ],
-        )
-        page = browser.new_page()
-        page.set_default_timeout(20_000)
-        page.context.on("request", lambda r: browser_log.requests.append(r.url))
-        page.on(
-            "console",
-            lambda m: (
-                browser_log.csp_violations.append(f"{page.url}: {m.text}")
-                if "Content Security Policy" in m.text
-                else None
-            ),
-        )
-        page.goto(site + "/")
-        page.fill("input[name=username]", "alice")
-        page.fill("input[name=password]", "pw-alice-123")
-        page.click("button[type=submit]")
-        page.wait_for_selector("#composer")
-        yield page
-        browser.close()
-
-
-def last_answer(page):
-    return page.locator("article.msg-assistant").last
 
 
 def test_answer_streams_into_the_page_then_renders_markdown(page):
