@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export WEB_HOST WEB_PORT
 
-.PHONY: venv services migrate run stop test lint browser vendor bench bench-retrieval bench-embeddings bench-moderation clean
+.PHONY: venv services migrate run stop test lint browser proxy vendor bench bench-retrieval bench-embeddings bench-moderation bench-sse clean
 
 # llama-cpp-python is compiled here. ggml's AMX kernels (chosen by -march=native on
 # Sapphire Rapids Xeons) crash with a segfault in ggml_backend_amx_mul_mat on these
@@ -71,6 +71,14 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium is not installed (needs root): browser tests will be skipped"; fi
 
+# Debian's HAProxy for the scale-out tests and bench (deploy/haproxy.cfg; skipped without).
+proxy:
+	@if command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's haproxy for the scale-out tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
+	else echo "haproxy is not installed (needs root): scale-out tests will be skipped"; fi
+
 # Front-end libraries from npm, pinned in package.json/package-lock.json. Their browser
 # builds (and licences) are committed under static/vendor/; axe-core is for the browser
 # tests only. Run this after changing a pin; `make run` and `make test` never need npm.
@@ -85,7 +93,7 @@ vendor:
 	cp node_modules/axe-core/LICENSE tests/browser/vendor/axe.LICENSE
 	node -e 'const l=require("./package-lock.json").packages;for(const n of ["markdown-it","dompurify","axe-core"])console.log(n, l["node_modules/"+n].version)' > static/vendor/VERSIONS
 
-test: services lint browser
+test: services lint browser proxy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: migrate
@@ -101,6 +109,11 @@ bench-embeddings: migrate
 # output moderation off / release / hold: TTFT, total time, false cuts
 bench-moderation: migrate
 	$(BIN)/python bench/moderation.py $(BENCH_ARGS)
+
+# N concurrent chat streams through one daphne and through two behind HAProxy
+# (BENCH_ARGS='--streams 250 500 1000 2000')
+bench-sse: migrate proxy
+	$(BIN)/python bench/sse_fanout.py $(BENCH_ARGS)
 
 clean: stop
 	rm -rf .var

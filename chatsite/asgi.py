@@ -28,6 +28,8 @@ from django.test.utils import override_settings
 from django.urls import Resolver404, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, RoutePattern
 
+from chatsite.health import HEALTH_PATH, health_app
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 
 django_asgi_app = get_asgi_application()
@@ -93,7 +95,11 @@ api_asgi_app = asgi_handler_with(settings.API_MIDDLEWARE)
 
 
 async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """Send API requests to the API handler and everything else to the site's."""
+    """Send API requests to the API handler and everything else to the site's
+    (``/healthz``, the load balancer's check, is answered before either)."""
+    if scope["path"] == HEALTH_PATH:
+        await health_app(scope, receive, send)
+        return
     app = api_asgi_app if is_api_path(scope["path"]) else site_app
     await app(scope, receive, send)
 

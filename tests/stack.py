@@ -139,13 +139,16 @@ class Web:
 
 
 @contextmanager
-def web_process(env: dict, *, app: str = ASGI_APP) -> Iterator[Web]:
-    """Run ``daphne <app>`` on a free port with ``env`` (see :func:`stack_env`); yield
-    it once ``/login/`` answers. Raises RuntimeError if it does not come up within
-    START_TIMEOUT_S seconds. Stopped with SIGTERM on exit."""
+def web_process(
+    env: dict, *, app: str = ASGI_APP, daphne_args: Sequence[str] = ()
+) -> Iterator[Web]:
+    """Run ``daphne [daphne_args] <app>`` on a free port with ``env`` (see
+    :func:`stack_env`); yield it once ``/login/`` answers. Raises RuntimeError if it
+    does not come up within START_TIMEOUT_S seconds. Stopped with SIGTERM on exit."""
     port = free_port()
     daphne = Path(sys.executable).parent / "daphne"
-    web = _start([daphne, "-b", "127.0.0.1", "-p", str(port), app], env, "daphne")
+    argv = [daphne, "-b", "127.0.0.1", "-p", str(port), *daphne_args, app]
+    web = _start(argv, env, "daphne")
     base = f"http://127.0.0.1:{port}"
     try:
         web_wait(base, web)

@@ -17,6 +17,7 @@ import pytest
 from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
+from inference import client as inference_client
 from inference import protocol
 from inference.connections import redis_sync
 from inference.metrics import metrics_render
@@ -207,3 +208,72 @@ def test_a_second_sigterm_cancels_the_running_answer_and_exits_at_once(spawn):
     assert events[-1].data["finish_reason"] == "cancelled"
     assert 2 <= sum(e.type == "token" for e in events) < 200
     assert queue_drained("abort")
+
+
+def _served_by(job_id: str) -> list[str]:
+    """The worker of each ``meta`` event of a job (a retried job has two)."""
+    return [
+        e.data["worker"]
+        for e in inference_client.generation_events(job_id=job_id)
+        if e.type == protocol.EVENT_META
+    ]
+
+
+def test_two_workers_on_one_pool_both_serve_jobs_and_each_job_runs_once(spawn):
+    # Three slots each, ten jobs of about 1 s: neither worker can take them all.
+    first = spawn("spread", "--delay-ms", "100", "--concurrency", "3")
+    second = spawn("spread", "--delay-ms", "100", "--concurrency", "3")
+    text = " ".join(f"w{i}" for i in range(10))
+    jobs = [f"spread-{n}" for n in range(10)]
+    for job_id in jobs:
+        enqueue(job_id, pool="spread", script={"text": text})
+    for job_id in jobs:
+        events = wait_events(job_id, terminal, timeout=60)
+        assert events[-1].type == "done" and tokens_text(events) == text
+    served = {job_id: _served_by(job_id) for job_id in jobs}
+    assert all(len(workers) == 1 for workers in served.values()), served
+    per_worker = [
+        sum(workers == [proc.worker_id] for workers in served.values())
+        for proc in (first, second)
+    ]
+    assert sum(per_worker) == 10 and min(per_worker) >= 1, per_worker
+    assert queue_drained("spread")
+
+
+def test_killing_one_of_two_workers_ends_every_job_once_and_loses_none(spawn):
+    # Ten jobs of 3 s on 2 x 3 slots: at the kill the victim runs jobs with tokens out
+    # (they end worker_lost, partial kept) and jobs still wait in the queue (the
+    # survivor serves them); nothing is left without a terminal event.
+    victim = spawn("failover", "--delay-ms", "100", "--concurrency", "3")
+    survivor = spawn("failover", "--delay-ms", "100", "--concurrency", "3")
+    text = " ".join(f"w{i}" for i in range(30))
+    jobs = [f"failover-{n}" for n in range(10)]
+    for job_id in jobs:
+        enqueue(job_id, pool="failover", script={"text": text}, deadline_in=120)
+
+    def victim_streaming() -> bool:
+        return any(
+            _served_by(job_id) == [victim.worker_id]
+            and "w1" in tokens_text(inference_client.generation_events(job_id=job_id))
+            for job_id in jobs
+        )
+
+    wait_until(victim_streaming, timeout_s=30)
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(timeout=10)
+    outcomes = {}
+    for job_id in jobs:
+        events = wait_events(job_id, terminal, timeout=90)
+        assert sum(e.is_terminal for e in events) == 1, [e.type for e in events]
+        outcomes[job_id] = (events[-1], _served_by(job_id), tokens_text(events))
+    lost = [j for j, (end, _, _) in outcomes.items() if end.type == "error"]
+    assert lost, "the victim had answers in progress"
+    for end, workers, partial in outcomes.values():
+        if end.type == "error":
+            assert end.data["code"] == protocol.ERROR_WORKER_LOST
+            assert workers == [victim.worker_id] and text.startswith(partial)
+        else:  # served by the survivor, or retried on it (no token out at the kill)
+            assert end.data["finish_reason"] == "stop" and partial == text
+    assert any(workers == [survivor.worker_id] for _, workers, _ in outcomes.values())
+    assert queue_drained("failover", timeout=20)
+    assert survivor.proc.poll() is None

@@ -1,0 +1,406 @@
+"""SSE fan-out: N concurrent chat streams through one daphne, and through two behind
+HAProxy (deploy/haproxy.cfg).
+
+    .venv/bin/python bench/sse_fanout.py [--streams 250 500 1000 2000]
+        [--targets one proxy] [--tokens 200] [--delay-ms 20]
+
+Runs on the dev services (`make migrate` first). For each target and N:
+
+1. start the web process(es) (and HAProxy), sign in a bench user over HTTP and POST N
+   messages (the real turn path); the pool looks served (a heartbeat) but no worker
+   runs yet, so every job waits in the queue;
+2. open N SSE streams (a light raw-socket client: headers, chunked decoding, frame
+   boundaries; token payloads are not JSON-decoded) and wait until all are open;
+3. start one scripted worker (``--concurrency N``, ``--tokens`` tokens ``--delay-ms``
+   apart): every generation starts at once and each stream reads to its ``done``.
+
+Figures:
+
+- completed streams (a ``done`` frame) of N;
+- TTFT added by our path: the first token's Redis entry time (the entry id is the
+  XADD's millisecond clock) to the client receiving its frame, p50/p99 ms; the same
+  for every frame ("relay latency");
+- p99 gap between two frames of one stream at the client (ms; the engine emits every
+  ``--delay-ms``, so anything above is worker, relay or client lag);
+- web CPU (cores busy while streaming, per 1,000 streams) and RSS added by the open
+  streams (MiB per 1,000 streams), summed over the web processes; HAProxy's own CPU
+  and RSS are not counted.
+
+The client, the worker, the web processes and Redis share the machine, so on a small
+or busy one the figures are upper bounds of the relay's cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import statistics
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+POOL = "ssebench"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class StreamStats:
+    """What one client stream saw (wall-clock seconds, ms)."""
+
+    opened: bool = False
+    done: bool = False
+    error: str = ""
+    frames: int = 0
+    first_token_lag_ms: float | None = None
+    lags_ms: list[float] = field(default_factory=list)
+    gaps_ms: list[float] = field(default_factory=list)
+
+
+def _entry_ms(event_id: str) -> int:
+    return int(event_id.split("-")[0])
+
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    status_line = await reader.readline()
+    status = int(status_line.split()[1])
+    headers = {}
+    while True:
+        line = (await reader.readline()).decode("latin-1").strip()
+        if not line:
+            return status, headers
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+
+
+async def _body(reader: asyncio.StreamReader, chunked: bool):
+    """Yield the response body's pieces (dechunked)."""
+    if not chunked:
+        while piece := await reader.read(65536):
+            yield piece
+        return
+    while True:
+        size = int((await reader.readline()).split(b";")[0], 16)
+        if size == 0:
+            return
+        yield await reader.readexactly(size)
+        await reader.readexactly(2)
+
+
+async def sse_client(
+    host: str,
+    port: int,
+    path: str,
+    cookie: str,
+    stats: StreamStats,
+    opened: asyncio.Event | None = None,
+) -> None:
+    """Read one SSE stream to its ``done``/``error`` frame, filling ``stats``."""
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+    except OSError as exc:
+        stats.error = f"connect: {exc}"
+        return
+    try:
+        writer.write(
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {cookie}\r\n"
+            "Accept: text/event-stream\r\n\r\n".encode()
+        )
+        status, headers = await _read_head(reader)
+        if status != 200:
+            stats.error = f"status {status}"
+            return
+        chunked = headers.get("transfer-encoding", "").lower() == "chunked"
+        buffer = b""
+        last_frame_at = None
+        async for piece in _body(reader, chunked):
+            now_wall, now = time.time(), time.monotonic()
+            buffer += piece
+            while b"\n\n" in buffer:
+                frame, buffer = buffer.split(b"\n\n", 1)
+                event = event_id = None
+                for line in frame.split(b"\n"):
+                    if line.startswith(b"event: "):
+                        event = line[7:].decode()
+                    elif line.startswith(b"id: "):
+                        event_id = line[4:].decode()
+                if event is None:  # retry: / ping comments
+                    if not stats.opened:
+                        stats.opened = True
+                        if opened is not None:
+                            opened.set()
+                    continue
+                stats.frames += 1
+                if last_frame_at is not None:
+                    stats.gaps_ms.append((now - last_frame_at) * 1000)
+                last_frame_at = now
+                if event == "token" and event_id:
+                    lag = now_wall * 1000 - _entry_ms(event_id)
+                    stats.lags_ms.append(lag)
+                    if stats.first_token_lag_ms is None:
+                        stats.first_token_lag_ms = lag
+                elif event in ("done", "error"):
+                    stats.done = event == "done"
+                    stats.error = "" if stats.done else "error frame"
+                    return
+        stats.error = stats.error or "stream ended without done"
+    except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+        stats.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        writer.close()
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def proc_rss_mib(pid: int) -> float:
+    """Resident set size of a process, MiB (/proc/<pid>/status VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def proc_threads(pid: int) -> int:
+    """Threads of a process (/proc/<pid>/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return 0
+
+
+def pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0-1) of ``values`` (nearest rank); nan when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def bench_setup(password: str) -> None:
+    """The bench user, on a plan with no token limits, allowed the bench pool only."""
+    from django.contrib.auth import get_user_model
+
+    from gateway.models import ModelPool, Plan, Subscription
+
+    user, _ = get_user_model().objects.get_or_create(username="ssebench")
+    user.set_password(password)
+    user.save()
+    pool, _ = ModelPool.objects.update_or_create(
+        name=POOL,
+        defaults={"model": "scripted-1", "queue_threshold": 1_000_000},
+    )
+    plan, _ = Plan.objects.get_or_create(name="ssebench")
+    plan.allowed_pools.set([pool])
+    Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
+
+
+async def post_turns(base: str, password: str, n: int) -> tuple[str, list[str]]:
+    """Sign in and POST ``n`` messages; return the Cookie header and stream paths."""
+    import httpx
+
+    async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+        await client.get("/login/")
+        await client.post(
+            "/login/",
+            data={
+                "username": "ssebench",
+                "password": password,
+                "csrfmiddlewaretoken": client.cookies["csrftoken"],
+            },
+        )
+        token = client.cookies["csrftoken"]
+        gate = asyncio.Semaphore(8)
+
+        async def one(i: int) -> str:
+            async with gate:
+                r = await client.post(
+                    "/c/messages/",
+                    data={"content": f"Stream number {i}, please."},
+                    headers={"X-CSRFToken": token},
+                )
+                r.raise_for_status()
+                return r.json()["assistant_message"]["stream_url"]
+
+        paths = await asyncio.gather(*(one(i) for i in range(n)))
+        cookie = "; ".join(f"{k}={v}" for k, v in client.cookies.items())
+    return cookie, list(paths)
+
+
+def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
+    """Run the fan-out of ``n`` streams through ``target`` (``one`` or ``proxy``)."""
+    from inference import protocol
+    from inference.connections import redis_sync
+    from tests.proxy import haproxy_process
+    from tests.stack import stack_env, web_process, worker_processes
+
+    env = stack_env(for_tests=False)
+    password = "ssebench-pass-123"
+    bench_setup(password)
+    redis = redis_sync()
+    with ExitStack() as stack:
+        webs = [stack.enter_context(web_process(env))]
+        if target == "proxy":
+            webs.append(stack.enter_context(web_process(env)))
+            proxy = stack.enter_context(haproxy_process([w.base[7:] for w in webs]))
+            base = proxy.base
+        else:
+            base = webs[0].base
+        pids = [w.process.pid for w in webs]
+        # The pool looks served (the gateway admits only to a served pool) while its
+        # jobs wait: every stream is open before the first token.
+        fake = "sse-bench-hold"
+        redis.zadd(protocol.workers_key(POOL), {fake: time.time() + 3600})
+        cookie, paths = asyncio.run(post_turns(base, password, n))
+        host, port = base[7:].split(":")
+        all_stats = [StreamStats() for _ in paths]
+        rss_before = sum(proc_rss_mib(p) for p in pids)
+
+        async def fan_out() -> dict:
+            opened = [asyncio.Event() for _ in paths]
+            tasks = [
+                asyncio.create_task(
+                    sse_client(host, int(port), path, cookie, stats, ev)
+                )
+                for path, stats, ev in zip(paths, all_stats, opened, strict=True)
+            ]
+            deadline = time.monotonic() + 120
+            while sum(ev.is_set() for ev in opened) < n:
+                if time.monotonic() > deadline or all(t.done() for t in tasks):
+                    break
+                await asyncio.sleep(0.1)
+            rss_open = sum(proc_rss_mib(p) for p in pids)
+            worker = [
+                "--pool", POOL, "--engine", "scripted", "--concurrency", str(n),
+                "--delay-ms", str(args.delay_ms), "--cycle",
+                "--script-text", "tok " * 8,
+            ]  # fmt: skip
+            peak = rss_open
+            # Without the stand-in heartbeat, start-up waits for the real worker; the
+            # watchdog's no-worker grace (600 s here) covers the gap.
+            redis.zrem(protocol.workers_key(POOL), fake)
+            with worker_processes([worker], env):
+                cpu0, t0 = sum(proc_cpu_s(p) for p in pids), time.monotonic()
+                pending = set(tasks)
+                threads = clients = 0
+                while pending:
+                    _, pending = await asyncio.wait(pending, timeout=0.5)
+                    peak = max(peak, sum(proc_rss_mib(p) for p in pids))
+                    threads = max(threads, sum(proc_threads(p) for p in pids))
+                    clients = max(clients, redis.info("clients")["connected_clients"])
+            cpu = sum(proc_cpu_s(p) for p in pids) - cpu0
+            return {
+                "rss_open": rss_open,
+                "rss_peak": peak,
+                "cpu_s": cpu,
+                "wall_s": time.monotonic() - t0,
+                "threads": threads,
+                "redis_clients": clients,
+            }
+
+        run = asyncio.run(fan_out())
+        waiting = redis.xlen(protocol.queue_key(POOL))
+    done = [s for s in all_stats if s.done]
+    errors: dict[str, int] = {}
+    for s in all_stats:
+        if not s.done:
+            errors[s.error] = errors.get(s.error, 0) + 1
+    first = [s.first_token_lag_ms for s in done if s.first_token_lag_ms is not None]
+    lags = [lag for s in done for lag in s.lags_ms]
+    gaps = [gap for s in done for gap in s.gaps_ms]
+    per_k = 1000 / n
+    return {
+        "target": target,
+        "n": n,
+        "completed": len(done),
+        "errors": errors,
+        "ttft_added_p50": pct(first, 0.5),
+        "ttft_added_p99": pct(first, 0.99),
+        "relay_p50": pct(lags, 0.5),
+        "relay_p99": pct(lags, 0.99),
+        "gap_p50": pct(gaps, 0.5),
+        "gap_p99": pct(gaps, 0.99),
+        "frames": statistics.mean([s.frames for s in done]) if done else 0,
+        "cores": run["cpu_s"] / run["wall_s"],
+        "cores_per_k": run["cpu_s"] / run["wall_s"] * per_k,
+        "cpu_ms_per_stream": run["cpu_s"] * 1000 / n,
+        "rss_open_per_k": (run["rss_open"] - rss_before) * per_k,
+        "rss_peak_per_k": (run["rss_peak"] - rss_before) * per_k,
+        "wall_s": run["wall_s"],
+        "threads": run["threads"],
+        "redis_clients": run["redis_clients"],
+        "left_waiting": waiting,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", type=int, nargs="+", default=[250])
+    parser.add_argument("--targets", nargs="+", default=["one", "proxy"])
+    parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--delay-ms", type=float, default=20.0)
+    args = parser.parse_args()
+    os.environ.update(
+        {
+            "INFERENCE_DEFAULT_POOL": POOL,
+            "CHAT_MAX_TOKENS": str(args.tokens),
+            "CHAT_MESSAGE_RATE": "1000000/m",
+            "SAFETY_INPUT_ENABLED": "0",
+            "CHAT_BACKGROUND_JOBS": "0",
+            "GATEWAY_QUEUE_THRESHOLD": "1000000",
+            "GATEWAY_CACHE_ENABLED": "0",
+            "GATEWAY_SEMANTIC_CACHE_ENABLED": "0",
+            # jobs wait while the streams open; no watchdog may end them meanwhile
+            "INFERENCE_QUEUE_TIMEOUT_S": "600",
+            "INFERENCE_NO_WORKER_GRACE_S": "600",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    # One socket per stream on each side (client, daphne, HAProxy).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    import django
+
+    django.setup()
+    rows = [run_one(t, n, args) for n in args.streams for t in args.targets]
+    print(
+        f"\n{args.tokens} tokens per stream, {args.delay_ms:g} ms apart; "
+        f"{os.cpu_count()} cores shared by client, worker, web and Redis\n"
+    )
+    head = (
+        "target  streams  done  TTFT+ p50/p99 ms  relay p50/p99 ms  gap p50/p99 ms"
+        "  frames  web cores  cores/1k  CPU ms/stream  MiB/1k open/peak"
+    )
+    print(head)
+    for r in rows:
+        print(
+            f"{r['target']:6s}  {r['n']:7d}  {r['completed']:4d}  "
+            f"{r['ttft_added_p50']:7.1f}/{r['ttft_added_p99']:7.1f}  "
+            f"{r['relay_p50']:7.1f}/{r['relay_p99']:7.1f}  "
+            f"{r['gap_p50']:6.1f}/{r['gap_p99']:6.1f}  {r['frames']:6.1f}  "
+            f"{r['cores']:9.2f}  {r['cores_per_k']:8.2f}  "
+            f"{r['cpu_ms_per_stream']:13.1f}  "
+            f"{r['rss_open_per_k']:6.1f}/{r['rss_peak_per_k']:6.1f}"
+        )
+        print(
+            f"        streaming {r['wall_s']:.1f} s; web threads at peak "
+            f"{r['threads']}; Redis clients at peak {r['redis_clients']} (all "
+            f"processes); queue entries left {r['left_waiting']}"
+        )
+        if r["errors"]:
+            print(f"        not completed: {r['errors']}")
+
+
+if __name__ == "__main__":
+    main()
