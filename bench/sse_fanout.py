@@ -290,8 +290,10 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
             # Without the stand-in heartbeat, start-up waits for the real worker; the
             # watchdog's no-worker grace (600 s here) covers the gap.
             redis.zrem(protocol.workers_key(POOL), fake)
-            with worker_processes([worker], env):
+            with worker_processes([worker], env) as procs:
                 cpu0, t0 = sum(proc_cpu_s(p) for p in pids), time.monotonic()
+                worker_cpu0 = proc_cpu_s(procs[0].pid)
+                client_cpu0 = time.process_time()
                 pending = set(tasks)
                 threads = clients = 0
                 while pending:
@@ -299,6 +301,8 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
                     peak = max(peak, sum(proc_rss_mib(p) for p in pids))
                     threads = max(threads, sum(proc_threads(p) for p in pids))
                     clients = max(clients, redis.info("clients")["connected_clients"])
+                worker_cpu = proc_cpu_s(procs[0].pid) - worker_cpu0
+                client_cpu = time.process_time() - client_cpu0
             cpu = sum(proc_cpu_s(p) for p in pids) - cpu0
             return {
                 "rss_open": rss_open,
@@ -307,6 +311,8 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
                 "wall_s": time.monotonic() - t0,
                 "threads": threads,
                 "redis_clients": clients,
+                "worker_cpu_s": worker_cpu,
+                "client_cpu_s": client_cpu,
             }
 
         run = asyncio.run(fan_out())
@@ -339,6 +345,8 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
         "rss_peak_per_k": (run["rss_peak"] - rss_before) * per_k,
         "wall_s": run["wall_s"],
         "threads": run["threads"],
+        "worker_cores": run["worker_cpu_s"] / run["wall_s"],
+        "client_cores": run["client_cpu_s"] / run["wall_s"],
         "redis_clients": run["redis_clients"],
         "left_waiting": waiting,
     }
@@ -396,7 +404,9 @@ def main() -> None:
         print(
             f"        streaming {r['wall_s']:.1f} s; web threads at peak "
             f"{r['threads']}; Redis clients at peak {r['redis_clients']} (all "
-            f"processes); queue entries left {r['left_waiting']}"
+            f"processes); queue entries left {r['left_waiting']}; cores busy: "
+            f"worker {r['worker_cores']:.2f}, client {r['client_cores']:.2f}, load "
+            f"average {os.getloadavg()[0]:.1f}"
         )
         if r["errors"]:
             print(f"        not completed: {r['errors']}")
