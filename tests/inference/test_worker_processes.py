@@ -115,9 +115,11 @@ def test_kill_9_before_the_first_token_the_job_is_retried_and_completes_once(spa
     enqueue("crash-early", pool="crash-a", script={"text": "alpha beta gamma"})
     events = wait_events("crash-early", lambda ev: len(ev) >= 1, timeout=20)
     assert events[0].data["worker"] == stuck.worker_id
-    rescuer = spawn("crash-a", "--delay-ms", "10")
+    # Killed before the rescuer starts: a rescuer slow to start (a busy machine) must
+    # not give the stuck worker time to emit its first token.
     stuck.proc.send_signal(signal.SIGKILL)
     stuck.proc.wait(timeout=10)
+    rescuer = spawn("crash-a", "--delay-ms", "10")
     events = wait_events("crash-early", terminal, timeout=30)
     assert [e.type for e in events] == [
         "meta",
@@ -144,9 +146,9 @@ def test_kill_9_mid_answer_ends_the_job_with_worker_lost_and_keeps_the_partial(s
     wait_events(
         "crash-late", lambda ev: sum(e.type == "token" for e in ev) >= 3, timeout=20
     )
-    rescuer = spawn("crash-b", "--delay-ms", "10")
-    dying.proc.send_signal(signal.SIGKILL)
+    dying.proc.send_signal(signal.SIGKILL)  # before the rescuer starts, as above
     dying.proc.wait(timeout=10)
+    rescuer = spawn("crash-b", "--delay-ms", "10")
     events = wait_events("crash-late", terminal, timeout=30)
     kinds = [e.type for e in events]
     assert kinds.count("meta") == 1 and kinds[-1] == "error"
