@@ -6,6 +6,9 @@ them. Each schema is checked by the tests on real streams
 
 - ``token``: ``{"t"}`` — released answer text (several deltas coalesced);
 - ``meta``: the worker's ``meta`` event as is (:data:`inference.protocol.EVENT_SCHEMAS`);
+- ``queue``: ``{"position"}`` — the job still waits for a free worker, ``position``
+  1 = next in line, 0 = a worker is taking it (sent about once a second, only before
+  the first ``meta``);
 - ``done``: the stored answer (:func:`conversations.sse.message_payload`);
 - ``error``: a failed answer (the stored answer plus ``code``/``message``/retry
   fields), or a stream that broke (``code``, ``message``, ``message_id``, retry
@@ -36,6 +39,13 @@ def _citations(value: Any) -> bool:
     )
 
 
+SSE_QUEUE = "queue"
+
+
+def _position(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 _USAGE = {"prompt_tokens": int, "completion_tokens": int, "cached_tokens": int}
 _STATUSES = {"complete", "cancelled", "error", "filtered"}
 
@@ -61,6 +71,7 @@ _RETRY = {
 SSE_SCHEMAS: dict[str, dict[str, Any]] = {
     "token": {"t": str},
     "meta": protocol.EVENT_SCHEMAS[protocol.EVENT_META],
+    SSE_QUEUE: {"position": _position},
     "done": _ANSWER,
     # a failed answer carries the stored answer; a broken stream only the error
     "error": {

@@ -7,6 +7,8 @@ XREAD BLOCK from the ``Last-Event-ID`` header (or ``?last_event_id=``) onwards a
 - ``event: meta``  ``{"model", "worker", "queue_ms"}`` (+ ``"cache": "exact"|"semantic"``
   for an answer served from the gateway's answer caches)
 - ``event: token`` ``{"t": "..."}``: consecutive deltas coalesced into one frame
+- ``event: queue`` ``{"position": N}``: about once a second while the job waits for a
+  free worker (1 = next; 0 = a worker is taking it), none once the answer runs
 - ``event: done``  ``{"message_id", "status", "finish_reason", "usage", "html", "cache",
   ...}`` (``cache``: the message's ``cache_kind``, "" when generated)
 - ``event: error`` ``{"code", "message", "message_id", "html"}``
@@ -35,6 +37,7 @@ from chatsite.db import db_brief, db_release
 from chatsite.errors import DomainError, InvalidInput
 from chatsite.http import error_response
 from conversations import selectors, services
+from conversations.events import SSE_QUEUE
 from conversations.models import Message
 from conversations.rendering import markdown_to_html
 from gateway import generations
@@ -153,6 +156,7 @@ async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
         recorder=services.RECORDER,
         message_id=message.id,
         resumable=True,
+        report_queue=True,
     )
     async with aclosing(follow) as items:
         async for item in items:
@@ -160,6 +164,8 @@ async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
                 yield sse_frame("token", {"t": item.text}, item.event_id)
             elif isinstance(item, generations.Meta):
                 yield sse_frame(protocol.EVENT_META, item.data, item.event_id)
+            elif isinstance(item, generations.Queued):
+                yield sse_frame(SSE_QUEUE, {"position": item.position})
             elif isinstance(item, generations.Idle):
                 if time.monotonic() - last_sent < settings.SSE_HEARTBEAT_S:
                     continue

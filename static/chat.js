@@ -1,7 +1,8 @@
 // Chat page: send, stream (SSE), stop, regenerate; a "cached answer" label on answers
 // the gateway served from its answer caches.
-// Model text is appended with textContent while streaming; on `done` the server's
-// sanitised HTML (markdown-it-py + nh3) replaces it. Nothing else is set as HTML.
+// While streaming, model text is rendered as Markdown and sanitised by
+// static/stream-render.js (plain textContent if that is not loaded); on `done` the
+// server's sanitised HTML (markdown-it-py + nh3) replaces it. Nothing else is set as HTML.
 (function () {
   "use strict";
   const chat = document.getElementById("chat");
@@ -107,6 +108,13 @@
 
   function finish(article, data, failed) {
     const body = article.querySelector(".msg-body");
+    const view = views.get(article);
+    if (view) {
+      view.stop();
+      body.dataset.raw = view.text(); // the text as streamed (equals the stored answer)
+    }
+    hideQueue(article);
+    article.removeAttribute("aria-busy");
     if (data.html !== undefined) body.innerHTML = data.html; // sanitised on the server
     article.dataset.status = data.status || (failed ? "error" : "complete");
     article.classList.remove("status-streaming");
@@ -133,19 +141,147 @@
     else if (data.status === "cancelled") state.textContent = "Stopped";
     else if (data.status === "filtered") state.textContent = data.error || "Cut by the content filter";
     showFeedback(article);
-    const meta = article.querySelector(".msg-meta");
-    if (meta && data.model) {
-      let m = data.model;
-      if (data.usage && data.usage.completion_tokens) m += " · " + data.usage.completion_tokens + " tokens";
-      if (data.ttft_ms !== null && data.ttft_ms !== undefined) m += " · first token " + data.ttft_ms + " ms";
-      meta.textContent = m;
-    }
+    fillFooter(article, data);
+    markCutShort(article, data);
+    announceEnd(article, data, failed);
   }
 
-  function stream(article, streamUrl, stopUrl, attempt) {
+  // Model, tokens and time to first token under an answer, from its `done` / `error`
+  // frame (the same text as the server renders in _message.html).
+  function fillFooter(article, data) {
+    const meta = article.querySelector(".msg-meta");
+    if (!meta || !data.model) return;
+    let m = data.model;
+    if (data.usage && data.usage.completion_tokens) m += " · " + data.usage.completion_tokens + " tokens";
+    if (data.ttft_ms !== null && data.ttft_ms !== undefined) m += " · first token " + data.ttft_ms + " ms";
+    meta.textContent = m;
+  }
+
+  // ---- streaming that reads well (issue 11): renderer, queue, cut short, Esc, live region
+  const views = new WeakMap(); // article -> its stream renderer (kept across reconnects)
+  const announcer = document.getElementById("answer-status");
+
+  // The renderer of an answer's body: progressive Markdown (stream-render.js), or
+  // plain text appended with textContent when that script did not load.
+  function streamView(article) {
+    let view = views.get(article);
+    if (view) return view;
     const body = article.querySelector(".msg-body");
+    if (window.StreamRender) view = window.StreamRender.create(body);
+    else {
+      let text = body.textContent;
+      view = {
+        append: function (t) { text += t; body.append(document.createTextNode(t)); },
+        text: function () { return text; },
+        stop: function () {},
+      };
+    }
+    views.set(article, view);
+    return view;
+  }
+
+  // "Waiting for a free worker…" while the job is queued (SSE `queue` events: position
+  // 1 = next; 0 = a worker is taking it).
+  function showQueue(article, position) {
+    if (!position) { hideQueue(article); return; }
+    let note = article.querySelector(".msg-queue");
+    if (!note) {
+      note = document.createElement("p");
+      note.className = "msg-queue";
+      article.insertBefore(note, article.querySelector(".msg-footer"));
+    }
+    const text = "Waiting for a free worker… position " + position + " in the queue";
+    if (note.textContent !== text) note.textContent = text;
+  }
+
+  function hideQueue(article) {
+    const note = article.querySelector(".msg-queue");
+    if (note) note.remove();
+  }
+
+  // An answer that hit its token limit says so, with a Continue button on the newest
+  // answer (the server renders the same from finish_reason after a reload).
+  function markCutShort(article, data) {
+    if (data.finish_reason !== "length" || article.querySelector(".msg-cut")) return;
+    const footer = article.querySelector(".msg-footer");
+    if (!footer) return;
+    const note = document.createElement("span");
+    note.className = "msg-cut";
+    note.textContent = "Cut short — the answer reached its length limit";
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "link msg-continue";
+    button.textContent = "Continue";
+    button.title = "Ask the model to continue this answer";
+    footer.append(note, button);
+    pruneContinue();
+  }
+
+  // Only the newest answer can be continued (Continue adds a turn at the end).
+  function pruneContinue() {
+    const buttons = thread.querySelectorAll("button.msg-continue");
+    const answers = thread.querySelectorAll(".msg-assistant");
+    const newest = answers[answers.length - 1];
+    buttons.forEach(function (b) { if (!newest || !newest.contains(b)) b.remove(); });
+  }
+
+  // Announce a finished answer once to screen readers (the thread itself is not a
+  // live region: that would read every token).
+  function announceEnd(article, data, failed) {
+    if (!announcer) return;
+    let text;
+    if (failed) text = "The answer failed. " + (data.message || "");
+    else if (data.status === "cancelled") text = "Answer stopped.";
+    else {
+      const body = article.querySelector(".msg-body").textContent.trim().replace(/\s+/g, " ");
+      const first = (body.match(/^.{1,200}?[.!?](?=\s|$)/) || [body.slice(0, 200)])[0];
+      text = (data.finish_reason === "length" ? "Answer cut short: " : "Answer complete: ") + first;
+    }
+    announcer.textContent = text;
+  }
+
+  // Esc stops the streaming answer, from anywhere on the chat page, unless an editor
+  // or a dialog is open (they take Esc themselves: an open <dialog>, or a handler
+  // that called preventDefault).
+  document.addEventListener("keydown", function (e) {
+    if (e.key !== "Escape" || e.defaultPrevented || e.isComposing || !active) return;
+    if (document.querySelector("dialog[open]")) return;
+    const target = e.target;
+    const editing = target && target !== input && target.closest &&
+      target.closest("textarea, input:not([type=button]):not([type=submit]), select, [contenteditable=true]");
+    if (editing) return;
+    e.preventDefault();
+    stopBtn.click();
+  });
+
+  // Continue a cut-short answer: a new turn whose user message is "Continue".
+  thread.addEventListener("click", async function (e) {
+    const button = e.target.closest("button.msg-continue");
+    if (!button || active || sending) return;
+    showError("");
+    sending = true;
+    setBusy(true);
+    const data = new FormData(form);
+    data.set("content", "Continue");
+    try {
+      const turn = await post(chat.dataset.sendUrl, data);
+      button.remove();
+      bubble("user", "Continue");
+      startTurn(turn);
+    } catch (err) {
+      if (err.code === "content_policy_violation") policyNotice(err.message);
+      else showError(err.message);
+      if (!active) setBusy(false);
+    } finally {
+      sending = false;
+    }
+  });
+
+  function stream(article, streamUrl, stopUrl, attempt) {
+    const view = streamView(article);
     article.dataset.status = "streaming";
     article.classList.add("status-streaming");
+    article.setAttribute("aria-busy", "true");
     const source = new EventSource(streamUrl);
     let lastId = "";
     active = {source: source, article: article, stopUrl: stopUrl};
@@ -158,13 +294,16 @@
     };
     source.addEventListener("token", function (e) {
       lastId = e.lastEventId || lastId;
-      body.append(document.createTextNode(JSON.parse(e.data).t));
+      hideQueue(article);
+      view.append(JSON.parse(e.data).t);
       if (window.innerHeight + window.scrollY >= document.body.scrollHeight - 80) article.scrollIntoView({block: "end"});
     });
     source.addEventListener("meta", function (e) {
       lastId = e.lastEventId || lastId;
+      hideQueue(article);
       markCached(article, JSON.parse(e.data).cache);
     });
+    source.addEventListener("queue", function (e) { showQueue(article, JSON.parse(e.data).position); });
     source.addEventListener("done", function (e) { finish(article, JSON.parse(e.data), false); end(); });
     source.addEventListener("error", function (e) {
       // no data: a connection error; EventSource reconnects with Last-Event-ID by itself.
@@ -276,6 +415,7 @@
       if (empty) empty.remove();
     }
     const article = bubble("assistant", "");
+    pruneContinue();
     article.dataset.messageId = turn.assistant_message.id;
     article.dataset.feedbackUrl = turn.assistant_message.feedback_url;
     stream(article, turn.assistant_message.stream_url, turn.assistant_message.stop_url);
@@ -350,6 +490,7 @@
   });
 
   thread.scrollTop = thread.scrollHeight; // open a conversation at its newest message
+  pruneContinue();
 
   // Resume an answer that was still streaming when the page loaded (reload, other tab).
   const pending = thread.querySelector("article[data-status=streaming]");

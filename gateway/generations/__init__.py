@@ -31,6 +31,7 @@ from gateway.generations.follow import (
     Ended,
     Idle,
     Meta,
+    Queued,
     generation_follow,
     generation_leave,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "Idle",
     "Meta",
     "Outcome",
+    "Queued",
     "Recorder",
     "Release",
     "Settlement",

@@ -7,7 +7,9 @@ relay and the OpenAI-compatible API, streamed or not. It owns, in one place:
 - coalescing: the token events of one read become one :class:`Delta`;
 - the stream policies (:mod:`gateway.generations.policy`): a client only ever sees
   released text; a cut cancels the engine and the answer ends ``content_filter``;
-- the watchdog (queue timeout, no live worker) while the stream is idle;
+- the watchdog (queue timeout, no live worker) while the stream is idle, and, for
+  a surface that asks (``report_queue``), the job's place in its pool's queue while
+  no worker has taken it yet (:class:`Queued`, about once a second);
 - the fallback restart: an engine error before the first token moves the job to the
   fallback pool and the stream is read again from its start;
 - the terminal event: the generation is settled (:mod:`gateway.generations.settle`)
@@ -79,6 +81,15 @@ class Idle:
 
 
 @dataclass
+class Queued:
+    """The job still waits for a free worker: ``position`` 1 = it is next, 0 = it
+    left the queue (a worker is starting it). Yielded after an :class:`Idle` while
+    nothing of the generation arrived yet, when the follower asked for it."""
+
+    position: int
+
+
+@dataclass
 class Ended:
     """The generation ended and is settled: ``outcome`` is what was stored/billed."""
 
@@ -96,7 +107,7 @@ class Broken:
     error: DomainError
 
 
-Item = Delta | Meta | Idle | Ended | Broken
+Item = Delta | Meta | Idle | Queued | Ended | Broken
 
 
 def _stream_broken(exc: BaseException) -> ServiceUnavailable:
@@ -169,12 +180,15 @@ async def generation_follow(
     recorder: Recorder | None = None,
     message_id: Any = None,
     resumable: bool = False,
+    report_queue: bool = False,
 ) -> AsyncIterator[Item]:
     """Yield a generation's items after stream id ``after`` until it ends (see module).
 
     ``recorder`` stores the outcome on the surface's side (the chat's answer message);
     ``resumable`` True keeps the generation alive for INFERENCE_DETACH_GRACE_S when the
-    consumer leaves. The last item is :class:`Ended` (settled) or :class:`Broken`.
+    consumer leaves; ``report_queue`` True adds a :class:`Queued` item after each
+    :class:`Idle` until the first event (one small Redis call each, none once the
+    answer runs). The last item is :class:`Ended` (settled) or :class:`Broken`.
     """
     job_id = generation.job_id
     chain = policies_for(job_id=job_id, user_id=generation.user_id)
@@ -207,6 +221,11 @@ async def generation_follow(
             if not events:
                 yield Idle()
                 try:
+                    if report_queue and not started and not generation.cache_kind:
+                        position = await inference_client.aqueue_position(
+                            pool=generation.pool, job_id=job_id
+                        )
+                        yield Queued(position)
                     await sync_to_async(generation_watchdog)(
                         generation=generation,
                         started=started,

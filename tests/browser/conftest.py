@@ -52,9 +52,16 @@ def site_env():
 
 
 @pytest.fixture
-def site(user, script_text, site_env):
+def worker_args():
+    """Extra arguments of the site's inference worker (later ones win, e.g.
+    ``["--concurrency", "1"]``); a test may parametrize it."""
+    return []
+
+
+@pytest.fixture
+def site(user, script_text, site_env, worker_args):
     args = ["--pool", "default", "--engine", "scripted", "--delay-ms", "40"]
-    args += ["--script-text", script_text, "--cycle"]
+    args += ["--script-text", script_text, "--cycle", *worker_args]
     with running_stack(args, env={"CHAT_MAX_TOKENS": "40", **site_env}) as base:
         yield base
 

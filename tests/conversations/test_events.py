@@ -55,6 +55,9 @@ async def test_a_failed_answer_sends_an_error_frame_that_fits_its_schema(
     [
         ("token", {"t": 3}),
         ("token", {"t": "x", "extra": 1}),
+        ("queue", {"position": -1}),
+        ("queue", {"position": True}),
+        ("queue", {}),
         ("done", {"message_id": "m"}),
         (
             "error",

@@ -1,0 +1,177 @@
+"""Streaming that reads well (issue 11), in a real browser: Markdown renders while the
+answer streams (markdown-it + DOMPurify, no CSP violation), the text rebuilt from the
+stream equals the stored answer byte for byte, a queued answer shows its place in the
+queue, a cut-short answer offers Continue, Esc stops, the footer is filled from
+``done`` after re-joining, and the end of an answer is announced once.
+
+Selectors the combined flow uses: ``.msg-queue``, ``.msg-cut``, ``button.msg-continue``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from conversations.models import Message
+from inference import client as inference_client
+from inference import protocol
+from tests.browser.conftest import BROWSER_MARKS, SHOTS, last_answer
+
+pytestmark = BROWSER_MARKS
+
+RICH = (
+    "Intro with **bold** words.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+    "More text follows here, slowly, word by word. "
+)
+STREAMING = "article.msg-assistant.status-streaming"
+
+
+def _send(page, text: str) -> None:
+    page.fill("#content", text)
+    page.keyboard.press("Enter")
+
+
+@pytest.mark.parametrize("script_text", [RICH])
+@pytest.mark.parametrize("worker_args", [["--delay-ms", "80"]])
+def test_markdown_renders_while_the_answer_streams_with_no_csp_violation(
+    page, browser_log
+):
+    _send(page, "Show me a table")
+    page.wait_for_selector(f"{STREAMING} .msg-body strong")
+    page.wait_for_selector(f"{STREAMING} .msg-body table td")
+    assert "**" not in last_answer(page).locator(".msg-body").inner_text()
+    page.screenshot(path=str(SHOTS / "streaming-markdown.png"), full_page=True)
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    body = last_answer(page).locator(".msg-body")
+    assert body.locator("table").count() > 0 and body.locator("strong").count() > 0
+    assert browser_log.csp_violations == [], "\n".join(browser_log.csp_violations)
+
+
+@pytest.mark.parametrize(
+    "script_text",
+    [
+        "One line\nand the next\nand more. ",
+        "A paragraph.\n\nAnother paragraph.\n\n",
+        "Windows\r\nline\r\nendings. ",
+        "| col | val |\n|:---|---:|\n| x | 1 |\n| y | 2 |\n\n",
+        "```python\nprint('hi')\n\n    indented()\n```\n\n",
+    ],
+    ids=["newline", "blank-line", "crlf", "table", "code-fence"],
+)
+def test_the_streamed_text_equals_the_stored_answer_byte_for_byte(page, script_text):
+    _send(page, "Say it")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    message = Message.objects.get(role="assistant")
+    assert script_text in message.content  # the engine's text reached the answer
+    raw = last_answer(page).locator(".msg-body").get_attribute("data-raw")
+    assert raw == message.content
+
+
+@pytest.mark.parametrize("site_env", [{"CHAT_MAX_TOKENS": "12"}])
+def test_a_cut_short_answer_says_so_and_continue_asks_for_more(page):
+    _send(page, "Write a lot")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    answer = last_answer(page)
+    expect(answer.locator(".msg-cut")).to_have_text(
+        "Cut short — the answer reached its length limit"
+    )
+    expect(page.locator("#answer-status")).to_contain_text("Answer cut short:")
+    answer.locator("button.msg-continue").click()
+    page.wait_for_selector("article.msg-assistant.status-complete >> nth=1")
+    assert page.locator("article.msg-user .msg-body").last.inner_text() == "Continue"
+    assert page.locator("button.msg-continue").count() == 1  # on the newest only
+    assert last_answer(page).locator("button.msg-continue").count() == 1
+    users = Message.objects.filter(role="user").order_by("created_at")
+    assert [m.content for m in users] == ["Write a lot", "Continue"]
+    assert set(
+        Message.objects.filter(role="assistant").values_list("finish_reason", flat=True)
+    ) == {"length"}
+    page.reload()
+    assert page.locator("article.msg-assistant .msg-cut").count() == 2
+    assert page.locator("button.msg-continue").count() == 1
+    assert last_answer(page).locator("button.msg-continue").count() == 1
+    page.screenshot(path=str(SHOTS / "streaming-cut-short.png"), full_page=True)
+
+
+@pytest.mark.parametrize("worker_args", [["--delay-ms", "100"]])
+def test_escape_stops_the_streaming_answer(page):
+    _send(page, "Tell me a long story")
+    page.wait_for_selector(f"{STREAMING} .msg-body:not(:empty)")
+    page.keyboard.press("Escape")
+    page.wait_for_selector("article.msg-assistant.status-cancelled")
+    answer = last_answer(page)
+    assert answer.locator(".msg-state").inner_text() == "Stopped"
+    assert answer.locator(".msg-cut").count() == 0  # stopped, not cut short
+    expect(page.locator("#answer-status")).to_have_text("Answer stopped.")
+    stopped = Message.objects.get(role="assistant")
+    assert stopped.status == "cancelled" and stopped.token_count < 40
+
+
+@pytest.mark.parametrize("worker_args", [["--delay-ms", "100"]])
+def test_the_footer_is_filled_from_done_after_leaving_and_coming_back(page, site):
+    _send(page, "First question")
+    page.wait_for_selector(f"{STREAMING} .msg-body:not(:empty)")
+    conversation_url = page.url
+    page.goto(site + "/")  # leave mid-answer
+    page.goto(conversation_url)  # and come back: the page re-joins the stream
+    page.wait_for_selector(f"{STREAMING} .msg-body:not(:empty)")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    message = Message.objects.get(role="assistant")
+    meta = last_answer(page).locator(".msg-meta").first
+    expect(meta).to_have_text(
+        f"{message.model} · {message.token_count} tokens"
+        f" · first token {message.ttft_ms} ms"
+    )
+    assert message.ttft_ms is not None
+    _send(page, "Second question")
+    page.wait_for_selector(f"{STREAMING} .msg-body:not(:empty)")
+    page.reload()  # a reload mid-answer
+    page.wait_for_selector("article.msg-assistant.status-complete >> nth=1")
+    second = Message.objects.filter(role="assistant").order_by("created_at").last()
+    expect(last_answer(page).locator(".msg-meta").first).to_have_text(
+        f"{second.model} · {second.token_count} tokens · first token {second.ttft_ms} ms"
+    )
+    raw = last_answer(page).locator(".msg-body").get_attribute("data-raw")
+    assert raw == second.content  # rebuilt from the stream's start after the reload
+
+
+@pytest.mark.parametrize("worker_args", [["--concurrency", "1"]])
+def test_a_queued_answer_shows_its_place_until_a_worker_takes_it(page):
+    """One worker slot, busy with a slow job: the answer shows "Waiting for a free
+    worker…" with its position, which disappears when the answer starts."""
+    now = time.time()
+    ahead = protocol.Job(
+        job_id=protocol.new_job_id(),
+        messages=[{"role": "user", "content": "slow"}],
+        params={"max_tokens": 40, "script": {"delay_ms": 150}},
+        enqueued_at=now,
+        deadline=now + 60,
+    )
+    inference_client.job_enqueue(pool="default", job=ahead)
+    deadline = time.monotonic() + 20
+    while not inference_client.generation_events(job_id=ahead.job_id):
+        assert time.monotonic() < deadline, "the worker did not take the slow job"
+        time.sleep(0.05)
+    _send(page, "Am I next?")
+    queue = page.locator("article.msg-assistant .msg-queue")
+    expect(queue).to_have_text("Waiting for a free worker… position 1 in the queue")
+    page.screenshot(path=str(SHOTS / "streaming-queued.png"), full_page=True)
+    page.wait_for_selector(f"{STREAMING} .msg-body:not(:empty)")
+    assert queue.count() == 0  # gone once the answer started
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    assert queue.count() == 0
+
+
+def test_the_message_box_has_a_label_and_the_thread_does_not_read_every_token(page):
+    label = page.locator("label[for=content]")
+    assert label.inner_text() == "Message"
+    assert page.locator("#thread").get_attribute("aria-live") is None
+    status = page.locator("#answer-status")
+    assert status.get_attribute("aria-live") == "polite"
+    _send(page, "Hello")
+    page.wait_for_selector(f"{STREAMING} .msg-body:not(:empty)")
+    assert status.inner_text() == ""  # nothing announced while it streams
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    expect(status).to_contain_text("Here is bold text and code.")

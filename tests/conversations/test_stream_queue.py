@@ -1,0 +1,117 @@
+"""The chat's SSE ``queue`` event: while an answer waits for a free worker the relay
+reports its place in the pool's queue about once a second, and stops once it runs
+(conversations/sse.py, gateway/generations/follow.py, inference/client.py)."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.test import Client
+from django.urls import reverse
+
+from conversations import services
+from conversations.events import sse_validate
+from inference import client as inference_client
+from inference import protocol
+from inference.connections import redis_sync
+from inference.engines.scripted import ScriptedEngine
+from tests.conftest import fake_heartbeat
+from tests.sse import SseResult, asgi_sse, ended, session_cookie
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _stream_url(turn) -> str:
+    return reverse(
+        "message-stream", args=[turn.conversation.id, turn.assistant_message.id]
+    )
+
+
+async def _cookie(user) -> str:
+    client = Client()
+    await sync_to_async(client.force_login)(user)
+    return session_cookie(client)
+
+
+def _take_one(pool: str = "default") -> None:
+    """Deliver the oldest waiting job to a fake consumer (as a worker's read does)."""
+    key = protocol.queue_key(pool)
+    client = redis_sync()
+    if not any(g["name"] == protocol.GROUP for g in client.xinfo_groups(key)):
+        client.xgroup_create(key, protocol.GROUP, id="0")
+    client.xreadgroup(protocol.GROUP, "fake-consumer", {key: ">"}, count=1)
+
+
+def _positions(result: SseResult) -> list[int]:
+    return [e.data["position"] for e in result.events if e.event == "queue"]
+
+
+async def test_queue_position_counts_only_the_jobs_still_waiting_ahead(user):
+    fake_heartbeat()
+    first = await sync_to_async(services.turn_start)(user=user, content="one")
+    second = await sync_to_async(services.turn_start)(user=user, content="two")
+    job_a, job_b = (str(t.assistant_message.job_id) for t in (first, second))
+    assert await inference_client.aqueue_position(pool="default", job_id=job_a) == 1
+    assert await inference_client.aqueue_position(pool="default", job_id=job_b) == 2
+    await sync_to_async(_take_one)()  # a worker takes the first one: it is running
+    assert await inference_client.aqueue_position(pool="default", job_id=job_a) == 0
+    assert await inference_client.aqueue_position(pool="default", job_id=job_b) == 1
+    unknown = protocol.new_job_id()
+    assert await inference_client.aqueue_position(pool="default", job_id=unknown) == 0
+    assert await inference_client.aqueue_position(pool="nopool", job_id=job_b) == 0
+
+
+async def test_a_waiting_answer_streams_its_queue_position_as_jobs_ahead_are_taken(
+    user,
+):
+    fake_heartbeat()
+    await sync_to_async(services.turn_start)(user=user, content="ahead")
+    turn = await sync_to_async(services.turn_start)(user=user, content="mine")
+    taken = False
+
+    def progress(result: SseResult) -> bool:
+        nonlocal taken
+        positions = _positions(result)
+        if positions and positions[-1] == 2 and not taken:
+            _take_one()  # the job ahead starts running: ours moves up
+            taken = True
+        return bool(positions) and positions[-1] == 1
+
+    result = await asgi_sse(
+        _stream_url(turn), cookie=await _cookie(user), stop_when=progress, timeout=30
+    )
+    assert _positions(result)[0] == 2 and _positions(result)[-1] == 1
+    for event in result.events:
+        sse_validate(event.event, event.data)
+    queue_frames = [e for e in result.events if e.event == "queue"]
+    assert all(e.id is None for e in queue_frames)  # a resume point stays a stream id
+
+
+async def test_queue_frames_stop_once_a_worker_starts_the_answer(
+    user, settings, start_worker
+):
+    """A worker with one slot runs a slow answer; the next one waits (position 1),
+    then streams with no queue frame after its ``meta``."""
+    settings.CHAT_MAX_TOKENS = 25
+    start_worker(
+        ScriptedEngine(text="word " * 5, delay_ms=100, cycle=True), concurrency=1
+    )
+    await sync_to_async(services.turn_start)(user=user, content="slow one")
+    turn = await sync_to_async(services.turn_start)(user=user, content="mine")
+    result = await asgi_sse(
+        _stream_url(turn), cookie=await _cookie(user), stop_when=ended, timeout=60
+    )
+    kinds = [e.event for e in result.events]
+    assert "queue" in kinds and kinds[-1] == "done"
+    assert "queue" not in kinds[kinds.index("meta") :]
+    assert set(_positions(result)) <= {0, 1}
+    assert 1 in _positions(result)
+    for event in result.events:
+        sse_validate(event.event, event.data)
+
+
+def test_a_job_entry_begins_with_its_prefix():
+    job = protocol.Job(job_id=protocol.new_job_id(), messages=[{"role": "user"}])
+    assert job.to_fields()["job"].startswith(protocol.job_entry_prefix(job.job_id))
+    other = protocol.new_job_id()
+    assert not job.to_fields()["job"].startswith(protocol.job_entry_prefix(other))
