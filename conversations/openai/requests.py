@@ -221,7 +221,8 @@ def completion_request_parse(body: bytes) -> CompletionRequest:
     """
     try:
         data = json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
+    # RecursionError: nested deeper than the interpreter allows (100,000 "[")
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise _bad("The request body is not valid JSON.", "invalid_json") from exc
     if not isinstance(data, dict):
         raise _bad("The request body must be a JSON object.", "invalid_json")
@@ -373,7 +374,7 @@ def embedding_request_parse(body: bytes) -> EmbeddingRequest:
     """
     try:
         data = json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise _bad("The request body is not valid JSON.", "invalid_json") from exc
     if not isinstance(data, dict):
         raise _bad("The request body must be a JSON object.", "invalid_json")
