@@ -19,8 +19,8 @@ from django.urls import reverse
 
 from conversations.models import Conversation, Message
 from memory.models import Chunk, Document
-from tests.conftest import make_user
 from tests import stack
+from tests.conftest import make_user
 from tests.stack import ROOT
 from tests.test_url_ownership import _state, owned  # noqa: F401 - a fixture
 from tests.urlwalk import routes, url_fill
