@@ -131,7 +131,8 @@ def _messages(raw: Any) -> list[dict[str, str]]:
                 param="messages",
             )
         role = message.get("role")
-        if role not in ROLES:
+        # a list or object is unhashable: `in ROLES` itself would raise (a 500)
+        if not isinstance(role, str) or role not in ROLES:
             raise _bad(
                 f"messages[{i}].role {role!r} is not supported: use system, developer, "
                 "user or assistant.",
