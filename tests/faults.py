@@ -161,6 +161,9 @@ class TcpProxy:
         """Stop listening (connections are refused) and reset every open link."""
         self.up = False
         assert self._listener is not None
+        # shutdown first: close() alone leaves a thread blocked in accept() accepting
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         with self._lock:
             links, self._links = self._links, []
