@@ -140,14 +140,16 @@ def test_web_process_killed_mid_stream_resumes_with_last_event_id_on_a_new_one(u
 
 
 def test_redis_restarted_mid_answer_the_user_sees_an_error_and_the_next_turn_works(
-    user, tmp_path
+    user, tmp_path, settings
 ):
     """The stack's Redis (a private server of this test, no persistence) is killed
     and started again while an answer streams. The user sees a clear ``error`` frame
-    (or the stream ends and the reconnect gets the final ``error``), never a hang;
-    stored: the question and every earlier answer unchanged, the broken answer final
-    (not ``streaming``) once the reaper has run; the next turn is answered."""
+    (or the answer completes: the worker outlives the restart), never a hang; stored:
+    the question and every earlier answer unchanged, the broken answer final (not
+    ``streaming``); new messages get at worst a 503 "try again" until the worker reads
+    again (within 0.5 s), then the next turn is answered."""
     with PrivateRedis(tmp_path).running() as redis:
+        settings.REDIS_URL = redis.url  # this process (worker checks, the reaper) too
         env = {**FAST_WORKERS, "TEST_REDIS_URL": redis.url}
         with running_processes(_worker(100), env) as stack:
             browser = Browser(stack.base, user)
@@ -176,18 +178,35 @@ def test_redis_restarted_mid_answer_the_user_sees_an_error_and_the_next_turn_wor
                 chat.streaming_messages_reap(older_than_s=0)
                 rest = stream_read(stack.base, url, browser.cookie, timeout_s=30)
                 final = rest.final
-            assert final is not None and final.event == "error", rest.events
-            assert final.data["message"]
             answer = _answer(turn)
-            assert answer.status == Message.Status.ERROR
+            # The worker outlives the restart (inference/outage.py): the answer ends
+            # with a clear error, or completes when the worker's stream outran it.
+            assert final is not None, rest.events
+            if final.event == "error":
+                assert final.data["message"]
+                assert answer.status == Message.Status.ERROR
+            else:
+                assert answer.status == Message.Status.COMPLETE
+            # Known gap (reported): what the stream held before the restart is gone
+            # from Redis, so the stored answer keeps only the text written after it;
+            # it is still a part of the real answer, never anything else.
+            assert answer.content.strip() and answer.content.strip() in TEXT
             kept = Message.objects.get(id=first_turn["assistant_message"]["id"])
             assert kept.status == Message.Status.COMPLETE and kept.content == TEXT
             assert Message.objects.filter(conversation_id=conv).count() == 4
-            _wait(
-                lambda: browser.send("third", conversation_id=conv).status_code == 201,
-                20,
-                "no turn was accepted after Redis came back",
-            )
+            tries: list[str] = []
+
+            def third_sent() -> bool:
+                response = browser.send("third", conversation_id=conv)
+                tries.append(f"{response.status_code} {response.text[:200]}")
+                return response.status_code == 201
+
+            deadline = time.monotonic() + 20  # the worker reads again within 0.5 s
+            while not third_sent():
+                assert time.monotonic() < deadline, f"no turn accepted: {tries}"
+                time.sleep(0.1)
+            # what the user saw meanwhile: a clear "busy, try again" at worst
+            assert all(t.startswith(("201", "503")) for t in tries), tries
             third = Message.objects.filter(
                 conversation_id=conv, role=Message.Role.ASSISTANT
             ).latest("created_at")
