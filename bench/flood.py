@@ -61,7 +61,10 @@ async def _ttft_ms(client) -> float:
         data={"content": "How are you?"},
         headers={"X-CSRFToken": client.cookies["csrftoken"]},
     )
-    r.raise_for_status()
+    if r.status_code != 201:
+        title = r.text.split('exception_value">')[-1].split("</pre>")[0][:300]
+        print(f"bystander refused: {r.status_code} {title or r.text[:300]}")
+        return float("nan")
     buffer, first = "", None
     url = r.json()["assistant_message"]["stream_url"]
     async with client.stream("GET", url) as stream:
@@ -116,6 +119,8 @@ async def _run(base: str, args) -> None:
     took = time.monotonic() - started
     await flooder.aclose()
     await bystander.aclose()
+    unloaded = [t for t in unloaded if t == t]  # nan: refused, printed above
+    loaded = [t for t in loaded if t == t]
     p50_idle, p50_load = statistics.median(unloaded), statistics.median(loaded)
     print(
         f"flood: {args.requests} POSTs in {took:.1f} s: {dict(sorted(statuses.items()))}"

@@ -12,10 +12,6 @@ os.environ.setdefault(
     ),
 )
 
-# A test machine runs many suites at once on few cores: a pooled connection may be
-# seconds away under load without anything being down (the fault drills set 1 s).
-os.environ.setdefault("DATABASE_POOL_TIMEOUT_S", "30")
-
 from chatsite.settings.base import *  # noqa: E402, F403
 from chatsite.settings.base import REDIS_URL, env  # noqa: E402
 
