@@ -9,7 +9,12 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from chatsite.errors import DomainError, InvalidInput, PayloadTooLarge
+from chatsite.errors import (
+    DomainError,
+    InvalidInput,
+    PayloadTooLarge,
+    ServiceUnavailable,
+)
 
 
 def error_response(exc: DomainError) -> JsonResponse:
@@ -40,8 +45,9 @@ def bad_request(
 ) -> HttpResponse:
     """handler400: a request body over DATA_UPLOAD_MAX_MEMORY_SIZE is a clear 413.
 
-    Other bad requests get a plain 400. JSON when the client asked for JSON (the chat
-    page's fetch calls do), otherwise a short text page.
+    Other bad requests get a plain 400. JSON for the API and for clients that asked
+    for JSON (the chat page's fetch calls do; :func:`_json_error`), otherwise a short
+    text page.
     """
     from django.core.exceptions import RequestDataTooBig
 
@@ -53,6 +59,98 @@ def bad_request(
         )
     else:
         error = InvalidInput("The request could not be understood.", code="bad_request")
-    if "application/json" in request.headers.get("Accept", ""):
-        return error_response(error)
+    if _wants_json(request):
+        return _json_error(error, "invalid_request_error")
     return HttpResponse(error.message, status=error.status, content_type="text/plain")
+
+
+def _json_error(error: DomainError, error_type: str) -> JsonResponse:
+    """Return ``error`` in OpenAI's shape ``{"error": {"message", "type", "param",
+    "code"}}`` (a superset of the chat's ``{"code", "message"}``), with its headers."""
+    body = {
+        "error": {
+            "message": error.message,
+            "type": error_type,
+            "param": None,
+            "code": error.code,
+        }
+    }
+    response = JsonResponse(body, status=error.status)
+    for name, value in error.headers.items():
+        response[name] = value
+    return response
+
+
+# Failures of a backing service that a retry can fix: PostgreSQL down or restarting
+# (psycopg's errors, as Django wraps them, and the pool's timeout), Redis down or
+# restarting. Anything else stays a 500.
+_UNAVAILABLE_RETRY_AFTER_S = 5
+
+
+def _unavailable_error(exc: BaseException | None) -> ServiceUnavailable | None:
+    """Return the 503 for ``exc`` if it is a backing service's outage, else None."""
+    from django.db import InterfaceError, OperationalError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    if isinstance(exc, OperationalError | InterfaceError):
+        return ServiceUnavailable(
+            "The database is not reachable right now. Nothing was lost; "
+            "please try again in a few seconds.",
+            code="database_unavailable",
+            retry_after_s=_UNAVAILABLE_RETRY_AFTER_S,
+        )
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+        return ServiceUnavailable(
+            "A backing service (Redis) is not reachable right now. "
+            "Please try again in a few seconds.",
+            code="redis_unavailable",
+            retry_after_s=_UNAVAILABLE_RETRY_AFTER_S,
+        )
+    return None
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    """Whether to answer ``request`` in JSON: the API, or a client that asked for it."""
+    match = getattr(request, "resolver_match", None)
+    if match is not None and (match.url_name or "").startswith("api-"):
+        return True
+    return request.path.startswith("/v1/") or "application/json" in (
+        request.headers.get("Accept", "")
+    )
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """handler500: an outage of PostgreSQL or Redis is a clear 503 with Retry-After;
+    any other unhandled error is Django's 500.
+
+    Django calls this inside its ``except`` block (``handle_uncaught_exception``), so
+    ``sys.exc_info()`` is the exception, wherever it was raised: a view, a middleware
+    (the session or the rate limiter's cache) or the URL resolver. JSON for the API
+    and JSON clients: ``{"error": {"message", "type", "param", "code"}}`` (OpenAI's
+    shape, a superset of the chat's ``{"code", "message"}``); otherwise a short page
+    rendered without the request, so rendering it needs neither the database (no
+    session, no messages) nor Redis.
+    """
+    import sys
+
+    from django.template.loader import render_to_string
+    from django.views.defaults import server_error as django_server_error
+
+    error = _unavailable_error(sys.exc_info()[1])
+    if error is None:
+        if _wants_json(request):
+            error = DomainError(
+                "Something went wrong on our side. Please try again.",
+                code="server_error",
+                status=500,
+            )
+        else:
+            return django_server_error(request)
+    if _wants_json(request):
+        return _json_error(error, "server_error")
+    html = render_to_string("errors/unavailable.html", {"message": error.message})
+    response = HttpResponse(html, status=error.status)
+    for name, value in error.headers.items():
+        response[name] = value
+    return response

@@ -13,3 +13,4 @@ urlpatterns = [
 ]
 
 handler400 = "chatsite.http.bad_request"
+handler500 = "chatsite.http.server_error"

@@ -127,7 +127,7 @@ def _body_fields(request: HttpRequest) -> dict[str, Any]:
         return request.POST.dict()
     try:
         data = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidInput("The request body is not valid JSON.") from exc
     if not isinstance(data, dict):
         raise InvalidInput("The request body must be a JSON object.")

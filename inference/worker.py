@@ -32,12 +32,13 @@ from inference import metrics, protocol
 from inference.client import WORKER_TTL_S, terminal_append
 from inference.connections import redis_async_new
 from inference.engines.base import Delta, Engine, EngineError, Finish
+from inference.outage import RedisOutageTolerance
 from inference.recovery import CrashRecovery
 
 logger = logging.getLogger(__name__)
 
 
-class Worker(CrashRecovery):
+class Worker(CrashRecovery, RedisOutageTolerance):
     """Serve one pool with one engine until :meth:`stop` is called.
 
     ``heartbeat_s``, ``cancel_poll_s``, ``worker_ttl_s`` (a heartbeat older than this
@@ -186,13 +187,7 @@ class Worker(CrashRecovery):
                 stop_wait.cancel()
                 freed_wait.cancel()
                 continue
-            result = await self.redis.xreadgroup(
-                protocol.GROUP,
-                self.worker_id,
-                {protocol.queue_key(self.pool): ">"},
-                count=free,
-                block=self.block_ms,
-            )
+            result = await self._take(free)  # survives a Redis restart
             for _key, entries in result or []:
                 for entry_id, fields in entries:
                     if self._stopping.is_set():
@@ -430,11 +425,15 @@ class Worker(CrashRecovery):
             job_ids = [j for j in self._running if j not in self._aborted]
             if not job_ids:
                 continue
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for job_id in job_ids:
-                    pipe.exists(protocol.cancel_key(job_id))
-                    pipe.get(protocol.detached_key(job_id))
-                flags = await pipe.execute()
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for job_id in job_ids:
+                        pipe.exists(protocol.cancel_key(job_id))
+                        pipe.get(protocol.detached_key(job_id))
+                    flags = await pipe.execute()
+            except Exception:  # noqa: BLE001 - a Redis blip must not end the cancels
+                logger.exception("cancel check failed")
+                continue
             now = time.time()
             for i, job_id in enumerate(job_ids):
                 cancelled, detached_until = flags[2 * i], flags[2 * i + 1]

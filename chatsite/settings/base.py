@@ -101,6 +101,19 @@ DATABASES = {
 }
 
 
+# How long opening a PostgreSQL connection may take, s (libpq's connect_timeout; it
+# counts 2 s as its least). A stopped or unreachable server fails a request after this
+# long instead of the OS's TCP timeout (minutes): chatsite.http maps it to a 503.
+DATABASE_CONNECT_TIMEOUT_S = env.int("DATABASE_CONNECT_TIMEOUT_S", default=2)
+# How long a request waits for a pooled connection, s; then it gets a 503 with
+# Retry-After (chatsite.http.server_error). With PostgreSQL down, requests on dead
+# pooled connections fail at once and the next ones wait this long: 1 s answers
+# every request within about a second (tests/test_faults_database.py), but under a
+# flood (bench/flood.py, 64 concurrent POSTs, pool of 16, 2 busy cores) it also
+# refused other users' turns, so the default keeps psycopg_pool's 30 s.
+DATABASE_POOL_TIMEOUT_S = env.float("DATABASE_POOL_TIMEOUT_S", default=30.0)
+
+
 def database_pool(database: dict, max_size: int) -> dict:
     """Return ``database`` with psycopg's connection pool on (Django >= 5.1).
 
@@ -108,13 +121,20 @@ def database_pool(database: dict, max_size: int) -> dict:
     than a whole gateway admission, and a process that opens one per streaming request
     runs into ``max_connections`` at a few hundred streams. With the pool, closing a
     connection (end of a request, ``chatsite.db.db_brief``) hands it back; a
-    request that finds all ``max_size`` connections in use waits up to 30 s.
-    ``max_size`` 0 turns the pool off (one connection per request, CONN_MAX_AGE 0).
+    request that finds all ``max_size`` connections in use waits up to
+    DATABASE_POOL_TIMEOUT_S seconds. ``max_size`` 0 turns the pool off (one connection
+    per request, CONN_MAX_AGE 0). Either way a new connection gives up after
+    DATABASE_CONNECT_TIMEOUT_S seconds.
     """
-    if max_size <= 0:
-        return database
     options = {**database.get("OPTIONS", {})}
-    options["pool"] = {"min_size": 1, "max_size": max_size, "timeout": 30}
+    options.setdefault("connect_timeout", DATABASE_CONNECT_TIMEOUT_S)
+    if max_size <= 0:
+        return {**database, "OPTIONS": options}
+    options["pool"] = {
+        "min_size": 1,
+        "max_size": max_size,
+        "timeout": DATABASE_POOL_TIMEOUT_S,
+    }
     return {**database, "CONN_MAX_AGE": 0, "OPTIONS": options}
 
 

@@ -131,7 +131,8 @@ def _messages(raw: Any) -> list[dict[str, str]]:
                 param="messages",
             )
         role = message.get("role")
-        if role not in ROLES:
+        # a list or object is unhashable: `in ROLES` itself would raise (a 500)
+        if not isinstance(role, str) or role not in ROLES:
             raise _bad(
                 f"messages[{i}].role {role!r} is not supported: use system, developer, "
                 "user or assistant.",
@@ -221,7 +222,8 @@ def completion_request_parse(body: bytes) -> CompletionRequest:
     """
     try:
         data = json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
+    # RecursionError: nested deeper than the interpreter allows (100,000 "[")
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise _bad("The request body is not valid JSON.", "invalid_json") from exc
     if not isinstance(data, dict):
         raise _bad("The request body must be a JSON object.", "invalid_json")
@@ -373,7 +375,7 @@ def embedding_request_parse(body: bytes) -> EmbeddingRequest:
     """
     try:
         data = json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise _bad("The request body is not valid JSON.", "invalid_json") from exc
     if not isinstance(data, dict):
         raise _bad("The request body must be a JSON object.", "invalid_json")
