@@ -4,7 +4,11 @@ real PostgreSQL."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
@@ -193,3 +197,31 @@ def test_the_chat_page_has_a_labelled_search_box_and_message_anchors(auth_client
     assert '<form id="search"' in html and 'name="q"' in html
     assert '<label for="search-q"' in html
     assert f'id="m-{question.id}"' in html
+
+
+def test_search_config_apply_regenerates_the_columns_with_the_setting(user, settings):
+    # DDL is transactional in PostgreSQL: the test's rollback restores 'english'
+    chat(user, "Runs", "I was running all day", "ok")
+    assert conversation_search(user=user, query="run")  # english stems
+    with connection.cursor() as cursor:
+        # check the inserts' deferred foreign keys now: ALTER TABLE refuses to run
+        # with pending trigger events (the command runs in a fresh transaction)
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    settings.CHAT_SEARCH_CONFIG = "simple"
+    with pytest.raises(CommandError, match="does not use 'simple'"):
+        call_command("search_config_apply", "--check")
+    out = io.StringIO()
+    call_command("search_config_apply", stdout=out)
+    assert "now use 'simple'" in out.getvalue()
+    expressions = search_sql.columns_config(connection=connection)
+    assert all("'simple'::regconfig" in e for e in expressions.values())
+    assert conversation_search(user=user, query="run") == []  # no stemming now
+    assert conversation_search(user=user, query="running")
+    call_command("search_config_apply", "--check", stdout=io.StringIO())
+
+
+@pytest.mark.parametrize("name", ["nope", "english'; drop table x; --"])
+def test_an_unknown_search_config_is_refused(settings, name):
+    settings.CHAT_SEARCH_CONFIG = name
+    with pytest.raises(ImproperlyConfigured):
+        search_sql.search_config(connection=connection)
