@@ -114,10 +114,8 @@ def conversations_export_json(
         )
     ids = [c.id for c in conversations]
     messages: dict[Any, list[Message]] = defaultdict(list)
-    for m in (
-        Message.objects.filter(conversation_id__in=ids)
-        .defer("search_vector")
-        .order_by("created_at", "id")
+    for m in Message.objects.filter(conversation_id__in=ids).order_by(
+        "created_at", "id"
     ):
         messages[m.conversation_id].append(m)
     citations: dict[Any, list[Citation]] = defaultdict(list)

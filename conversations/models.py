@@ -55,6 +55,16 @@ class Conversation(models.Model):
         return self.title
 
 
+class MessageManager(models.Manager["Message"]):
+    """Messages without their search vector: only the database's search reads it, and
+    loading it would about double what every thread read moves (a vector is about
+    the size of the text)."""
+
+    def get_queryset(self) -> models.QuerySet[Message]:
+        """All messages, ``search_vector`` deferred."""
+        return super().get_queryset().defer("search_vector")
+
+
 class Message(models.Model):
     """One message. Assistant messages point at the user message they answer (``parent``);
     regenerating adds a sibling, the newest sibling being the one shown and sent as history.
@@ -111,6 +121,8 @@ class Message(models.Model):
     memory_unavailable = models.BooleanField(default=False)
     # full-text search vector of the content, kept by PostgreSQL (conversations.search)
     search_vector = _search_vector("content")
+
+    objects = MessageManager()
 
     class Meta:
         ordering = ["created_at"]

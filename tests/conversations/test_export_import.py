@@ -684,3 +684,24 @@ def test_the_import_page_has_the_form_and_needs_a_file(auth_client):
     assert 'name="file"' in page and 'id="import-submit"' in page
     response = auth_client.post(reverse("conversations-import"), {}, follow=True)
     assert "Choose a file to import." in response.content.decode()
+
+
+def test_anonymous_users_are_sent_to_login_and_import_needs_csrf(user):
+    anonymous = Client()
+    for url in (
+        reverse("conversation-search") + "?q=x",
+        reverse("conversations-export") + "?format=json",
+        reverse("conversations-import"),
+    ):
+        response = anonymous.get(url)
+        assert response.status_code == 302, url
+        assert response.url.startswith(reverse("login")), url
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(user)
+    data = json.dumps(CHATGPT_SAMPLE).encode()
+    response = strict.post(
+        reverse("conversations-import"),
+        {"file": SimpleUploadedFile("c.json", data, content_type="application/json")},
+    )
+    assert response.status_code == 403
+    assert not Conversation.objects.exists()
