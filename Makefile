@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export WEB_HOST WEB_PORT
 
-.PHONY: venv services migrate run stop test lint browser proxy vendor bench bench-retrieval bench-embeddings bench-moderation bench-sse clean
+.PHONY: venv services migrate run stop test lint browser proxy vendor bench bench-retrieval bench-embeddings bench-moderation bench-sse bench-search clean
 
 # llama-cpp-python is compiled here. ggml's AMX kernels (chosen by -march=native on
 # Sapphire Rapids Xeons) crash with a segfault in ggml_backend_amx_mul_mat on these
@@ -105,6 +105,10 @@ bench-retrieval: migrate
 
 bench-embeddings: migrate
 	$(BIN)/python bench/embeddings.py $(BENCH_ARGS)
+
+# conversation search: p50/p99 over 100,000 seeded messages (rolled back)
+bench-search: migrate
+	$(BIN)/python bench/search.py $(BENCH_ARGS)
 
 # output moderation off / release / hold: TTFT, total time, false cuts
 bench-moderation: migrate

@@ -5,9 +5,25 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+
+# The text-search configuration in Django's model state only: the database generates
+# the ``search_vector`` columns with CHAT_SEARCH_CONFIG as it was when migration 0006
+# ran (conversations/search_sql.py, `manage.py search_config_apply`); Django never
+# writes these columns, so this value is never used to compute one.
+SEARCH_STATE_CONFIG = "english"
+
+
+def _search_vector(column: str) -> models.GeneratedField:
+    return models.GeneratedField(
+        expression=SearchVector(column, config=SEARCH_STATE_CONFIG),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
 
 
 class Conversation(models.Model):
@@ -25,15 +41,28 @@ class Conversation(models.Model):
         "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     archived = models.BooleanField(default=False)
+    # full-text search vector of the title, kept by PostgreSQL (conversations.search)
+    search_vector = _search_vector("title")
 
     class Meta:
         ordering = ["-updated_at"]
         indexes = [
-            models.Index(fields=["user", "-updated_at"], name="conv_user_updated")
+            models.Index(fields=["user", "-updated_at"], name="conv_user_updated"),
+            GinIndex(fields=["search_vector"], name="conv_search_gin"),
         ]
 
     def __str__(self) -> str:
         return self.title
+
+
+class MessageManager(models.Manager["Message"]):
+    """Messages without their search vector: only the database's search reads it, and
+    loading it would about double what every thread read moves (a vector is about
+    the size of the text)."""
+
+    def get_queryset(self) -> models.QuerySet[Message]:
+        """All messages, ``search_vector`` deferred."""
+        return super().get_queryset().defer("search_vector")
 
 
 class Message(models.Model):
@@ -90,11 +119,18 @@ class Message(models.Model):
     # The answer was written without the user's memory and documents because no
     # embedding worker could embed the question (the footer says so).
     memory_unavailable = models.BooleanField(default=False)
+    # full-text search vector of the content, kept by PostgreSQL (conversations.search)
+    search_vector = _search_vector("content")
+
+    objects = MessageManager()
 
     class Meta:
         ordering = ["created_at"]
         indexes = [
-            models.Index(fields=["conversation", "created_at"], name="msg_conv_created")
+            models.Index(
+                fields=["conversation", "created_at"], name="msg_conv_created"
+            ),
+            GinIndex(fields=["search_vector"], name="msg_search_gin"),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -4,7 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django_ratelimit.decorators import ratelimit
 
-from conversations import sse, views
+from conversations import sse, views, views_search
 
 urlpatterns = [
     path("", views.chat_home, name="chat-home"),
@@ -62,6 +62,19 @@ urlpatterns = [
         "c/<uuid:conversation_id>/messages/<uuid:message_id>/feedback/",
         views.message_feedback,
         name="message-feedback",
+    ),
+    # search, export and import (conversations/views_search.py)
+    path("search/", views_search.search_page, name="conversation-search"),
+    path(
+        "c/<uuid:conversation_id>/export/",
+        views_search.conversation_export,
+        name="conversation-export",
+    ),
+    path("export/", views_search.conversations_export, name="conversations-export"),
+    path(
+        "import/",
+        views_search.conversations_import_page,
+        name="conversations-import",
     ),
     # the OpenAI-compatible API (Bearer API keys, no session or CSRF)
     path("", include("conversations.openai.urls")),

@@ -393,7 +393,19 @@
     del.className = "delete-link";
     del.href = conversation.url + "delete/";
     del.textContent = "Delete";
-    wrap.append(rename, del);
+    // Export links (as chat.html renders them; conversations/views_search.py)
+    const exportLinks = document.createElement("span");
+    exportLinks.className = "export-links";
+    exportLinks.append("Export ");
+    [["md", "Markdown"], ["json", "JSON"]].forEach(function (pair, i) {
+      if (i) exportLinks.append(" · ");
+      const link = document.createElement("a");
+      link.id = "export-" + pair[0];
+      link.href = conversation.url + "export/?format=" + pair[0];
+      link.textContent = pair[1];
+      exportLinks.append(link);
+    });
+    wrap.append(rename, exportLinks, del);
     return wrap;
   }
 

@@ -3,7 +3,8 @@
 - :mod:`.turns`: send a message, regenerate, stop (the start of a generation);
 - :mod:`.answers`: the answer's side of settling a generation, and the reaper;
 - :mod:`.conversations`: rename, delete, titles, rolling summaries;
-- :mod:`.feedback`: thumbs up/down on answers.
+- :mod:`.feedback`: thumbs up/down on answers;
+- :mod:`.imports`: import conversations from our JSON export or ChatGPT's.
 """
 
 from conversations.services.answers import (
@@ -20,6 +21,7 @@ from conversations.services.conversations import (
     conversation_title_generate,
 )
 from conversations.services.feedback import feedback_delete, feedback_set
+from conversations.services.imports import conversations_import
 from conversations.services.turns import (
     BUSY_MESSAGE,
     Turn,
@@ -38,6 +40,7 @@ __all__ = [
     "conversation_rename",
     "conversation_summarize",
     "conversation_title_generate",
+    "conversations_import",
     "feedback_delete",
     "feedback_set",
     "message_finalize",

@@ -1,0 +1,187 @@
+"""Import conversations from a file: our own JSON export (a round trip keeps every
+message, parent, timestamp and order) or a ChatGPT ``conversations.json``.
+
+All or nothing: the file is read and checked whole before one transaction stores it.
+Imported conversations belong to the importer; their messages get new ids, are final
+(never ``streaming``: nothing is generated or re-generated) and are not billed (no
+usage record). Limits: CHAT_IMPORT_MAX_BYTES, CHAT_IMPORT_MAX_CONVERSATIONS,
+CHAT_IMPORT_MAX_MESSAGES, CHAT_IMPORT_MAX_MESSAGE_CHARS.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from chatsite.errors import InvalidInput, PayloadTooLarge
+from conversations.exports import (
+    CURRENT_LEAF_FIELD,
+    EXPORT_FORMAT,
+    has_current_leaf,
+)
+from conversations.models import Conversation, Feedback, Message
+from conversations.services.imports.chatgpt import chatgpt_parse
+from conversations.services.imports.native import native_parse
+from conversations.services.imports.records import (
+    ImportedConversation,
+    fail,
+    limits_check,
+)
+from memory.models import Chunk, Citation
+
+__all__ = ["conversations_import", "import_file_parse"]
+
+
+def import_file_parse(*, data: bytes) -> list[ImportedConversation]:
+    """Return the conversations of an import file's bytes, checked; store nothing.
+
+    Raises PayloadTooLarge over CHAT_IMPORT_MAX_BYTES bytes; InvalidInput when the
+    file is not UTF-8 JSON, is neither of the two formats, has a wrong shape or type
+    (the message says where), breaks a count limit, or a message's parent is missing
+    from its conversation or the parents form a loop.
+    """
+    limit = settings.CHAT_IMPORT_MAX_BYTES
+    if len(data) > limit:
+        raise PayloadTooLarge(
+            f"The file is larger than {limit // (1024 * 1024)} MB. Nothing was imported.",
+            code="import_too_large",
+        )
+    try:
+        document = json.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise InvalidInput(
+            "This file is not JSON. Choose a JSON file exported from this site, or "
+            "conversations.json from a ChatGPT data export. Nothing was imported.",
+            code="invalid_import",
+        ) from None
+    if isinstance(document, dict) and document.get("format") == EXPORT_FORMAT:
+        conversations = native_parse(document)
+    elif isinstance(document, list) or (
+        isinstance(document, dict) and "mapping" in document
+    ):
+        if isinstance(document, list) and len(document) > (
+            settings.CHAT_IMPORT_MAX_CONVERSATIONS
+        ):
+            limits_check([None] * len(document))  # type: ignore[list-item]
+        conversations = chatgpt_parse(document)
+    else:
+        raise InvalidInput(
+            "This JSON file is neither an export of this site nor a ChatGPT "
+            "conversations.json. Nothing was imported.",
+            code="invalid_import",
+        )
+    limits_check(conversations)
+    for i, conversation in enumerate(conversations, 1):
+        _tree_check(conversation, f"Conversation {i}")
+    return conversations
+
+
+def _tree_check(conversation: ImportedConversation, where: str) -> None:
+    """Raise InvalidInput on a duplicate id, a parent outside the conversation, or
+    a loop of parents."""
+    parents: dict[str, str | None] = {}
+    for m in conversation.messages:
+        if m.key in parents:
+            raise fail(where, f"the message id {m.key[:40]!r} appears twice.")
+        parents[m.key] = m.parent_key
+    for key, parent in parents.items():
+        if parent is not None and parent not in parents:
+            raise fail(
+                where, f"message {key[:40]!r} answers a message not in the file."
+            )
+    settled: set[str] = set()
+    for key in parents:
+        path: set[str] = set()
+        node: str | None = key
+        while node is not None and node not in settled:
+            if node in path:
+                raise fail(where, "the messages' parents form a loop.")
+            path.add(node)
+            node = parents[node]
+        settled |= path
+
+
+def _store(
+    *, user: AbstractBaseUser, conversations: list[ImportedConversation]
+) -> list[Conversation]:
+    """Create the rows (bulk, four inserts per kind at most); return the conversations."""
+    chunk_ids = {
+        c for conv in conversations for m in conv.messages for _n, c in m.citations
+    }
+    own_chunks = set(
+        Chunk.objects.filter(user=user, id__in=chunk_ids).values_list("id", flat=True)
+    )
+    rows: list[Conversation] = []
+    messages: list[Message] = []
+    feedback: list[Feedback] = []
+    citations: list[Citation] = []
+    leaves: list[tuple[Conversation, uuid.UUID]] = []
+    for imported in conversations:
+        conv = Conversation(
+            user=user,
+            title=imported.title,
+            created_at=imported.created_at,
+            updated_at=imported.updated_at,
+        )
+        rows.append(conv)
+        ids = {m.key: uuid.uuid4() for m in imported.messages}
+        for m in imported.messages:
+            message = Message(
+                id=ids[m.key],
+                conversation=conv,
+                parent_id=ids[m.parent_key] if m.parent_key else None,
+                role=m.role,
+                content=m.content,
+                status=m.status,
+                model=m.model,
+                pool=m.pool,
+                created_at=m.created_at,
+                finish_reason=m.finish_reason,
+                error=m.error,
+                token_count=m.token_count,
+                prompt_tokens=m.prompt_tokens,
+                cached_tokens=m.cached_tokens,
+                ttft_ms=m.ttft_ms,
+                latency_ms=m.latency_ms,
+                cache_kind=m.cache_kind,
+            )
+            messages.append(message)
+            if m.feedback is not None:
+                feedback.append(Feedback(user=user, message=message, **m.feedback))
+            # a citation points at a passage of the importer's own documents, or
+            # is dropped (another user's export names passages they cannot see)
+            citations += [
+                Citation(message=message, chunk_id=chunk, number=number)
+                for number, chunk in m.citations
+                if chunk in own_chunks
+            ]
+        if imported.current_leaf_key in ids:
+            leaves.append((conv, ids[imported.current_leaf_key]))
+    Conversation.objects.bulk_create(rows, batch_size=1000)
+    # foreign keys are checked at commit (deferrable), so parents may come after
+    # their children within the batch
+    Message.objects.bulk_create(messages, batch_size=2000)
+    Feedback.objects.bulk_create(feedback, batch_size=2000)
+    Citation.objects.bulk_create(citations, batch_size=2000, ignore_conflicts=True)
+    if leaves and has_current_leaf():
+        for conv, leaf_id in leaves:
+            Conversation.objects.filter(id=conv.id).update(
+                **{f"{CURRENT_LEAF_FIELD}_id": leaf_id}
+            )
+    return rows
+
+
+def conversations_import(*, user: AbstractBaseUser, data: bytes) -> list[Conversation]:
+    """Import every conversation of the file ``data`` (bytes) for ``user``, in one
+    transaction; return them in the file's order.
+
+    Raises PayloadTooLarge or InvalidInput (see :func:`import_file_parse`); then
+    nothing is stored.
+    """
+    conversations = import_file_parse(data=data)
+    with transaction.atomic():
+        return _store(user=user, conversations=conversations)

@@ -1,0 +1,115 @@
+"""What an import file becomes before anything is stored, whatever its format, and
+the checks both readers share. Every failure is an InvalidInput naming where in the
+file it is (conversation and message numbers count from 1)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from chatsite.errors import InvalidInput
+
+# A title that is empty in the file.
+UNTITLED = "Imported conversation"
+
+
+@dataclass
+class ImportedMessage:
+    """One message to store; ``key`` and ``parent_key`` are the file's ids."""
+
+    key: str
+    parent_key: str | None
+    role: str
+    content: str
+    created_at: dt.datetime
+    status: str = "complete"
+    model: str = ""
+    pool: str = ""
+    finish_reason: str = ""
+    error: str = ""
+    token_count: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    ttft_ms: int | None = None
+    latency_ms: int | None = None
+    cache_kind: str = ""
+    # our own format only: chunk ids with their numbers, and the owner's rating
+    citations: list[tuple[int, int]] = field(default_factory=list)
+    feedback: dict[str, Any] | None = None
+
+
+@dataclass
+class ImportedConversation:
+    """One conversation to store, its messages in the file's order."""
+
+    title: str
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    messages: list[ImportedMessage]
+    current_leaf_key: str | None = None
+
+
+def fail(where: str, problem: str) -> InvalidInput:
+    """Return the InvalidInput for a problem at ``where`` in the file."""
+    return InvalidInput(
+        f"{where}: {problem} Nothing was imported.", code="invalid_import"
+    )
+
+
+def text_field(value: Any, where: str, name: str, *, limit: int | None = None) -> str:
+    """Return ``value`` if it is a string without NUL and within ``limit`` characters
+    (default CHAT_IMPORT_MAX_MESSAGE_CHARS); raise InvalidInput otherwise."""
+    if not isinstance(value, str):
+        raise fail(where, f"`{name}` must be a string.")
+    if "\x00" in value:
+        raise fail(where, f"`{name}` contains a NUL character, which cannot be stored.")
+    limit = limit or settings.CHAT_IMPORT_MAX_MESSAGE_CHARS
+    if len(value) > limit:
+        raise fail(where, f"`{name}` is longer than {limit:,} characters.")
+    return value
+
+
+def title_clean(value: Any, where: str) -> str:
+    """Return a stored title: spaces collapsed, at most 200 characters, never empty."""
+    if value is None:
+        return UNTITLED
+    title = " ".join(text_field(value, where, "title").split())[:200].strip()
+    return title or UNTITLED
+
+
+def count_field(value: Any, where: str, name: str) -> int | None:
+    """Return ``value`` if it is None or a whole number from 0 to 2^31-1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise fail(where, f"`{name}` must be a whole number or null.")
+    if not 0 <= value < 2**31:
+        raise fail(where, f"`{name}` is out of range.")
+    return value
+
+
+def limits_check(conversations: list[ImportedConversation]) -> None:
+    """Raise InvalidInput when the file holds no conversation, or more conversations
+    or messages than CHAT_IMPORT_MAX_CONVERSATIONS / CHAT_IMPORT_MAX_MESSAGES."""
+    if not conversations:
+        raise InvalidInput(
+            "The file holds no conversation to import.", code="invalid_import"
+        )
+    most = settings.CHAT_IMPORT_MAX_CONVERSATIONS
+    if len(conversations) > most:
+        raise InvalidInput(
+            f"The file holds {len(conversations):,} conversations; at most {most:,} "
+            "can be imported at once. Nothing was imported.",
+            code="import_too_large",
+        )
+    total = sum(len(c.messages) for c in conversations)
+    most = settings.CHAT_IMPORT_MAX_MESSAGES
+    if total > most:
+        raise InvalidInput(
+            f"The file holds {total:,} messages; at most {most:,} can be imported at "
+            "once. Nothing was imported.",
+            code="import_too_large",
+        )
