@@ -1,7 +1,8 @@
 // Chat page: send, stream (SSE), stop, regenerate; a "cached answer" label on answers
-// the gateway served from its answer caches.
+// the gateway served from its answer caches. Versions, edits, copy: threads.js.
 // Model text is appended with textContent while streaming; on `done` the server's
-// sanitised HTML (markdown-it-py + nh3) replaces it. Nothing else is set as HTML.
+// sanitised HTML (markdown-it-py + nh3) replaces it, and after a branch change the
+// server-rendered thread does. Nothing else is set as HTML.
 (function () {
   "use strict";
   const chat = document.getElementById("chat");
@@ -133,6 +134,8 @@
     else if (data.status === "cancelled") state.textContent = "Stopped";
     else if (data.status === "filtered") state.textContent = data.error || "Cut by the content filter";
     showFeedback(article);
+    // threads.js keeps the Markdown source for the copy button, adds code copy buttons
+    article.dispatchEvent(new CustomEvent("chat:finished", {bubbles: true, detail: data}));
     const meta = article.querySelector(".msg-meta");
     if (meta && data.model) {
       let m = data.model;
@@ -258,6 +261,46 @@
     return wrap;
   }
 
+  // The current branch as the server renders it (versions switchers included), then
+  // follow its streaming answer: after a regenerate or an edit (issue 11).
+  async function showThread(url) {
+    const response = await fetch(url, {headers: {"Accept": "text/html"}, credentials: "same-origin"});
+    if (!response.ok) throw new Error("Could not load the conversation (" + response.status + ")");
+    thread.innerHTML = await response.text(); // server-rendered and sanitised, like the page
+    thread.dispatchEvent(new CustomEvent("chat:thread", {bubbles: true}));
+    const streaming = thread.querySelector("article[data-status=streaming]");
+    if (streaming) stream(streaming, streaming.dataset.streamUrl, streaming.dataset.stopUrl);
+  }
+
+  // POST a turn that changes the branch (regenerate, edit) and show the new branch.
+  async function branchTurn(url, data) {
+    if (active || sending) { showError(BUSY); return false; }
+    showError("");
+    sending = true;
+    setBusy(true);
+    try {
+      const turn = await post(url, data);
+      await showThread(turn.thread_url);
+      return true;
+    } catch (err) {
+      if (err.code === "content_policy_violation") policyNotice(err.message);
+      else showError(err.message);
+      if (!active) setBusy(false);
+      return false;
+    } finally {
+      sending = false;
+    }
+  }
+  const BUSY = "An answer is still being written in this conversation. Stop it or wait for it to finish.";
+  window.ChatPage = {
+    post: post,
+    showError: showError,
+    showThread: showThread,
+    branchTurn: branchTurn,
+    busy: function () { return Boolean(active || sending); },
+    BUSY: BUSY,
+  };
+
   function startTurn(turn) {
     if (turn.conversation.created) {
       history.pushState({}, "", turn.conversation.url);
@@ -276,7 +319,9 @@
       if (empty) empty.remove();
     }
     const article = bubble("assistant", "");
+    article.id = "m-" + turn.assistant_message.id;
     article.dataset.messageId = turn.assistant_message.id;
+    article.dataset.regenerateUrl = turn.assistant_message.regenerate_url;
     article.dataset.feedbackUrl = turn.assistant_message.feedback_url;
     stream(article, turn.assistant_message.stream_url, turn.assistant_message.stop_url);
   }
@@ -291,9 +336,14 @@
     setBusy(true);
     try {
       const turn = await post(chat.dataset.sendUrl, new FormData(form));
-      bubble("user", text);
+      const asked = bubble("user", text);
+      asked.id = "m-" + turn.user_message.id;
+      asked.dataset.messageId = turn.user_message.id;
+      asked.dataset.editUrl = turn.user_message.edit_url;
       input.value = "";
       startTurn(turn);
+      thread.dataset.threadUrl = turn.thread_url;
+      thread.dispatchEvent(new CustomEvent("chat:turn", {bubbles: true, detail: turn}));
     } catch (err) {
       if (err.code === "content_policy_violation") policyNotice(err.message);
       else showError(err.message);
@@ -313,24 +363,9 @@
     try { await post(active.stopUrl); } catch (err) { showError(err.message); }
   });
 
-  regenBtn.addEventListener("click", async function () {
-    if (active || sending || !chat.dataset.regenerateUrl) return;
-    showError("");
-    sending = true;
-    setBusy(true);
-    try {
-      const turn = await post(chat.dataset.regenerateUrl);
-      const answers = thread.querySelectorAll(".msg-assistant");
-      const last = answers[answers.length - 1];
-      if (last) last.classList.add("superseded");
-      startTurn(turn);
-    } catch (err) {
-      if (err.code === "content_policy_violation") policyNotice(err.message);
-      else showError(err.message);
-      if (!active) setBusy(false);
-    } finally {
-      sending = false;
-    }
+  regenBtn.addEventListener("click", function () {
+    if (!chat.dataset.regenerateUrl) return;
+    branchTurn(chat.dataset.regenerateUrl); // a new version of the last answer, made current
   });
 
   // Thumbs up/down under a finished answer (minimal; reasons and comments come with

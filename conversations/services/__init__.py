@@ -3,7 +3,8 @@
 - :mod:`.turns`: send a message, regenerate, stop (the start of a generation);
 - :mod:`.answers`: the answer's side of settling a generation, and the reaper;
 - :mod:`.conversations`: rename, delete, titles, rolling summaries;
-- :mod:`.feedback`: thumbs up/down on answers.
+- :mod:`.feedback`: thumbs up/down on answers;
+- :mod:`.threads`: edit a message (a new branch), switch versions and branches.
 """
 
 from conversations.services.answers import (
@@ -20,6 +21,7 @@ from conversations.services.conversations import (
     conversation_title_generate,
 )
 from conversations.services.feedback import feedback_delete, feedback_set
+from conversations.services.threads import thread_switch, turn_edit
 from conversations.services.turns import (
     BUSY_MESSAGE,
     Turn,
@@ -43,7 +45,9 @@ __all__ = [
     "message_finalize",
     "message_generation",
     "streaming_messages_reap",
+    "thread_switch",
     "title_from_text",
+    "turn_edit",
     "turn_regenerate",
     "turn_start",
     "turn_stop",
