@@ -14,6 +14,11 @@ def backfill_tree(apps, schema_editor):
     """
     Conversation = apps.get_model("conversations", "Conversation")
     Message = apps.get_model("conversations", "Message")
+    # PostgreSQL refuses the deferred ALTER TABLE (the new foreign key) at the end of
+    # this migration while row updates leave deferred trigger events pending.
+    immediate = schema_editor.connection.vendor == "postgresql"
+    if immediate:
+        schema_editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
     for conversation_id in Conversation.objects.values_list("id", flat=True).iterator():
         rows = Message.objects.filter(conversation_id=conversation_id).order_by(
             "created_at", "id"
@@ -29,6 +34,8 @@ def backfill_tree(apps, schema_editor):
             last = message.id
         if last is not None:
             Conversation.objects.filter(id=conversation_id).update(current_leaf=last)
+    if immediate:
+        schema_editor.execute("SET CONSTRAINTS ALL DEFERRED")
 
 
 class Migration(migrations.Migration):

@@ -439,7 +439,8 @@ def test_the_migration_links_linear_history_into_a_tree(user):
     a2 = Message.objects.create(
         conversation=conversation, role="assistant", content="a2", parent=u2
     )
-    migration.backfill_tree(apps, None)
+    with connection.schema_editor() as editor:
+        migration.backfill_tree(apps, editor)
     conversation.refresh_from_db()
     u2.refresh_from_db()
     assert u2.parent_id == a1b.id and conversation.current_leaf_id == a2.id
