@@ -368,8 +368,8 @@
     branchTurn(chat.dataset.regenerateUrl); // a new version of the last answer, made current
   });
 
-  // Thumbs up/down under a finished answer (minimal; reasons and comments come with
-  // the feedback UI). A second click on the same thumb keeps it: use the other to change.
+  // Thumbs up/down under a finished answer (a thumbs down also opens the reason form:
+  // threads.js). A second click on the same thumb keeps it: use the other to change.
   thread.addEventListener("click", async function (e) {
     const button = e.target.closest(".msg-feedback button[data-rating]");
     if (!button) return;
