@@ -39,6 +39,7 @@ class ConversationAdmin(admin.ModelAdmin):
     list_display = ("title", "user", "created_at", "updated_at", "archived")
     list_filter = ("archived",)
     search_fields = ("title", "user__username")
+    raw_id_fields = ("summary_upto", "current_leaf")
     inlines = [MessageInline]
 
 

@@ -58,6 +58,7 @@ _ANSWER: dict[str, Any] = {
     "ttft_ms": _optional_int,
     "latency_ms": _optional_int,
     "html": str,
+    "content": str,
     "error": str,
     "cache": lambda v: v in {"", *protocol.CACHE_KINDS},
     "citations": _citations,

@@ -43,6 +43,11 @@ class Conversation(models.Model):
     archived = models.BooleanField(default=False)
     # full-text search vector of the title, kept by PostgreSQL (conversations.search)
     search_vector = _search_vector("title")
+    # The last message of the branch the user sees (issue 11): the thread shown and sent
+    # as history is the path from the root to it. Null only before the first message.
+    current_leaf = models.ForeignKey(
+        "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-updated_at"]
@@ -66,8 +71,12 @@ class MessageManager(models.Manager["Message"]):
 
 
 class Message(models.Model):
-    """One message. Assistant messages point at the user message they answer (``parent``);
-    regenerating adds a sibling, the newest sibling being the one shown and sent as history.
+    """One message of a conversation's tree (issue 11).
+
+    ``parent``: an answer's is the user message it answers; a user message's is the
+    answer it follows (None for a first message). Regenerating adds a sibling answer,
+    editing a user message a sibling user message; messages with the same parent and
+    role are versions of each other, and ``Conversation.current_leaf`` picks the branch.
     """
 
     class Role(models.TextChoices):

@@ -68,24 +68,114 @@ async def amessage_get(
 
 @dataclass
 class ThreadItem:
-    """A message as shown: the current answer with its earlier versions."""
+    """A message as shown on the current branch, with its versions (issue 11).
+
+    ``versions`` are the messages with the same parent and role (``message`` among
+    them), oldest first: regenerated answers, or edited user messages.
+    """
 
     message: Message
-    previous_versions: list[Message] = field(default_factory=list)
+    versions: list[Message] = field(default_factory=list)
     # the conversation owner's thumbs on ``message`` ("up" / "down"; "" = none)
     rating: str = ""
 
     @property
     def version_count(self) -> int:
-        """How many answers this turn has had (1 = never regenerated)."""
-        return 1 + len(self.previous_versions)
+        """How many versions this message has (1 = never regenerated or edited)."""
+        return max(1, len(self.versions))
+
+    @property
+    def version_index(self) -> int:
+        """The shown message's 1-based position among its versions ("2" of "2/3")."""
+        ids = [v.id for v in self.versions]
+        return ids.index(self.message.id) + 1 if self.message.id in ids else 1
+
+    @property
+    def previous_version(self) -> Message | None:
+        """The version before the shown one, or None for the first."""
+        i = self.version_index
+        return self.versions[i - 2] if i > 1 else None
+
+    @property
+    def next_version(self) -> Message | None:
+        """The version after the shown one, or None for the last."""
+        i = self.version_index
+        return self.versions[i] if i < len(self.versions) else None
+
+
+class MessageTree:
+    """A conversation's messages as a tree, built in Python from one query.
+
+    ``children`` maps a parent id (None for first messages) to its children, oldest
+    first; messages whose parent is missing count as roots.
+    """
+
+    def __init__(self, messages: list[Message]) -> None:
+        """Index ``messages`` (any order; sorted here by ``created_at``, then id)."""
+        ordered = sorted(messages, key=lambda m: (m.created_at, str(m.id)))
+        self.by_id: dict[Any, Message] = {m.id: m for m in ordered}
+        self.children: dict[Any, list[Message]] = {}
+        for m in ordered:
+            parent = m.parent_id if m.parent_id in self.by_id else None
+            self.children.setdefault(parent, []).append(m)
+
+    def path_to(self, message_id: Any) -> list[Message]:
+        """Return the messages from the root down to ``message_id`` (inclusive);
+        empty for an unknown id."""
+        path: list[Message] = []
+        seen: set[Any] = set()
+        node = self.by_id.get(message_id)
+        while node is not None and node.id not in seen:
+            seen.add(node.id)
+            path.append(node)
+            node = self.by_id.get(node.parent_id)
+        path.reverse()
+        return path
+
+    def newest_leaf(self, message_id: Any = None) -> Message | None:
+        """Return the leaf reached from ``message_id`` by always taking the newest
+        child (from the newest root when None); None in an empty tree."""
+        node = self.by_id.get(message_id) if message_id is not None else None
+        if node is None:
+            roots = self.children.get(None, [])
+            if not roots:
+                return None
+            node = roots[-1]
+        while self.children.get(node.id):
+            node = self.children[node.id][-1]
+        return node
+
+    def versions(self, message: Message) -> list[Message]:
+        """Return the messages with ``message``'s parent and role, oldest first."""
+        parent = message.parent_id if message.parent_id in self.by_id else None
+        return [m for m in self.children.get(parent, []) if m.role == message.role]
+
+    def current_path(self, conversation: Conversation) -> list[Message]:
+        """Return the branch shown: root to ``conversation.current_leaf`` (or to the
+        newest leaf when that is unset or not a message of this tree)."""
+        leaf_id = conversation.current_leaf_id
+        if leaf_id not in self.by_id:
+            leaf = self.newest_leaf()
+            leaf_id = leaf.id if leaf is not None else None
+        return self.path_to(leaf_id)
+
+
+def message_tree(*, conversation: Conversation) -> MessageTree:
+    """Return the conversation's :class:`MessageTree` (one query)."""
+    return MessageTree(list(conversation.messages.all()))
+
+
+def thread_leaf(*, conversation: Conversation) -> Message | None:
+    """Return the last message of the current branch (None in an empty conversation):
+    the parent of the next user message."""
+    path = message_tree(conversation=conversation).current_path(conversation)
+    return path[-1] if path else None
 
 
 def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
-    """Return the thread in order: each user message followed by its newest answer.
+    """Return the current branch in order, each message with its versions.
 
-    Older answers to the same user message (regenerated) are attached as
-    ``previous_versions``, oldest first.
+    Three queries whatever the length: messages, their citations, the ratings.
     """
     citations = Prefetch(
         "citations",
@@ -93,44 +183,24 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
             "number", "message_id", "chunk__ord", "chunk__document__title"
         ),
     )
-    messages = list(
-        conversation.messages.order_by("created_at").prefetch_related(citations)
-    )
+    tree = MessageTree(list(conversation.messages.prefetch_related(citations)))
     ratings = dict(
         Feedback.objects.filter(
             user_id=conversation.user_id, message__conversation=conversation
         ).values_list("message_id", "rating")
     )
-    answers: dict[Any, list[Message]] = {}
-    for m in messages:
-        if m.role == Message.Role.ASSISTANT and m.parent_id is not None:
-            answers.setdefault(m.parent_id, []).append(m)
-    items: list[ThreadItem] = []
-    for m in messages:
-        if m.role == Message.Role.ASSISTANT and m.parent_id is not None:
-            continue
-        items.append(ThreadItem(message=m))
-        versions = answers.get(m.id)
-        if versions:
-            items.append(
-                ThreadItem(
-                    message=versions[-1],
-                    previous_versions=versions[:-1],
-                    rating=ratings.get(versions[-1].id, ""),
-                )
-            )
-    return items
+    return [
+        ThreadItem(message=m, versions=tree.versions(m), rating=ratings.get(m.id, ""))
+        for m in tree.current_path(conversation)
+        if m.role in (Message.Role.USER, Message.Role.ASSISTANT)
+    ]
 
 
-def context_messages(*, conversation: Conversation) -> list[Message]:
-    """Return the messages a prompt may hold, oldest first.
-
-    Uses the current answer of each turn; answers that ended in an error or are still
-    streaming are left out (the model should not see an empty or failed reply).
-    """
+def _promptable(messages: list[Message]) -> list[Message]:
+    """Keep user messages and answers with text that did not fail or still stream
+    (the model should not see an empty or failed reply)."""
     kept: list[Message] = []
-    for item in thread_items(conversation=conversation):
-        m = item.message
+    for m in messages:
         if m.role == Message.Role.ASSISTANT and (
             m.status in (Message.Status.STREAMING, Message.Status.ERROR)
             or not m.content
@@ -141,22 +211,43 @@ def context_messages(*, conversation: Conversation) -> list[Message]:
     return kept
 
 
-def history_and_summary(
-    *, conversation: Conversation
-) -> tuple[list[dict[str, str]], str, int]:
-    """Return ``(history, summary, covers)`` for the next prompt.
+def context_messages(
+    *, conversation: Conversation, upto: Message | None = None
+) -> list[Message]:
+    """Return the messages a prompt may hold, oldest first: the path from the root to
+    ``upto`` (inclusive), or the current branch when ``upto`` is None.
 
-    ``history`` is :func:`context_messages` as OpenAI chat messages; ``summary`` is the conversation's last
-    complete rolling summary and ``covers`` how many leading history messages it
-    summarises (those created up to ``summary_upto``; 0 without a summary).
+    Answers that ended in an error or are still streaming are left out.
     """
-    messages = context_messages(conversation=conversation)
-    upto = conversation.summary_upto
+    tree = message_tree(conversation=conversation)
+    if upto is None:
+        return _promptable(tree.current_path(conversation))
+    return _promptable(tree.path_to(upto.id))
+
+
+def history_and_summary(
+    *, conversation: Conversation, upto: Message | None
+) -> tuple[list[dict[str, str]], str, int]:
+    """Return ``(history, summary, covers)`` for a prompt that continues after ``upto``.
+
+    ``history`` is the path from the root to ``upto`` (inclusive; empty when None)
+    as OpenAI chat messages, failed and streaming answers left out. ``summary`` is the
+    conversation's rolling summary, used only when its ``summary_upto`` lies on that
+    path (it summarises a linear prefix; another branch's summary would leak that
+    branch), and ``covers`` how many leading history messages it summarises (0
+    without a summary).
+    """
+    path = message_tree(conversation=conversation).path_to(upto.id) if upto else []
+    messages = _promptable(path)
+    upto_id = conversation.summary_upto_id
+    on_path = [m.created_at for m in path if m.id == upto_id]
     covers = 0
-    if upto is not None:
-        covers = sum(1 for m in messages if m.created_at <= upto.created_at)
+    summary = ""
+    if on_path:
+        summary = conversation.summary
+        covers = sum(1 for m in messages if m.created_at <= on_path[0])
     history = [{"role": m.role, "content": m.content} for m in messages]
-    return history, (conversation.summary if upto is not None else ""), covers
+    return history, summary, covers
 
 
 def feedback_satisfaction(

@@ -79,6 +79,8 @@ def message_payload(message: Message) -> dict[str, Any]:
         "ttft_ms": message.ttft_ms,
         "latency_ms": message.latency_ms,
         "html": markdown_to_html(message.content),
+        # the Markdown source, for the page's copy button (set as text, never HTML)
+        "content": message.content,
         "error": message.error,
         "cache": message.cache_kind,
         "citations": citations,

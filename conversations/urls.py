@@ -39,6 +39,26 @@ urlpatterns = [
         name="message-regenerate",
     ),
     path(
+        "c/<uuid:conversation_id>/thread/",
+        views.conversation_thread,
+        name="conversation-thread",
+    ),
+    path(
+        "c/<uuid:conversation_id>/messages/<uuid:message_id>/regenerate/",
+        views.message_regenerate,
+        name="message-regenerate-one",
+    ),
+    path(
+        "c/<uuid:conversation_id>/messages/<uuid:message_id>/edit/",
+        views.message_edit,
+        name="message-edit",
+    ),
+    path(
+        "c/<uuid:conversation_id>/messages/<uuid:message_id>/switch/",
+        views.message_switch,
+        name="message-switch",
+    ),
+    path(
         "c/<uuid:conversation_id>/rename/",
         views.conversation_rename,
         name="conversation-rename",

@@ -16,6 +16,7 @@ from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.forms import UserCreationForm
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_ratelimit.decorators import ratelimit
@@ -23,7 +24,9 @@ from django_ratelimit.decorators import ratelimit
 from chatsite.errors import DomainError, InvalidInput
 from chatsite.http import error_response, json_errors
 from conversations import selectors, services
+from conversations.models import Feedback
 from conversations.services import Turn
+from conversations.services.feedback import REASONS_BY_RATING
 from gateway import selectors as gateway_selectors
 from safety import selectors as safety_selectors
 
@@ -37,9 +40,16 @@ def _turn_json(turn: Turn) -> dict[str, Any]:
             "url": reverse("conversation-detail", args=[conv.id]),
             "created": turn.created_conversation,
         },
-        "user_message": {"id": str(turn.user_message.id)},
+        "user_message": {
+            "id": str(turn.user_message.id),
+            "edit_url": reverse("message-edit", args=[conv.id, turn.user_message.id]),
+        },
+        "thread_url": reverse("conversation-thread", args=[conv.id]),
         "assistant_message": {
             "id": str(answer.id),
+            "regenerate_url": reverse(
+                "message-regenerate-one", args=[conv.id, answer.id]
+            ),
             "status": answer.status,
             "stream_url": reverse("message-stream", args=[conv.id, answer.id]),
             "stop_url": reverse("message-stop", args=[conv.id, answer.id]),
@@ -62,8 +72,15 @@ def _chat_page(request: HttpRequest, conversation: Any = None) -> HttpResponse:
         "max_chars": settings.CHAT_MAX_MESSAGE_CHARS,
         "quota": gateway_selectors.quota_status(user=request.user),
         "models": gateway_selectors.pool_choices(user=request.user),
+        "feedback_reasons": _down_reasons(),
     }
     return render(request, "chat/chat.html", context)
+
+
+def _down_reasons() -> list[tuple[str, str]]:
+    """The reasons a thumbs down may give, as ``(value, label)`` in the model's order."""
+    allowed = REASONS_BY_RATING[Feedback.Rating.DOWN]
+    return [(r.value, r.label) for r in Feedback.Reason if r in allowed]
 
 
 @require_GET
@@ -101,10 +118,66 @@ def message_send(request: HttpRequest, conversation_id: Any = None) -> JsonRespo
 @require_POST
 @ratelimit(key="user", rate="gateway.ratelimits.message_rate", group="chat-message")
 @json_errors
-def message_regenerate(request: HttpRequest, conversation_id: Any) -> JsonResponse:
-    """Answer the last message again (the previous answer is kept as a version)."""
-    turn = services.turn_regenerate(user=request.user, conversation_id=conversation_id)
+def message_regenerate(
+    request: HttpRequest, conversation_id: Any, message_id: Any = None
+) -> JsonResponse:
+    """Answer again: a new version of the answer ``message_id`` (default: the answer
+    to the last question shown), made current; earlier versions stay switchable."""
+    turn = services.turn_regenerate(
+        user=request.user, conversation_id=conversation_id, message_id=message_id
+    )
     return JsonResponse(_turn_json(turn), status=201)
+
+
+@require_POST
+@ratelimit(key="user", rate="gateway.ratelimits.message_rate", group="chat-message")
+@json_errors
+def message_edit(
+    request: HttpRequest, conversation_id: Any, message_id: Any
+) -> JsonResponse:
+    """Send an edited version of a user message (``content``): a new branch with a new
+    answer, made current; 201 with its stream URL."""
+    turn = services.turn_edit(
+        user=request.user,
+        conversation_id=conversation_id,
+        message_id=message_id,
+        content=request.POST.get("content"),
+        model=request.POST.get("model") or None,
+    )
+    return JsonResponse(_turn_json(turn), status=201)
+
+
+def _thread_html(request: HttpRequest, conversation_id: Any) -> str:
+    conversation = selectors.conversation_get(
+        user=request.user, conversation_id=conversation_id
+    )
+    return render_to_string(
+        "chat/_thread.html",
+        {"items": selectors.thread_items(conversation=conversation)},
+        request=request,
+    )
+
+
+@require_POST
+@json_errors
+def message_switch(
+    request: HttpRequest, conversation_id: Any, message_id: Any
+) -> JsonResponse:
+    """Show the branch through a message version: its newest leaf becomes current
+    (stored); answers ``{"leaf_id", "html"}``, the branch's messages rendered."""
+    leaf = services.thread_switch(
+        user=request.user, conversation_id=conversation_id, message_id=message_id
+    )
+    return JsonResponse(
+        {"leaf_id": str(leaf.id), "html": _thread_html(request, conversation_id)}
+    )
+
+
+@require_GET
+@json_errors
+def conversation_thread(request: HttpRequest, conversation_id: Any) -> HttpResponse:
+    """The current branch's messages as an HTML fragment (the page's thread)."""
+    return HttpResponse(_thread_html(request, conversation_id))
 
 
 @require_POST

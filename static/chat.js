@@ -1,8 +1,9 @@
 // Chat page: send, stream (SSE), stop, regenerate; a "cached answer" label on answers
-// the gateway served from its answer caches.
+// the gateway served from its answer caches. Versions, edits, copy: threads.js.
 // While streaming, model text is rendered as Markdown and sanitised by
 // static/stream-render.js (plain textContent if that is not loaded); on `done` the
-// server's sanitised HTML (markdown-it-py + nh3) replaces it. Nothing else is set as HTML.
+// server's sanitised HTML (markdown-it-py + nh3) replaces it, and after a branch
+// change the server-rendered thread does. Nothing else is set as HTML.
 (function () {
   "use strict";
   const chat = document.getElementById("chat");
@@ -144,6 +145,8 @@
     fillFooter(article, data);
     markCutShort(article, data);
     announceEnd(article, data, failed);
+    // threads.js keeps the Markdown source for the copy button, adds code copy buttons
+    article.dispatchEvent(new CustomEvent("chat:finished", {bubbles: true, detail: data}));
   }
 
   // Model, tokens and time to first token under an answer, from its `done` / `error`
@@ -409,6 +412,46 @@
     return wrap;
   }
 
+  // The current branch as the server renders it (versions switchers included), then
+  // follow its streaming answer: after a regenerate or an edit (issue 11).
+  async function showThread(url) {
+    const response = await fetch(url, {headers: {"Accept": "text/html"}, credentials: "same-origin"});
+    if (!response.ok) throw new Error("Could not load the conversation (" + response.status + ")");
+    thread.innerHTML = await response.text(); // server-rendered and sanitised, like the page
+    thread.dispatchEvent(new CustomEvent("chat:thread", {bubbles: true}));
+    const streaming = thread.querySelector("article[data-status=streaming]");
+    if (streaming) stream(streaming, streaming.dataset.streamUrl, streaming.dataset.stopUrl);
+  }
+
+  // POST a turn that changes the branch (regenerate, edit) and show the new branch.
+  async function branchTurn(url, data) {
+    if (active || sending) { showError(BUSY); return false; }
+    showError("");
+    sending = true;
+    setBusy(true);
+    try {
+      const turn = await post(url, data);
+      await showThread(turn.thread_url);
+      return true;
+    } catch (err) {
+      if (err.code === "content_policy_violation") policyNotice(err.message);
+      else showError(err.message);
+      if (!active) setBusy(false);
+      return false;
+    } finally {
+      sending = false;
+    }
+  }
+  const BUSY = "An answer is still being written in this conversation. Stop it or wait for it to finish.";
+  window.ChatPage = {
+    post: post,
+    showError: showError,
+    showThread: showThread,
+    branchTurn: branchTurn,
+    busy: function () { return Boolean(active || sending); },
+    BUSY: BUSY,
+  };
+
   function startTurn(turn) {
     if (turn.conversation.created) {
       history.pushState({}, "", turn.conversation.url);
@@ -428,7 +471,9 @@
     }
     const article = bubble("assistant", "");
     pruneContinue();
+    article.id = "m-" + turn.assistant_message.id;
     article.dataset.messageId = turn.assistant_message.id;
+    article.dataset.regenerateUrl = turn.assistant_message.regenerate_url;
     article.dataset.feedbackUrl = turn.assistant_message.feedback_url;
     stream(article, turn.assistant_message.stream_url, turn.assistant_message.stop_url);
   }
@@ -443,9 +488,14 @@
     setBusy(true);
     try {
       const turn = await post(chat.dataset.sendUrl, new FormData(form));
-      bubble("user", text);
+      const asked = bubble("user", text);
+      asked.id = "m-" + turn.user_message.id;
+      asked.dataset.messageId = turn.user_message.id;
+      asked.dataset.editUrl = turn.user_message.edit_url;
       input.value = "";
       startTurn(turn);
+      thread.dataset.threadUrl = turn.thread_url;
+      thread.dispatchEvent(new CustomEvent("chat:turn", {bubbles: true, detail: turn}));
     } catch (err) {
       if (err.code === "content_policy_violation") policyNotice(err.message);
       else showError(err.message);
@@ -465,28 +515,13 @@
     try { await post(active.stopUrl); } catch (err) { showError(err.message); }
   });
 
-  regenBtn.addEventListener("click", async function () {
-    if (active || sending || !chat.dataset.regenerateUrl) return;
-    showError("");
-    sending = true;
-    setBusy(true);
-    try {
-      const turn = await post(chat.dataset.regenerateUrl);
-      const answers = thread.querySelectorAll(".msg-assistant");
-      const last = answers[answers.length - 1];
-      if (last) last.classList.add("superseded");
-      startTurn(turn);
-    } catch (err) {
-      if (err.code === "content_policy_violation") policyNotice(err.message);
-      else showError(err.message);
-      if (!active) setBusy(false);
-    } finally {
-      sending = false;
-    }
+  regenBtn.addEventListener("click", function () {
+    if (!chat.dataset.regenerateUrl) return;
+    branchTurn(chat.dataset.regenerateUrl); // a new version of the last answer, made current
   });
 
-  // Thumbs up/down under a finished answer (minimal; reasons and comments come with
-  // the feedback UI). A second click on the same thumb keeps it: use the other to change.
+  // Thumbs up/down under a finished answer (a thumbs down also opens the reason form:
+  // threads.js). A second click on the same thumb keeps it: use the other to change.
   thread.addEventListener("click", async function (e) {
     const button = e.target.closest(".msg-feedback button[data-rating]");
     if (!button) return;

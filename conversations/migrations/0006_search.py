@@ -35,7 +35,7 @@ def _vector(column):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("conversations", "0004_feedback"),
+        ("conversations", "0005_threads"),
     ]
 
     operations = [

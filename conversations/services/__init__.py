@@ -4,7 +4,8 @@
 - :mod:`.answers`: the answer's side of settling a generation, and the reaper;
 - :mod:`.conversations`: rename, delete, titles, rolling summaries;
 - :mod:`.feedback`: thumbs up/down on answers;
-- :mod:`.imports`: import conversations from our JSON export or ChatGPT's.
+- :mod:`.imports`: import conversations from our JSON export or ChatGPT's;
+- :mod:`.threads`: edit a message (a new branch), switch versions and branches.
 """
 
 from conversations.services.answers import (
@@ -22,6 +23,7 @@ from conversations.services.conversations import (
 )
 from conversations.services.feedback import feedback_delete, feedback_set
 from conversations.services.imports import conversations_import
+from conversations.services.threads import thread_switch, turn_edit
 from conversations.services.turns import (
     BUSY_MESSAGE,
     Turn,
@@ -46,7 +48,9 @@ __all__ = [
     "message_finalize",
     "message_generation",
     "streaming_messages_reap",
+    "thread_switch",
     "title_from_text",
+    "turn_edit",
     "turn_regenerate",
     "turn_start",
     "turn_stop",

@@ -66,8 +66,9 @@ def conversation_title_generate(*, conversation_id: Any) -> str | None:
 def conversation_summarize(*, conversation_id: Any) -> bool:
     """Roll a conversation's summary forward when its unsummarised history is long.
 
-    When the messages after ``summary_upto`` pass MEMORY_SUMMARY_TRIGGER_TOKENS tokens
-    (serving tokenizer), all but the last MEMORY_SUMMARY_KEEP_MESSAGES are folded into
+    Summarises the current branch (issue 11). When the messages after
+    ``summary_upto`` (when it lies on that branch; else all of them) pass
+    MEMORY_SUMMARY_TRIGGER_TOKENS tokens (serving tokenizer), all but the last MEMORY_SUMMARY_KEEP_MESSAGES are folded into
     the summary by the model (pool MEMORY_SMALL_POOL). A failed or cut generation
     changes nothing (the last complete summary stays in force); the update is
     conditional on ``summary_upto`` being unchanged, so concurrent or repeated runs are
@@ -78,8 +79,12 @@ def conversation_summarize(*, conversation_id: Any) -> bool:
         return False
     messages = selectors.context_messages(conversation=conversation)
     upto = conversation.summary_upto
-    if upto is not None:
+    # The summary covers a prefix of one branch: roll it forward only on that branch;
+    # on another branch (an edit or a switch) start a new summary of the current one.
+    if upto is not None and any(m.id == upto.id for m in messages):
         messages = [m for m in messages if m.created_at > upto.created_at]
+    else:
+        upto = None
     keep = settings.MEMORY_SUMMARY_KEEP_MESSAGES
     older = messages[:-keep] if keep else messages
     # the kept window must start with a user turn

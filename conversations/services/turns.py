@@ -103,20 +103,22 @@ def _prompt_context(
     conversation: Conversation | None,
     max_tokens: int,
     query: TextVector,
+    after: Message | None,
     content: str | None = None,
 ) -> BuiltContext:
     """Build the prompt of the next answer to the token (memory.context.turn_context).
 
-    The thread so far (with its rolling summary) plus ``content``; without ``content``
-    (regenerate) the current answer to the last user message is left out, as the new
-    answer replaces it. ``max_tokens`` is the answer's reserve, in tokens; ``query``
-    the question's shared embedding.
+    The history is the branch from the root to ``after`` (issue 11: never another
+    branch's messages), with the rolling summary when it lies on that branch, plus
+    ``content``: for a new or edited message ``after`` is its parent; to regenerate,
+    ``after`` is the question and ``content`` None. ``max_tokens`` is the answer's
+    reserve, in tokens; ``query`` the question's shared embedding.
     """
     history: list[dict[str, str]] = []
     summary, covers = "", 0
     if conversation is not None:
         history, summary, covers = selectors.history_and_summary(
-            conversation=conversation
+            conversation=conversation, upto=after
         )
     if content is not None:
         history.append({"role": Message.Role.USER, "content": content})
@@ -196,11 +198,14 @@ def _turn_run(
     model: str | None,
     content: str | None = None,
     question: Message | None = None,
+    after: Message | None = None,
 ) -> Turn:
     """Build the prompt, then start the generation; the rows are stored by ``store``
     inside the lifecycle's short transaction (nothing but these writes under the lock).
 
-    ``content`` a new user message, or ``question`` the user message to answer again.
+    ``content`` a new user message whose parent is ``after`` (the current leaf, or the
+    parent of an edited message), or ``question`` the user message to answer again.
+    The new answer becomes the conversation's current leaf.
     """
     generation_params = _generation_params(params)
     # The question is embedded at most once, on first need, for everyone who needs it.
@@ -211,6 +216,7 @@ def _turn_run(
         content=content,
         max_tokens=int(generation_params["max_tokens"]),
         query=query,
+        after=after if content is not None else question,
     )
 
     def store(admission: generations.Admission) -> Turn:
@@ -225,7 +231,10 @@ def _turn_run(
             _idle_check(thread)
         if content is not None:
             asked = Message.objects.create(
-                conversation=thread, role=Message.Role.USER, content=content
+                conversation=thread,
+                role=Message.Role.USER,
+                content=content,
+                parent=after,
             )
             _remember_on_commit(user=user, message=asked)
         else:
@@ -241,7 +250,9 @@ def _turn_run(
             memory_services.citations_store(
                 message_id=answer.id, chunk_ids=[p.key for p in built.passages]
             )
-        Conversation.objects.filter(pk=thread.pk).update(updated_at=timezone.now())
+        Conversation.objects.filter(pk=thread.pk).update(
+            updated_at=timezone.now(), current_leaf=answer
+        )
         return Turn(thread, asked, answer, created_conversation=created)
 
     started = generations.generation_start(
@@ -280,8 +291,9 @@ def turn_start(
 ) -> Turn:
     """Store the user's message and a streaming answer; enqueue the generation.
 
-    ``conversation_id`` None starts a new conversation titled after the message;
-    ``model`` is an explicit pool/model choice. Raises InvalidInput (empty),
+    ``conversation_id`` None starts a new conversation titled after the message; in an
+    existing one the message continues the current branch (its parent is the current
+    leaf) and its answer becomes the leaf. ``model`` is an explicit pool/model choice. Raises InvalidInput (empty),
     PayloadTooLarge (over CHAT_MAX_MESSAGE_CHARS characters), NotFound (not the user's
     conversation, unknown model), Conflict (an answer is still streaming), Forbidden
     (model not in the plan), ModerationBlocked (400, the content policy; a moderation
@@ -302,6 +314,9 @@ def turn_start(
         content=content,
         params=params,
         model=model,
+        after=selectors.thread_leaf(conversation=conversation)
+        if conversation is not None
+        else None,
     )
 
 
@@ -309,23 +324,37 @@ def turn_regenerate(
     *,
     user: AbstractBaseUser,
     conversation_id: Any,
+    message_id: Any = None,
     params: dict[str, Any] | None = None,
     model: str | None = None,
 ) -> Turn:
-    """Answer the last user message again; the previous answer is kept as an older version.
+    """Answer a question again: a new sibling version of the answer ``message_id``
+    (default: the last question of the current branch), made current; the earlier
+    versions stay, reachable with the version switcher.
 
-    Raises NotFound, Conflict (an answer is streaming, or there is nothing to
-    regenerate), and the gateway's errors as :func:`turn_start` does.
+    Raises NotFound (not the user's conversation or message), InvalidInput
+    (``message_id`` is not an answer), Conflict (an answer is streaming, or there is
+    nothing to regenerate), and the gateway's errors as :func:`turn_start` does.
     """
     conversation = selectors.conversation_get(
         user=user, conversation_id=conversation_id
     )
-    last_user = (
-        conversation.messages.filter(role=Message.Role.USER)
-        .order_by("-created_at")
-        .first()
-    )
-    if last_user is None:
+    if message_id is not None:
+        answer = selectors.message_get(
+            user=user, conversation_id=conversation.id, message_id=message_id
+        )
+        if answer.role != Message.Role.ASSISTANT or answer.parent_id is None:
+            raise InvalidInput(
+                "Only an answer can be regenerated.", code="not_regenerable"
+            )
+        question = Message.objects.get(id=answer.parent_id)
+    else:
+        path = selectors.message_tree(conversation=conversation).current_path(
+            conversation
+        )
+        users = [m for m in path if m.role == Message.Role.USER]
+        question = users[-1] if users else None
+    if question is None:
         raise Conflict(
             "There is no message to answer again.", code="nothing_to_regenerate"
         )
@@ -333,7 +362,7 @@ def turn_regenerate(
     return _turn_run(
         user=user,
         conversation=conversation,
-        question=last_user,
+        question=question,
         params=params,
         model=model,
     )

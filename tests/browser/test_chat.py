@@ -92,7 +92,9 @@ def test_stop_keeps_the_partial_answer_and_regenerate_adds_a_version(page):
     )
     assert roles == ["user", "assistant", "assistant"]
     page.reload()
-    assert "Earlier answers (1)" in page.content()
+    versions = last_answer(page).locator(".msg-versions .version-label")
+    assert versions.inner_text() == "2/2"
+    assert "Earlier answers" not in page.content()
 
 
 def test_empty_message_shows_a_clear_error_and_sends_nothing(page):

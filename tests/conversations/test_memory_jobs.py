@@ -31,18 +31,22 @@ def finish_turn(turn, timeout=30):
 
 def conversation_with(user, n_turns, words=30):
     conversation = Conversation.objects.create(user=user, title="t")
+    answer = None
     for i in range(n_turns):
         q = Message.objects.create(
             conversation=conversation,
             role="user",
             content=f"question {i} " + "blah " * words,
+            parent=answer,  # a linear thread: each question follows the last answer
         )
-        Message.objects.create(
+        answer = Message.objects.create(
             conversation=conversation,
             role="assistant",
             parent=q,
             content=f"answer {i} " + "ok " * words,
         )
+    conversation.current_leaf = answer
+    conversation.save(update_fields=["current_leaf"])
     return conversation
 
 
@@ -167,13 +171,19 @@ def test_failed_or_partial_summary_leaves_the_last_complete_one(
     first.stop()
     conversation.refresh_from_db()
     upto = conversation.summary_upto_id
-    for i in range(8, 14):  # more history past the threshold
+    answer = conversation.current_leaf
+    for i in range(8, 14):  # more history past the threshold, on the same branch
         q = Message.objects.create(
-            conversation=conversation, role="user", content=f"question {i} " + "x " * 30
+            conversation=conversation,
+            role="user",
+            content=f"question {i} " + "x " * 30,
+            parent=answer,
         )
-        Message.objects.create(
+        answer = Message.objects.create(
             conversation=conversation, role="assistant", parent=q, content="ok " * 30
         )
+    conversation.current_leaf = answer
+    conversation.save(update_fields=["current_leaf"])
     start_worker(engine, pool="small")
     assert not services.conversation_summarize(conversation_id=conversation.id)
     conversation.refresh_from_db()

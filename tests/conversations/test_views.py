@@ -296,11 +296,13 @@ def test_regenerate_keeps_the_previous_answer_without_duplicating_the_question(
 
     items = thread_items(conversation=turn.conversation)
     assert [i.message.content for i in items] == ["What is 2+2?", "4"]
-    assert [v.content for v in items[1].previous_versions] == ["four"]
+    assert [v.content for v in items[1].versions] == ["four", "4"]
+    assert (items[1].version_index, items[1].version_count) == (2, 2)
     page = auth_client.get(
         reverse("conversation-detail", args=[turn.conversation.id])
     ).content.decode()
-    assert "Earlier answers (1)" in page
+    assert '<span class="version-label">2/2</span>' in page
+    assert "Earlier answers" not in page
 
 
 def test_regenerate_with_nothing_to_answer_is_a_409(auth_client, user):
