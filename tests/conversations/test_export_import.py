@@ -65,6 +65,7 @@ def thread(user):
     q2 = Message.objects.create(
         conversation=conv,
         role="user",
+        parent=a2,  # a question follows the answer shown above it (the tree model)
         content="And of Italy?",
         created_at=T0 + dt.timedelta(minutes=1),
     )
@@ -77,6 +78,8 @@ def thread(user):
         finish_reason="cancelled",
         created_at=T0 + dt.timedelta(minutes=1, seconds=2),
     )
+    conv.current_leaf = a3
+    conv.save(update_fields=["current_leaf"])
     Feedback.objects.create(
         user=user,
         message=a1,
