@@ -62,6 +62,7 @@ def _chat_page(request: HttpRequest, conversation: Any = None) -> HttpResponse:
         "max_chars": settings.CHAT_MAX_MESSAGE_CHARS,
         "quota": gateway_selectors.quota_status(user=request.user),
         "models": gateway_selectors.pool_choices(user=request.user),
+        "default_model": gateway_selectors.default_model(user=request.user),
     }
     return render(request, "chat/chat.html", context)
 

@@ -201,7 +201,9 @@ def _turn_run(
     inside the lifecycle's short transaction (nothing but these writes under the lock).
 
     ``content`` a new user message, or ``question`` the user message to answer again.
+    No ``model``: the user's default model (Settings), if they chose one.
     """
+    model = model or gateway_selectors.default_model(user=user)
     generation_params = _generation_params(params)
     # The question is embedded at most once, on first need, for everyone who needs it.
     query = TextVector(content if content is not None else question.content)  # type: ignore[union-attr]
