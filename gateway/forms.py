@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth import get_user_model
+from django.contrib.auth.forms import PasswordChangeForm
 from django.contrib.auth.models import AbstractBaseUser
 
 
@@ -30,6 +31,16 @@ class ProfileForm(forms.ModelForm):
         if taken:
             raise forms.ValidationError("A user with that username already exists.")
         return username
+
+
+class SettingsPasswordForm(PasswordChangeForm):
+    """Django's password change form without its autofocus: on the settings page it
+    would scroll past the profile and take the keyboard from the skip link."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Build Django's form, then drop the old password's autofocus."""
+        super().__init__(*args, **kwargs)
+        self.fields["old_password"].widget.attrs.pop("autofocus", None)
 
 
 class AccountDeleteForm(forms.Form):

@@ -12,7 +12,6 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages as flash
 from django.contrib.auth import logout, update_session_auth_hash
-from django.contrib.auth.forms import PasswordChangeForm
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -22,7 +21,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from chatsite.errors import DomainError, QuotaExceeded
 from chatsite.http import error_page, error_response
 from gateway import account, ratelimits, selectors, services
-from gateway.forms import AccountDeleteForm, ProfileForm
+from gateway.forms import AccountDeleteForm, ProfileForm, SettingsPasswordForm
 from memory import selectors as memory_selectors
 
 # The session key holding a just-created API key's secret until the page shows it once.
@@ -71,7 +70,7 @@ def _settings_page(
         "memory_enabled": memory_selectors.memory_enabled(user=user),
         "models": selectors.pool_choices(user=user),
         "profile_form": forms.get("profile_form") or ProfileForm(instance=user),
-        "password_form": forms.get("password_form") or PasswordChangeForm(user),
+        "password_form": forms.get("password_form") or SettingsPasswordForm(user),
     }
     return render(request, "gateway/settings.html", context, status=status)
 
@@ -137,7 +136,7 @@ def profile_update(request: HttpRequest) -> HttpResponse:
 def password_change(request: HttpRequest) -> HttpResponse:
     """Change the password (Django's PasswordChangeForm: old password, validators);
     this session stays signed in, the user's other sessions end."""
-    form = PasswordChangeForm(request.user, request.POST)
+    form = SettingsPasswordForm(request.user, request.POST)
     if not form.is_valid():
         return _settings_page(request, status=400, password_form=form)
     user = form.save()

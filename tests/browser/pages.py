@@ -56,7 +56,7 @@ def signed_in_paths(document: Document) -> list[str]:
         "/memory/",
         "/settings/",
         "/settings/delete/",
-        "/no-such-page/",
+        "/documents/999999/",  # our 404 page (the stack runs with DEBUG on)
     ]
 
 

@@ -1,7 +1,7 @@
 """Accessibility of every page in Chromium: axe-core finds no serious or critical
 violation (all violations are printed), on the chat with a streamed answer, the
 Documents, document, Memory, Settings, confirmation and error pages, and the sign-in
-and sign-up pages.
+and sign-up pages; the chat, Documents and Settings in the dark palette too.
 
 Skipped where Chromium is not installed.
 """
@@ -22,10 +22,10 @@ pytestmark = BROWSER_MARKS
 BLOCKING = {"serious", "critical"}
 
 
-def _check(page, found: dict[str, list]) -> None:
+def _check(page, found: dict[str, list], suffix: str = "") -> None:
     violations = axe_violations(page)
     if violations:
-        found[page.url] = violations
+        found[page.url + suffix] = violations
 
 
 def test_no_serious_or_critical_axe_violation_on_any_page(page, site, user):
@@ -35,9 +35,15 @@ def test_no_serious_or_critical_axe_violation_on_any_page(page, site, user):
     page.keyboard.press("Enter")
     page.wait_for_selector("article.msg-assistant.status-complete")
     _check(page, found)
+    chat_url = page.url
     for path in signed_in_paths(document):
         page.goto(site + path)
         _check(page, found)
+    page.emulate_media(color_scheme="dark")  # the dark palette's contrast too
+    for path in [chat_url, "/documents/", "/settings/"]:
+        page.goto(site + path if path.startswith("/") else path)
+        _check(page, found, suffix=" (dark)")
+    page.emulate_media(color_scheme="light")
     page.context.clear_cookies()
     for path in SIGNED_OUT_PATHS:
         page.goto(site + path)
