@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway import services as gateway_services
 from memory.models import Chunk, Document, MemoryFact
 
 VECTOR = [0.0] * 383 + [1.0]
@@ -12,7 +13,9 @@ AXE = __import__("pathlib").Path(__file__).parent / "vendor" / "axe.min.js"
 
 
 def seed_account(user: Any) -> Document:
-    """Give ``user`` a ready document with two passages (one flagged) and a fact."""
+    """Give ``user`` a ready document with two passages (one flagged), a fact and an
+    API key."""
+    gateway_services.api_key_create(user=user, name="laptop script")
     document = Document.objects.create(
         user=user,
         title="A rather long document title about quarterly planning notes.md",

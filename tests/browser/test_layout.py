@@ -46,6 +46,7 @@ def test_the_drawer_opens_with_its_toggle_and_closes_with_escape(page):
     expect(toggle).to_have_attribute("aria-expanded", "false")
     expect(sidebar).to_be_hidden()  # out of view and out of the tab order
     expect(page.locator("#composer")).to_be_visible()  # the chat fills the screen
+    expect(page.locator("#stop")).to_be_hidden()  # [hidden] beats the button styles
     toggle.click()
     expect(toggle).to_have_attribute("aria-expanded", "true")
     expect(sidebar.get_by_role("link", name="Settings")).to_be_visible()
