@@ -47,6 +47,7 @@ def test_screenshots_of_every_page(page, site, user):
     _shot(page, "chat-streaming.png")
     page.wait_for_selector("article.msg-assistant.status-complete")
     _shot(page, "chat.png")
+    conversation_url = page.url
     page.goto(site + "/documents/")
     _shot(page, "documents.png")
     page.goto(site + f"/documents/{document.id}/")
@@ -55,7 +56,7 @@ def test_screenshots_of_every_page(page, site, user):
     _shot(page, "settings.png")
     page.set_viewport_size(PHONE)
     page.emulate_media(reduced_motion="reduce")  # the drawer opens without sliding
-    page.goto(site + "/")
+    page.goto(conversation_url)
     _shot(page, "phone-chat.png")
     page.click("#sidebar-toggle")
     expect(page.locator("#sidebar")).to_be_in_viewport(ratio=1)
