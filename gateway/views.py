@@ -181,8 +181,8 @@ def account_delete(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         if form.is_valid():
             user = request.user
+            account.account_delete(user=user)  # a failure leaves the session as it was
             logout(request)
-            account.account_delete(user=user)
             flash.success(request, "Your account and all its data were deleted.")
             return redirect("login")
         return render(
