@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export WEB_HOST WEB_PORT
 
-.PHONY: venv services migrate run stop test lint browser proxy vendor bench bench-retrieval bench-embeddings bench-moderation bench-sse bench-search clean
+.PHONY: venv services migrate run stop test lint browser proxy vendor screenshots bench bench-retrieval bench-embeddings bench-moderation bench-sse bench-search clean
 
 # llama-cpp-python is compiled here. ggml's AMX kernels (chosen by -march=native on
 # Sapphire Rapids Xeons) crash with a segfault in ggml_backend_amx_mul_mat on these
@@ -95,6 +95,11 @@ vendor:
 
 test: services lint browser proxy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# docs/screenshots/*.png of the README, taken in Chromium from a live stack with a
+# scripted engine (tests/browser/test_screenshots.py).
+screenshots: services browser
+	SCREENSHOTS_DIR=docs/screenshots $(BIN)/python -m pytest -m screenshots -q -p no:cacheprovider tests/browser/
 
 bench: migrate
 	$(BIN)/python bench/turn_latency.py $(BENCH_ARGS)

@@ -8,6 +8,8 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.template import loader
 
 from chatsite.errors import (
     DomainError,
@@ -61,7 +63,7 @@ def bad_request(
         error = InvalidInput("The request could not be understood.", code="bad_request")
     if _wants_json(request):
         return _json_error(error, "invalid_request_error")
-    return HttpResponse(error.message, status=error.status, content_type="text/plain")
+    return error_page(request, status=error.status, message=error.message)
 
 
 def _json_error(error: DomainError, error_type: str) -> JsonResponse:
@@ -120,6 +122,39 @@ def _wants_json(request: HttpRequest) -> bool:
     )
 
 
+# The status codes that have a page of their own (templates/errors/<status>.html);
+# any other 4xx/5xx is shown with the 400 or 500 one.
+ERROR_PAGES = {400, 403, 404, 429, 500, 503}
+
+
+def error_page(request: HttpRequest, *, status: int, message: str = "") -> HttpResponse:
+    """Render the error page of ``status`` in the site's layout.
+
+    ``message`` replaces the page's default explanation. Statuses without a page of
+    their own (ERROR_PAGES) use the 400 page for 4xx and the 500 one otherwise.
+    """
+    name = status if status in ERROR_PAGES else (400 if status < 500 else 500)
+    return render(request, f"errors/{name}.html", {"message": message}, status=status)
+
+
+def permission_denied(
+    request: HttpRequest, exception: Exception | None = None
+) -> HttpResponse:
+    """handler403: the 403 page (a CSRF failure has its own view, Django's)."""
+    return error_page(request, status=403)
+
+
+def page_not_found(
+    request: HttpRequest, exception: Exception | None = None
+) -> HttpResponse:
+    """handler404: the 404 page, or a JSON error for JSON clients."""
+    if "application/json" in request.headers.get("Accept", ""):
+        return JsonResponse(
+            {"error": {"code": "not_found", "message": "Not found."}}, status=404
+        )
+    return error_page(request, status=404)
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
     """handler500: an outage of PostgreSQL or Redis is a clear 503 with Retry-After;
     any other unhandled error is Django's 500.
@@ -135,7 +170,6 @@ def server_error(request: HttpRequest) -> HttpResponse:
     import sys
 
     from django.template.loader import render_to_string
-    from django.views.defaults import server_error as django_server_error
 
     error = _unavailable_error(sys.exc_info()[1])
     if error is None:
@@ -146,7 +180,9 @@ def server_error(request: HttpRequest) -> HttpResponse:
                 status=500,
             )
         else:
-            return django_server_error(request)
+            # the 500 page without the request's context: no context processor runs,
+            # so it needs neither the database nor the user (either may have failed)
+            return HttpResponse(loader.render_to_string("errors/500.html"), status=500)
     if _wants_json(request):
         return _json_error(error, "server_error")
     html = render_to_string("errors/unavailable.html", {"message": error.message})

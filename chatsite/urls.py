@@ -13,4 +13,6 @@ urlpatterns = [
 ]
 
 handler400 = "chatsite.http.bad_request"
+handler403 = "chatsite.http.permission_denied"
+handler404 = "chatsite.http.page_not_found"
 handler500 = "chatsite.http.server_error"

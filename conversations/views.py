@@ -73,6 +73,7 @@ def _chat_page(request: HttpRequest, conversation: Any = None) -> HttpResponse:
         "quota": gateway_selectors.quota_status(user=request.user),
         "models": gateway_selectors.pool_choices(user=request.user),
         "feedback_reasons": _down_reasons(),
+        "default_model": gateway_selectors.default_model(user=request.user),
     }
     return render(request, "chat/chat.html", context)
 

@@ -219,6 +219,7 @@ class UserPreference(models.Model):
 
     ``reuse_cached_answers``: the user's chat turns may be answered from their own
     earlier answers (gateway.cache: the opt-in of a request at temperature > 0).
+    ``default_model``: the pool the chat uses when the user picks none (empty: routing).
     """
 
     user = models.OneToOneField(
@@ -230,6 +231,12 @@ class UserPreference(models.Model):
         default=False,
         help_text="Answer identical or near-identical questions from the user's "
         "own earlier answers (no tokens used).",
+    )
+    default_model = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="Pool name the chat uses when no model is chosen (empty: routing).",
     )
     updated_at = models.DateTimeField(default=timezone.now)
 

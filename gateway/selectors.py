@@ -245,9 +245,15 @@ def pool_choices(
     return sorted(pools, key=lambda p: (p.kind != ModelPool.Kind.CHAT, p.name))
 
 
-def api_key_list(*, user: AbstractBaseUser) -> QuerySet[ApiKey]:
-    """Return the user's API keys, newest first (revoked ones included)."""
-    return ApiKey.objects.filter(user=user).order_by("-created_at")
+def api_key_list(
+    *, user: AbstractBaseUser, include_revoked: bool = False
+) -> QuerySet[ApiKey]:
+    """Return the user's API keys, newest first; revoked ones only if asked (the
+    settings page hides them: issue 11)."""
+    keys = ApiKey.objects.filter(user=user)
+    if not include_revoked:
+        keys = keys.filter(revoked_at__isnull=True)
+    return keys.order_by("-created_at")
 
 
 def user_preference_get(*, user: AbstractBaseUser) -> UserPreference:
@@ -306,3 +312,17 @@ def usage_by_user_day_model(
         row["username"] = row.pop("user__username")
     totals = records.aggregate(**sums)
     return rows, totals
+
+
+def default_model(*, user: AbstractBaseUser) -> str | None:
+    """Return the pool name the user chose as their default model (Settings), or None.
+
+    None also when the choice is no longer allowed (the pool was disabled or the plan
+    changed): the chat then routes as if nothing had been chosen, never failing a turn
+    over a stale preference. Two queries at most (preference, the plan's pools).
+    """
+    chosen = user_preference_get(user=user).default_model
+    if not chosen:
+        return None
+    allowed = {p.name for p in pool_choices(user=user)}
+    return chosen if chosen in allowed else None

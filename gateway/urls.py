@@ -1,4 +1,4 @@
-"""URLs of the user's settings (API keys, quota, preferences)."""
+"""URLs of the user's settings (profile, password, preferences, API keys, account)."""
 
 from django.urls import path
 
@@ -7,5 +7,8 @@ from gateway import views
 urlpatterns = [
     path("", views.account_settings, name="account-settings"),
     path("preferences/", views.preferences_update, name="account-preferences"),
+    path("profile/", views.profile_update, name="account-profile"),
+    path("password/", views.password_change, name="account-password"),
+    path("delete/", views.account_delete, name="account-delete"),
     path("api-keys/<int:key_id>/revoke/", views.api_key_revoke, name="api-key-revoke"),
 ]

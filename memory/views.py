@@ -8,14 +8,33 @@ from django.conf import settings
 from django.contrib import messages as flash
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from chatsite.errors import DomainError, InvalidInput
+from chatsite.http import error_page
 from memory import selectors, services
 
 
 def _not_found(request: HttpRequest) -> HttpResponse:
-    return render(request, "chat/not_found.html", status=404)
+    return error_page(request, status=404)
+
+
+def _confirm(
+    request: HttpRequest, *, title: str, message: str, action: str, cancel: str
+) -> HttpResponse:
+    """The confirmation page of a delete (its form POSTs to ``action``)."""
+    return render(
+        request,
+        "confirm.html",
+        {
+            "title": title,
+            "message": message,
+            "action": action,
+            "cancel": cancel,
+            "button": "Delete",
+        },
+    )
 
 
 @require_GET
@@ -30,6 +49,7 @@ def document_list(request: HttpRequest) -> HttpResponse:
                         "id": d.id,
                         "title": d.title,
                         "status": d.status,
+                        "status_display": d.get_status_display(),
                         "error": d.error,
                         "chunks": d.chunk_count,
                         "flagged_chunks": d.flagged_chunks,
@@ -44,10 +64,6 @@ def document_list(request: HttpRequest) -> HttpResponse:
         {
             "documents": documents,
             "max_bytes": settings.MEMORY_UPLOAD_MAX_BYTES,
-            # the page reloads itself every 3 s while a document is being processed
-            "processing": any(
-                d.status in (d.Status.PENDING, d.Status.PROCESSING) for d in documents
-            ),
         },
     )
 
@@ -84,10 +100,20 @@ def document_detail(request: HttpRequest, document_id: int) -> HttpResponse:
     )
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def document_delete(request: HttpRequest, document_id: int) -> HttpResponse:
-    """Delete a document with its chunks and vectors."""
+    """GET: ask for confirmation. POST: delete a document with its chunks and vectors."""
     try:
+        document = selectors.document_get(user=request.user, document_id=document_id)
+        if request.method == "GET":
+            return _confirm(
+                request,
+                title="Delete this document?",
+                message=f"“{document.title}” and its passages will be deleted; "
+                "answers will no longer cite it. This cannot be undone.",
+                action=reverse("document-delete", args=[document.id]),
+                cancel=reverse("document-list"),
+            )
         services.document_delete(user=request.user, document_id=document_id)
     except DomainError:
         return _not_found(request)
@@ -142,9 +168,21 @@ def fact_edit(request: HttpRequest, fact_id: int) -> HttpResponse:
     )
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def fact_delete(request: HttpRequest, fact_id: int) -> HttpResponse:
-    """Forget a fact."""
+    """GET: ask for confirmation. POST: forget a fact."""
+    if request.method == "GET":
+        try:
+            fact = selectors.fact_get(user=request.user, fact_id=fact_id)
+        except DomainError:
+            return _not_found(request)
+        return _confirm(
+            request,
+            title="Forget this?",
+            message=f"The assistant will no longer remember: “{fact.text}”.",
+            action=reverse("fact-delete", args=[fact.id]),
+            cancel=reverse("memory-page"),
+        )
     return _memory_action(
         request,
         lambda: services.fact_delete(user=request.user, fact_id=fact_id),

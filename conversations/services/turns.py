@@ -206,7 +206,9 @@ def _turn_run(
     ``content`` a new user message whose parent is ``after`` (the current leaf, or the
     parent of an edited message), or ``question`` the user message to answer again.
     The new answer becomes the conversation's current leaf.
+    No ``model``: the user's default model (Settings), if they chose one.
     """
+    model = model or gateway_selectors.default_model(user=user)
     generation_params = _generation_params(params)
     # The question is embedded at most once, on first need, for everyone who needs it.
     query = TextVector(content if content is not None else question.content)  # type: ignore[union-attr]

@@ -53,11 +53,26 @@ def exact_get(digest: str) -> CacheHit | None:
 
 
 def exact_store(
-    *, digest: str, answer: str, answer_model: str, finish_reason: str
+    *,
+    digest: str,
+    answer: str,
+    answer_model: str,
+    finish_reason: str,
+    user_id: int | None = None,
 ) -> None:
     """Cache ``answer`` (written by ``answer_model``) under ``digest`` for
-    GATEWAY_CACHE_TTL_S seconds, replacing an earlier one."""
-    entry = {"text": answer, "model": answer_model, "finish_reason": finish_reason}
+    GATEWAY_CACHE_TTL_S seconds, replacing an earlier one.
+
+    ``user_id``, the owner, is stored in the entry so that deleting an account can find
+    its entries (:func:`gateway.account.account_redis_purge`); lookups ignore it.
+    """
+    entry: dict[str, Any] = {
+        "text": answer,
+        "model": answer_model,
+        "finish_reason": finish_reason,
+    }
+    if user_id is not None:
+        entry["user"] = user_id
     redis_sync().set(
         keys.cache_exact_key(digest),
         json.dumps(entry, ensure_ascii=False),

@@ -113,6 +113,7 @@ def cache_settle(
             answer=answer,
             answer_model=answer_model,
             finish_reason=finish_reason,
+            user_id=data["user_id"],
         )
         if data.get("semantic"):
             semantic_store(

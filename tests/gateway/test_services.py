@@ -100,9 +100,10 @@ def test_create_api_key_command_prints_the_key_once(user):
 def test_settings_page_creates_a_key_shown_once_and_revokes_it(auth_client, user):
     url = reverse("account-settings")
     created = auth_client.post(url, {"name": "script"})
-    assert created.status_code == 200
-    raw = created.context["new_key"]
-    assert raw in created.content.decode()
+    assert created.status_code == 302  # POST-redirect-GET: a reload makes no key
+    shown = auth_client.get(url)
+    raw = shown.context["new_key"]
+    assert raw in shown.content.decode()
     assert services.api_key_authenticate(raw=raw) == user
     page = auth_client.get(url).content.decode()
     assert raw not in page and "script" in page

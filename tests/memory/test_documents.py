@@ -168,17 +168,20 @@ def test_ingest_documents_command_loads_a_directory(tmp_path, user, capsys):
     assert set(Document.objects.values_list("status", flat=True)) == {"ready"}
 
 
-def test_documents_page_refreshes_itself_while_a_document_is_processing(
-    auth_client, user
-):
+def test_documents_page_status_json_follows_a_document_to_ready(auth_client, user):
+    """The page polls its JSON (static/documents.js; tests/browser/test_layout.py
+    checks the row turns Ready in a browser) instead of reloading itself."""
     doc = services.document_upload(
         user=user, name="wait.txt", data=NOTES.encode(), ingest_on_commit=False
     )
-    page = auth_client.get(reverse("document-list")).content.decode()
-    assert 'data-status="pending"' in page and 'http-equiv="refresh"' in page
+    url = reverse("document-list")
+    page = auth_client.get(url).content.decode()
+    assert 'data-status="pending"' in page and 'http-equiv="refresh"' not in page
+    polled = auth_client.get(url, HTTP_ACCEPT="application/json").json()
+    assert polled["documents"][0]["status"] == "pending"
     services.document_ingest(document_id=doc.id)
-    page = auth_client.get(reverse("document-list")).content.decode()
-    assert 'data-status="ready"' in page and 'http-equiv="refresh"' not in page
+    polled = auth_client.get(url, HTTP_ACCEPT="application/json").json()
+    assert polled["documents"][0]["status_display"] == "Ready"
 
 
 @pytest.mark.django_db
