@@ -16,7 +16,6 @@ from collections import defaultdict
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import FieldDoesNotExist
 from django.utils import timezone
 
 from chatsite.errors import InvalidInput
@@ -27,8 +26,6 @@ from memory.models import Citation
 EXPORT_FORMAT = "chatsite-conversations"
 EXPORT_VERSION = 1
 EXPORT_KINDS = ("json", "md")
-# The conversation's chosen branch, where the model has one (a leaf message FK).
-CURRENT_LEAF_FIELD = "current_leaf"
 
 
 def export_kind_clean(kind: Any) -> str:
@@ -39,15 +36,6 @@ def export_kind_clean(kind: Any) -> str:
             "Choose an export format: `json` or `md`.", code="invalid_format"
         )
     return kind
-
-
-def has_current_leaf() -> bool:
-    """True if Conversation records a chosen branch (``current_leaf``)."""
-    try:
-        Conversation._meta.get_field(CURRENT_LEAF_FIELD)
-    except FieldDoesNotExist:
-        return False
-    return True
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -129,7 +117,6 @@ def conversations_export_json(
         f.message_id: f
         for f in Feedback.objects.filter(user=user, message__conversation_id__in=ids)
     }
-    leaf = has_current_leaf()
     out = []
     for conv in conversations:
         item: dict[str, Any] = {
@@ -138,9 +125,8 @@ def conversations_export_json(
             "created_at": _iso(conv.created_at),
             "updated_at": _iso(conv.updated_at),
         }
-        if leaf:
-            leaf_id = getattr(conv, f"{CURRENT_LEAF_FIELD}_id", None)
-            item["current_leaf_id"] = str(leaf_id) if leaf_id else None
+        leaf_id = conv.current_leaf_id
+        item["current_leaf_id"] = str(leaf_id) if leaf_id else None
         item["messages"] = [
             _message_json(m, citations.get(m.id, []), feedback.get(m.id))
             for m in messages.get(conv.id, [])

@@ -18,11 +18,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from chatsite.errors import InvalidInput, PayloadTooLarge
-from conversations.exports import (
-    CURRENT_LEAF_FIELD,
-    EXPORT_FORMAT,
-    has_current_leaf,
-)
+from conversations.exports import EXPORT_FORMAT
 from conversations.models import Conversation, Feedback, Message
 from conversations.services.imports.chatgpt import chatgpt_parse
 from conversations.services.imports.native import native_parse
@@ -167,11 +163,8 @@ def _store(
     Message.objects.bulk_create(messages, batch_size=2000)
     Feedback.objects.bulk_create(feedback, batch_size=2000)
     Citation.objects.bulk_create(citations, batch_size=2000, ignore_conflicts=True)
-    if leaves and has_current_leaf():
-        for conv, leaf_id in leaves:
-            Conversation.objects.filter(id=conv.id).update(
-                **{f"{CURRENT_LEAF_FIELD}_id": leaf_id}
-            )
+    for conv, leaf_id in leaves:
+        Conversation.objects.filter(id=conv.id).update(current_leaf_id=leaf_id)
     return rows
 
 
