@@ -10,6 +10,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 
+class DocumentScope(models.TextChoices):
+    """Which documents a conversation's answers search (retrieval, memory/)."""
+
+    ALL = "all", "All"
+    NONE = "none", "None"
+    SOME = "some", "Chosen"
+
+
 class Conversation(models.Model):
     """A thread of messages owned by one user."""
 
@@ -25,6 +33,14 @@ class Conversation(models.Model):
         "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     archived = models.BooleanField(default=False)
+    # Which of the user's documents answers in this thread may quote (issue 11): all,
+    # none, or the chosen ``scope_documents`` (a deleted document drops out of them).
+    doc_scope = models.CharField(
+        max_length=8, choices=DocumentScope.choices, default=DocumentScope.ALL
+    )
+    scope_documents = models.ManyToManyField(
+        "memory.Document", blank=True, related_name="+"
+    )
 
     class Meta:
         ordering = ["-updated_at"]

@@ -36,7 +36,7 @@ from chatsite.errors import DomainError, InvalidInput
 from chatsite.http import error_response
 from conversations import selectors, services
 from conversations.models import Message
-from conversations.rendering import markdown_to_html
+from conversations.rendering import answer_to_html
 from gateway import generations
 from inference import protocol
 
@@ -75,7 +75,11 @@ def message_payload(message: Message) -> dict[str, Any]:
         },
         "ttft_ms": message.ttft_ms,
         "latency_ms": message.latency_ms,
-        "html": markdown_to_html(message.content),
+        "html": answer_to_html(
+            message.content,
+            message_id=str(message.id),
+            citations=[c["number"] for c in citations],
+        ),
         "error": message.error,
         "cache": message.cache_kind,
         "citations": citations,

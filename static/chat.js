@@ -120,6 +120,7 @@
       for (const c of data.citations) {
         const item = document.createElement("li");
         item.value = c.number;
+        item.id = "cite-" + data.message_id + "-" + c.number; // target of [n] links
         const link = document.createElement("a");
         link.href = c.url;
         link.textContent = "[" + c.number + "] " + c.title + ", passage " + c.passage;
@@ -165,7 +166,12 @@
       lastId = e.lastEventId || lastId;
       markCached(article, JSON.parse(e.data).cache);
     });
-    source.addEventListener("done", function (e) { finish(article, JSON.parse(e.data), false); end(); });
+    source.addEventListener("done", function (e) {
+      finish(article, JSON.parse(e.data), false);
+      end();
+      // for features in their own files (static/titles.js polls the new title)
+      document.dispatchEvent(new CustomEvent("chat:answer-done", {detail: {article: article}}));
+    });
     source.addEventListener("error", function (e) {
       // no data: a connection error; EventSource reconnects with Last-Event-ID by itself.
       if (!e.data) return;

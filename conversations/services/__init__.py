@@ -3,7 +3,8 @@
 - :mod:`.turns`: send a message, regenerate, stop (the start of a generation);
 - :mod:`.answers`: the answer's side of settling a generation, and the reaper;
 - :mod:`.conversations`: rename, delete, titles, rolling summaries;
-- :mod:`.feedback`: thumbs up/down on answers.
+- :mod:`.feedback`: thumbs up/down on answers;
+- :mod:`.scope`: which documents a conversation's answers may quote.
 """
 
 from conversations.services.answers import (
@@ -20,6 +21,7 @@ from conversations.services.conversations import (
     conversation_title_generate,
 )
 from conversations.services.feedback import feedback_delete, feedback_set
+from conversations.services.scope import conversation_scope_set
 from conversations.services.turns import (
     BUSY_MESSAGE,
     Turn,
@@ -36,6 +38,7 @@ __all__ = [
     "Turn",
     "conversation_delete",
     "conversation_rename",
+    "conversation_scope_set",
     "conversation_summarize",
     "conversation_title_generate",
     "feedback_delete",
