@@ -47,7 +47,9 @@ def documents_owned(*, user: AbstractBaseUser | int, ids: list[int]) -> list[int
     left out), in ascending order."""
     user_id = getattr(user, "pk", user)
     return sorted(
-        Document.objects.filter(user_id=user_id, id__in=ids).values_list("id", flat=True)
+        Document.objects.filter(user_id=user_id, id__in=ids).values_list(
+            "id", flat=True
+        )
     )
 
 

@@ -292,7 +292,7 @@ MEMORY_CHUNK_OVERLAP_TOKENS = env.int("MEMORY_CHUNK_OVERLAP_TOKENS", default=40)
 # MEMORY_RETRIEVE_MIN_SCORE (measured on all-MiniLM-L6-v2: memory.context.
 # passage_max_distance), top-k facts within a cosine distance (0..2).
 MEMORY_RETRIEVAL_K = env.int("MEMORY_RETRIEVAL_K", default=5)
-MEMORY_RETRIEVE_MIN_SCORE = env.float("MEMORY_RETRIEVE_MIN_SCORE", default=0.35)
+MEMORY_RETRIEVE_MIN_SCORE = env.float("MEMORY_RETRIEVE_MIN_SCORE", default=0.40)
 # HNSW candidate list size per search (pgvector hnsw.ef_search): recall vs latency.
 MEMORY_HNSW_EF_SEARCH = env.int("MEMORY_HNSW_EF_SEARCH", default=100)
 MEMORY_FACTS_K = env.int("MEMORY_FACTS_K", default=5)

@@ -40,7 +40,9 @@ class Scope:
         return list(self.document_ids)
 
 
-def scope_parse(*, user: AbstractBaseUser, kind: Any, document_ids: Iterable[Any]) -> Scope:
+def scope_parse(
+    *, user: AbstractBaseUser, kind: Any, document_ids: Iterable[Any]
+) -> Scope:
     """Validate a scope sent by the user; return it.
 
     ``kind`` is "all", "none" or "some"; ``document_ids`` (ids of the user's documents)
@@ -82,14 +84,20 @@ def scope_store(*, conversation: Conversation, scope: Scope) -> None:
 
 
 def conversation_scope_set(
-    *, user: AbstractBaseUser, conversation_id: Any, kind: Any, document_ids: Iterable[Any]
+    *,
+    user: AbstractBaseUser,
+    conversation_id: Any,
+    kind: Any,
+    document_ids: Iterable[Any],
 ) -> Conversation:
     """Set which documents the user's conversation searches; return the conversation.
 
     Raises NotFound (not the user's conversation, or a document that is not theirs)
     and InvalidInput (see :func:`scope_parse`); nothing is stored when it raises.
     """
-    conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
+    conversation = selectors.conversation_get(
+        user=user, conversation_id=conversation_id
+    )
     scope = scope_parse(user=user, kind=kind, document_ids=document_ids)
     scope_store(conversation=conversation, scope=scope)
     return conversation

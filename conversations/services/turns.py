@@ -224,9 +224,7 @@ def _turn_run(
     None keeps the conversation's (a new one: CHAT_DOCUMENT_SCOPE_DEFAULT).
     """
     generation_params = _generation_params(params)
-    sent_scope = scope
-    if scope is None:
-        scope = _scope_current(conversation)
+    in_force = scope if scope is not None else _scope_current(conversation)
     # The question is embedded at most once, on first need, for everyone who needs it.
     query = TextVector(content if content is not None else question.content)  # type: ignore[union-attr]
     built = _prompt_context(
@@ -235,7 +233,7 @@ def _turn_run(
         content=content,
         max_tokens=int(generation_params["max_tokens"]),
         query=query,
-        scope=scope,
+        scope=in_force,
     )
 
     def store(admission: generations.Admission) -> Turn:
@@ -248,8 +246,8 @@ def _turn_run(
         else:
             thread = Conversation.objects.select_for_update().get(pk=conversation.pk)
             _idle_check(thread)
-        if sent_scope is not None or created:
-            scope_store(conversation=thread, scope=scope)
+        if scope is not None or created:
+            scope_store(conversation=thread, scope=in_force)
         if content is not None:
             asked = Message.objects.create(
                 conversation=thread, role=Message.Role.USER, content=content

@@ -21,5 +21,7 @@ def answer_markdown(message: Any) -> SafeString:
     """Render an answer's Markdown as sanitised HTML with its ``[n]`` markers linked
     to its citations (conversations.rendering.answer_to_html)."""
     numbers = [c.number for c in message.citations.all()]
-    html = answer_to_html(message.content, message_id=str(message.id), citations=numbers)
+    html = answer_to_html(
+        message.content, message_id=str(message.id), citations=numbers
+    )
     return mark_safe(html)  # noqa: S308 - sanitised by nh3, links built from numbers

@@ -64,15 +64,16 @@ def test_a_related_answer_links_its_marker_to_the_source_and_scope_none_cites_no
     expect(answer.locator(".citations li")).to_have_count(1)
     assert "planets.md" in answer.locator(".citations").inner_text()
     message = Message.objects.get(role="assistant")
-    cite = answer.locator("a.cite")
-    expect(cite).to_have_count(1)
-    assert cite.get_attribute("href") == f"#cite-{message.id}-1"
+    cite = answer.locator("a.cite").first  # the script repeats its "[1]"
+    expect(cite).to_have_attribute("href", f"#cite-{message.id}-1")
     expect(page.locator(f"#cite-{message.id}-1")).to_have_count(1)  # the link's target
     page.screenshot(path=str(SHOTS / "documents-cited.png"), full_page=True)
     # the server-rendered page (after a reload) has the same link and target
     page.reload()
     answer = last_answer(page)
-    expect(answer.locator("a.cite")).to_have_count(1)
+    expect(answer.locator("a.cite").first).to_have_attribute(
+        "href", f"#cite-{message.id}-1"
+    )
     expect(page.locator(f"#cite-{message.id}-1")).to_have_count(1)
 
     choose_scope(page, "none")
@@ -108,7 +109,7 @@ def test_choosing_a_document_sets_scope_some(planets, page):
     expect(page.locator("#doc-scope .doc-scope-label")).to_have_text("1 chosen")
     page.click("#doc-scope summary")
     answer = ask(page, QUESTION)
-    expect(answer.locator("a.cite")).to_have_count(1)
+    expect(answer.locator("a.cite").first).to_be_visible()
     conversation = Conversation.objects.get()
     assert conversation.doc_scope == "some"
     assert list(conversation.scope_documents.values_list("id", flat=True)) == [

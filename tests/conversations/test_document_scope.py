@@ -133,9 +133,7 @@ def test_another_users_document_is_a_404_and_stores_nothing(
     assert Message.objects.count() == before
 
 
-def test_another_users_conversation_scope_and_title_are_404(
-    other_user, chat, client
-):
+def test_another_users_conversation_scope_and_title_are_404(other_user, chat, client):
     client.force_login(other_user)
     url = reverse("conversation-documents", args=[chat.conversation.id])
     assert client.post(url, {"doc_scope": "none"}).status_code == 404
@@ -193,6 +191,6 @@ def test_the_chat_page_shows_the_scope_menu_with_the_ready_documents(
     page = auth_client.get(reverse("conversation-detail", args=[chat.conversation.id]))
     html = page.content.decode()
     assert 'id="doc-scope"' in html
-    assert "Documents: <span class=\"doc-scope-label\">1 chosen</span>" in html
+    assert 'Documents: <span class="doc-scope-label">1 chosen</span>' in html
     assert f'name="documents" value="{bees.id}" checked' in html
     assert 'name="doc_scope" value="some" checked' in html

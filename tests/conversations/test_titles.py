@@ -89,6 +89,8 @@ def test_a_number_alone_is_never_a_title(number, end):
     assert not title_acceptable(f"{number}{end}", answer="")
 
 
-@given(st.lists(_words, min_size=1, max_size=5), st.sampled_from(["?", "…", ".", "..."]))
+@given(
+    st.lists(_words, min_size=1, max_size=5), st.sampled_from(["?", "…", ".", "..."])
+)
 def test_a_title_ending_like_a_sentence_or_cut_is_refused(words, end):
     assert not title_acceptable(" ".join(words).capitalize() + end, answer="")

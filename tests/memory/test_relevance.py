@@ -84,7 +84,8 @@ def similarities() -> tuple[list[float], list[float]]:
     names = list(TOPICS)
     passages = [TOPICS[n][0] for n in names]
     questions = [TOPICS[n][1] for n in names] + STRANGERS
-    vectors = np.array(embed_texts(passages + questions).vectors)
+    # a generous wait: the worker shares two cores with the rest of the suite
+    vectors = np.array(embed_texts(passages + questions, timeout_s=120).vectors)
     p, q = vectors[: len(passages)], vectors[len(passages) :]
     scores = q @ p.T  # unit vectors: the dot product is the cosine similarity
     related, unrelated = [], []
@@ -102,7 +103,7 @@ def test_the_threshold_separates_related_from_unrelated_pairs():
         f"max={max(unrelated):.3f} p95={np.percentile(unrelated, 95):.3f} "
         f"median={np.median(unrelated):.3f}; threshold={threshold}"
     )
-    assert min(related) >= threshold + 0.05  # margins on both sides
+    assert min(related) >= threshold + 0.1  # margins on both sides
     assert max(unrelated) <= threshold - 0.05
 
 
