@@ -16,9 +16,9 @@ import unicodedata
 TITLE_MAX_CHARS = 60
 TITLE_MAX_WORDS = 8
 # A title that appears verbatim inside the answer with at least this many words is a
-# piece of the answer, not a name for the conversation (shorter ones are topic words
-# that any answer repeats, such as "Photosynthesis" or "Python lists").
-FRAGMENT_MIN_WORDS = 3
+# piece of the answer, not a name for the conversation ("The two planets mentioned");
+# shorter ones are topic words that a good answer repeats ("Green tea brewing").
+FRAGMENT_MIN_WORDS = 4
 
 # How replies start, not titles: whole words at the start (casefolded, apostrophes
 # normalised to '), so "Okra recipes" or "Nobel prizes" stay titles.

@@ -53,6 +53,7 @@ def test_answers_fragments_and_sentences_are_not_titles(title, answer):
         ("Quasar basics", "A quasar is an extremely luminous active galactic nucleus."),
         ("Photosynthesis", "Photosynthesis turns light into chemical energy."),
         ("Green tea brewing", "Use water at 80 °C for two minutes."),
+        ("Green tea brewing", "Green tea brewing takes two minutes at 80 °C."),
         ("Okra recipes", ""),  # starts like "ok" but is a word of its own
         ("Nobel prizes in 2024", ""),
         ("No-code tools overview", ""),
@@ -77,8 +78,8 @@ def test_an_accepted_title_is_short(words):
         assert len(title.split()) <= TITLE_MAX_WORDS
 
 
-@given(st.lists(_words, min_size=3, max_size=8), st.text(max_size=40))
-def test_three_or_more_words_copied_from_the_answer_are_refused(words, before):
+@given(st.lists(_words, min_size=4, max_size=8), st.text(max_size=40))
+def test_four_or_more_words_copied_from_the_answer_are_refused(words, before):
     title = " ".join(words)
     answer = f"{before} {title.upper()} and more."
     assert not title_acceptable(title, answer=answer)
