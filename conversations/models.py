@@ -26,6 +26,14 @@ def _search_vector(column: str) -> models.GeneratedField:
     )
 
 
+class DocumentScope(models.TextChoices):
+    """Which documents a conversation's answers search (retrieval, memory/)."""
+
+    ALL = "all", "All"
+    NONE = "none", "None"
+    SOME = "some", "Chosen"
+
+
 class Conversation(models.Model):
     """A thread of messages owned by one user."""
 
@@ -47,6 +55,13 @@ class Conversation(models.Model):
     # as history is the path from the root to it. Null only before the first message.
     current_leaf = models.ForeignKey(
         "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    # Which of the user's documents answers in this thread may quote (issue 11): all,
+    # none, or the chosen ``scope_documents`` (a deleted document drops out of them).
+    doc_scope = models.CharField(
+        max_length=8, choices=DocumentScope.choices, default=DocumentScope.ALL
+    )
+    scope_documents = models.ManyToManyField(
+        "memory.Document", blank=True, related_name="+"
     )
 
     class Meta:

@@ -11,11 +11,21 @@ object, link, style, no style attributes), and the page's Content-Security-Polic
 (settings.CONTENT_SECURITY_POLICY) is the second line. That policy also refuses inline
 styles, so table column alignment is a class (``align-left``, static/chat.css), not
 markdown-it's ``style="text-align:left"``.
+
+Inline citations (issue 11): the prompt numbers document passages and asks the model to
+cite them as ``[n]``; :func:`answer_to_html` turns each ``[n]`` of the *sanitised* HTML
+whose ``n`` is one of the answer's citations into ``<a href="#cite-<message>-<n>"
+class="cite">[n]</a>``, a link to that entry of the answer's source list. Text inside
+``a``, ``code`` and ``pre`` is left alone, and a number the answer was not given stays
+plain text, so a model cannot link to a source it never saw.
 """
 
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Collection
+from html import escape
 
 import nh3
 from markdown_it import MarkdownIt
@@ -149,3 +159,55 @@ def markdown_to_html(text: str) -> str:
     """Render Markdown to sanitised HTML (safe to insert into the page as is); images
     become links (see the module docstring)."""
     return html_sanitise(_parser().render(text or ""))
+
+
+# A tag of nh3's output: nh3 (html5ever) writes every attribute value in double quotes
+# with ``"`` escaped inside, drops comments and escapes ``<`` in text, so this splits
+# its output exactly into tags and text.
+_TAG = re.compile(r'<(/?)([a-zA-Z0-9]+)(?:[^>"]|"[^"]*")*>')
+_CITE = re.compile(r"\[(\d{1,3})\]")
+_NO_LINKS_INSIDE = {"a", "code", "pre"}
+
+
+def citations_link(html: str, *, message_id: str, numbers: Collection[int]) -> str:
+    """Return sanitised ``html`` with each ``[n]`` (``n`` in ``numbers``) outside
+    ``a``/``code``/``pre`` made a link to ``#cite-<message_id>-<n>`` (class ``cite``).
+
+    ``html`` must be :func:`html_sanitise` output (see ``_TAG``); the links added are
+    built here from a number and the message id only.
+    """
+    if not numbers or "[" not in html:
+        return html
+    wanted = {int(n) for n in numbers}
+    ident = escape(str(message_id), quote=True)
+
+    def link(match: re.Match[str]) -> str:
+        n = int(match.group(1))
+        if n not in wanted:
+            return match.group(0)
+        return f'<a href="#cite-{ident}-{n}" class="cite">[{n}]</a>'
+
+    out: list[str] = []
+    depth = 0  # open a/code/pre elements around the current text
+    pos = 0
+    for tag in _TAG.finditer(html):
+        text = html[pos : tag.start()]
+        out.append(text if depth else _CITE.sub(link, text))
+        out.append(tag.group(0))
+        if tag.group(2).lower() in _NO_LINKS_INSIDE:
+            depth = max(0, depth + (-1 if tag.group(1) else 1))
+        pos = tag.end()
+    tail = html[pos:]
+    out.append(tail if depth else _CITE.sub(link, tail))
+    return "".join(out)
+
+
+def answer_to_html(
+    text: str, *, message_id: str = "", citations: Collection[int] = ()
+) -> str:
+    """Render an answer's Markdown to sanitised HTML with its ``[n]`` citation markers
+    linked to its source list (``citations``: the numbers the answer was given)."""
+    html = markdown_to_html(text)
+    if not message_id:
+        return html
+    return citations_link(html, message_id=message_id, numbers=citations)

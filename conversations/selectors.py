@@ -283,3 +283,9 @@ def feedback_export(*, since: dt.datetime | None = None) -> QuerySet[Feedback]:
     if since is not None:
         rows = rows.filter(updated_at__gte=since)
     return rows
+
+
+def conversation_scope_ids(*, conversation: Conversation) -> list[int]:
+    """Return the ids of the documents chosen for ``conversation``'s document scope
+    (meaningful when its ``doc_scope`` is "some"), ascending."""
+    return sorted(conversation.scope_documents.values_list("id", flat=True))

@@ -39,7 +39,7 @@ from chatsite.http import error_response
 from conversations import selectors, services
 from conversations.events import SSE_QUEUE
 from conversations.models import Message
-from conversations.rendering import markdown_to_html
+from conversations.rendering import answer_to_html
 from gateway import generations
 from inference import protocol
 
@@ -78,7 +78,11 @@ def message_payload(message: Message) -> dict[str, Any]:
         },
         "ttft_ms": message.ttft_ms,
         "latency_ms": message.latency_ms,
-        "html": markdown_to_html(message.content),
+        "html": answer_to_html(
+            message.content,
+            message_id=str(message.id),
+            citations=[c["number"] for c in citations],
+        ),
         # the Markdown source, for the page's copy button (set as text, never HTML)
         "content": message.content,
         "error": message.error,

@@ -64,6 +64,16 @@ urlpatterns = [
         name="conversation-rename",
     ),
     path(
+        "c/<uuid:conversation_id>/documents/",
+        views.conversation_documents,
+        name="conversation-documents",
+    ),
+    path(
+        "c/<uuid:conversation_id>/title/",
+        views.conversation_title,
+        name="conversation-title",
+    ),
+    path(
         "c/<uuid:conversation_id>/delete/",
         views.conversation_delete,
         name="conversation-delete",

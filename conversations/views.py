@@ -28,6 +28,7 @@ from conversations.models import Feedback
 from conversations.services import Turn
 from conversations.services.feedback import REASONS_BY_RATING
 from gateway import selectors as gateway_selectors
+from memory import selectors as memory_selectors
 from safety import selectors as safety_selectors
 
 
@@ -74,6 +75,7 @@ def _chat_page(request: HttpRequest, conversation: Any = None) -> HttpResponse:
         "models": gateway_selectors.pool_choices(user=request.user),
         "feedback_reasons": _down_reasons(),
         "default_model": gateway_selectors.default_model(user=request.user),
+        **_scope_context(request, conversation),
     }
     return render(request, "chat/chat.html", context)
 
@@ -82,6 +84,21 @@ def _down_reasons() -> list[tuple[str, str]]:
     """The reasons a thumbs down may give, as ``(value, label)`` in the model's order."""
     allowed = REASONS_BY_RATING[Feedback.Rating.DOWN]
     return [(r.value, r.label) for r in Feedback.Reason if r in allowed]
+
+
+def _scope_context(request: HttpRequest, conversation: Any) -> dict[str, Any]:
+    """The document scope control's data: the user's ready documents, the scope in
+    force (a new chat: CHAT_DOCUMENT_SCOPE_DEFAULT) and the chosen ids."""
+    if conversation is None:
+        kind, chosen = settings.CHAT_DOCUMENT_SCOPE_DEFAULT, []
+    else:
+        kind = conversation.doc_scope
+        chosen = selectors.conversation_scope_ids(conversation=conversation)
+    return {
+        "scope_documents": memory_selectors.document_choices(user=request.user),
+        "doc_scope": kind,
+        "scope_chosen": chosen,
+    }
 
 
 @require_GET
@@ -112,6 +129,8 @@ def message_send(request: HttpRequest, conversation_id: Any = None) -> JsonRespo
         conversation_id=conversation_id,
         content=request.POST.get("content"),
         model=request.POST.get("model") or None,
+        doc_scope=request.POST.get("doc_scope") or None,
+        document_ids=request.POST.getlist("documents"),
     )
     return JsonResponse(_turn_json(turn), status=201)
 
@@ -257,6 +276,46 @@ def conversation_rename(request: HttpRequest, conversation_id: Any) -> HttpRespo
     if wants_json:
         return JsonResponse({"id": str(conversation.id), "title": conversation.title})
     return redirect("conversation-detail", conversation.id)
+
+
+@require_POST
+def conversation_documents(request: HttpRequest, conversation_id: Any) -> HttpResponse:
+    """Set which documents the conversation's answers search (``doc_scope``
+    all/none/some, ``documents`` ids for some). JSON when asked with Accept:
+    application/json, else a redirect back to the conversation (POST-redirect-GET)."""
+    wants_json = "application/json" in request.headers.get("Accept", "")
+    try:
+        conversation = services.conversation_scope_set(
+            user=request.user,
+            conversation_id=conversation_id,
+            kind=request.POST.get("doc_scope"),
+            document_ids=request.POST.getlist("documents"),
+        )
+    except DomainError as exc:
+        if wants_json or exc.status == 404:
+            return error_response(exc)
+        flash.error(request, exc.message)
+        return redirect("conversation-detail", conversation_id)
+    if not wants_json:
+        return redirect("conversation-detail", conversation.id)
+    return JsonResponse(
+        {
+            "id": str(conversation.id),
+            "doc_scope": conversation.doc_scope,
+            "documents": selectors.conversation_scope_ids(conversation=conversation),
+        }
+    )
+
+
+@require_GET
+@json_errors
+def conversation_title(request: HttpRequest, conversation_id: Any) -> JsonResponse:
+    """The conversation's current title as JSON ``{"id", "title"}`` (the chat page
+    polls it after the first answer, while the title is written in the background)."""
+    conversation = selectors.conversation_get(
+        user=request.user, conversation_id=conversation_id
+    )
+    return JsonResponse({"id": str(conversation.id), "title": conversation.title})
 
 
 @require_http_methods(["GET", "POST"])

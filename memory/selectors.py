@@ -9,6 +9,7 @@ fraction of the table still gets ``k`` results. Distances are cosine distances
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,27 @@ def document_get(*, user: AbstractBaseUser, document_id: Any) -> Document:
         raise NotFound("This document does not exist.") from exc
 
 
+def documents_owned(*, user: AbstractBaseUser | int, ids: list[int]) -> list[int]:
+    """Return which of ``ids`` are the user's documents (others' and unknown ids are
+    left out), in ascending order."""
+    user_id = getattr(user, "pk", user)
+    return sorted(
+        Document.objects.filter(user_id=user_id, id__in=ids).values_list(
+            "id", flat=True
+        )
+    )
+
+
+def document_choices(*, user: AbstractBaseUser) -> QuerySet[Document]:
+    """Return the user's ready documents (id and title only), by title: what a chat's
+    document scope can choose from."""
+    return (
+        Document.objects.filter(user=user, status=Document.Status.READY)
+        .only("id", "title")
+        .order_by("title", "id")
+    )
+
+
 @dataclass
 class ChunkHit:
     """A retrieved chunk and its cosine distance to the query."""
@@ -63,18 +85,25 @@ def chunks_search(
     max_distance: float | None = None,
     ef_search: int = 40,
     include_flagged: bool | None = None,
+    document_ids: Collection[int] | None = None,
 ) -> list[ChunkHit]:
     """Return up to ``k`` of the user's chunks nearest to ``vector`` (384-d), nearest first.
 
     Only the user's own (ready) documents are searched. ``max_distance`` drops hits whose
     cosine distance is larger. ``ef_search`` is HNSW's candidate list size. Chunks
     flagged at ingestion (e.g. an injected instruction) are left out unless
-    ``include_flagged`` (default: MEMORY_RETRIEVE_FLAGGED, off).
+    ``include_flagged`` (default: MEMORY_RETRIEVE_FLAGGED, off). ``document_ids``
+    limits the search to those documents (a conversation's document scope); None
+    searches all of the user's documents, an empty collection none (returns []).
     """
     user_id = getattr(user, "pk", user)
     if include_flagged is None:
         include_flagged = settings.MEMORY_RETRIEVE_FLAGGED
+    if document_ids is not None and not document_ids:
+        return []
     chunks = Chunk.objects.filter(user_id=user_id)
+    if document_ids is not None:
+        chunks = chunks.filter(document_id__in=list(document_ids))
     if not include_flagged:
         chunks = chunks.filter(flagged=False)
     with transaction.atomic():

@@ -129,6 +129,7 @@
       for (const c of data.citations) {
         const item = document.createElement("li");
         item.value = c.number;
+        item.id = "cite-" + data.message_id + "-" + c.number; // target of [n] links
         const link = document.createElement("a");
         link.href = c.url;
         link.textContent = "[" + c.number + "] " + c.title + ", passage " + c.passage;
@@ -307,7 +308,12 @@
       markCached(article, JSON.parse(e.data).cache);
     });
     source.addEventListener("queue", function (e) { showQueue(article, JSON.parse(e.data).position); });
-    source.addEventListener("done", function (e) { finish(article, JSON.parse(e.data), false); end(); });
+    source.addEventListener("done", function (e) {
+      finish(article, JSON.parse(e.data), false);
+      end();
+      // for features in their own files (static/titles.js polls the new title)
+      document.dispatchEvent(new CustomEvent("chat:answer-done", {detail: {article: article}}));
+    });
     source.addEventListener("error", function (e) {
       // no data: a connection error; EventSource reconnects with Last-Event-ID by itself.
       if (!e.data) return;

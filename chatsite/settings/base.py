@@ -197,6 +197,9 @@ CELERY_BEAT_SCHEDULE = {
 CHAT_MAX_MESSAGE_CHARS = env.int("CHAT_MAX_MESSAGE_CHARS", default=32_000)
 # Titles default to the first user message cut to this many characters.
 CHAT_TITLE_MAX_CHARS = 60
+# Which documents a new chat's answers search until the user picks (issue 11): "all"
+# (every ready document, filtered by MEMORY_RETRIEVE_MIN_SCORE) or "none".
+CHAT_DOCUMENT_SCOPE_DEFAULT = env("CHAT_DOCUMENT_SCOPE_DEFAULT", default="all")
 # Answer length asked of the engine, in tokens.
 CHAT_MAX_TOKENS = env.int("CHAT_MAX_TOKENS", default=512)
 CHAT_TEMPERATURE = env.float("CHAT_TEMPERATURE", default=0.7)
@@ -305,9 +308,11 @@ MEMORY_UPLOAD_MAX_BYTES = env.int("MEMORY_UPLOAD_MAX_BYTES", default=5 * 1024 * 
 # Chunk size and overlap, in tokens of the embedding model (all-MiniLM-L6-v2 reads 256).
 MEMORY_CHUNK_TOKENS = env.int("MEMORY_CHUNK_TOKENS", default=200)
 MEMORY_CHUNK_OVERLAP_TOKENS = env.int("MEMORY_CHUNK_OVERLAP_TOKENS", default=40)
-# Retrieval per turn: top-k chunks / facts within a cosine distance (0..2).
+# Retrieval per turn: top-k chunks whose cosine similarity to the question is at least
+# MEMORY_RETRIEVE_MIN_SCORE (measured on all-MiniLM-L6-v2: memory.context.
+# passage_max_distance), top-k facts within a cosine distance (0..2).
 MEMORY_RETRIEVAL_K = env.int("MEMORY_RETRIEVAL_K", default=5)
-MEMORY_RETRIEVAL_MAX_DISTANCE = env.float("MEMORY_RETRIEVAL_MAX_DISTANCE", default=0.7)
+MEMORY_RETRIEVE_MIN_SCORE = env.float("MEMORY_RETRIEVE_MIN_SCORE", default=0.40)
 # HNSW candidate list size per search (pgvector hnsw.ef_search): recall vs latency.
 MEMORY_HNSW_EF_SEARCH = env.int("MEMORY_HNSW_EF_SEARCH", default=100)
 MEMORY_FACTS_K = env.int("MEMORY_FACTS_K", default=5)

@@ -6,6 +6,7 @@
 - :mod:`.feedback`: thumbs up/down on answers;
 - :mod:`.imports`: import conversations from our JSON export or ChatGPT's;
 - :mod:`.threads`: edit a message (a new branch), switch versions and branches.
+- :mod:`.scope`: which documents a conversation's answers may quote.
 """
 
 from conversations.services.answers import (
@@ -23,6 +24,7 @@ from conversations.services.conversations import (
 )
 from conversations.services.feedback import feedback_delete, feedback_set
 from conversations.services.imports import conversations_import
+from conversations.services.scope import conversation_scope_set
 from conversations.services.threads import thread_switch, turn_edit
 from conversations.services.turns import (
     BUSY_MESSAGE,
@@ -40,6 +42,7 @@ __all__ = [
     "Turn",
     "conversation_delete",
     "conversation_rename",
+    "conversation_scope_set",
     "conversation_summarize",
     "conversation_title_generate",
     "conversations_import",

@@ -12,6 +12,7 @@ from chatsite.errors import InvalidInput
 from conversations import selectors
 from conversations.models import Conversation, Message
 from conversations.services.turns import is_blank, text_check, title_from_text
+from conversations.titles import title_acceptable
 from gateway import generations
 from inference.tokens import prompt_counter
 from memory import summary as memory_summary
@@ -20,10 +21,12 @@ from memory import summary as memory_summary
 def conversation_title_generate(*, conversation_id: Any) -> str | None:
     """Title a conversation after its first exchange; return the title set, or None.
 
-    The model writes the title (pool MEMORY_SMALL_POOL); on a failed, cut or empty
-    generation, or when the first answer failed, the title is the first user message
-    cut to CHAT_TITLE_MAX_CHARS (:func:`title_from_text`), never empty. A title the
-    user changed is never overwritten; only the first exchange is titled (idempotent).
+    The model writes a title (pool MEMORY_SMALL_POOL); it replaces the first-message
+    title (the first user message cut to CHAT_TITLE_MAX_CHARS, :func:`title_from_text`)
+    only when :func:`conversations.titles.title_acceptable` finds it a real title, not
+    a piece of the answer (issue 11). On a failed, cut, empty or refused generation, or
+    when the first answer failed, the first-message title stays. A title the user
+    changed is never overwritten; only the first exchange is titled (idempotent).
     """
     conversation = Conversation.objects.filter(id=conversation_id).first()
     if conversation is None:
@@ -56,7 +59,9 @@ def conversation_title_generate(*, conversation_id: Any) -> str | None:
             pool=settings.MEMORY_SMALL_POOL,
             timeout_s=settings.MEMORY_GENERATION_TIMEOUT_S,
         )
-    title = (title or default)[:200].strip() or default
+    if not title or not title_acceptable(title, answer=answer.content):  # type: ignore[union-attr]
+        title = default  # the first-message title stays
+    title = title[:200].strip() or default
     updated = Conversation.objects.filter(id=conversation.id, title=default).update(
         title=title
     )

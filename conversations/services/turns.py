@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import unicodedata
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,8 @@ from django.utils import timezone
 
 from chatsite.errors import Conflict, InvalidInput, PayloadTooLarge
 from conversations import selectors
-from conversations.models import Conversation, Message
+from conversations.models import Conversation, DocumentScope, Message
+from conversations.services.scope import Scope, scope_parse, scope_store
 from gateway import generations
 from gateway import selectors as gateway_selectors
 from gateway.cache import CachePolicy
@@ -105,6 +107,7 @@ def _prompt_context(
     query: TextVector,
     after: Message | None,
     content: str | None = None,
+    scope: Scope,
 ) -> BuiltContext:
     """Build the prompt of the next answer to the token (memory.context.turn_context).
 
@@ -112,7 +115,8 @@ def _prompt_context(
     branch's messages), with the rolling summary when it lies on that branch, plus
     ``content``: for a new or edited message ``after`` is its parent; to regenerate,
     ``after`` is the question and ``content`` None. ``max_tokens`` is the answer's
-    reserve, in tokens; ``query`` the question's shared embedding.
+    reserve, in tokens; ``query`` the question's shared embedding; ``scope``
+    the documents retrieval may search.
     """
     history: list[dict[str, str]] = []
     summary, covers = "", 0
@@ -132,6 +136,21 @@ def _prompt_context(
         summary=summary,
         summary_covers=min(covers, len(history)),
         query=query,
+        document_ids=scope.retrieval_ids(),
+    )
+
+
+def _scope_current(conversation: Conversation | None) -> Scope:
+    """The document scope in force: the conversation's, or for a new one the
+    CHAT_DOCUMENT_SCOPE_DEFAULT ("all" or "none")."""
+    if conversation is None:
+        kind = settings.CHAT_DOCUMENT_SCOPE_DEFAULT
+        return Scope(kind=kind if kind == DocumentScope.NONE else DocumentScope.ALL)
+    if conversation.doc_scope != DocumentScope.SOME:
+        return Scope(kind=conversation.doc_scope)
+    return Scope(
+        kind=DocumentScope.SOME,
+        document_ids=selectors.conversation_scope_ids(conversation=conversation),
     )
 
 
@@ -199,6 +218,7 @@ def _turn_run(
     content: str | None = None,
     question: Message | None = None,
     after: Message | None = None,
+    scope: Scope | None = None,
 ) -> Turn:
     """Build the prompt, then start the generation; the rows are stored by ``store``
     inside the lifecycle's short transaction (nothing but these writes under the lock).
@@ -207,9 +227,12 @@ def _turn_run(
     parent of an edited message), or ``question`` the user message to answer again.
     The new answer becomes the conversation's current leaf.
     No ``model``: the user's default model (Settings), if they chose one.
+    ``scope`` a document scope sent with the message (stored on the conversation);
+    None keeps the conversation's (a new one: CHAT_DOCUMENT_SCOPE_DEFAULT).
     """
     model = model or gateway_selectors.default_model(user=user)
     generation_params = _generation_params(params)
+    in_force = scope if scope is not None else _scope_current(conversation)
     # The question is embedded at most once, on first need, for everyone who needs it.
     query = TextVector(content if content is not None else question.content)  # type: ignore[union-attr]
     built = _prompt_context(
@@ -219,6 +242,7 @@ def _turn_run(
         max_tokens=int(generation_params["max_tokens"]),
         query=query,
         after=after if content is not None else question,
+        scope=in_force,
     )
 
     def store(admission: generations.Admission) -> Turn:
@@ -231,6 +255,8 @@ def _turn_run(
         else:
             thread = Conversation.objects.select_for_update().get(pk=conversation.pk)
             _idle_check(thread)
+        if scope is not None or created:
+            scope_store(conversation=thread, scope=in_force)
         if content is not None:
             asked = Message.objects.create(
                 conversation=thread,
@@ -290,14 +316,19 @@ def turn_start(
     conversation_id: Any = None,
     params: dict[str, Any] | None = None,
     model: str | None = None,
+    doc_scope: Any = None,
+    document_ids: Sequence[Any] = (),
 ) -> Turn:
     """Store the user's message and a streaming answer; enqueue the generation.
 
     ``conversation_id`` None starts a new conversation titled after the message; in an
     existing one the message continues the current branch (its parent is the current
-    leaf) and its answer becomes the leaf. ``model`` is an explicit pool/model choice. Raises InvalidInput (empty),
+    leaf) and its answer becomes the leaf. ``model`` is an explicit pool/model choice.
+    ``doc_scope`` ("all"/"none"/"some", with ``document_ids`` for "some") sets the
+    conversation's document scope with this message (:mod:`conversations.services.scope`);
+    None keeps the one in force. Raises InvalidInput (empty, a bad scope),
     PayloadTooLarge (over CHAT_MAX_MESSAGE_CHARS characters), NotFound (not the user's
-    conversation, unknown model), Conflict (an answer is still streaming), Forbidden
+    conversation or document, unknown model), Conflict (an answer is still streaming), Forbidden
     (model not in the plan), ModerationBlocked (400, the content policy; a moderation
     event is recorded), ModerationUnavailable (503, failing closed), QuotaExceeded
     (429), PoolSaturated (503). Nothing is stored and nothing stays reserved when it
@@ -310,6 +341,9 @@ def turn_start(
             user=user, conversation_id=conversation_id
         )
         _idle_check(conversation)  # early: no prompt built for a busy thread
+    scope = None
+    if doc_scope is not None:
+        scope = scope_parse(user=user, kind=doc_scope, document_ids=document_ids)
     return _turn_run(
         user=user,
         conversation=conversation,
@@ -319,6 +353,7 @@ def turn_start(
         after=selectors.thread_leaf(conversation=conversation)
         if conversation is not None
         else None,
+        scope=scope,
     )
 
 

@@ -1,0 +1,74 @@
+"""Which model-written conversation title may replace the first-message title.
+
+Issue 11 ("Titles"): the title model (a small one) often answers the question instead
+of naming it, and testers saw good first-message titles replaced by "105", "I'm glad to
+help." and "The two planets mentione…". :func:`title_acceptable` is the one rule; it is
+pure (no I/O), so the table and property tests in tests/conversations/test_titles.py
+pin it down.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# A title is short: at most this many characters and words (issue 11).
+TITLE_MAX_CHARS = 60
+TITLE_MAX_WORDS = 8
+# A title that appears verbatim inside the answer with at least this many words is a
+# piece of the answer, not a name for the conversation ("The two planets mentioned");
+# shorter ones are topic words that a good answer repeats ("Green tea brewing").
+FRAGMENT_MIN_WORDS = 4
+
+# How replies start, not titles: whole words at the start (casefolded, apostrophes
+# normalised to '), so "Okra recipes" or "Nobel prizes" stay titles.
+_REPLY_OPENER = re.compile(
+    r"^(?:i'm|i am|i'd|i would|i can|i will|i'll|sure|yes|no|ok|okay|of course|"
+    r"certainly|absolutely|the answer|answer:|title:|(?:hello|hi|hey)(?: there|[!,])|"
+    r"great question|good question|thanks|thank you|as an ai|here is|here's|"
+    r"here are|you're welcome)(?![\w'-])"
+)
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _norm(text: str) -> str:
+    """Casefold, curly apostrophes to straight ones, whitespace collapsed."""
+    text = unicodedata.normalize("NFKC", text).replace("\u2019", "'")
+    return " ".join(text.casefold().split())
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(_norm(text))
+
+
+def title_acceptable(title: str, *, answer: str = "") -> bool:
+    """Return True if ``title`` (model-written) names the conversation well enough to
+    replace the first-message title.
+
+    Accepted only when it is short (at most TITLE_MAX_CHARS characters and
+    TITLE_MAX_WORDS words) and reads as a title, not an answer: it has a letter (not a
+    number alone), does not open like a reply ("I'm", "Sure", "Yes", "The answer", …),
+    does not end with "?", "…" / "..." or a sentence-final period, and is not a fragment
+    of ``answer`` (it has at least FRAGMENT_MIN_WORDS words and appears in the answer
+    verbatim; compared word by word, case-insensitively). The rule
+    and its examples come from issue 11.
+    """
+    text = " ".join(title.split())
+    if not text or len(text) > TITLE_MAX_CHARS:
+        return False
+    words = _words(text)
+    if not words or len(words) > TITLE_MAX_WORDS:
+        return False
+    if not any(ch.isalpha() for ch in text):
+        return False  # "105", "3.14", "--"
+    lowered = _norm(text)
+    if _REPLY_OPENER.match(lowered):
+        return False
+    if text.endswith(("?", "…", "...", ".")):
+        return False
+    if len(words) >= FRAGMENT_MIN_WORDS:
+        answer_words = _words(answer)
+        joined = " " + " ".join(answer_words) + " "
+        if " " + " ".join(words) + " " in joined:
+            return False
+    return True
