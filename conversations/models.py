@@ -55,6 +55,7 @@ class Conversation(models.Model):
     # as history is the path from the root to it. Null only before the first message.
     current_leaf = models.ForeignKey(
         "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # Which of the user's documents answers in this thread may quote (issue 11): all,
     # none, or the chosen ``scope_documents`` (a deleted document drops out of them).
     doc_scope = models.CharField(
