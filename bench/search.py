@@ -22,7 +22,6 @@ rolled back at the end: nothing stays in the database.
 from __future__ import annotations
 
 import argparse
-import ast
 import os
 import random
 import re
@@ -51,27 +50,17 @@ CHAT_PHRASES = [
 
 
 def sentences(limit: int) -> list[str]:
-    """Return up to ``limit`` English sentences from the installed Django's docstrings."""
-    import django
+    """Return up to ``limit`` English sentences (30-300 characters) split from the
+    installed Django's docstrings (bench/retrieval.py's corpus)."""
+    from retrieval import passages
 
     out: list[str] = []
-    for path in sorted(Path(django.__file__).parent.rglob("*.py")):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(
-                node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef | ast.Module
-            ):
-                doc = ast.get_docstring(node)
-                if not doc:
-                    continue
-                for s in re.split(r"(?<=[.?!])\s+", " ".join(doc.split())):
-                    if 30 <= len(s) <= 300:
-                        out.append(s)
-                        if len(out) >= limit:
-                            return out
+    for doc in passages(10**9):  # every docstring, until ``limit`` sentences
+        for s in re.split(r"(?<=[.?!])\s+", " ".join(doc.split())):
+            if 30 <= len(s) <= 300:
+                out.append(s)
+                if len(out) >= limit:
+                    return out
     return out
 
 
