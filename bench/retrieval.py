@@ -35,8 +35,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def passages(limit: int) -> list[str]:
-    """Return up to ``limit`` real English docstrings from the installed Django."""
+def passages(limit: int, min_chars: int = 81) -> list[str]:
+    """Return up to ``limit`` real English docstrings of at least ``min_chars``
+    characters from the installed Django."""
     import django
 
     out: list[str] = []
@@ -50,7 +51,7 @@ def passages(limit: int) -> list[str]:
                 node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef | ast.Module
             ):
                 doc = ast.get_docstring(node)
-                if doc and len(doc) > 80:
+                if doc and len(doc) >= min_chars:
                     out.append(doc)
                     if len(out) >= limit:
                         return out

@@ -55,7 +55,7 @@ def sentences(limit: int) -> list[str]:
     from retrieval import passages
 
     out: list[str] = []
-    for doc in passages(10**9):  # every docstring, until ``limit`` sentences
+    for doc in passages(10**9, min_chars=1):  # until ``limit`` sentences
         for s in re.split(r"(?<=[.?!])\s+", " ".join(doc.split())):
             if 30 <= len(s) <= 300:
                 out.append(s)
