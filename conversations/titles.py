@@ -41,6 +41,10 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(_norm(text))
 
 
+# a list item ("1. ", "2) ", "- ", "* ", "+ ") or a heading ("# ") at the start
+_MARKDOWN_LINE = re.compile(r"^(\d+[.)]\s|[-*+]\s|#{1,6}\s)")
+
+
 def title_acceptable(title: str, *, answer: str = "") -> bool:
     """Return True if ``title`` (model-written) names the conversation well enough to
     replace the first-message title.
@@ -48,7 +52,8 @@ def title_acceptable(title: str, *, answer: str = "") -> bool:
     Accepted only when it is short (at most TITLE_MAX_CHARS characters and
     TITLE_MAX_WORDS words) and reads as a title, not an answer: it has a letter (not a
     number alone), does not open like a reply ("I'm", "Sure", "Yes", "The answer", …),
-    does not end with "?", "…" / "..." or a sentence-final period, and is not a fragment
+    does not end with "?", "…" / "..." or a sentence-final period, is not a line of
+    Markdown (a list item such as "1. Apple", a heading, a table row, code), and is not a fragment
     of ``answer`` (it has at least FRAGMENT_MIN_WORDS words and appears in the answer
     verbatim; compared word by word, case-insensitively). The rule
     and its examples come from issue 11.
@@ -66,6 +71,8 @@ def title_acceptable(title: str, *, answer: str = "") -> bool:
         return False
     if text.endswith(("?", "…", "...", ".")):
         return False
+    if _MARKDOWN_LINE.match(text) or "|" in text or "`" in text:
+        return False  # a list item, heading or table row of the answer: "1. Apple"
     if len(words) >= FRAGMENT_MIN_WORDS:
         answer_words = _words(answer)
         joined = " " + " ".join(answer_words) + " "

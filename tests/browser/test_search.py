@@ -89,3 +89,36 @@ def test_export_downloads_and_importing_it_creates_a_copy(page, site, tmp_path):
     assert list(copy.messages.values_list("role", "content")) == list(
         conv.messages.values_list("role", "content")
     )
+
+
+def test_a_result_on_another_branch_opens_that_branch_at_the_message(page, site, user):
+    """A search hit in an answer of a branch that is not shown switches the chat to
+    that branch (stored, as the ‹ › switcher does) and outlines the message."""
+    conv = Conversation.objects.create(user=user, title="Stripes")
+    question = Message.objects.create(
+        conversation=conv, role="user", content="Why do zebras have stripes?"
+    )
+    old = Message.objects.create(
+        conversation=conv,
+        role="assistant",
+        parent=question,
+        content="Stripes may confuse biting flies such as tsetse.",
+    )
+    edited = Message.objects.create(
+        conversation=conv, role="user", content="Why do tigers have stripes?"
+    )
+    shown = Message.objects.create(
+        conversation=conv,
+        role="assistant",
+        parent=edited,
+        content="Tigers hide in tall grass.",
+    )
+    conv.current_leaf = shown
+    conv.save(update_fields=["current_leaf"])
+    page.goto(site + "/search/?q=tsetse")
+    page.locator("li.search-result a").first.click()
+    target = page.locator(f"#m-{old.id}")
+    expect(target).to_have_class(re.compile("search-target"))
+    expect(page.locator("#thread")).not_to_contain_text("Tigers hide")
+    conv.refresh_from_db()
+    assert conv.current_leaf_id == old.id

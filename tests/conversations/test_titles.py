@@ -38,6 +38,10 @@ PLANETS_ANSWER = (
         ("Quasars are distant galaxies.", ""),  # a sentence
         ("A title that is far too long to be a title for one chat at all", ""),
         ("One two three four five six seven eight nine", ""),  # 9 words
+        ("1. Apple", "1. Apple\n2. Banana"),  # seen: a list item of the answer
+        ("- Apples and pears", ""),
+        ("## Fruit list", ""),
+        ("| a | b |", ""),
         ("", ""),
         ("   ", ""),
     ],
