@@ -64,12 +64,9 @@ def sentences(limit: int) -> list[str]:
     return out
 
 
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
-
-
 def main() -> None:
+    from retrieval import pct
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--users", type=int, default=50)
