@@ -1,0 +1,58 @@
+"""Shared helpers of the benchmark scripts: percentiles and machine-readable figures.
+
+Every script under ``bench/`` prints its figures for a person to read. It also calls
+:func:`bench_record` for each headline figure; when ``BENCH_RESULTS`` names a file
+(``make bench`` sets it, see ``bench/run_all.py``), each call appends one JSON line
+there, so one run of all benchmarks becomes one Markdown table. Without the variable
+the call does nothing, so a script run by hand behaves as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+RESULTS_ENV = "BENCH_RESULTS"
+
+
+def pct(values: list[float], q: float) -> float:
+    """Return the ``q``-th percentile (0-100) of ``values`` by nearest rank; 0.0 if empty."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[rank]
+
+
+def bench_record(
+    *,
+    bench: str,
+    metric: str,
+    value: float | int | str,
+    unit: str = "",
+    params: str = "",
+    goal: str = "",
+) -> None:
+    """Append one figure to the ``BENCH_RESULTS`` file (JSON lines), if it is set.
+
+    ``bench`` is the script's short name ("sse_fanout"), ``metric`` what was measured
+    ("frame gap p99"), ``value`` the figure in ``unit`` ("ms", "streams", "req/s"),
+    ``params`` the run's shape ("N=1000, one daphne") and ``goal`` the issue's target
+    for it, if any ("< 250 ms"). Floats are rounded to 3 significant decimals.
+    """
+    path = os.environ.get(RESULTS_ENV)
+    if not path:
+        return
+    if isinstance(value, float):
+        value = round(value, 3)
+    row = {
+        "bench": bench,
+        "metric": metric,
+        "value": value,
+        "unit": unit,
+        "params": params,
+        "goal": goal,
+    }
+    with Path(path).open("a", encoding="utf-8") as out:
+        out.write(json.dumps(row, ensure_ascii=False) + "\n")
