@@ -2,7 +2,8 @@
 
 Every script under ``bench/`` prints its figures for a person to read. It also calls
 :func:`bench_record` for each headline figure; when ``BENCH_RESULTS`` names a file
-(``make bench`` sets it, see ``bench/run_all.py``), each call appends one JSON line
+(``make bench`` sets it; ``bench/run_all.py`` turns the lines into the table in
+``bench/results/``), each call appends one JSON line
 there, so one run of all benchmarks becomes one Markdown table. Without the variable
 the call does nothing, so a script run by hand behaves as before.
 """
