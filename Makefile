@@ -71,13 +71,18 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium is not installed (needs root): browser tests will be skipped"; fi
 
-# Debian's HAProxy for the scale-out tests and bench (deploy/haproxy.cfg; skipped without).
+# Debian's HAProxy and nginx for the scale-out tests and bench (deploy/haproxy.cfg,
+# deploy/nginx.conf; each proxy's tests are skipped without it). The tests run their
+# own copies on loopback ports with private files, never the packages' services.
 proxy:
-	@if command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy; then :; \
+	@missing=""; \
+	command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy || missing="$$missing haproxy"; \
+	command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx || missing="$$missing nginx"; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing Debian's haproxy for the scale-out tests"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
-	else echo "haproxy is not installed (needs root): scale-out tests will be skipped"; fi
+		echo "installing Debian's$$missing for the scale-out tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else echo "not installed (needs root):$$missing; those scale-out tests will be skipped"; fi
 
 # Front-end libraries from npm, pinned in package.json/package-lock.json. Their browser
 # builds (and licences) are committed under static/vendor/; axe-core is for the browser

@@ -117,7 +117,7 @@ def throwaway_services() -> tuple[str, str, str]:
     ones it starts) at it and at Redis db 14; return (admin URL, db name, Redis URL)."""
     import environ
     import psycopg
-    import redis
+    from inference.connections import redis_sync  # plain or Sentinel URL
 
     env = environ.Env()
     services = ROOT / ".var" / "services.env"
@@ -130,7 +130,7 @@ def throwaway_services() -> tuple[str, str, str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     redis_url = env("REDIS_URL").rsplit("/", 1)[0] + f"/{BENCH_REDIS_DB}"
-    redis.Redis.from_url(redis_url).flushdb()
+    redis_sync(redis_url).flushdb()
     os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + name))
     os.environ["REDIS_URL"] = redis_url
     os.environ["CELERY_BROKER_URL"] = redis_url
@@ -140,8 +140,9 @@ def throwaway_services() -> tuple[str, str, str]:
 def throwaway_drop(admin_url: str, name: str, redis_url: str) -> None:
     """Drop the bench database and flush the bench Redis db."""
     import psycopg
-    import redis
     from django.db import connections
+
+    from inference.connections import redis_sync
 
     for connection in connections.all():
         if getattr(connection, "pool", None) is not None:
@@ -149,7 +150,7 @@ def throwaway_drop(admin_url: str, name: str, redis_url: str) -> None:
         connection.close()
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    redis.Redis.from_url(redis_url).flushdb()
+    redis_sync(redis_url).flushdb()
 
 
 def bench_user() -> Any:

@@ -1,7 +1,9 @@
 """Redis clients for the inference tier.
 
 The sync client is shared by the process (redis-py pools are thread-safe). Async clients
-are bound to an event loop, so one is kept per running loop.
+are bound to an event loop, so one is kept per running loop. A ``redis+sentinel://`` URL
+gives clients of the master that a Sentinel names (inference/sentinel.py), which follow
+it through a failover.
 """
 
 from __future__ import annotations
@@ -13,6 +15,12 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 
+from inference.sentinel import (
+    sentinel_master_async,
+    sentinel_master_sync,
+    sentinel_url_parse,
+)
+
 _sync_clients: dict[str, redis.Redis] = {}
 _async_clients: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop, dict[str, aioredis.Redis]
@@ -20,11 +28,17 @@ _async_clients: weakref.WeakKeyDictionary[
 
 
 def redis_sync(url: str | None = None) -> redis.Redis:
-    """Return the process-wide sync client for ``url`` (default ``settings.REDIS_URL``)."""
+    """Return the process-wide sync client for ``url`` (default ``settings.REDIS_URL``,
+    plain or Sentinel)."""
     url = url or settings.REDIS_URL
     client = _sync_clients.get(url)
     if client is None:
-        client = _sync_clients[url] = redis.Redis.from_url(url, decode_responses=True)
+        sentinel = sentinel_url_parse(url)
+        if sentinel is not None:
+            client = sentinel_master_sync(sentinel, decode_responses=True)
+        else:
+            client = redis.Redis.from_url(url, decode_responses=True)
+        _sync_clients[url] = client
     return client
 
 
@@ -35,13 +49,16 @@ def redis_async_new(url: str) -> aioredis.Redis:
     redis-py 8's async pool allows 100 by default and then raises MaxConnectionsError,
     but every open SSE stream holds one connection in a blocking XREAD and a worker
     writes for each running job, so a web process with more than 100 open streams
-    needs more than the default.
+    needs more than the default. ``url`` may be a Sentinel URL (inference/sentinel.py).
     """
-    return aioredis.Redis.from_url(
-        url,
-        decode_responses=True,
-        max_connections=settings.REDIS_ASYNC_MAX_CONNECTIONS,
-    )
+    options = {
+        "decode_responses": True,
+        "max_connections": settings.REDIS_ASYNC_MAX_CONNECTIONS,
+    }
+    sentinel = sentinel_url_parse(url)
+    if sentinel is not None:
+        return sentinel_master_async(sentinel, **options)
+    return aioredis.Redis.from_url(url, **options)
 
 
 def redis_async(url: str | None = None) -> aioredis.Redis:

@@ -11,13 +11,16 @@ per web process). tests/test_scaleout.py and bench/sse_fanout.py render it the s
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "haproxy.cfg"
-_PLACEHOLDER = re.compile(r"\{\{ (\w+) \}\}")
+if not __package__:  # run as `python scripts/haproxy_config.py`: the repo root first
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scripts.config_template import DEPLOY, config_template_render  # noqa: E402
+
+TEMPLATE = DEPLOY / "haproxy.cfg"
 
 
 def haproxy_config_render(
@@ -39,14 +42,7 @@ def haproxy_config_render(
             f"    server web{i} {addr}" for i, addr in enumerate(backends, start=1)
         ),
     }
-
-    def fill(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in values:
-            raise ValueError(f"deploy/haproxy.cfg: unknown placeholder {name!r}")
-        return values[name]
-
-    return _PLACEHOLDER.sub(fill, TEMPLATE.read_text())
+    return config_template_render(template=TEMPLATE, values=values)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ All configuration comes from the environment through one django-environ `env`. W
 from pathlib import Path
 
 from chatsite.settings.environment import BASE_DIR, VAR_DIR, env
+from inference.sentinel import redis_cache_config, sentinel_celery_broker
 
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="dev-insecure-change-me")
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
@@ -145,18 +146,16 @@ DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=16)
 DATABASES["default"] = database_pool(DATABASES["default"], DATABASE_POOL_MAX_SIZE)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# One Redis for queues, streams, quotas, the cache, rate limits and the Celery broker:
+# redis://HOST:PORT/DB, or a Sentinel URL for failover,
+# redis+sentinel://[:PASSWORD@]SENTINEL:PORT[,SENTINEL:PORT...]/SERVICE/DB
+# (inference/sentinel.py; deploy/README.md "Redis failover").
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # Connections one process's async Redis client may open (inference/connections.py): one
 # per open stream (blocking XREAD) in the web tier. Redis itself accepts 10,000 clients.
 REDIS_ASYNC_MAX_CONNECTIONS = env.int("REDIS_ASYNC_MAX_CONNECTIONS", default=5000)
 
-CACHES = {
-    "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "cache",
-    }
-}
+CACHES = {"default": redis_cache_config(REDIS_URL, key_prefix="cache")}
 
 AUTH_PASSWORD_VALIDATORS = [
     {
@@ -180,7 +179,10 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 
 # Celery (CONVENTIONS §7): broker and results on the same Redis.
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
+# A Sentinel URL becomes kombu's sentinel:// URLs and its master_name option.
+CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = sentinel_celery_broker(
+    env("CELERY_BROKER_URL", default=REDIS_URL)
+)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True

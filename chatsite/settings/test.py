@@ -14,17 +14,15 @@ os.environ.setdefault(
 
 from chatsite.settings.base import *  # noqa: E402, F403
 from chatsite.settings.base import REDIS_URL, env  # noqa: E402
+from inference.sentinel import (  # noqa: E402
+    redis_cache_config,
+    sentinel_celery_broker,
+)
 
 # Tests own Redis database 15 of the same server and flush it between tests.
 REDIS_URL = env("TEST_REDIS_URL", default=REDIS_URL.rsplit("/", 1)[0] + "/15")
-CACHES = {
-    "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "cache",
-    }
-}
-CELERY_BROKER_URL = REDIS_URL
+CACHES = {"default": redis_cache_config(REDIS_URL, key_prefix="cache")}
+CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = sentinel_celery_broker(REDIS_URL)
 CELERY_TASK_ALWAYS_EAGER = True
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 SSE_HEARTBEAT_S = 1.0

@@ -1,0 +1,27 @@
+"""Fill the ``{{ name }}`` placeholders of a file under deploy/ (scripts/haproxy_config.py,
+scripts/nginx_config.py)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+_PLACEHOLDER = re.compile(r"\{\{ (\w+) \}\}")
+
+
+def config_template_render(*, template: Path, values: Mapping[str, str]) -> str:
+    """Return ``template``'s text with each ``{{ name }}`` replaced by ``values[name]``.
+
+    Raises ValueError for a placeholder that ``values`` does not name, so a template
+    edited without its renderer fails loudly rather than shipping ``{{ ... }}``.
+    """
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise ValueError(f"deploy/{template.name}: unknown placeholder {name!r}")
+        return values[name]
+
+    return _PLACEHOLDER.sub(fill, template.read_text())
