@@ -117,6 +117,7 @@ def throwaway_services() -> tuple[str, str, str]:
     ones it starts) at it and at Redis db 14; return (admin URL, db name, Redis URL)."""
     import environ
     import psycopg
+
     from inference.connections import redis_sync  # plain or Sentinel URL
 
     env = environ.Env()

@@ -145,7 +145,9 @@ class SentinelCachePool:
     """
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> redis.sentinel.SentinelConnectionPool:
+    def from_url(
+        cls, url: str, **options: Any
+    ) -> redis.sentinel.SentinelConnectionPool:
         """Return a connection pool of the master named by the Sentinel ``url``.
         Raises ValueError for a URL that is not a Sentinel URL."""
         parsed = sentinel_url_parse(url)

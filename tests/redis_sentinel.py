@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import redis
+import redis.sentinel
 
 from tests.faults import redis_binary
 from tests.stack import free_port
@@ -25,7 +26,9 @@ SERVICE = "mymaster"
 DOWN_AFTER_MS = 500
 
 
-def wait_for(predicate: Callable[[], Any], *, what: str, timeout_s: float = 20.0) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], *, what: str, timeout_s: float = 20.0
+) -> Any:
     """Poll ``predicate()`` every 50 ms until it returns a truthy value (a Redis error
     counts as not yet); return the value. Raises AssertionError after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
@@ -46,7 +49,9 @@ class SentinelGroup:
         self.master_port, self.replica_port = free_port(), free_port()
         self.sentinel_port = free_port()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._start("master", self.master_port, [])
+        # The master sends its first full sync at once (Redis 7 waits 5 s by default
+        # for more replicas to share it).
+        self._start("master", self.master_port, ["--repl-diskless-sync-delay", "0"])
         self._start(
             "replica",
             self.replica_port,
@@ -68,10 +73,10 @@ class SentinelGroup:
         )
         self.sentinel = redis.Redis(port=self.sentinel_port, decode_responses=True)
         wait_for(
-            lambda: self.server(self.replica_port).info("replication")[
-                "master_link_status"
-            ]
-            == "up",
+            lambda: (
+                self.server(self.replica_port).info("replication")["master_link_status"]
+                == "up"
+            ),
             what="the replica to sync",
         )
         # A Sentinel promotes only a replica it knows (from the master's INFO).
@@ -111,13 +116,17 @@ class SentinelGroup:
         assert self.server(self.master_port).wait(1, 5000) == 1
         self.procs["master"].kill()
         self.procs["master"].wait(timeout=10)
+        # What a client asks (redis-py's discover_master): the Sentinel names the
+        # replica, and has seen it report the master role with no down flag.
+        manager = redis.sentinel.Sentinel([("127.0.0.1", self.sentinel_port)])
         wait_for(
-            lambda: self.master_port_now() == self.replica_port,
+            lambda: manager.discover_master(SERVICE)[1] == self.replica_port,
             what="the Sentinel to promote the replica",
         )
         wait_for(
-            lambda: self.server(self.replica_port).info("replication")["role"]
-            == "master",
+            lambda: (
+                self.server(self.replica_port).info("replication")["role"] == "master"
+            ),
             what="the replica to take the master role",
         )
 
