@@ -33,6 +33,11 @@ import redis.sentinel
 SCHEME = "redis+sentinel"
 # Sentinel's own port (redis.io "Redis Sentinel"), used when a host names none.
 DEFAULT_SENTINEL_PORT = 26379
+# How long a client waits for one Sentinel to connect or answer, s. redis-py asks the
+# Sentinels in turn and moves on after an error; without a timeout a Sentinel host
+# that is down without refusing (blackholed) would hold every new connection for the
+# kernel's TCP timeout (minutes). A Sentinel answers from memory, within milliseconds.
+SENTINEL_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -56,10 +61,14 @@ class SentinelUrl:
         return kwargs
 
     def sentinel_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of a connection to a Sentinel."""
+        """Keyword arguments of a connection to a Sentinel: its timeouts and password."""
+        kwargs: dict[str, Any] = {
+            "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+            "socket_timeout": SENTINEL_TIMEOUT_S,
+        }
         if self.sentinel_password:
-            return {"password": self.sentinel_password}
-        return {}
+            kwargs["password"] = self.sentinel_password
+        return kwargs
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -184,8 +193,8 @@ def sentinel_celery_broker(url: str) -> tuple[str, dict[str, Any]]:
 
     A plain URL is returned as it is, with no options. A Sentinel URL becomes kombu's
     form: one ``sentinel://[:PASSWORD@]HOST:PORT/DB`` per Sentinel joined by ``;``,
-    with the service in the ``master_name`` transport option (kombu's
-    ``SentinelChannel``).
+    with the service in the ``master_name`` transport option and the Sentinels'
+    timeouts and password in ``sentinel_kwargs`` (kombu's ``SentinelChannel``).
     """
     parsed = sentinel_url_parse(url)
     if parsed is None:
@@ -199,7 +208,8 @@ def sentinel_celery_broker(url: str) -> tuple[str, dict[str, Any]]:
         f"sentinel://{auth}{host}:{port}/{parsed.db}"
         for host, (_, port) in zip(hosts, parsed.sentinels, strict=True)
     )
-    options: dict[str, Any] = {"master_name": parsed.service_name}
-    if parsed.sentinel_kwargs():
-        options["sentinel_kwargs"] = parsed.sentinel_kwargs()
+    options = {
+        "master_name": parsed.service_name,
+        "sentinel_kwargs": parsed.sentinel_kwargs(),
+    }
     return broker, options

@@ -40,7 +40,9 @@ def test_a_sentinel_url_names_the_sentinels_service_database_and_passwords():
         sentinel_password="sp",
     )
     assert parsed.connection_kwargs() == {"db": 2, "password": "s3cret"}
-    assert parsed.sentinel_kwargs() == {"password": "sp"}
+    assert parsed.sentinel_kwargs()["password"] == "sp"
+    # a Sentinel host that is down without refusing must not hold a client for long
+    assert parsed.sentinel_kwargs()["socket_connect_timeout"] <= 5
 
 
 def test_a_plain_redis_url_is_not_a_sentinel_url_and_a_sentinel_url_needs_a_service():
@@ -56,7 +58,8 @@ def test_celery_gets_kombus_sentinel_urls_and_the_master_name():
         "redis+sentinel://:pw@h1:26379,h2:26380/mymaster/3"
     )
     assert broker == "sentinel://:pw@h1:26379/3;sentinel://:pw@h2:26380/3"
-    assert options == {"master_name": "mymaster"}
+    assert options["master_name"] == "mymaster"
+    assert "password" not in options["sentinel_kwargs"]  # pw is the servers' one
     assert sentinel_celery_broker("redis://h:6379/1") == ("redis://h:6379/1", {})
 
 
