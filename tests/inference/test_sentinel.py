@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-import kombu
 import pytest
+from celery import Celery
 from django.core.cache import cache
 from django.test import RequestFactory
 from django_ratelimit.core import is_ratelimited
@@ -78,6 +78,8 @@ def sentinel_group(tmp_path, settings) -> Iterator[SentinelGroup]:
     try:
         settings.REDIS_URL = group.url
         settings.CACHES = {"default": redis_cache_config(group.url, key_prefix="cache")}
+        broker = sentinel_celery_broker(group.url)  # as chatsite/settings/base.py
+        settings.CELERY_BROKER_URL, settings.CELERY_BROKER_TRANSPORT_OPTIONS = broker
         yield group
     finally:
         group.stop()
@@ -110,10 +112,12 @@ def _ratelimited(request) -> bool:
 
 
 def _broker_round_trip(group: SentinelGroup, *, master_port: int, body: str) -> None:
-    """Publish and consume one message through Celery's broker settings; the queue
-    lives on the server at ``master_port`` while the message waits."""
-    broker, options = sentinel_celery_broker(group.url)
-    with kombu.Connection(broker, transport_options=options) as connection:
+    """Publish and consume one message on the broker of a Celery app configured as
+    chatsite/celery.py is (the CELERY_ settings); the queue lives on the server at
+    ``master_port`` while the message waits."""
+    app = Celery("sentinel-drill", set_as_current=False)
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    with app.connection_for_write() as connection:
         queue = connection.SimpleQueue("sentinel-drill")
         queue.put({"body": body})
         assert group.server(master_port).llen("sentinel-drill") == 1
