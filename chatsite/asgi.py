@@ -24,15 +24,20 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpResponse
 from django.test.utils import override_settings
 from django.urls import Resolver404, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, RoutePattern
 
 from chatsite.health import HEALTH_PATH, health_app
+from chatsite.http import error_response
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 
 django_asgi_app = get_asgi_application()
+
+# Imported once the apps are set up (get_asgi_application ran django.setup()).
+from gateway import ratelimits  # noqa: E402
 
 API_URLCONF = "conversations.openai.urls"
 
@@ -96,12 +101,43 @@ api_asgi_app = asgi_handler_with(settings.API_MIDDLEWARE)
 
 async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """Send API requests to the API handler and everything else to the site's
-    (``/healthz``, the load balancer's check, is answered before either)."""
+    (``/healthz``, the load balancer's check, is answered before either; so is a chat
+    message POST of a session the rate limit refused in its current window, see
+    :mod:`gateway.ratelimits`)."""
     if scope["path"] == HEALTH_PATH:
         await health_app(scope, receive, send)
         return
-    app = api_asgi_app if is_api_path(scope["path"]) else site_app
-    await app(scope, receive, send)
+    if is_api_path(scope["path"]):
+        await api_asgi_app(scope, receive, send)
+        return
+    refusal = await ratelimits.arefusal_check(scope)
+    if refusal is not None:
+        await response_send(error_response(refusal), send)
+        return
+    await site_app(scope, receive, send)
+
+
+async def response_send(response: HttpResponse, send: Any) -> None:
+    """Send a complete (non-streaming) Django ``response`` as ASGI messages, for answers
+    given before Django's handler runs (no middleware: the headers are the response's
+    own plus ``Content-Length`` and ``X-Content-Type-Options: nosniff``)."""
+    body = response.content
+    headers = [
+        (name.encode("latin-1"), str(value).encode("latin-1"))
+        for name, value in response.items()
+    ]
+    headers += [
+        (b"content-length", str(len(body)).encode("ascii")),
+        (b"x-content-type-options", b"nosniff"),
+    ]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status_code,
+            "headers": headers,
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 site_app = (
