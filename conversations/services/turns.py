@@ -230,7 +230,9 @@ def _turn_run(
     ``scope`` a document scope sent with the message (stored on the conversation);
     None keeps the conversation's (a new one: CHAT_DOCUMENT_SCOPE_DEFAULT).
     """
-    model = model or gateway_selectors.default_model(user=user)
+    # one read of the user's preferences: the default model and the cache opt-in
+    preference = gateway_selectors.user_preference_get(user=user)
+    model = model or gateway_selectors.default_model(user=user, preference=preference)
     generation_params = _generation_params(params)
     in_force = scope if scope is not None else _scope_current(conversation)
     # The question is embedded at most once, on first need, for everyone who needs it.
@@ -249,14 +251,17 @@ def _turn_run(
         created = conversation is None
         if conversation is None:
             assert content is not None
+            # created with its scope: no update of the row just inserted
             thread = Conversation.objects.create(
-                user=user, title=title_from_text(content)
+                user=user, title=title_from_text(content), doc_scope=in_force.kind
             )
+            if in_force.document_ids:
+                thread.scope_documents.set(in_force.document_ids)
         else:
             thread = Conversation.objects.select_for_update().get(pk=conversation.pk)
             _idle_check(thread)
-        if scope is not None or created:
-            scope_store(conversation=thread, scope=in_force)
+            if scope is not None:
+                scope_store(conversation=thread, scope=in_force)
         if content is not None:
             asked = Message.objects.create(
                 conversation=thread,
@@ -301,7 +306,7 @@ def _turn_run(
             # the user asks for a new answer: never a cached one (a complete new
             # answer replaces the cached one)
             lookup=content is not None,
-            opt_in=gateway_selectors.cache_opt_in(user=user),
+            opt_in=preference.reuse_cached_answers,
         ),
         store=store,
     )
