@@ -183,18 +183,31 @@ def _assistant_create(
     parent: Message,
     admission: generations.Admission,
     memory_unavailable: bool = False,
+    fresh: bool = False,
 ) -> Message:
+    """Store the streaming answer; raise Conflict if the conversation already has one.
+
+    ``fresh``: the conversation was created in this transaction, so no other answer
+    can stream in it and the savepoint that turns the unique index's violation into a
+    Conflict (two round trips) is skipped.
+    """
+
+    def create() -> Message:
+        return Message.objects.create(
+            id=uuid.UUID(admission.job_id),
+            conversation=conversation,
+            role=Message.Role.ASSISTANT,
+            status=Message.Status.STREAMING,
+            parent=parent,
+            pool=admission.pool,
+            memory_unavailable=memory_unavailable,
+        )
+
+    if fresh:
+        return create()
     try:
         with transaction.atomic():
-            return Message.objects.create(
-                id=uuid.UUID(admission.job_id),
-                conversation=conversation,
-                role=Message.Role.ASSISTANT,
-                status=Message.Status.STREAMING,
-                parent=parent,
-                pool=admission.pool,
-                memory_unavailable=memory_unavailable,
-            )
+            return create()
     except IntegrityError as exc:  # the partial unique index: one streaming answer
         raise Conflict(BUSY_MESSAGE, code="conversation_busy") from exc
 
@@ -278,6 +291,7 @@ def _turn_run(
             parent=asked,
             admission=admission,
             memory_unavailable=built.memory_unavailable,
+            fresh=created,
         )
         if built.passages:
             memory_services.citations_store(
