@@ -18,6 +18,7 @@ import re
 from types import ModuleType
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from channels.routing import ProtocolTypeRouter
 from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
@@ -114,7 +115,19 @@ async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if refusal is not None:
         await response_send(error_response(refusal), send)
         return
-    await site_app(scope, receive, send)
+    app = sync_site_app if is_sync_view_path(scope["path"]) else site_app
+    await app(scope, receive, send)
+
+
+def is_sync_view_path(path: str) -> bool:
+    """Whether ``path`` resolves to a sync view of the site's URLconf (served by
+    :data:`sync_site_app`); async views (the SSE stream), unknown paths and static
+    files go to :data:`site_app`."""
+    try:
+        match = get_resolver().resolve(path)
+    except Resolver404:
+        return False
+    return not iscoroutinefunction(match.func)
 
 
 async def response_send(response: HttpResponse, send: Any) -> None:
@@ -143,6 +156,32 @@ async def response_send(response: HttpResponse, send: Any) -> None:
 site_app = (
     ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
 )
+
+
+class SyncChainASGIHandler(ASGIHandler):
+    """Django's ASGI handler with the site's middleware chain built sync, for sync
+    views (every page and form POST, the chat's message POST): a request hops to a
+    sync thread once and runs the whole chain and the view there.
+
+    In Django's async chain each MiddlewareMixin middleware hops to a sync thread and
+    back for its request half and again for its response half (the site has ten:
+    twenty hops) and the sync view once more; each hop is a thread hand-off, and
+    under load a wait for the GIL. Async views (the SSE stream) keep the async chain
+    (:data:`site_app`). The thread is the request's thread-sensitive one, as the
+    view's was: database connections are used as before.
+    """
+
+    def __init__(self) -> None:
+        # not ASGIHandler.__init__: it builds the async chain
+        self.load_middleware(is_async=False)
+
+    async def get_response_async(self, request: Any) -> HttpResponse:
+        """Run the sync chain (:meth:`get_response`) in the request's sync thread."""
+        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+
+
+sync_site_app = SyncChainASGIHandler()
+
 
 application = ProtocolTypeRouter({"http": http_router})
 
