@@ -102,8 +102,9 @@ async def _asgi_post(path: str, cookie: str) -> tuple[int, dict[str, str], bytes
 
 
 def _site_spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Replace the site's Django handler with one that answers 204 and records the
-    paths it was given (whatever reaches it ran the middleware chain)."""
+    """Replace the site's Django handlers (sync and async views) with one that answers
+    204 and records the paths it was given (whatever reaches it ran the middleware
+    chain)."""
     from chatsite import asgi
 
     reached: list[str] = []
@@ -114,6 +115,7 @@ def _site_spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         await send({"type": "http.response.body", "body": b""})
 
     monkeypatch.setattr(asgi, "site_app", site)
+    monkeypatch.setattr(asgi, "sync_site_app", site)
     return reached
 
 
