@@ -1,8 +1,11 @@
 """What our path adds to a chat turn: POST of a message to the first token at the client,
 minus the engine's own time to first token (issue 13, "Load").
 
-    .venv/bin/python bench/turn_overhead.py [--turns 30] [--users 100] [--rounds 2]
-        [--cold-starts 2] [--cases plain memory] [--profile 20]
+    .venv/bin/python bench/turn_overhead.py [--turns 20] [--users 100] [--rounds 1]
+        [--cold-starts 1] [--cases plain memory] [--profile 20]
+
+The defaults are the quick run of ``make bench`` (a few minutes on a busy 2-core
+machine); a big run: ``--turns 200 --rounds 5 --cold-starts 5``.
 
 Runs on the dev services (`make migrate` first), like bench/flood.py: daphne and the
 workers as processes (tests/stack.py), bench-only users and a bench-only pool. The
@@ -21,7 +24,8 @@ machine it takes little of the CPU it measures. Figures, per case:
   user (``--turns`` turns one after another) and at ``--users`` users at once
   (``--rounds`` rounds of one turn each), with the POST's own share (sent -> 201);
 - cold start: the first turn of a freshly started daphne (signed in over HTTP first,
-  as a new user would be), ``--cold-starts`` times, vs the warm p50 (goal: within 2x).
+  as a new user would be), ``--cold-starts`` + 1 times (the last start then runs the
+  warm turns), vs the warm p50 (goal: within 2x).
 
 Cases: ``plain``: users without facts or documents, input moderation off (goal p50 <
 10 ms, p99 < 50 ms); ``memory``: users with 5 facts and a document (retrieval) and input
@@ -389,10 +393,10 @@ def run_case(case: str, args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--users", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--cold-starts", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--cold-starts", type=int, default=1)
     parser.add_argument("--cases", nargs="+", default=["plain", "memory"])
     parser.add_argument("--profile", type=int, default=0, metavar="TURNS")
     parser.add_argument("--profile-case", default="plain", choices=["plain", "memory"])
