@@ -18,21 +18,27 @@ import re
 from types import ModuleType
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from channels.routing import ProtocolTypeRouter
 from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpResponse
 from django.test.utils import override_settings
-from django.urls import Resolver404, URLResolver, get_resolver
+from django.urls import Resolver404, URLResolver, get_resolver, reverse
 from django.urls.resolvers import RegexPattern, RoutePattern
 
 from chatsite.health import HEALTH_PATH, health_app
+from chatsite.http import error_response
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 
 django_asgi_app = get_asgi_application()
+
+# Imported once the apps are set up (get_asgi_application ran django.setup()).
+from gateway import ratelimits  # noqa: E402
 
 API_URLCONF = "conversations.openai.urls"
 
@@ -96,34 +102,124 @@ api_asgi_app = asgi_handler_with(settings.API_MIDDLEWARE)
 
 async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """Send API requests to the API handler and everything else to the site's
-    (``/healthz``, the load balancer's check, is answered before either)."""
+    (``/healthz``, the load balancer's check, is answered before either; so is a chat
+    message POST of a session the rate limit refused in its current window, see
+    :mod:`gateway.ratelimits`)."""
     if scope["path"] == HEALTH_PATH:
         await health_app(scope, receive, send)
         return
-    app = api_asgi_app if is_api_path(scope["path"]) else site_app
+    if is_api_path(scope["path"]):
+        await api_asgi_app(scope, receive, send)
+        return
+    refusal = await ratelimits.arefusal_check(scope)
+    if refusal is not None:
+        await response_send(error_response(refusal), send)
+        return
+    app = sync_site_app if is_sync_view_path(scope["path"]) else site_app
     await app(scope, receive, send)
+
+
+def is_sync_view_path(path: str) -> bool:
+    """Whether ``path`` resolves to a sync view of the site's URLconf (served by
+    :data:`sync_site_app`); async views (the SSE stream), unknown paths and static
+    files go to :data:`site_app`."""
+    try:
+        match = get_resolver().resolve(path)
+    except Resolver404:
+        return False
+    return not iscoroutinefunction(match.func)
+
+
+async def response_send(response: HttpResponse, send: Any) -> None:
+    """Send a complete (non-streaming) Django ``response`` as ASGI messages, for answers
+    given before Django's handler runs (no middleware: the headers are the response's
+    own plus ``Content-Length`` and ``X-Content-Type-Options: nosniff``)."""
+    body = response.content
+    headers = [
+        (name.encode("latin-1"), str(value).encode("latin-1"))
+        for name, value in response.items()
+    ]
+    headers += [
+        (b"content-length", str(len(body)).encode("ascii")),
+        (b"x-content-type-options", b"nosniff"),
+    ]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status_code,
+            "headers": headers,
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 site_app = (
     ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
 )
 
+
+class SyncChainASGIHandler(ASGIHandler):
+    """Django's ASGI handler with the site's middleware chain built sync, for sync
+    views (every page and form POST, the chat's message POST): a request hops to a
+    sync thread once and runs the whole chain and the view there.
+
+    In Django's async chain each MiddlewareMixin middleware hops to a sync thread and
+    back for its request half and again for its response half (the site has ten:
+    twenty hops) and the sync view once more; each hop is a thread hand-off, and
+    under load a wait for the GIL. Async views (the SSE stream) keep the async chain
+    (:data:`site_app`). The thread is the request's thread-sensitive one, as the
+    view's was: database connections are used as before.
+    """
+
+    def __init__(self) -> None:
+        # not ASGIHandler.__init__: it builds the async chain
+        self.load_middleware(is_async=False)
+
+    async def get_response_async(self, request: Any) -> HttpResponse:
+        """Run the sync chain (:meth:`get_response`) in the request's sync thread."""
+        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+
+
+sync_site_app = SyncChainASGIHandler()
+
+
 application = ProtocolTypeRouter({"http": http_router})
 
 
 def web_warm() -> None:
-    """Load, before the first request, what every turn needs: the serving model's
-    tokenizer (a vocabulary-only read of the GGUF, no weights; DESIGN §9: prompts are
-    counted exactly). Without this the first turn of a fresh process paid the load
-    (bench/embeddings.py: cold POST p50 4x warm). A missing model file is reported by
-    the first turn that needs it, not here.
+    """Load, before the first request, what every turn needs, so that the first turn of
+    a fresh process costs what a warm one does (issue 13: within 2x):
+
+    - the serving model's tokenizer (a vocabulary-only read of the GGUF, no weights;
+      DESIGN §9: prompts are counted exactly). Without it the first turn paid the load
+      (bench/embeddings.py: cold POST p50 4x warm);
+    - the URLconf's reverse tables and pattern regexes, which Django builds on the
+      first ``reverse()``: the turn's JSON names six URLs, and building them took
+      0.32 s of a 0.53 s first POST (bench/turn_overhead.py --profile, cold POST);
+    - the input moderation classifier (SAFETY_INPUT_ENABLED; the embedded backend
+      reads its model file once per process).
+
+    A missing model file is reported by the first turn that needs it, not here. No
+    database or Redis is touched: the process starts while they are down (they may
+    come back later).
     """
     from inference.tokens import prompt_counter
+    from safety.classifiers import classifier_get
 
     try:
         prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)
     except (FileNotFoundError, ValueError):
         pass
+    try:  # a path no pattern matches: every pattern's regex is compiled on the way
+        get_resolver().resolve("/__warm__/none/")
+    except Resolver404:
+        pass
+    reverse("chat-home")
+    if settings.SAFETY_INPUT_ENABLED:
+        try:
+            classifier_get()
+        except (FileNotFoundError, ValueError, ImportError):
+            pass
 
 
 web_warm()

@@ -19,7 +19,6 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_ratelimit.decorators import ratelimit
 
 from chatsite.errors import DomainError, InvalidInput
 from chatsite.http import error_response, json_errors
@@ -28,6 +27,7 @@ from conversations.models import Feedback
 from conversations.services import Turn
 from conversations.services.feedback import REASONS_BY_RATING
 from gateway import selectors as gateway_selectors
+from gateway.ratelimits import message_ratelimit
 from memory import selectors as memory_selectors
 from safety import selectors as safety_selectors
 
@@ -120,7 +120,7 @@ def conversation_detail(request: HttpRequest, conversation_id: Any) -> HttpRespo
 
 
 @require_POST
-@ratelimit(key="user", rate="gateway.ratelimits.message_rate", group="chat-message")
+@message_ratelimit
 @json_errors
 def message_send(request: HttpRequest, conversation_id: Any = None) -> JsonResponse:
     """Start a turn: store the message, queue the answer; 201 with its stream URL."""
@@ -136,7 +136,7 @@ def message_send(request: HttpRequest, conversation_id: Any = None) -> JsonRespo
 
 
 @require_POST
-@ratelimit(key="user", rate="gateway.ratelimits.message_rate", group="chat-message")
+@message_ratelimit
 @json_errors
 def message_regenerate(
     request: HttpRequest, conversation_id: Any, message_id: Any = None
@@ -150,7 +150,7 @@ def message_regenerate(
 
 
 @require_POST
-@ratelimit(key="user", rate="gateway.ratelimits.message_rate", group="chat-message")
+@message_ratelimit
 @json_errors
 def message_edit(
     request: HttpRequest, conversation_id: Any, message_id: Any

@@ -3,23 +3,67 @@
 The rates are settings ("count/period", e.g. ``30/m``); django-ratelimit calls these
 functions with ``(group, request)`` on every request, so a changed setting applies
 without a restart and no setting is read at import time.
+
+Early refusal (issue 13, the flood drill). django-ratelimit decides inside the view, so
+a refused chat message still paid the whole site middleware chain first: the session
+and the user read from PostgreSQL, CSRF, two hops to a sync thread. Under a one-user
+flood (1,000 POSTs in 10 s) that work took the web process's CPU from every other
+user. So when the library refuses a message POST, :func:`refusal_remember` marks the
+request's session as refused in Redis until the library's window ends, and the ASGI
+router (``chatsite/asgi.py``) asks :func:`arefusal_check` before Django runs: a marked
+session's next message POSTs are answered with the same 429 after one Redis round trip,
+touching neither the database nor the middleware. The library stays the one that
+counts and decides; the mark only repeats its answer until its window turns.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
 from django.conf import settings
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.http.cookie import parse_cookie
+from django.urls import Resolver404, get_resolver
 from django.utils.deprecation import MiddlewareMixin
+from django_ratelimit.core import get_usage
+from django_ratelimit.decorators import ratelimit
 from django_ratelimit.middleware import (
     RatelimitMiddleware as _LibraryRatelimitMiddleware,
 )
+from redis.exceptions import RedisError
+
+from chatsite.errors import QuotaExceeded
+from inference.connections import redis_async, redis_sync
+
+logger = logging.getLogger(__name__)
 
 _PERIOD_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+# django-ratelimit's group of the chat's message POSTs (send, edit, regenerate): one
+# CHAT_MESSAGE_RATE budget per user across them.
+MESSAGE_GROUP = "chat-message"
+# The attribute :func:`message_ratelimit` sets on a view (functools.wraps carries it
+# through the decorators above it) so the router can tell a limited path from its view.
+GROUP_ATTR = "ratelimit_group"
+# Redis key prefix of the refusal marks: ``<prefix>:<group>:<sha256 of session key>``.
+REFUSED_KEY_PREFIX = "ratelimit:refused"
 
 
 def message_rate(group: str, request: HttpRequest) -> str:
     """Rate of chat message POSTs per user (CHAT_MESSAGE_RATE)."""
     return settings.CHAT_MESSAGE_RATE
+
+
+def message_ratelimit(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Limit ``view`` to CHAT_MESSAGE_RATE per user (django-ratelimit, group
+    :data:`MESSAGE_GROUP`) and mark it, so that a session refused there is refused at
+    the ASGI router until the window ends (see the module docstring)."""
+    limited = ratelimit(key="user", rate=message_rate, group=MESSAGE_GROUP)(view)
+    setattr(limited, GROUP_ATTR, MESSAGE_GROUP)
+    return limited
 
 
 def login_rate(group: str, request: HttpRequest) -> str:
@@ -47,3 +91,92 @@ class RatelimitMiddleware(MiddlewareMixin):
     """
 
     process_exception = _LibraryRatelimitMiddleware.process_exception
+
+
+def message_refusal() -> QuotaExceeded:
+    """The error of a refused message POST (429, ``rate_limited``, Retry-After: the
+    rate's whole period, the longest a client may have to wait)."""
+    rate = settings.CHAT_MESSAGE_RATE
+    retry_s = rate_period_s(rate)
+    return QuotaExceeded(
+        f"Too many messages (the limit is {rate.replace('/', ' per ')}). "
+        f"Please wait up to {retry_s} seconds and try again.",
+        code="rate_limited",
+        retry_after_s=retry_s,
+    )
+
+
+def refused_key(*, group: str, session_key: str) -> str:
+    """The Redis key marking ``session_key`` refused in ``group`` (the session key is
+    hashed: Redis never holds a usable session id)."""
+    digest = hashlib.sha256(session_key.encode()).hexdigest()
+    return f"{REFUSED_KEY_PREFIX}:{group}:{digest}"
+
+
+def view_group(view: Any) -> str | None:
+    """The early-refusal group of a resolved view (set by :func:`message_ratelimit`)."""
+    return getattr(view, GROUP_ATTR, None)
+
+
+def refusal_remember(*, request: HttpRequest) -> int:
+    """Mark ``request``'s session refused for the rest of django-ratelimit's window;
+    return the seconds marked (0: nothing marked).
+
+    Call when the library refused ``request`` (RATELIMIT_VIEW). Only views of
+    :func:`message_ratelimit` with a session are marked; the window's end is the
+    library's own (``get_usage(..., increment=False)["time_left"]``, seconds), so the
+    mark never outlives the refusal the library would give. A Redis failure marks
+    nothing (the library answers every request then, as before).
+    """
+    match = request.resolver_match
+    group = view_group(match.func) if match is not None else None
+    session_key = getattr(getattr(request, "session", None), "session_key", None)
+    if group != MESSAGE_GROUP or not session_key:
+        return 0
+    try:
+        usage = get_usage(
+            request, group=group, key="user", rate=message_rate, increment=False
+        )
+        seconds = int(usage["time_left"]) if usage else 0
+        if seconds > 0:
+            redis_sync().set(
+                refused_key(group=group, session_key=session_key), 1, ex=seconds
+            )
+    except RedisError:
+        logger.warning("rate limit: could not mark a refused session", exc_info=True)
+        return 0
+    return max(seconds, 0)
+
+
+async def arefusal_check(scope: dict[str, Any]) -> QuotaExceeded | None:
+    """Return the refusal of an HTTP request before Django runs, or None to serve it.
+
+    Refused: a POST to a :func:`message_ratelimit` view whose session cookie is marked
+    by :func:`refusal_remember`. Costs a URL resolve and, for a POST to such a path
+    with a session cookie, one Redis round trip (PEXISTS-like ``EXISTS``); no database.
+    A Redis failure serves the request (django-ratelimit still decides).
+    """
+    if scope.get("method") != "POST":
+        return None
+    try:
+        match = get_resolver().resolve(scope["path"])
+    except Resolver404:
+        return None
+    group = view_group(match.func)
+    if group is None:
+        return None
+    cookies = b"; ".join(
+        value for name, value in scope.get("headers", ()) if name == b"cookie"
+    )
+    session_key = parse_cookie(cookies.decode("latin-1")).get(
+        settings.SESSION_COOKIE_NAME
+    )
+    if not session_key:
+        return None
+    try:
+        marked = await redis_async().exists(
+            refused_key(group=group, session_key=session_key)
+        )
+    except RedisError:
+        return None
+    return message_refusal() if marked else None

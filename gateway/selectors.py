@@ -314,14 +314,19 @@ def usage_by_user_day_model(
     return rows, totals
 
 
-def default_model(*, user: AbstractBaseUser) -> str | None:
+def default_model(
+    *, user: AbstractBaseUser, preference: UserPreference | None = None
+) -> str | None:
     """Return the pool name the user chose as their default model (Settings), or None.
 
     None also when the choice is no longer allowed (the pool was disabled or the plan
     changed): the chat then routes as if nothing had been chosen, never failing a turn
-    over a stale preference. Two queries at most (preference, the plan's pools).
+    over a stale preference. Two queries at most (preference, the plan's pools);
+    ``preference``, the user's already read (:func:`user_preference_get`), saves one.
     """
-    chosen = user_preference_get(user=user).default_model
+    if preference is None:
+        preference = user_preference_get(user=user)
+    chosen = preference.default_model
     if not chosen:
         return None
     allowed = {p.name for p in pool_choices(user=user)}

@@ -32,19 +32,23 @@ def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
     """Answer a request django-ratelimit blocked: 429, ``Retry-After``, a clear message.
 
     JSON (``{"error": {"code", "message"}}``) for JSON clients, a short page otherwise.
-    Wired as RATELIMIT_VIEW (django_ratelimit's middleware calls it).
+    Wired as RATELIMIT_VIEW (django_ratelimit's middleware calls it). A refused chat
+    message marks its session, so the next ones are refused before Django runs until
+    the window ends (:func:`gateway.ratelimits.refusal_remember`).
     """
     is_login = request.resolver_match is not None and (
         request.resolver_match.url_name == "login"
     )
-    rate = settings.LOGIN_RATE if is_login else settings.CHAT_MESSAGE_RATE
+    if not is_login:
+        ratelimits.refusal_remember(request=request)
+        return error_response(ratelimits.message_refusal())
+    rate = settings.LOGIN_RATE
     retry_s = ratelimits.rate_period_s(rate)
-    what = "sign-in attempts" if is_login else "messages"
     message = (
-        f"Too many {what} (the limit is {rate.replace('/', ' per ')}). "
+        f"Too many sign-in attempts (the limit is {rate.replace('/', ' per ')}). "
         f"Please wait up to {retry_s} seconds and try again."
     )
-    if "application/json" in request.headers.get("Accept", "") or not is_login:
+    if "application/json" in request.headers.get("Accept", ""):
         return error_response(
             QuotaExceeded(message, code="rate_limited", retry_after_s=retry_s)
         )

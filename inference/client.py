@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from inference import protocol
 from inference.connections import redis_async, redis_sync
@@ -46,6 +47,27 @@ def workers_live(*, pool: str, now: float | None = None) -> int:
     """Return how many workers of ``pool`` sent a heartbeat in the last WORKER_TTL_S s."""
     now = time.time() if now is None else now
     return redis_sync().zcount(protocol.workers_key(pool), now - WORKER_TTL_S, "+inf")
+
+
+def pool_state(*, pool: str, now: float | None = None) -> tuple[int, Any]:
+    """Return ``(live workers, XINFO GROUPS of the pool's queue)`` in one round trip.
+
+    The groups are None when the queue stream does not exist yet. What admission
+    reads for every request (:func:`workers_live` and the queue's consumer group,
+    which took two round trips).
+    """
+    now = time.time() if now is None else now
+    pipe = redis_sync().pipeline(transaction=False)
+    pipe.zcount(protocol.workers_key(pool), now - WORKER_TTL_S, "+inf")
+    pipe.xinfo_groups(protocol.queue_key(pool))
+    live, groups = pipe.execute(raise_on_error=False)
+    if isinstance(live, Exception):
+        raise live
+    if isinstance(groups, ResponseError):  # no stream yet
+        groups = None
+    elif isinstance(groups, Exception):
+        raise groups
+    return int(live), groups
 
 
 def terminal_append(

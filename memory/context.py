@@ -36,7 +36,6 @@ from django.conf import settings
 from inference.embeddings import TextVector
 from inference.tokens import prompt_counter
 from memory import selectors
-from memory.models import MemoryFact
 
 Message = dict[str, str]
 Counter = Callable[[list[Message]], int]
@@ -321,13 +320,8 @@ def turn_context(
     """
     facts: list[str] = []
     passages: list[Passage] = []
-    want_facts = (
-        selectors.memory_enabled(user=user_id)
-        and MemoryFact.objects.filter(user_id=user_id).exists()
-    )
-    want_docs = (document_ids is None or bool(document_ids)) and (
-        selectors.user_has_documents(user=user_id)
-    )
+    want_facts, has_docs = selectors.memory_sources(user=user_id)
+    want_docs = (document_ids is None or bool(document_ids)) and has_docs
     vector = None
     if want_facts or want_docs:
         vector = (query or TextVector(history[-1]["content"])).get()

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Exists, Q, QuerySet
 from pgvector.django import CosineDistance
 
 from chatsite.errors import NotFound
@@ -128,6 +129,34 @@ def chunks_search(
 def user_has_documents(*, user: AbstractBaseUser | int) -> bool:
     """True if the user has at least one chunk to search."""
     return Chunk.objects.filter(user_id=getattr(user, "pk", user)).exists()
+
+
+def memory_sources(*, user: AbstractBaseUser | int) -> tuple[bool, bool]:
+    """Return ``(facts, documents)``: whether a turn should search the user's facts
+    (memory on and at least one fact) and their documents (at least one chunk).
+
+    One query (three EXISTS subqueries on the user's row) where asking
+    :func:`memory_enabled`, for a fact and :func:`user_has_documents` took three
+    round trips on every turn (bench/turn_overhead.py --profile).
+    """
+    user_id = getattr(user, "pk", user)
+    row = (
+        get_user_model()
+        .objects.filter(pk=user_id)
+        .annotate(
+            memory_off=Exists(
+                MemorySettings.objects.filter(user_id=user_id, enabled=False)
+            ),
+            has_facts=Exists(MemoryFact.objects.filter(user_id=user_id)),
+            has_chunks=Exists(Chunk.objects.filter(user_id=user_id)),
+        )
+        .values_list("memory_off", "has_facts", "has_chunks")
+        .first()
+    )
+    if row is None:
+        return False, False
+    memory_off, has_facts, has_chunks = row
+    return has_facts and not memory_off, has_chunks
 
 
 def memory_enabled(*, user: AbstractBaseUser | int) -> bool:

@@ -3,11 +3,14 @@ the API handler, everything else to the site's."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from typing import Any
 
 import pytest
 from django.http import HttpResponse
 from django.urls import include, path, reverse
+from django.utils.deprecation import MiddlewareMixin
 
 from chatsite import asgi
 from conversations.openai import urls as api_urls
@@ -27,6 +30,7 @@ async def _routed_to(path: str, monkeypatch: pytest.MonkeyPatch) -> str:
 
     monkeypatch.setattr(asgi, "api_asgi_app", handler("api"))
     monkeypatch.setattr(asgi, "site_app", handler("site"))
+    monkeypatch.setattr(asgi, "sync_site_app", handler("site sync"))
     await asgi.http_router({"type": "http", "path": path}, None, None)
     return got[0]
 
@@ -39,7 +43,72 @@ async def test_every_api_url_goes_to_the_api_handler_and_site_paths_do_not(
     for api_path in api_paths:
         assert await _routed_to(api_path, monkeypatch) == "api"
     for site_path in SITE_PATHS:
-        assert await _routed_to(site_path, monkeypatch) == "site"
+        assert await _routed_to(site_path, monkeypatch) in ("site", "site sync")
+
+
+async def test_sync_views_run_behind_one_sync_hop_and_async_views_stay_async(
+    monkeypatch,
+):
+    """Pages and form POSTs (sync views) go to the handler whose chain starts with a
+    sync-only middleware (one thread hop for the whole request); the SSE stream (an
+    async view), unknown paths and static files go to the async one."""
+    ids = [uuid.uuid4(), uuid.uuid4()]
+    for sync_path in ["/", "/login/", reverse("message-send-new"), "/settings/"]:
+        assert await _routed_to(sync_path, monkeypatch) == "site sync", sync_path
+    stream = reverse("message-stream", args=ids)
+    for async_path in [stream, "/static/chat.js", "/nowhere/"]:
+        assert await _routed_to(async_path, monkeypatch) == "site", async_path
+
+
+async def _get(app: Any, path: str) -> int:
+    """GET ``path`` through the ASGI ``app``; return the status."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    sent: list[dict[str, Any]] = []
+    requested = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal requested
+        if requested:  # the client stays connected until the response is sent
+            await asyncio.Event().wait()
+        requested = True
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent[0]["status"]
+
+
+def test_the_sync_chain_runs_every_middleware_without_a_hop_of_its_own(monkeypatch):
+    """Through the sync views' handler no MiddlewareMixin takes its async path (a
+    thread hop for each half), the page is served all the same; through the async
+    handler every one does."""
+    hops: list[str] = []
+    original = MiddlewareMixin.__acall__
+
+    async def spy(self: Any, request: Any) -> Any:
+        hops.append(type(self).__name__)
+        return await original(self, request)
+
+    monkeypatch.setattr(MiddlewareMixin, "__acall__", spy)
+    assert asyncio.run(_get(asgi.sync_site_app, "/login/")) == 200
+    assert hops == []
+    assert asyncio.run(_get(asgi.django_asgi_app, "/login/")) == 200
+    assert "SessionMiddleware" in hops and "CsrfViewMiddleware" in hops
 
 
 def test_an_endpoint_added_to_the_api_urlconf_is_an_api_path(monkeypatch):

@@ -183,18 +183,31 @@ def _assistant_create(
     parent: Message,
     admission: generations.Admission,
     memory_unavailable: bool = False,
+    fresh: bool = False,
 ) -> Message:
+    """Store the streaming answer; raise Conflict if the conversation already has one.
+
+    ``fresh``: the conversation was created in this transaction, so no other answer
+    can stream in it and the savepoint that turns the unique index's violation into a
+    Conflict (two round trips) is skipped.
+    """
+
+    def create() -> Message:
+        return Message.objects.create(
+            id=uuid.UUID(admission.job_id),
+            conversation=conversation,
+            role=Message.Role.ASSISTANT,
+            status=Message.Status.STREAMING,
+            parent=parent,
+            pool=admission.pool,
+            memory_unavailable=memory_unavailable,
+        )
+
+    if fresh:
+        return create()
     try:
         with transaction.atomic():
-            return Message.objects.create(
-                id=uuid.UUID(admission.job_id),
-                conversation=conversation,
-                role=Message.Role.ASSISTANT,
-                status=Message.Status.STREAMING,
-                parent=parent,
-                pool=admission.pool,
-                memory_unavailable=memory_unavailable,
-            )
+            return create()
     except IntegrityError as exc:  # the partial unique index: one streaming answer
         raise Conflict(BUSY_MESSAGE, code="conversation_busy") from exc
 
@@ -230,7 +243,9 @@ def _turn_run(
     ``scope`` a document scope sent with the message (stored on the conversation);
     None keeps the conversation's (a new one: CHAT_DOCUMENT_SCOPE_DEFAULT).
     """
-    model = model or gateway_selectors.default_model(user=user)
+    # one read of the user's preferences: the default model and the cache opt-in
+    preference = gateway_selectors.user_preference_get(user=user)
+    model = model or gateway_selectors.default_model(user=user, preference=preference)
     generation_params = _generation_params(params)
     in_force = scope if scope is not None else _scope_current(conversation)
     # The question is embedded at most once, on first need, for everyone who needs it.
@@ -249,14 +264,17 @@ def _turn_run(
         created = conversation is None
         if conversation is None:
             assert content is not None
+            # created with its scope: no update of the row just inserted
             thread = Conversation.objects.create(
-                user=user, title=title_from_text(content)
+                user=user, title=title_from_text(content), doc_scope=in_force.kind
             )
+            if in_force.document_ids:
+                thread.scope_documents.set(in_force.document_ids)
         else:
             thread = Conversation.objects.select_for_update().get(pk=conversation.pk)
             _idle_check(thread)
-        if scope is not None or created:
-            scope_store(conversation=thread, scope=in_force)
+            if scope is not None:
+                scope_store(conversation=thread, scope=in_force)
         if content is not None:
             asked = Message.objects.create(
                 conversation=thread,
@@ -273,6 +291,7 @@ def _turn_run(
             parent=asked,
             admission=admission,
             memory_unavailable=built.memory_unavailable,
+            fresh=created,
         )
         if built.passages:
             memory_services.citations_store(
@@ -301,7 +320,7 @@ def _turn_run(
             # the user asks for a new answer: never a cached one (a complete new
             # answer replaces the cached one)
             lookup=content is not None,
-            opt_in=gateway_selectors.cache_opt_in(user=user),
+            opt_in=preference.reuse_cached_answers,
         ),
         store=store,
     )

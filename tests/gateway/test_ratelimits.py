@@ -1,7 +1,13 @@
 """Request-rate limits (django-ratelimit on the Redis cache): message POST per user,
-login per IP; a blocked request is a 429 with Retry-After and a clear message."""
+login per IP; a blocked request is a 429 with Retry-After and a clear message; a
+session refused once is refused before Django runs until the window ends."""
 
 from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -9,6 +15,8 @@ from django.urls import reverse
 
 from conversations.models import Message
 from gateway import ratelimits
+from inference.connections import redis_sync
+from tests.sse import session_cookie
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("pool_heartbeat")]
 
@@ -51,3 +59,126 @@ def test_login_attempts_are_limited_per_ip(settings, user):
 )
 def test_rate_period(rate, seconds):
     assert ratelimits.rate_period_s(rate) == seconds
+
+
+async def _asgi_post(path: str, cookie: str) -> tuple[int, dict[str, str], bytes]:
+    """POST ``path`` (a message) through ``chatsite.asgi.application``; return
+    (status, headers, body)."""
+    from chatsite.asgi import application
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"testserver"),
+            (b"cookie", cookie.encode()),
+            (b"accept", b"application/json"),
+            (b"content-type", b"application/x-www-form-urlencoded"),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    sent: dict[str, Any] = {"headers": {}, "body": b""}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"content=again", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            sent["status"] = message["status"]
+            sent["headers"] = {k.decode(): v.decode() for k, v in message["headers"]}
+        else:
+            sent["body"] += message.get("body", b"")
+
+    await application(scope, receive, send)
+    return sent["status"], sent["headers"], sent["body"]
+
+
+def _site_spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Replace the site's Django handlers (sync and async views) with one that answers
+    204 and records the paths it was given (whatever reaches it ran the middleware
+    chain)."""
+    from chatsite import asgi
+
+    reached: list[str] = []
+
+    async def site(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    monkeypatch.setattr(asgi, "site_app", site)
+    monkeypatch.setattr(asgi, "sync_site_app", site)
+    return reached
+
+
+@pytest.mark.parametrize(
+    "view, args",
+    [("message-send-new", []), ("message-send", [uuid.uuid4()])],
+)
+def test_a_refused_session_is_refused_before_django_until_the_window_ends(
+    settings, auth_client, monkeypatch, view, args
+):
+    """After django-ratelimit refused a message POST, the session's next message POSTs
+    get the same 429 (Retry-After, JSON error) from the ASGI router: Django's handler
+    (middleware, session and user queries) never runs for them, and nothing is
+    stored. The mark lasts until the library's window ends, no longer."""
+    settings.CHAT_MESSAGE_RATE = "1/m"
+    url = reverse("message-send-new")
+    assert auth_client.post(url, {"content": "one"}).status_code == 201
+    library = auth_client.post(url, {"content": "two"})
+    assert library.status_code == 429
+    reached = _site_spy(monkeypatch)
+    target = reverse(view, args=args)
+    status, headers, body = asyncio.run(_asgi_post(target, session_cookie(auth_client)))
+    assert reached == []
+    assert status == 429
+    assert headers["Retry-After"] == library["Retry-After"] == "60"
+    assert json.loads(body) == library.json()
+    assert json.loads(body)["error"]["code"] == "rate_limited"
+    assert Message.objects.filter(content="again").count() == 0
+    session_key = auth_client.session.session_key
+    key = ratelimits.refused_key(
+        group=ratelimits.MESSAGE_GROUP, session_key=session_key
+    )
+    assert 0 < redis_sync().ttl(key) <= 60
+    assert session_key not in key
+
+
+def test_other_sessions_and_other_requests_still_reach_django(
+    settings, auth_client, user, other_user, monkeypatch
+):
+    """The mark is per refused session and per limited view: another user, a second
+    session of the same user (until the library refuses it too), a GET of the chat
+    page and an unlimited POST of the refused session all go to Django."""
+    settings.CHAT_MESSAGE_RATE = "1/m"
+    url = reverse("message-send-new")
+    assert auth_client.post(url, {"content": "one"}).status_code == 201
+    assert auth_client.post(url, {"content": "two"}).status_code == 429
+    other = Client()
+    other.force_login(other_user)
+    second_tab = Client()
+    second_tab.force_login(user)
+    reached = _site_spy(monkeypatch)
+    for cookie in (session_cookie(other), session_cookie(second_tab)):
+        status, _, _ = asyncio.run(_asgi_post(url, cookie))
+        assert status == 204
+    status, _, _ = asyncio.run(
+        _asgi_post(reverse("logout"), session_cookie(auth_client))
+    )
+    assert status == 204
+    assert reached == [url, url, reverse("logout")]
+
+
+def test_without_a_session_cookie_nothing_is_looked_up(monkeypatch):
+    """An anonymous POST goes to Django (the login redirect), unmarked."""
+    reached = _site_spy(monkeypatch)
+    status, _, _ = asyncio.run(_asgi_post(reverse("message-send-new"), ""))
+    assert status == 204 and reached == ["/c/messages/"]

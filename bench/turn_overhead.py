@@ -1,0 +1,421 @@
+"""What our path adds to a chat turn: POST of a message to the first token at the client,
+minus the engine's own time to first token (issue 13, "Load").
+
+    .venv/bin/python bench/turn_overhead.py [--turns 20] [--users 100] [--rounds 1]
+        [--cold-starts 1] [--cases plain memory] [--profile 20]
+
+The defaults are the quick run of ``make bench`` (a few minutes on a busy 2-core
+machine); a big run: ``--turns 200 --rounds 5 --cold-starts 5``.
+
+Runs on the dev services (`make migrate` first), like bench/flood.py: daphne and the
+workers as processes (tests/stack.py), bench-only users and a bench-only pool. The
+chat worker is the scripted engine with no delay (``--delay-ms 0``), so its own time to
+first token is about 0; it is still measured and subtracted per turn: the ``meta``
+event is written when the worker picks the job up and the first ``token`` event when
+the engine yields it, and a Redis stream entry id is the XADD's millisecond clock, so
+engine TTFT = token entry ms - meta entry ms (1 ms resolution).
+
+A turn, as the chat page does it: POST ``/c/messages/`` (session cookie, CSRF header)
+-> 201 with the stream URL -> GET the stream (SSE) -> the first ``token`` frame. The
+client is a light raw-socket one (asyncio streams), not httpx, so that on a 2-core
+machine it takes little of the CPU it measures. Figures, per case:
+
+- overhead ms = client (first token frame - POST sent) - engine TTFT; p50/p99 at 1
+  user (``--turns`` turns one after another) and at ``--users`` users at once
+  (``--rounds`` rounds of one turn each), with the POST's own share (sent -> 201);
+- cold start: the first turn of a freshly started daphne (signed in over HTTP first,
+  as a new user would be), ``--cold-starts`` + 1 times (the last start then runs the
+  warm turns), vs the warm p50 (goal: within 2x).
+
+Cases: ``plain``: users without facts or documents, input moderation off (goal p50 <
+10 ms, p99 < 50 ms); ``memory``: users with 5 facts and a document (retrieval) and input
+moderation on, with an embedding worker (all-MiniLM-L6-v2, sentence-transformers) (goal
+p50 < 40 ms). ``--profile N`` instead runs N turns in this process through
+``chatsite.asgi.application`` (scripted worker as a process) under cProfile and prints
+the time of each stage of the POST (session and user, admission, quota reservation,
+context and token counting, storing, enqueue) and of the relay up to its first frame,
+the database queries and Redis commands per turn, and the top functions.
+
+Everything shares the machine (client, daphne, workers, PostgreSQL, Redis): on a busy
+2-core box the figures are upper bounds of what our code costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench.record import bench_record, pct  # noqa: E402
+
+POOL = "turn-bench"  # a pool only this run's worker serves
+PASSWORD = "turn-bench-pass-123"
+CHAT_WORKER = ["--pool", POOL, "--engine", "scripted", "--delay-ms", "0"]
+CHAT_WORKER += ["--script-text", "Fine, thanks.", "--concurrency", "128"]
+EMBED_WORKER = ["--engine", "sentence-transformers"]
+QUESTION = "How often should I water the tomatoes in my greenhouse?"
+GOALS = {
+    ("plain", "p50"): "< 10 ms",
+    ("plain", "p99"): "< 50 ms",
+    ("memory", "p50"): "< 40 ms",
+}
+
+
+# --- a light HTTP/1.1 client ---------------------------------------------------------
+
+
+class Session:
+    """A signed-in browser: its cookies and CSRF token."""
+
+    def __init__(self, cookies: dict[str, str]) -> None:
+        self.cookies = cookies
+
+    @property
+    def header(self) -> str:
+        return "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+
+
+async def _head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    status = int((await reader.readline()).split()[1])
+    headers: dict[str, str] = {}
+    while line := (await reader.readline()).decode("latin-1").strip():
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers
+
+
+async def _post(
+    host: str, port: int, path: str, s: Session, form: str
+) -> tuple[int, dict]:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        body = form.encode()
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {s.header}\r\n"
+            f"X-CSRFToken: {s.cookies['csrftoken']}\r\nAccept: application/json\r\n"
+            "Content-Type: application/x-www-form-urlencoded\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        status, headers = await _head(reader)
+        if "content-length" in headers:
+            raw = await reader.readexactly(int(headers["content-length"]))
+        else:
+            raw = await reader.read()
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, {"raw": raw[:300].decode(errors="replace")}
+    finally:
+        writer.close()
+
+
+async def _first_token(
+    host: str, port: int, path: str, s: Session
+) -> tuple[float, int]:
+    """Open the SSE stream; return (wall time of the first token frame, engine TTFT
+    ms from the meta/token entry ids). Reads on to the end so the answer settles."""
+    reader, writer = await asyncio.open_connection(host, port)
+    first_at, meta_ms, token_ms = None, None, None
+    try:
+        writer.write(
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {s.header}\r\n"
+            "Accept: text/event-stream\r\n\r\n".encode()
+        )
+        status, headers = await _head(reader)
+        if status != 200:
+            raise RuntimeError(f"stream: status {status}")
+        chunked = headers.get("transfer-encoding", "").lower() == "chunked"
+        buffer = b""
+        while True:
+            if chunked:
+                size = int((await reader.readline()).split(b";")[0], 16)
+                if size == 0:
+                    break
+                piece = await reader.readexactly(size)
+                await reader.readexactly(2)
+            else:
+                piece = await reader.read(65536)
+                if not piece:
+                    break
+            now = time.time()
+            buffer += piece
+            ended = False
+            while b"\n\n" in buffer:
+                frame, buffer = buffer.split(b"\n\n", 1)
+                fields = dict(
+                    line.split(b": ", 1) for line in frame.split(b"\n") if b": " in line
+                )
+                event, entry = fields.get(b"event"), fields.get(b"id", b"0-0")
+                if event == b"meta" and meta_ms is None:
+                    meta_ms = int(entry.split(b"-")[0])
+                elif event == b"token" and first_at is None:
+                    first_at, token_ms = now, int(entry.split(b"-")[0])
+                elif event in (b"done", b"error"):
+                    ended = True
+            if ended:
+                break
+    finally:
+        writer.close()
+    if first_at is None:
+        raise RuntimeError("the stream ended without a token")
+    engine_ms = token_ms - meta_ms if meta_ms is not None else 0
+    return first_at, engine_ms
+
+
+async def turn(base: str, s: Session) -> dict[str, float]:
+    """One chat turn in a new conversation; figures in ms."""
+    parts = urlsplit(base)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    from urllib.parse import quote
+
+    sent = time.time()
+    status, body = await _post(
+        host, port, "/c/messages/", s, f"content={quote(QUESTION)}"
+    )
+    posted = time.time()
+    if status != 201:
+        raise RuntimeError(f"POST: {status} {body}")
+    first_at, engine_ms = await _first_token(
+        host, port, body["assistant_message"]["stream_url"], s
+    )
+    total = (first_at - sent) * 1000
+    return {
+        "overhead": total - engine_ms,
+        "post": (posted - sent) * 1000,
+        "engine": engine_ms,
+    }
+
+
+# --- set-up ----------------------------------------------------------------------------
+
+
+def users_setup(count: int, *, memory: bool) -> list[Any]:
+    """``count`` bench users on an unlimited plan for :data:`POOL` (made once, kept);
+    with ``memory`` each has 5 facts and a ready document (the first user's are
+    embedded by the embedding worker, the others' rows copied from them)."""
+    from django.contrib.auth import get_user_model
+
+    from gateway.models import ModelPool, Plan, Subscription
+
+    pool, _ = ModelPool.objects.update_or_create(
+        name=POOL, defaults={"model": "scripted-1", "engine": ModelPool.Engine.SCRIPTED}
+    )
+    plan, _ = Plan.objects.get_or_create(name="turn-bench")  # no token limits
+    plan.allowed_pools.set([pool])
+    kind = "memory" if memory else "plain"
+    users = []
+    User = get_user_model()
+    for i in range(count):
+        user, created = User.objects.get_or_create(username=f"turnbench-{kind}-{i}")
+        if created:
+            user.set_password(PASSWORD)
+            user.save()
+        Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
+        users.append(user)
+    if memory:
+        memory_setup(users)
+    return users
+
+
+def memory_setup(users: list[Any]) -> None:
+    from bench.embeddings import DOCUMENT, FACTS
+    from memory import services as memory_services
+    from memory.models import Chunk, Document, MemoryFact
+
+    first = users[0]
+    if not MemoryFact.objects.filter(user=first).exists():
+        for fact in FACTS:
+            memory_services.fact_add(user=first, text=fact)
+    doc = Document.objects.filter(user=first, status="ready").first()
+    if doc is None:
+        upload = memory_services.document_upload(
+            user=first,
+            name="greenhouse.md",
+            data=DOCUMENT.encode(),
+            ingest_on_commit=False,
+        )
+        doc = memory_services.document_ingest(document_id=upload.id)
+        assert doc.status == "ready", doc.error
+    facts = list(MemoryFact.objects.filter(user=first))
+    chunks = list(Chunk.objects.filter(document=doc))
+    for user in users[1:]:
+        if Document.objects.filter(user=user, status="ready").exists():
+            continue
+        copy = Document.objects.get(pk=doc.pk)
+        copy.pk, copy.user = None, user
+        copy.save()
+        rows = []
+        for c in chunks:
+            c = Chunk.objects.get(pk=c.pk)
+            c.pk, c.document, c.user = None, copy, user
+            rows.append(c)
+        Chunk.objects.bulk_create(rows)
+        MemoryFact.objects.bulk_create(
+            [MemoryFact(user=user, text=f.text, embedding=f.embedding) for f in facts]
+        )
+
+
+def session_for(user: Any) -> Session:
+    """A signed-in session for ``user`` without the password hash (as force_login)."""
+    from django.conf import settings
+    from django.test import Client
+    from django.utils.crypto import get_random_string
+
+    client = Client()
+    client.force_login(user)
+    cookies = {
+        settings.SESSION_COOKIE_NAME: client.cookies[settings.SESSION_COOKIE_NAME].value
+    }
+    cookies[settings.CSRF_COOKIE_NAME] = get_random_string(32)
+    return Session(cookies)
+
+
+def login_http(base: str, username: str) -> Session:
+    """Sign in over HTTP, as a person would (GET and POST the login form)."""
+    import httpx
+
+    with httpx.Client(base_url=base, timeout=60) as http:
+        http.get("/login/")
+        r = http.post(
+            "/login/",
+            data={
+                "username": username,
+                "password": PASSWORD,
+                "csrfmiddlewaretoken": http.cookies["csrftoken"],
+            },
+        )
+        assert r.status_code == 302, r.text[:300]
+        return Session({k: v for k, v in http.cookies.items()})
+
+
+# --- runs -----------------------------------------------------------------------------
+
+
+def _summary(label: str, rows: list[dict[str, float]]) -> dict[str, float]:
+    over = [r["overhead"] for r in rows]
+    post = [r["post"] for r in rows]
+    engine = [r["engine"] for r in rows]
+    p50, p99 = pct(over, 50), pct(over, 99)
+    print(
+        f"  {label:28s} n={len(rows):4d}  overhead p50 {p50:6.1f} ms  p99 {p99:6.1f} ms"
+        f"   (POST->201 p50 {pct(post, 50):6.1f} ms; engine TTFT p50 "
+        f"{pct(engine, 50):.0f} ms)"
+    )
+    return {"p50": p50, "p99": p99}
+
+
+async def _concurrent(base: str, sessions: list[Session], rounds: int) -> list[dict]:
+    rows: list[dict] = []
+    for _ in range(rounds):
+        rows += await asyncio.gather(*(turn(base, s) for s in sessions))
+    return rows
+
+
+def run_case(case: str, args: argparse.Namespace) -> None:
+    from tests.stack import stack_env, web_process, worker_processes
+
+    memory = case == "memory"
+    env = stack_env(
+        {
+            "SAFETY_INPUT_ENABLED": "1" if memory else "0",
+            "CHAT_MESSAGE_RATE": "100000/m",
+            "LOGIN_RATE": "100000/m",
+            "CHAT_BACKGROUND_JOBS": "0",  # titles, summaries, facts: not measured
+            "INFERENCE_DEFAULT_POOL": POOL,
+            "LOG_LEVEL": "WARNING",
+        },
+        for_tests=False,
+    )
+    what = (
+        "users with 5 facts + 1 document, input moderation on"
+        if memory
+        else "users without facts or documents, input moderation off"
+    )
+    print(f"\ncase {case}: {what}")
+    workers = [CHAT_WORKER] + ([EMBED_WORKER] if memory else [])
+    with worker_processes(workers, env):
+        users = users_setup(max(args.users, 1), memory=memory)
+        cold: list[float] = []
+        for start in range(args.cold_starts + 1):
+            with web_process(env) as web:
+                s = login_http(web.base, users[0].username)
+                first = asyncio.run(turn(web.base, s))
+                cold.append(first["overhead"])
+                print(
+                    f"  daphne start {start + 1}: first turn overhead {first['overhead']:7.1f} ms"
+                )
+                if start < args.cold_starts:
+                    continue
+                seq = [asyncio.run(turn(web.base, s)) for _ in range(args.turns)]
+                one = _summary("1 user, turns in a row", seq)
+                sessions = [session_for(u) for u in users[: args.users]]
+                conc = asyncio.run(_concurrent(web.base, sessions, args.rounds))
+                many = _summary(f"{args.users} users at once", conc)
+    cold_p50 = statistics.median(cold)
+    ratio = cold_p50 / one["p50"] if one["p50"] else float("nan")
+    print(
+        f"  cold start (first turn of a fresh daphne, n={len(cold)}): p50 "
+        f"{cold_p50:.1f} ms, max {max(cold):.1f} ms; cold/warm p50 {ratio:.2f}x "
+        "(goal <= 2x)"
+    )
+    for users_n, figures in ((1, one), (args.users, many)):
+        for q in ("p50", "p99"):
+            bench_record(
+                bench="turn_overhead",
+                metric=f"{case} overhead {q}",
+                value=figures[q],
+                unit="ms",
+                params=f"c={users_n}",
+                goal=GOALS.get((case, q), ""),
+            )
+    bench_record(
+        bench="turn_overhead",
+        metric=f"{case} cold/warm p50",
+        value=ratio,
+        unit="x",
+        params=f"cold starts={len(cold)}",
+        goal="<= 2x",
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--users", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--cold-starts", type=int, default=1)
+    parser.add_argument("--cases", nargs="+", default=["plain", "memory"])
+    parser.add_argument("--profile", type=int, default=0, metavar="TURNS")
+    parser.add_argument("--profile-case", default="plain", choices=["plain", "memory"])
+    args = parser.parse_args()
+    os.environ["INFERENCE_DEFAULT_POOL"] = POOL
+    os.environ["LOG_LEVEL"] = "WARNING"
+    import django
+
+    django.setup()
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()}")
+    if args.profile:
+        from bench.turn_profile import profile_run
+
+        profile_run(args.profile, memory=args.profile_case == "memory")
+        return
+    for case in args.cases:
+        run_case(case, args)
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""The database round trips of a chat turn's POST (issue 13: what the turn path costs).
+
+A first message without memory, as a new user sends it: the session and the user, the
+user's preferences, one query for their memory sources, suspension, plan, then the
+turn's short transaction (conversation, question, answer, current leaf) with no
+savepoint and no update of the conversation's scope."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("pool_heartbeat")]
+
+
+def test_a_first_turn_reads_each_thing_once_and_writes_without_savepoints(
+    settings, auth_client
+):
+    settings.GATEWAY_CONFIG_CACHE_S = 60.0  # pools and plans: cached per process
+    url = reverse("message-send-new")
+    assert (
+        auth_client.post(url, {"content": "warm the config cache"}).status_code == 201
+    )
+    with CaptureQueriesContext(connection) as queries:
+        response = auth_client.post(url, {"content": "How are you?"})
+    assert response.status_code == 201
+    sql = [q["sql"] for q in queries.captured_queries]
+    tables = [
+        t
+        for t in ("memory_memorysettings", "memory_memoryfact", "memory_chunk")
+        if any(t in s for s in sql)
+    ]
+    assert sum('FROM "memory_' in s for s in sql) == 1, sql  # one for all three
+    assert len(tables) == 3, sql
+    assert sum("gateway_userpreference" in s for s in sql) == 1, sql
+    # the test's own transaction makes the turn's durable one a savepoint: that one only
+    assert sum(s.startswith("SAVEPOINT") for s in sql) == 1, sql
+    assert not any('SET "doc_scope"' in s for s in sql), sql
+    assert len(sql) <= 12, "\n".join(sql)
