@@ -50,6 +50,8 @@ from inference.engines.base import Delta, Engine, Finish  # noqa: E402
 from inference.engines.llamacpp import LlamaCppEngine  # noqa: E402
 from inference.worker import Worker  # noqa: E402
 
+from bench.record import bench_record  # noqa: E402
+
 POOL = "bench-throughput"
 print = functools.partial(print, flush=True)  # noqa: A001 - progress when piped
 SYSTEM = "You are a helpful, concise assistant."
@@ -239,6 +241,20 @@ def main() -> None:
         f"tokens: direct {totals['direct'][0]}, worker {totals['worker'][0]}; "
         f"identical text: {'yes' if same_text else 'not always'}"
     )
+    params = f"{args.rounds} rounds x {len(PROMPTS)} prompts, max {args.max_tokens} tokens"
+    for metric, value, unit, goal in (
+        ("direct", direct, "tokens/s", ""),
+        ("worker path", via_worker, "tokens/s", ""),
+        ("ratio worker/direct", via_worker / direct, "", ">= 0.95"),
+    ):
+        bench_record(
+            bench="engine_throughput",
+            metric=metric,
+            value=value,
+            unit=unit,
+            params=params,
+            goal=goal,
+        )
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.record import bench_record, pct  # noqa: E402
+
 
 def passages(limit: int, min_chars: int = 81) -> list[str]:
     """Return up to ``limit`` real English docstrings of at least ``min_chars``
@@ -56,11 +58,6 @@ def passages(limit: int, min_chars: int = 81) -> list[str]:
                     if len(out) >= limit:
                         return out
     return out
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
 def main() -> None:
@@ -103,6 +100,13 @@ def main() -> None:
         f"embedding: {len(chunks)} chunks (<= {settings.MEMORY_CHUNK_TOKENS} tokens, "
         f"mean {statistics.mean(len(c) for c in chunks):.0f} chars) in {took:.1f} s "
         f"= {len(chunks) / took:.1f} chunks/s"
+    )
+    bench_record(
+        bench="retrieval",
+        metric="embedding throughput",
+        value=len(chunks) / took,
+        unit="chunks/s",
+        params=f"{len(chunks)} chunks, batch 64, CPU",
     )
     rng = np.random.default_rng(0)
     queries_base = real[: args.queries]
@@ -189,10 +193,23 @@ def main() -> None:
                         transaction.set_rollback(True)
                     recall.append(len(exact & got) / 5)
                 print(
-                    f"  top-5 ({label}): p50 {pct(lat, 0.5):.1f} ms, "
-                    f"p99 {pct(lat, 0.99):.1f} ms, recall@5 {statistics.mean(recall):.3f}"
+                    f"  top-5 ({label}): p50 {pct(lat, 50):.1f} ms, "
+                    f"p99 {pct(lat, 99):.1f} ms, recall@5 {statistics.mean(recall):.3f}"
                     f" over {len(qs)} queries [plan: {plan}]"
                 )
+                shape = f"N={n}, {label}, {len(qs)} queries"
+                for metric, value, unit in (
+                    ("top-5 p50", pct(lat, 50), "ms"),
+                    ("top-5 p99", pct(lat, 99), "ms"),
+                    ("recall@5", statistics.mean(recall), ""),
+                ):
+                    bench_record(
+                        bench="retrieval",
+                        metric=metric,
+                        value=value,
+                        unit=unit,
+                        params=shape,
+                    )
             transaction.set_rollback(True)
 
 

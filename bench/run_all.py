@@ -1,0 +1,299 @@
+"""Run every benchmark under bench/ at a quick size and write one Markdown table.
+
+    .venv/bin/python bench/run_all.py [--only NAME ...] [--out DIR]
+
+``make bench`` runs this (after ``make migrate``). Each script of :data:`BENCHES` runs
+as its own process with ``BENCH_RESULTS`` naming one JSON-lines file; the scripts'
+:func:`bench.record.bench_record` calls append their headline figures to it. A script
+that needs something this machine lacks (the vLLM venv, HAProxy, a script another
+change has not landed yet) is skipped with a note; one that fails or runs past its
+time limit is noted with its last lines of output. The figures then become one table
+(benchmark, metric, value, unit, params, goal) under a header with the date, the git
+commit (and whether the tree was dirty), the core count and the load average, written
+to ``bench/results/<date>-<commit>.md`` and printed.
+
+The sizes here are quick defaults (the whole run stays well under 15 minutes on two
+busy cores): read the figures as a smoke test of each path and its order of
+magnitude; run a script by hand at its full default size for the issue's goals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.record import RESULTS_ENV  # noqa: E402
+
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+VLLM_MODEL = ROOT / ".var" / "models" / "smollm2-hf"
+LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
+# Lines of a failed script's output kept in the table's notes.
+TAIL_LINES = 5
+
+
+def _haproxy() -> str | None:
+    return shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
+
+
+def _needs_vllm() -> str | None:
+    if not VLLM_PYTHON.exists():
+        return "needs the vLLM venv (.venv-vllm: make venv-vllm)"
+    if not (VLLM_MODEL / ".converted").exists():
+        return f"needs the converted model ({VLLM_MODEL.relative_to(ROOT)}: make bench-batching)"
+    return None
+
+
+def _sse_args() -> list[str]:
+    # Through one daphne always; through two behind HAProxy only where it is installed.
+    targets = ["one", "proxy"] if _haproxy() else ["one"]
+    return ["--streams", "200", "--tokens", "100", "--targets", *targets]
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark script and how run_all runs it.
+
+    ``args`` are its quick-size arguments (or a callable giving them at run time),
+    ``timeout_s`` its wall-clock limit in seconds, ``needs`` a check returning why it
+    cannot run here (None when it can), ``note`` a remark for the table's notes.
+    """
+
+    name: str
+    args: list[str] | Callable[[], list[str]] = field(default_factory=list)
+    timeout_s: int = 120
+    needs: Callable[[], str | None] = lambda: None
+    python: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    note: Callable[[], str | None] = lambda: None
+
+    @property
+    def script(self) -> Path:
+        return ROOT / "bench" / f"{self.name}.py"
+
+
+# Quick sizes, chosen so that the run stays under ~12 minutes on two busy cores; the
+# timeouts are about twice each script's time at that size there.
+BENCHES: list[Bench] = [
+    Bench("gateway_admission", ["--n", "400", "--threads", "4"], 90),
+    Bench("cache_lookup", ["--entries", "2000", "--users", "20", "--queries", "50"]),
+    Bench("document_screening", [], 120),
+    Bench(
+        "retrieval",
+        ["--sizes", "10000", "--queries", "50", "--passages", "300"]
+        + ["--ef-search", "40"],
+        180,
+    ),
+    Bench("search", ["--messages", "10000", "--users", "20", "--queries", "50"], 150),
+    Bench("turn_latency", ["--turns", "4", "--max-tokens", "48"], 180),
+    Bench("engine_throughput", ["--rounds", "1", "--max-tokens", "48"], 240),
+    Bench("moderation", ["--prompts", "2", "--max-tokens", "32"], 240),
+    Bench(
+        "embeddings",
+        ["--turns", "8", "--cold-starts", "2", "--seconds", "1", "--trials", "1"]
+        + ["--lone-requests", "20"],
+        300,
+    ),
+    Bench("turn_overhead", [], 240),
+    Bench("sse_fanout", _sse_args, 240),
+    Bench("flood", ["--requests", "200", "--seconds", "2", "--turns", "3"], 150),
+    Bench(
+        "gateway_overhead",
+        ["--concurrency", "1", "10", "--rounds", "1"],
+        180,
+        note=lambda: None
+        if LITELLM.exists()
+        else "gateway_overhead: no LiteLLM venv (.venv-litellm): ours measured alone",
+    ),
+    Bench(
+        "batching",
+        ["--levels", "1,4", "--max-tokens", "32"],
+        300,
+        needs=_needs_vllm,
+        python=VLLM_PYTHON,
+        env={"VLLM_LOGGING_LEVEL": "WARNING", "TQDM_DISABLE": "1"},
+    ),
+]
+
+
+@dataclass
+class Outcome:
+    """What one benchmark run left: exit code (None: not run), seconds, notes."""
+
+    name: str
+    rc: int | None = None
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def bench_run(bench: Bench, *, results: Path) -> Outcome:
+    """Run one benchmark script to completion or ``bench.timeout_s``; echo its output.
+
+    The script runs in a session of its own, so a timeout ends it and every process it
+    started (daphne, workers) at once.
+    """
+    outcome = Outcome(bench.name)
+    if not bench.script.exists():
+        outcome.notes.append(f"{bench.name}: skipped, bench/{bench.name}.py not here")
+        return outcome
+    reason = bench.needs()
+    if reason:
+        outcome.notes.append(f"{bench.name}: skipped, {reason}")
+        return outcome
+    args = bench.args() if callable(bench.args) else bench.args
+    python = str(bench.python or sys.executable)
+    env = {**os.environ, **bench.env, RESULTS_ENV: str(results)}
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    print(f"\n=== {bench.name} {' '.join(args)}", flush=True)
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [python, str(bench.script), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    timer_fired = []
+
+    def on_timeout() -> None:
+        timer_fired.append(True)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    timer = threading.Timer(bench.timeout_s, on_timeout)
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            if line.strip():
+                tail.append(line.rstrip())
+        outcome.rc = proc.wait()
+    finally:
+        timer.cancel()
+    outcome.seconds = time.monotonic() - started
+    if timer_fired:
+        outcome.notes.append(
+            f"{bench.name}: stopped after its {bench.timeout_s} s limit"
+        )
+    elif outcome.rc:
+        last = " / ".join(tail)
+        outcome.notes.append(f"{bench.name}: failed (exit {outcome.rc}): {last}")
+    extra = bench.note()
+    if extra:
+        outcome.notes.append(extra)
+    return outcome
+
+
+def results_read(lines: Iterable[str]) -> list[dict]:
+    """Parse JSON lines written by :func:`bench.record.bench_record`; skip blank lines."""
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _cell(value: object) -> str:
+    text = str(value).replace("\n", " ")
+    return text.replace("|", "\\|")
+
+
+def table_render(
+    *, rows: list[dict], header: dict[str, str], notes: Iterable[str] = ()
+) -> str:
+    """Return the Markdown page: a title, ``header`` as a bullet list, one table of
+    ``rows`` (dicts with bench, metric, value, unit, params, goal, in their order of
+    arrival), then ``notes`` as bullets under "Notes"."""
+    out = ["# Benchmarks", ""]
+    out += [f"- {key}: {value}" for key, value in header.items()]
+    out += [
+        "",
+        "| benchmark | metric | value | unit | params | goal |",
+        "|---|---|---:|---|---|---|",
+    ]
+    for row in rows:
+        cells = [
+            row.get(key, "")
+            for key in ("bench", "metric", "value", "unit", "params", "goal")
+        ]
+        out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    notes = list(notes)
+    if notes:
+        out += ["", "Notes:", ""]
+        out += [f"- {_cell(n)}" for n in notes]
+    return "\n".join(out) + "\n"
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    return done.stdout.strip()
+
+
+def machine_header(*, now: datetime.datetime, seconds: float) -> dict[str, str]:
+    """The table's header: date (UTC), commit (dirty or not), cores, load, run time."""
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    one, five, fifteen = os.getloadavg()
+    return {
+        "date": now.strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": _git("rev-parse", "--short", "HEAD")
+        + (" (tree dirty: uncommitted changes)" if dirty else " (clean tree)"),
+        "machine": f"{os.cpu_count()} cores, load average {one:.2f} {five:.2f} "
+        f"{fifteen:.2f} at the end (1/5/15 min)",
+        "run": f"{seconds / 60:.1f} min at run_all.py's quick sizes "
+        "(figures on a busy machine are upper bounds)",
+    }
+
+
+def main() -> None:
+    """Run the benchmarks, write the table to bench/results/ and print it."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", help="benchmark names to run")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args()
+    chosen = [b for b in BENCHES if not args.only or b.name in args.only]
+    started = time.monotonic()
+    now = datetime.datetime.now(datetime.UTC)
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        results = Path(tmp) / "results.jsonl"
+        results.touch()
+        for bench in chosen:
+            outcome = bench_run(bench, results=results)
+            notes += outcome.notes
+            if outcome.rc is not None:
+                notes.append(
+                    f"{bench.name}: {outcome.seconds:.0f} s"
+                    + ("" if outcome.rc == 0 else f", exit {outcome.rc}")
+                )
+        rows = results_read(results.read_text(encoding="utf-8").splitlines())
+    header = machine_header(now=now, seconds=time.monotonic() - started)
+    page = table_render(rows=rows, header=header, notes=notes)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{now:%Y-%m-%d}-{_git('rev-parse', '--short', 'HEAD')}.md"
+    path.write_text(page, encoding="utf-8")
+    print("\n" + page)
+    print(f"written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
+if __name__ == "__main__":
+    main()
