@@ -43,14 +43,13 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
+from bench.record import bench_record  # noqa: E402
 from inference import client as inference_client  # noqa: E402
 from inference import protocol  # noqa: E402
 from inference.connections import redis_sync  # noqa: E402
 from inference.engines.base import Delta, Engine, Finish  # noqa: E402
 from inference.engines.llamacpp import LlamaCppEngine  # noqa: E402
 from inference.worker import Worker  # noqa: E402
-
-from bench.record import bench_record  # noqa: E402
 
 POOL = "bench-throughput"
 print = functools.partial(print, flush=True)  # noqa: A001 - progress when piped
@@ -241,7 +240,9 @@ def main() -> None:
         f"tokens: direct {totals['direct'][0]}, worker {totals['worker'][0]}; "
         f"identical text: {'yes' if same_text else 'not always'}"
     )
-    params = f"{args.rounds} rounds x {len(PROMPTS)} prompts, max {args.max_tokens} tokens"
+    params = (
+        f"{args.rounds} rounds x {len(PROMPTS)} prompts, max {args.max_tokens} tokens"
+    )
     for metric, value, unit, goal in (
         ("direct", direct, "tokens/s", ""),
         ("worker path", via_worker, "tokens/s", ""),

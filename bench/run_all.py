@@ -116,9 +116,11 @@ BENCHES: list[Bench] = [
         "gateway_overhead",
         ["--concurrency", "1", "10", "--rounds", "1"],
         180,
-        note=lambda: None
-        if LITELLM.exists()
-        else "gateway_overhead: no LiteLLM venv (.venv-litellm): ours measured alone",
+        note=lambda: (
+            None
+            if LITELLM.exists()
+            else "gateway_overhead: no LiteLLM venv (.venv-litellm): ours measured alone"
+        ),
     ),
     Bench(
         "batching",

@@ -126,8 +126,9 @@ def test_a_stream_lost_mid_answer_is_written_back_under_its_entry_ids(start_work
     assert events[-1].type == "done"
     text = "".join(e.data["t"] for e in events if e.type == "token")
     assert text.split() == words
-    assert sum(e.type == "token" for e in events) == (
-        events[-1].data["usage"]["completion_tokens"]
+    assert (
+        sum(e.type == "token" for e in events)
+        == (events[-1].data["usage"]["completion_tokens"])
     )
     last = tuple(int(p) for p in before[-1].id.split("-"))
     resumed = [e for e in events if tuple(int(p) for p in e.id.split("-")) > last]
