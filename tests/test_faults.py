@@ -143,7 +143,7 @@ def test_web_process_killed_mid_stream_resumes_with_last_event_id_on_a_new_one(u
         browser.close()
 
 
-def test_redis_restarted_mid_answer_the_user_sees_an_error_and_the_next_turn_works(
+def test_redis_restarted_mid_answer_loses_nothing_stored_and_the_next_turn_works(
     user, tmp_path, settings
 ):
     """The stack's Redis (a private server of this test, no persistence) is killed
