@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import datetime
 import json
 import os
@@ -31,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,9 @@ from bench.record import RESULTS_ENV  # noqa: E402
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 VLLM_MODEL = ROOT / ".var" / "models" / "smollm2-hf"
 LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
+# The embedding worker (all-MiniLM-L6-v2) for scripts that embed through the
+# inference tier; its pool is EMBEDDING_POOL (tests/stack.py picks it from --engine).
+EMBED_WORKER = ["--engine", "sentence-transformers"]
 # Lines of a failed script's output kept in the table's notes.
 TAIL_LINES = 5
 # The whole run's time limit, s: `make bench` must end well under 15 minutes (issue
@@ -76,7 +80,9 @@ class Bench:
 
     ``args`` are its quick-size arguments (or a callable giving them at run time),
     ``timeout_s`` its wall-clock limit in seconds, ``needs`` a check returning why it
-    cannot run here (None when it can), ``note`` a remark for the table's notes.
+    cannot run here (None when it can), ``note`` a remark for the table's notes;
+    ``embedding_worker``: the script embeds through the inference tier (the web tier
+    runs no model), so an embedding worker runs beside it.
     """
 
     name: str
@@ -86,6 +92,7 @@ class Bench:
     python: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     note: Callable[[], str | None] = lambda: None
+    embedding_worker: bool = False
 
     @property
     def script(self) -> Path:
@@ -97,7 +104,11 @@ class Bench:
 # figures (the web tier under load) first, so a run cut by BUDGET_S still has them.
 BENCHES: list[Bench] = [
     Bench("gateway_admission", ["--n", "400", "--threads", "4"], 90),
-    Bench("cache_lookup", ["--entries", "2000", "--users", "20", "--queries", "50"]),
+    Bench(
+        "cache_lookup",
+        ["--entries", "2000", "--users", "20", "--queries", "50"],
+        embedding_worker=True,
+    ),
     Bench("turn_overhead", [], 240),
     Bench(
         "sse_fanout",
@@ -128,6 +139,7 @@ BENCHES: list[Bench] = [
         ["--sizes", "10000", "--queries", "50", "--passages", "300"]
         + ["--ef-search", "40"],
         180,
+        embedding_worker=True,
     ),
     Bench("document_screening", [], 120),
     Bench("moderation", ["--prompts", "2", "--max-tokens", "32"], 240),
@@ -178,10 +190,49 @@ def bench_run(bench: Bench, *, results: Path, timeout_s: float) -> Outcome:
     env.setdefault("HF_HUB_OFFLINE", "1")
     env["PYTHONUNBUFFERED"] = "1"
     print(f"\n=== {bench.name} {' '.join(args)}", flush=True)
-    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     started = time.monotonic()
+    try:
+        with (
+            _embedding_worker() if bench.embedding_worker else contextlib.nullcontext()
+        ):
+            outcome.rc, timed_out, tail = _script_run(
+                [python, str(bench.script), *args], env=env, timeout_s=timeout_s
+            )
+    except Exception as exc:  # noqa: BLE001 - one benchmark's set-up failing ends only it
+        outcome.notes.append(f"{bench.name}: not run: {exc!r}")
+        return outcome
+    outcome.seconds = time.monotonic() - started
+    if timed_out:
+        outcome.notes.append(f"{bench.name}: stopped after its {timeout_s:.0f} s limit")
+    elif outcome.rc:
+        last = " / ".join(tail)
+        outcome.notes.append(f"{bench.name}: failed (exit {outcome.rc}): {last}")
+    extra = bench.note()
+    if extra:
+        outcome.notes.append(extra)
+    return outcome
+
+
+@contextlib.contextmanager
+def _embedding_worker() -> Iterator[None]:
+    """Run an embedding worker process on the dev services while the block runs."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+    import django
+
+    django.setup()
+    from tests.stack import stack_env, worker_processes
+
+    with worker_processes([EMBED_WORKER], stack_env(for_tests=False)):
+        yield
+
+
+def _script_run(
+    command: list[str], *, env: dict[str, str], timeout_s: float
+) -> tuple[int, bool, list[str]]:
+    """Run ``command`` echoing its output; return (exit code, timed out, last lines)."""
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     proc = subprocess.Popen(
-        [python, str(bench.script), *args],
+        command,
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -206,19 +257,10 @@ def bench_run(bench: Bench, *, results: Path, timeout_s: float) -> Outcome:
             print(line, end="", flush=True)
             if line.strip():
                 tail.append(line.rstrip())
-        outcome.rc = proc.wait()
+        rc = proc.wait()
     finally:
         timer.cancel()
-    outcome.seconds = time.monotonic() - started
-    if timer_fired:
-        outcome.notes.append(f"{bench.name}: stopped after its {timeout_s:.0f} s limit")
-    elif outcome.rc:
-        last = " / ".join(tail)
-        outcome.notes.append(f"{bench.name}: failed (exit {outcome.rc}): {last}")
-    extra = bench.note()
-    if extra:
-        outcome.notes.append(extra)
-    return outcome
+    return rc, bool(timer_fired), list(tail)
 
 
 def results_read(lines: Iterable[str]) -> list[dict]:
