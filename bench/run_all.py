@@ -47,8 +47,9 @@ LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
 # The embedding worker (all-MiniLM-L6-v2) for scripts that embed through the
 # inference tier; its pool is EMBEDDING_POOL (tests/stack.py picks it from --engine).
 EMBED_WORKER = ["--engine", "sentence-transformers"]
-# Lines of a failed script's output kept in the table's notes.
-TAIL_LINES = 5
+# Lines of a failed script's output kept in the table's notes (the last: usually
+# the exception).
+TAIL_LINES = 1
 # The whole run's time limit, s: `make bench` must end well under 15 minutes (issue
 # 13); a benchmark gets at most what is left of it, and none starts with under
 # MIN_START_S seconds left.
@@ -115,9 +116,7 @@ BENCHES: list[Bench] = [
         _sse_args,
         240,
         note=lambda: (
-            None
-            if _haproxy()
-            else "sse_fanout: no HAProxy (make proxy): one daphne measured alone"
+            None if _haproxy() else "no HAProxy (make proxy): one daphne measured alone"
         ),
     ),
     Bench("flood", ["--requests", "200", "--seconds", "2", "--turns", "3"], 150),
@@ -128,11 +127,11 @@ BENCHES: list[Bench] = [
         note=lambda: (
             None
             if LITELLM.exists()
-            else "gateway_overhead: no LiteLLM venv (.venv-litellm): ours measured alone"
+            else "no LiteLLM venv (.venv-litellm): ours measured alone"
         ),
     ),
-    Bench("turn_latency", ["--turns", "4", "--max-tokens", "48"], 180),
-    Bench("engine_throughput", ["--rounds", "1", "--max-tokens", "48"], 240),
+    Bench("turn_latency", ["--turns", "3", "--max-tokens", "32"], 150),
+    Bench("engine_throughput", ["--rounds", "1", "--max-tokens", "24"], 180),
     Bench("search", ["--messages", "10000", "--users", "20", "--queries", "50"], 150),
     Bench(
         "retrieval",
@@ -178,11 +177,11 @@ def bench_run(bench: Bench, *, results: Path, timeout_s: float) -> Outcome:
     """
     outcome = Outcome(bench.name)
     if not bench.script.exists():
-        outcome.notes.append(f"{bench.name}: skipped, bench/{bench.name}.py not here")
+        outcome.notes.append(f"skipped, bench/{bench.name}.py not here")
         return outcome
     reason = bench.needs()
     if reason:
-        outcome.notes.append(f"{bench.name}: skipped, {reason}")
+        outcome.notes.append(f"skipped, {reason}")
         return outcome
     args = bench.args() if callable(bench.args) else bench.args
     python = str(bench.python or sys.executable)
@@ -199,14 +198,14 @@ def bench_run(bench: Bench, *, results: Path, timeout_s: float) -> Outcome:
                 [python, str(bench.script), *args], env=env, timeout_s=timeout_s
             )
     except Exception as exc:  # noqa: BLE001 - one benchmark's set-up failing ends only it
-        outcome.notes.append(f"{bench.name}: not run: {exc!r}")
+        outcome.notes.append(f"not run: {exc!r}")
         return outcome
     outcome.seconds = time.monotonic() - started
     if timed_out:
-        outcome.notes.append(f"{bench.name}: stopped after its {timeout_s:.0f} s limit")
+        outcome.notes.append(f"stopped at its {timeout_s:.0f} s limit")
     elif outcome.rc:
         last = " / ".join(tail)
-        outcome.notes.append(f"{bench.name}: failed (exit {outcome.rc}): {last}")
+        outcome.notes.append(f"failed (exit {outcome.rc}): {last}")
     extra = bench.note()
     if extra:
         outcome.notes.append(extra)
@@ -321,6 +320,10 @@ def machine_header(*, now: datetime.datetime, seconds: float) -> dict[str, str]:
     }
 
 
+def _lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
 def main() -> None:
     """Run the benchmarks, write the table to bench/results/ and print it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -340,15 +343,16 @@ def main() -> None:
             if left < MIN_START_S:
                 notes.append(f"{bench.name}: skipped, the run's time budget was spent")
                 continue
+            before = _lines(results)
             outcome = bench_run(
                 bench, results=results, timeout_s=min(bench.timeout_s, left)
             )
-            notes += outcome.notes
+            said = list(outcome.notes)
             if outcome.rc is not None:
-                notes.append(
-                    f"{bench.name}: {outcome.seconds:.0f} s"
-                    + ("" if outcome.rc == 0 else f", exit {outcome.rc}")
-                )
+                said.insert(0, f"{outcome.seconds:.0f} s")
+                if outcome.rc == 0 and _lines(results) == before:
+                    said.append("ran, but records no figure (no bench_record call)")
+            notes.append(f"{bench.name}: " + "; ".join(said))
         rows = results_read(results.read_text(encoding="utf-8").splitlines())
     header = machine_header(now=now, seconds=time.monotonic() - started)
     page = table_render(rows=rows, header=header, notes=notes)
