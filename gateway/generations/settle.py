@@ -102,8 +102,9 @@ def usage_settle(
     ``status`` is a :class:`UsageRecord.Status`; ``usage`` is what is billed, whatever
     the status: an ``error`` bills what its outcome says (nothing before the first
     token, the tokens spent after it: :func:`gateway.generations.outcome.error_usage`);
-    a ``cache_hit`` costs nothing (zero tokens, cost 0). The quota counters move after the surrounding
-    transaction commits; then the answer (``answer`` text, ``finish_reason``) is stored
+    a ``cache_hit`` costs nothing (zero tokens, cost 0). The quota counters move after
+    the surrounding transaction commits; then the answer (``answer`` text,
+    ``finish_reason``) is stored
     in the caches if the request was admitted as cacheable and the answer is complete
     (:func:`gateway.cache.cache_settle`). Idempotent: returns the new record, or None
     if this job was already settled (another settler was first).
