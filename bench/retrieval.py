@@ -36,6 +36,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.record import bench_record, pct  # noqa: E402
 
+# Seconds the corpus' embedding request may take (a busy 2-core machine embeds a
+# few hundred chunks per minute at worst).
+EMBED_TIMEOUT_S = 300
+
 
 def passages(limit: int, min_chars: int = 81) -> list[str]:
     """Return up to ``limit`` real English docstrings of at least ``min_chars``
@@ -92,9 +96,11 @@ def main() -> None:
             overlap_tokens=settings.MEMORY_CHUNK_OVERLAP_TOKENS,
         )
     ]
-    embed_texts(chunks[:64])  # load + warm up
+    # The whole corpus is one request to the embedding worker: far more than a turn's
+    # question, so it gets minutes, not the default few seconds (EMBEDDING_TIMEOUT_S).
+    embed_texts(chunks[:64], timeout_s=EMBED_TIMEOUT_S)  # load + warm up
     started = time.perf_counter()
-    real = embed_texts(chunks)
+    real = embed_texts(chunks, timeout_s=EMBED_TIMEOUT_S)
     took = time.perf_counter() - started
     print(
         f"embedding: {len(chunks)} chunks (<= {settings.MEMORY_CHUNK_TOKENS} tokens, "

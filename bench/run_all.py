@@ -305,14 +305,24 @@ def _git(*args: str) -> str:
     return done.stdout.strip()
 
 
-def machine_header(*, now: datetime.datetime, seconds: float) -> dict[str, str]:
-    """The table's header: date (UTC), commit (dirty or not), cores, load, run time."""
+def commit_describe() -> tuple[str, str]:
+    """Return (short commit of HEAD, its description with whether tracked files
+    differ from it). Taken when the run starts: the figures are that code's."""
+    short = _git("rev-parse", "--short", "HEAD")
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    state = " (tree dirty: uncommitted changes)" if dirty else " (clean tree)"
+    return short, short + state
+
+
+def machine_header(
+    *, now: datetime.datetime, seconds: float, commit: str
+) -> dict[str, str]:
+    """The table's header: date (UTC), ``commit`` (:func:`commit_describe`), cores,
+    load average (at the end of the run) and run time (``seconds``)."""
     one, five, fifteen = os.getloadavg()
     return {
         "date": now.strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": _git("rev-parse", "--short", "HEAD")
-        + (" (tree dirty: uncommitted changes)" if dirty else " (clean tree)"),
+        "commit": commit,
         "machine": f"{os.cpu_count()} cores, load average {one:.2f} {five:.2f} "
         f"{fifteen:.2f} at the end (1/5/15 min)",
         "run": f"{seconds / 60:.1f} min at run_all.py's quick sizes "
@@ -334,6 +344,7 @@ def main() -> None:
     chosen = [b for b in BENCHES if not args.only or b.name in args.only]
     started = time.monotonic()
     now = datetime.datetime.now(datetime.UTC)
+    short, commit = commit_describe()
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         results = Path(tmp) / "results.jsonl"
@@ -354,10 +365,10 @@ def main() -> None:
                     said.append("ran, but records no figure (no bench_record call)")
             notes.append(f"{bench.name}: " + "; ".join(said))
         rows = results_read(results.read_text(encoding="utf-8").splitlines())
-    header = machine_header(now=now, seconds=time.monotonic() - started)
+    header = machine_header(now=now, seconds=time.monotonic() - started, commit=commit)
     page = table_render(rows=rows, header=header, notes=notes)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{now:%Y-%m-%d}-{_git('rev-parse', '--short', 'HEAD')}.md"
+    path = args.out / f"{now:%Y-%m-%d}-{short}.md"
     path.write_text(page, encoding="utf-8")
     print("\n" + page)
     print(f"written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
