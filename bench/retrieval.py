@@ -100,7 +100,11 @@ def main() -> None:
     # question, so it gets minutes, not the default few seconds (EMBEDDING_TIMEOUT_S).
     embed_texts(chunks[:64], timeout_s=EMBED_TIMEOUT_S)  # load + warm up
     started = time.perf_counter()
-    real = embed_texts(chunks, timeout_s=EMBED_TIMEOUT_S)
+    # embed_texts returns an Embeddings (lists of floats): the sampling below wants
+    # one float32 matrix, a row per chunk
+    real = np.asarray(
+        embed_texts(chunks, timeout_s=EMBED_TIMEOUT_S).vectors, dtype=np.float32
+    )
     took = time.perf_counter() - started
     print(
         f"embedding: {len(chunks)} chunks (<= {settings.MEMORY_CHUNK_TOKENS} tokens, "

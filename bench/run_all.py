@@ -135,7 +135,7 @@ BENCHES: list[Bench] = [
     Bench("search", ["--messages", "10000", "--users", "20", "--queries", "50"], 150),
     Bench(
         "retrieval",
-        ["--sizes", "10000", "--queries", "50", "--passages", "300"]
+        ["--sizes", "10000", "--queries", "50", "--passages", "150"]
         + ["--ef-search", "40"],
         180,
         embedding_worker=True,
