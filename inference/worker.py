@@ -7,10 +7,8 @@ appended to its own ``inf:gen:{job_id}`` stream; the terminal event carries exac
 A cancel watcher polls the cancel flags and detach deadlines of running jobs every
 ``cancel_poll_s`` seconds and aborts them in the engine.
 
-Crash recovery (taking over the jobs of a dead worker) lives in
-:class:`inference.recovery.CrashRecovery`, Redis restarts (reading through them,
-writing a lost stream back) in :class:`inference.outage.RedisOutageTolerance`; both
-are base classes of :class:`Worker`.
+Base classes of :class:`Worker`: :class:`inference.recovery.CrashRecovery` (taking over
+a dead worker's jobs), :class:`inference.outage.RedisOutageTolerance` (Redis restarts).
 
 Graceful stop (SIGTERM): :meth:`Worker.stop` makes the worker take no new job (entries
 that arrive during the last blocking read are put back on the queue untouched), finish
