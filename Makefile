@@ -106,9 +106,10 @@ test: services lint browser proxy
 screenshots: services browser
 	SCREENSHOTS_DIR=docs/screenshots $(BIN)/python -m pytest -m screenshots -q -p no:cacheprovider tests/browser/
 
+# every benchmark under bench/ at a quick size (bench/run_all.py, well under 15 min):
+# one Markdown table in bench/results/<date>-<commit>.md. BENCH_ARGS='--only search'
 bench: migrate
-	$(BIN)/python bench/turn_latency.py $(BENCH_ARGS)
-	$(BIN)/python bench/engine_throughput.py
+	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 
 bench-retrieval: migrate
 	$(BIN)/python bench/retrieval.py

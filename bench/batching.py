@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.record import bench_record  # noqa: E402
+
 TOPICS = [
     "the sea",
     "a mountain village",
@@ -147,6 +149,15 @@ async def main() -> None:
             f"| {r['n']} | {r['agg_tps']:.1f} | {r['agg_tps'] / base:.2f} "
             f"| {r['stream_tps']:.1f} | {r['ttft_ms']:.0f} | {r['max_running']} |"
         )
+        shape = f"N={r['n']} jobs, {args.max_tokens} tokens each, vLLM CPU"
+        for metric, value, unit in (
+            ("aggregate throughput", r["agg_tps"], "tokens/s"),
+            ("x vs N=1", r["agg_tps"] / base, "x"),
+            ("TTFT p50", float(r["ttft_ms"]), "ms"),
+        ):
+            bench_record(
+                bench="batching", metric=metric, value=value, unit=unit, params=shape
+            )
 
 
 if __name__ == "__main__":

@@ -28,18 +28,20 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-
-def pct(values: list[float], q: float) -> float:
-    """Return the q-quantile (0..1) of ``values``."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+from bench.record import bench_record, pct  # noqa: E402
 
 
-def report(name: str, ms: list[float]) -> None:
-    """Print p50/p99 of a list of milliseconds."""
-    print(
-        f"{name:<28} p50 {statistics.median(ms):8.2f} ms   p99 {pct(ms, 0.99):8.2f} ms"
-    )
+def report(name: str, ms: list[float], *, params: str) -> None:
+    """Print p50/p99 of a list of milliseconds and record them (bench.record)."""
+    print(f"{name:<28} p50 {statistics.median(ms):8.2f} ms   p99 {pct(ms, 99):8.2f} ms")
+    for q in (50, 99):
+        bench_record(
+            bench="cache_lookup",
+            metric=f"{name} p{q}",
+            value=pct(ms, q),
+            unit="ms",
+            params=params,
+        )
 
 
 def main() -> None:
@@ -69,7 +71,7 @@ def main() -> None:
         start = time.perf_counter()
         embed_text(prompts[i])
         ms.append((time.perf_counter() - start) * 1000)
-    report("embed one prompt", ms)
+    report("embed one prompt", ms, params="all-MiniLM-L6-v2, CPU")
 
     rng = np.random.default_rng(7)
     with transaction.atomic():
@@ -137,8 +139,9 @@ def main() -> None:
             hit = semantic.semantic_get(material, "m")
             semantic_ms.append((time.perf_counter() - start) * 1000)
             hits += hit is not None
-        report("exact lookup (miss)", exact_ms)
-        report(f"semantic lookup ({args.entries} rows)", semantic_ms)
+        shape = f"{args.entries} rows, {args.users} users, {args.queries} queries"
+        report("exact lookup (miss)", exact_ms, params=shape)
+        report("semantic lookup", semantic_ms, params=shape)
         print(f"semantic hits: {hits}/{args.queries}")
         transaction.set_rollback(True)
 

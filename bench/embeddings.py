@@ -52,6 +52,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.record import bench_record, pct  # noqa: E402
+
 BENCH_REDIS_DB = 14
 CHAT_POOL = "bench"
 CHAT_WORKER = ["--pool", CHAT_POOL, "--engine", "scripted", "--delay-ms", "1"]
@@ -94,12 +96,6 @@ QUESTIONS = [
     "What do I do about blight on tomato leaves?",
     "When should I stop the main stem of a cordon tomato?",
 ]
-
-
-def pct(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1) of ``values``, nearest rank."""
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
@@ -272,14 +268,31 @@ def bench_turns(args: argparse.Namespace) -> None:
     )
     print(
         f"POST latency warm (turns 2..{args.turns}, n={len(warm)}): "
-        f"p50 {pct(warm, 0.5):.1f} ms  p99 {pct(warm, 0.99):.1f} ms"
+        f"p50 {pct(warm, 50):.1f} ms  p99 {pct(warm, 99):.1f} ms"
     )
-    ratio = statistics.median(cold) / pct(warm, 0.5)
+    ratio = statistics.median(cold) / pct(warm, 50)
     print(
         f"POST latency cold (first turn after a daphne start, n={len(cold)}): "
         f"p50 {statistics.median(cold):.1f} ms  max {max(cold):.1f} ms   "
         f"cold/warm p50 {ratio:.2f}x   goal <= 2x"
     )
+    shape = f"{args.turns} turns, {args.cold_starts} cold starts, memory on"
+    for metric, value, unit, goal in (
+        ("web RSS after turns", end_rss[0], "MB", "<= 200 MB"),
+        ("POST warm p50", pct(warm, 50), "ms", ""),
+        ("POST warm p99", pct(warm, 99), "ms", ""),
+        ("POST cold p50", statistics.median(cold), "ms", ""),
+        ("POST cold/warm p50", ratio, "x", "<= 2x"),
+        ("answers with memory used", with_memory, f"of {len(ids)}", ""),
+    ):
+        bench_record(
+            bench="embeddings",
+            metric=metric,
+            value=value,
+            unit=unit,
+            params=shape,
+            goal=goal,
+        )
 
 
 async def _callers(
@@ -365,11 +378,11 @@ def bench_embedding_worker(args: argparse.Namespace) -> None:
                         rates.append(n / elapsed)
                         latencies += lat
                     rate = statistics.median(rates)
-                    throughput[label][concurrency] = (rate, pct(latencies, 0.5))
+                    throughput[label][concurrency] = (rate, pct(latencies, 50))
                     print(
                         f"  {label:34s} {concurrency:2d} concurrent: {rate:7.1f} texts/s "
                         f"(trials {', '.join(f'{r:.0f}' for r in rates)})  "
-                        f"request p50 {pct(latencies, 0.5):6.1f} ms"
+                        f"request p50 {pct(latencies, 50):6.1f} ms"
                     )
             if sweep and options:
                 continue  # max_batch=1: no gathering to measure
@@ -381,13 +394,36 @@ def bench_embedding_worker(args: argparse.Namespace) -> None:
     for concurrency in levels:
         b, s = batched[concurrency][0], single[concurrency][0]
         print(f"  {concurrency:10d}  {b:9.1f}  {s:10.1f}  {b / s:7.2f}x")
+        shape = f"{concurrency} concurrent, {args.trials}x{args.seconds:g} s"
+        bench_record(
+            bench="embeddings",
+            metric="batched throughput",
+            value=b,
+            unit="texts/s",
+            params=shape,
+        )
+        bench_record(
+            bench="embeddings",
+            metric="batched / one by one",
+            value=b / s,
+            unit="x",
+            params=shape,
+            goal=">= 3x at 32" if concurrency == 32 else "",
+        )
     print("  goal: batched >= 3x one by one at 32")
     print()
     print(f"lone request latency (n={args.lone_requests} sequential, client side):")
     for label in ("gather_ms=0", configs[0][0], "gather_ms=10"):
         values = lone[label]
         print(
-            f"  {label:34s} p50 {pct(values, 0.5):6.1f} ms  p99 {pct(values, 0.99):6.1f} ms"
+            f"  {label:34s} p50 {pct(values, 50):6.1f} ms  p99 {pct(values, 99):6.1f} ms"
+        )
+        bench_record(
+            bench="embeddings",
+            metric="lone request p50",
+            value=pct(values, 50),
+            unit="ms",
+            params=f"{label}, n={args.lone_requests}",
         )
 
 

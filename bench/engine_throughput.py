@@ -43,6 +43,7 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
+from bench.record import bench_record  # noqa: E402
 from inference import client as inference_client  # noqa: E402
 from inference import protocol  # noqa: E402
 from inference.connections import redis_sync  # noqa: E402
@@ -239,6 +240,22 @@ def main() -> None:
         f"tokens: direct {totals['direct'][0]}, worker {totals['worker'][0]}; "
         f"identical text: {'yes' if same_text else 'not always'}"
     )
+    params = (
+        f"{args.rounds} rounds x {len(PROMPTS)} prompts, max {args.max_tokens} tokens"
+    )
+    for metric, value, unit, goal in (
+        ("direct", direct, "tokens/s", ""),
+        ("worker path", via_worker, "tokens/s", ""),
+        ("ratio worker/direct", via_worker / direct, "", ">= 0.95"),
+    ):
+        bench_record(
+            bench="engine_throughput",
+            metric=metric,
+            value=value,
+            unit=unit,
+            params=params,
+            goal=goal,
+        )
 
 
 if __name__ == "__main__":

@@ -27,11 +27,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
-
-def pct(values: list[float], q: float) -> float:
-    """Return the q-th percentile (0..100) of ``values``."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
+from bench.record import bench_record, pct  # noqa: E402
 
 
 def main() -> None:
@@ -118,6 +114,20 @@ def main() -> None:
             f"p50={statistics.median(admit):.0f} us p99={pct(admit, 99):.0f} us"
         )
         print(f"admit+release, {args.threads} threads: {rate:.0f} requests/s")
+        for metric, value, unit, params in (
+            ("reserve+settle p50", statistics.median(lua), "us", f"n={len(lua)}"),
+            ("reserve+settle p99", pct(lua, 99), "us", f"n={len(lua)}"),
+            ("admit+release p50", statistics.median(admit), "us", f"n={len(admit)}"),
+            ("admit+release p99", pct(admit, 99), "us", f"n={len(admit)}"),
+            ("admit+release rate", rate, "req/s", f"{args.threads} threads"),
+        ):
+            bench_record(
+                bench="gateway_admission",
+                metric=metric,
+                value=float(value),
+                unit=unit,
+                params=params,
+            )
     finally:
         r.delete(protocol.workers_key("bench-gw"))
         for key in r.scan_iter(keys.quota_user_pattern(user.pk)):

@@ -39,6 +39,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.record import bench_record  # noqa: E402
+
 PROMPTS = [
     "What is the capital of France?",
     "Explain what a CPU does in two sentences.",
@@ -338,6 +340,21 @@ def main() -> None:
                 f"{_median([r['tokens'] for r in rows]):10.0f} "
                 f"{sum(r['cut'] for r in rows):4d}"
             )
+            shape = f"{label}, mode {mode}, {len(rows)} prompts"
+            bench_record(
+                bench="moderation",
+                metric="TTFT p50",
+                value=float(_median(ttft)),
+                unit="ms",
+                params=shape,
+            )
+            bench_record(
+                bench="moderation",
+                metric="total p50",
+                value=float(_median([r["total_ms"] for r in rows])),
+                unit="ms",
+                params=shape,
+            )
     cut, flagged, notes = false
     total = len(ANSWERS) + len(llm_answers)
     print()
@@ -347,6 +364,14 @@ def main() -> None:
     )
     for note in notes:
         print(f"  {note}")
+    bench_record(
+        bench="moderation",
+        metric="false cuts",
+        value=cut,
+        unit=f"of {total}",
+        params="ordinary answers, embedded classifier",
+        goal="0",
+    )
 
 
 if __name__ == "__main__":

@@ -34,6 +34,12 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.record import bench_record, pct  # noqa: E402
+
+# Seconds the corpus' embedding request may take (a busy 2-core machine embeds a
+# few hundred chunks per minute at worst).
+EMBED_TIMEOUT_S = 300
+
 
 def passages(limit: int, min_chars: int = 81) -> list[str]:
     """Return up to ``limit`` real English docstrings of at least ``min_chars``
@@ -56,11 +62,6 @@ def passages(limit: int, min_chars: int = 81) -> list[str]:
                     if len(out) >= limit:
                         return out
     return out
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
 def main() -> None:
@@ -95,14 +96,27 @@ def main() -> None:
             overlap_tokens=settings.MEMORY_CHUNK_OVERLAP_TOKENS,
         )
     ]
-    embed_texts(chunks[:64])  # load + warm up
+    # The whole corpus is one request to the embedding worker: far more than a turn's
+    # question, so it gets minutes, not the default few seconds (EMBEDDING_TIMEOUT_S).
+    embed_texts(chunks[:64], timeout_s=EMBED_TIMEOUT_S)  # load + warm up
     started = time.perf_counter()
-    real = embed_texts(chunks)
+    # embed_texts returns an Embeddings (lists of floats): the sampling below wants
+    # one float32 matrix, a row per chunk
+    real = np.asarray(
+        embed_texts(chunks, timeout_s=EMBED_TIMEOUT_S).vectors, dtype=np.float32
+    )
     took = time.perf_counter() - started
     print(
         f"embedding: {len(chunks)} chunks (<= {settings.MEMORY_CHUNK_TOKENS} tokens, "
         f"mean {statistics.mean(len(c) for c in chunks):.0f} chars) in {took:.1f} s "
         f"= {len(chunks) / took:.1f} chunks/s"
+    )
+    bench_record(
+        bench="retrieval",
+        metric="embedding throughput",
+        value=len(chunks) / took,
+        unit="chunks/s",
+        params=f"{len(chunks)} chunks, batch 64, CPU",
     )
     rng = np.random.default_rng(0)
     queries_base = real[: args.queries]
@@ -189,10 +203,23 @@ def main() -> None:
                         transaction.set_rollback(True)
                     recall.append(len(exact & got) / 5)
                 print(
-                    f"  top-5 ({label}): p50 {pct(lat, 0.5):.1f} ms, "
-                    f"p99 {pct(lat, 0.99):.1f} ms, recall@5 {statistics.mean(recall):.3f}"
+                    f"  top-5 ({label}): p50 {pct(lat, 50):.1f} ms, "
+                    f"p99 {pct(lat, 99):.1f} ms, recall@5 {statistics.mean(recall):.3f}"
                     f" over {len(qs)} queries [plan: {plan}]"
                 )
+                shape = f"N={n}, {label}, {len(qs)} queries"
+                for metric, value, unit in (
+                    ("top-5 p50", pct(lat, 50), "ms"),
+                    ("top-5 p99", pct(lat, 99), "ms"),
+                    ("recall@5", statistics.mean(recall), ""),
+                ):
+                    bench_record(
+                        bench="retrieval",
+                        metric=metric,
+                        value=value,
+                        unit=unit,
+                        params=shape,
+                    )
             transaction.set_rollback(True)
 
 

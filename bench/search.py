@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 
+from bench.record import bench_record, pct  # noqa: E402
+
 CHAT_PHRASES = [
     "Thanks, that helps a lot.",
     "Can you explain that again more simply?",
@@ -65,7 +67,6 @@ def sentences(limit: int) -> list[str]:
 
 
 def main() -> None:
-    from retrieval import pct
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=100_000)
@@ -192,11 +193,20 @@ def main() -> None:
             if label == "measured":
                 print(
                     f"search ({queries} queries, random users and words): "
-                    f"p50 {pct(latencies, 0.5):.1f} ms, p99 {pct(latencies, 0.99):.1f} ms, "
+                    f"p50 {pct(latencies, 50):.1f} ms, p99 {pct(latencies, 99):.1f} ms, "
                     f"max {max(latencies):.1f} ms; results per query: median "
-                    f"{pct([float(h) for h in hits], 0.5):.0f}, "
+                    f"{pct([float(h) for h in hits], 50):.0f}, "
                     f"{sum(1 for h in hits if h == 0)} with none"
                 )
+                for q in (50, 99):
+                    bench_record(
+                        bench="search",
+                        metric=f"search p{q}",
+                        value=pct(latencies, q),
+                        unit="ms",
+                        params=f"{args.messages} messages, {args.users} users, "
+                        f"{queries} queries",
+                    )
         transaction.set_rollback(True)
 
 

@@ -25,6 +25,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.record import bench_record  # noqa: E402
+
 PROMPTS = [
     "Name three colours.",
     "What is the capital of France?",
@@ -138,16 +140,25 @@ def main() -> None:
         print(
             f"turns: {len(rows)}   model: SmolLM2-135M-Instruct Q4_1 (llama.cpp, CPU, {os.cpu_count()} cores)"
         )
-        for key, label in [
-            ("client_ttft_ms", "client TTFT ms"),
-            ("server_ttft_ms", "server TTFT ms"),
-            ("tok_s", "decode tokens/s"),
-            ("tokens", "completion tokens"),
+        params = f"{len(rows)} turns, max {args.max_tokens} tokens, llama.cpp"
+        for key, label, unit in [
+            ("client_ttft_ms", "client TTFT ms", "ms"),
+            ("server_ttft_ms", "server TTFT ms", "ms"),
+            ("tok_s", "decode tokens/s", "tokens/s"),
+            ("tokens", "completion tokens", "tokens"),
         ]:
             values = [r[key] for r in rows if r[key] == r[key]]
             print(
                 f"median {label:18s} {statistics.median(values):8.1f}   (min {min(values):.1f}, max {max(values):.1f})"
             )
+            if key != "tokens":
+                bench_record(
+                    bench="turn_latency",
+                    metric=f"{label.removesuffix(' ms')} p50",
+                    value=float(statistics.median(values)),
+                    unit=unit,
+                    params=params,
+                )
 
 
 if __name__ == "__main__":

@@ -1,13 +1,25 @@
-"""The worker's side of a Redis outage: keep serving once Redis is back.
+"""The worker's side of a Redis outage: keep serving once Redis is back, lose nothing.
 
 A base class of :class:`~inference.worker.Worker` (like
 :class:`~inference.recovery.CrashRecovery`), so the worker module stays one job.
+
+Two parts:
+
+- reading jobs through a restart (:meth:`RedisOutageTolerance._take`);
+- the stream journal: the worker keeps every entry it wrote to a running job's
+  ``inf:gen`` stream (the ``meta`` event and each ``token``, with their entry ids).
+  Redis without persistence comes back empty, so the entries written before a restart
+  are gone; the next write finds the stream missing (XADD NOMKSTREAM) and writes them
+  back first, under their original ids, in one transaction (protocol.py, "Lost
+  streams"). A client that resumes with an old Last-Event-ID, the follower and the
+  settlement then read the whole answer, as if Redis had never restarted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -21,6 +33,12 @@ logger = logging.getLogger(__name__)
 
 # How long the worker waits before reading again after Redis went away, s.
 REDIS_RETRY_S = 0.5
+# How long a running job waits for Redis to come back before it gives up, s: a
+# restart of a Redis server (or a Sentinel failover) takes seconds.
+REDIS_WRITE_WAIT_S = 30.0
+
+# One entry a worker wrote to a generation stream: (entry id, fields).
+JournalEntry = tuple[str, dict[str, str]]
 
 
 class RedisOutageTolerance:
@@ -30,6 +48,9 @@ class RedisOutageTolerance:
     worker_id: str
     pool: str
     block_ms: int
+    stream_ttl_s: int
+    # job id -> the entries this worker wrote to its stream, oldest first
+    _journals: dict[str, list[JournalEntry]]
 
     async def _ensure_group(self) -> None:  # pragma: no cover - the Worker's
         raise NotImplementedError
@@ -62,3 +83,89 @@ class RedisOutageTolerance:
             except (RedisConnectionError, RedisTimeoutError):
                 pass  # still down: the next read tries again
             return None
+
+    def _journal_open(self, job_id: str, first: JournalEntry) -> None:
+        """Start the journal of a running job with its first entry (the ``meta``)."""
+        self._journals[job_id] = [first]
+
+    def _journal_close(self, job_id: str) -> None:
+        """Forget a job's journal (it ended: its terminal event is written)."""
+        self._journals.pop(job_id, None)
+
+    def _journal_tokens(self, job_id: str) -> int:
+        """Return how many ``token`` events this worker wrote for ``job_id``."""
+        return sum(
+            1
+            for _id, fields in self._journals.get(job_id, ())
+            if fields["e"] == protocol.EVENT_TOKEN
+        )
+
+    async def _publish(self, job_id: str, fields: dict[str, str]) -> str:
+        """Append an event to a running job's stream; return its entry id.
+
+        XADD NOMKSTREAM: when the stream is gone (Redis restarted empty), the
+        journal is written back first (:meth:`_stream_restore`). While Redis is
+        unreachable the write is retried every REDIS_RETRY_S seconds for up to
+        REDIS_WRITE_WAIT_S seconds; after that the connection error is raised (the
+        job ends with an error, like any engine failure).
+        """
+        gen = protocol.gen_key(job_id)
+        deadline = time.monotonic() + REDIS_WRITE_WAIT_S
+        while True:
+            try:
+                entry_id = await self.redis.xadd(gen, fields, nomkstream=True)
+                if entry_id is None:
+                    entry_id = await self._stream_restore(job_id, fields)
+                break
+            except (RedisConnectionError, RedisTimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                logger.warning("worker %s: Redis unavailable mid-job", self.worker_id)
+                await asyncio.sleep(REDIS_RETRY_S)
+        journal = self._journals.get(job_id)
+        if journal is not None:
+            journal.append((entry_id, fields))
+        return entry_id
+
+    async def _stream_ensure(self, job_id: str) -> None:
+        """Before a job's terminal event: write its journal back if its stream is gone,
+        so the terminal event never ends a stream that lost the answer's text."""
+        if self._journals.get(job_id) and not await self.redis.exists(
+            protocol.gen_key(job_id)
+        ):
+            await self._stream_restore(job_id, None)
+
+    async def _stream_restore(
+        self, job_id: str, fields: dict[str, str] | None
+    ) -> str | None:
+        """Write a lost stream back from the journal (original entry ids), then
+        ``fields`` (a new event, auto id), in one MULTI; return the new entry's id.
+
+        An entry id at or below the stream's last one is refused by Redis (another
+        writer, e.g. the web tier's watchdog, recreated the stream meanwhile); those
+        entries are skipped with a warning and the new event is still written.
+        """
+        gen = protocol.gen_key(job_id)
+        journal = self._journals.get(job_id, [])
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for entry_id, old in journal:
+                pipe.xadd(gen, old, id=entry_id)
+            if fields is not None:
+                pipe.xadd(gen, fields)
+            pipe.expire(gen, self.stream_ttl_s * 24)
+            results = await pipe.execute(raise_on_error=False)
+        refused = sum(isinstance(r, Exception) for r in results[: len(journal)])
+        logger.warning(
+            "worker %s: the stream of job %s was lost (Redis restarted?): "
+            "%s entries written back, %s refused",
+            self.worker_id,
+            job_id,
+            len(journal) - refused,
+            refused,
+        )
+        if fields is None:
+            return None
+        new_id = results[len(journal)]
+        if isinstance(new_id, Exception):
+            raise new_id
+        return new_id

@@ -33,7 +33,20 @@ Events on ``inf:gen:{job_id}`` (payload schemas in :data:`EVENT_SCHEMAS`)
 - ``token`` ``{"t": str}``, whole Unicode characters only.
 - ``done``  ``{"finish_reason": "stop"|"length"|"cancelled"|"content_filter",
   "usage": Usage, "ttft_ms": int|None, "latency_ms": int}``: terminal.
-- ``error`` ``{"code": str, "message": str, "usage": Usage|None}``: terminal.
+- ``error`` ``{"code": str, "message": str, "usage": Usage|None}``: terminal. A worker
+  that ends a job with an error after it wrote tokens (its engine failed, or crash
+  recovery ends a dead worker's job) reports what was spent: ``prompt_tokens`` by its
+  engine's count, ``completion_tokens`` = the token events on the stream; ``null``
+  before the first token and when the web tier writes the error (watchdog). The gateway
+  bills an error after tokens (gateway/generations/outcome.py).
+
+Lost streams. Redis without persistence restarts empty: a running job's stream loses
+what it held. The worker that runs the job keeps every entry it wrote (meta, tokens)
+and, when its next write finds the stream gone, writes them back first under their
+original entry ids, then goes on (inference/outage.py). Entry ids therefore stay valid
+across a restart: a follower's cursor or a browser's Last-Event-ID resumes exactly
+after what it had, and the settled answer holds everything generated. No new event
+type: readers need not know a restart happened.
 
 Embedding jobs (``kind="embed"``, on the queue of an embedding pool) carry their texts in
 ``input`` and end with one terminal event instead of tokens:

@@ -5,8 +5,11 @@ Every ``reclaim_s`` seconds a worker looks at its pool's pending entries
 older than ``worker_ttl_s`` (a live worker's long job is never taken, however long it
 runs). A claimed job that emitted no token is re-queued, at most
 :data:`~inference.protocol.MAX_RETRIES` times; one that did (or that ran out of retries)
-ends with an ``error`` event ``worker_lost``; its partial text stays on the stream. XCLAIM
-is atomic, so of several workers reclaiming at once exactly one handles each entry.
+ends with an ``error`` event ``worker_lost``; its partial text stays on the stream, and
+the event's ``usage`` reports what was spent on it (:meth:`CrashRecovery._error_usage`:
+the prompt, counted by this worker's engine of the same pool, and the token events on
+the stream), which the gateway bills. XCLAIM is atomic, so of several workers
+reclaiming at once exactly one handles each entry.
 
 Kept apart from :mod:`inference.worker` because it is a job of its own (scanning the
 consumer group, claiming, deciding retry or ``worker_lost``); it runs on the worker's
@@ -25,6 +28,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from inference import metrics, protocol
+from inference.engines.base import Engine
 
 logger = logging.getLogger("inference.worker")
 
@@ -47,6 +51,7 @@ class CrashRecovery:
     jobs_reclaimed: int
     reclaim_scans: int
     _closing: bool
+    engine: Engine
 
     queue_keys: list[str]
 
@@ -62,6 +67,29 @@ class CrashRecovery:
         self, job_id: str, event_type: str, payload: dict[str, Any]
     ) -> Any:
         raise NotImplementedError
+
+    async def _error_usage(
+        self, job: protocol.Job, streamed: int
+    ) -> dict[str, int] | None:
+        """Return the ``usage`` of an ``error`` event for ``job`` after ``streamed``
+        token events (None when there were none: an error before the first token
+        bills nothing, gateway/generations/outcome.py).
+
+        ``prompt_tokens`` comes from the engine's own count of the job's messages (in
+        a thread: a remote engine asks its server); 0 if the engine cannot count.
+        """
+        if not streamed:
+            return None
+        try:
+            prompt = await asyncio.to_thread(self.engine.count_tokens, job.messages)
+        except Exception:  # noqa: BLE001 - billing the completion alone beats failing
+            logger.warning("job %s: could not count its prompt tokens", job.job_id)
+            prompt = 0
+        return {
+            "prompt_tokens": int(prompt),
+            "completion_tokens": streamed,
+            "cached_tokens": 0,
+        }
 
     async def _reclaim_loop(self) -> None:
         while not self._closing:
@@ -172,6 +200,10 @@ class CrashRecovery:
                 await self._requeue(entry_id, job.to_fields(), queue)
                 return
         logger.warning("job %s lost worker %s mid-answer", job.job_id, dead)
+        streamed = 0
+        if emitted:
+            events = await self.redis.xrange(protocol.gen_key(job.job_id))
+            streamed = sum(f.get("e") == protocol.EVENT_TOKEN for _id, f in events)
         await self._terminal(
             job.job_id,
             protocol.EVENT_ERROR,
@@ -179,7 +211,7 @@ class CrashRecovery:
                 "code": protocol.ERROR_WORKER_LOST,
                 "message": "The model worker stopped while answering. "
                 "The answer is incomplete; please try again.",
-                "usage": None,
+                "usage": await self._error_usage(job, streamed),
             },
         )
         await self._ack(entry_id, queue)

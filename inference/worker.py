@@ -7,8 +7,8 @@ appended to its own ``inf:gen:{job_id}`` stream; the terminal event carries exac
 A cancel watcher polls the cancel flags and detach deadlines of running jobs every
 ``cancel_poll_s`` seconds and aborts them in the engine.
 
-Crash recovery (taking over the jobs of a dead worker) lives in
-:class:`inference.recovery.CrashRecovery`, which :class:`Worker` inherits.
+Base classes of :class:`Worker`: :class:`inference.recovery.CrashRecovery` (taking over
+a dead worker's jobs), :class:`inference.outage.RedisOutageTolerance` (Redis restarts).
 
 Graceful stop (SIGTERM): :meth:`Worker.stop` makes the worker take no new job (entries
 that arrive during the last blocking read are put back on the queue untouched), finish
@@ -83,6 +83,7 @@ class Worker(CrashRecovery, RedisOutageTolerance):
         self._labels = {"model_name": engine.model, "pool": pool}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._aborted: set[str] = set()
+        self._journals: dict[str, list[tuple[str, dict[str, str]]]] = {}
         self._stopping = asyncio.Event()
         self._closing = False
         self._redis: aioredis.Redis | None = None
@@ -288,13 +289,14 @@ class Worker(CrashRecovery, RedisOutageTolerance):
                 pipe.hset(
                     protocol.worker_key(self.worker_id), "busy", len(self._running)
                 )
-                await pipe.execute()
+                meta_id, *_ = await pipe.execute()
+            self._journal_open(job.job_id, (meta_id, meta))
             if job.job_id in self._aborted or cancelled:
                 self.engine.abort(job.job_id)
             running = metrics.REQUESTS_RUNNING.labels(**self._labels)
             running.inc()
             try:
-                await self._stream(job, gen)
+                await self._stream(job)
             finally:
                 running.dec()
         except asyncio.CancelledError:
@@ -310,20 +312,24 @@ class Worker(CrashRecovery, RedisOutageTolerance):
             )
             code = exc.code if isinstance(exc, EngineError) else protocol.ERROR_ENGINE
             logger.exception("job %s failed", job.job_id)
+            # after a token the answer is billed as far as it went (settle.py)
+            streamed = self._journal_tokens(job.job_id)
+            await self._stream_ensure(job.job_id)
             await self._terminal(
                 job.job_id,
                 protocol.EVENT_ERROR,
                 {
                     "code": code,
                     "message": user_message,
-                    "usage": None,
+                    "usage": await self._error_usage(job, streamed),
                 },
             )
         finally:
+            self._journal_close(job.job_id)
             await self._ack(entry_id)
             self.jobs_done += 1
 
-    async def _stream(self, job: protocol.Job, gen: str) -> None:
+    async def _stream(self, job: protocol.Job) -> None:
         first_token_at: float | None = None
         last_at = 0.0
         itl = metrics.INTER_TOKEN_LATENCY.labels(**self._labels)
@@ -335,11 +341,12 @@ class Worker(CrashRecovery, RedisOutageTolerance):
                 else:
                     itl.observe(now - last_at)
                 last_at = now
-                await self.redis.xadd(gen, protocol.token_fields(item.text))
+                await self._publish(job.job_id, protocol.token_fields(item.text))
             elif isinstance(item, Finish):
                 end = time.time()
                 origin = job.enqueued_at or end
                 self._record_finish(job, item, first_token_at, end)
+                await self._stream_ensure(job.job_id)
                 await self._terminal(
                     job.job_id,
                     protocol.EVENT_DONE,

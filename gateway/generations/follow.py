@@ -144,15 +144,22 @@ async def _settle_retrying(
             delay = min(delay * 2, 1.0)
 
 
-def _quota_settle_from(terminal: protocol.Event, generation: Generation) -> None:
+def _quota_settle_from(
+    terminal: protocol.Event, generation: Generation, *, tokens_seen: int
+) -> None:
     """Last resort when a generation cannot be recorded (the database stayed down):
-    settle its reservation in Redis to the engine's usage so no budget stays held."""
+    settle its reservation in Redis to the engine's usage so no budget stays held.
+
+    An error after ``tokens_seen`` token events (those this follower read) bills its
+    reported prompt tokens plus those, as
+    :func:`gateway.generations.outcome.error_usage` does."""
     usage = protocol.Usage.from_dict(terminal.data.get("usage"))
-    billable = (
-        usage.total_tokens
-        if terminal.type == protocol.EVENT_DONE and not generation.cache_kind
-        else 0
-    )
+    if generation.cache_kind:
+        billable = 0
+    elif terminal.type == protocol.EVENT_DONE:
+        billable = usage.total_tokens
+    else:
+        billable = usage.prompt_tokens + tokens_seen if tokens_seen else 0
     quota.quota_settle(job_id=generation.job_id, tokens=billable)
 
 
@@ -278,7 +285,9 @@ async def generation_follow(
                     )
                 except _BACKEND_ERRORS as exc:
                     if recorder is None:
-                        await sync_to_async(_quota_settle_from)(event, generation)
+                        await sync_to_async(_quota_settle_from)(
+                            event, generation, tokens_seen=tokens_seen
+                        )
                     settled = True
                     yield Broken(_stream_broken(exc))
                     return

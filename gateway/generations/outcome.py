@@ -10,8 +10,15 @@ reason shown to a client and the tokens billed never differ between surfaces.
 | ``done`` finish ``length``        | complete    | length         | length         | usage  |
 | ``done`` finish ``cancelled``     | cancelled   | cancelled      | stop           | usage  |
 | ``done`` finish ``content_filter``| filtered    | content_filter | content_filter | usage  |
-| ``error`` (any code)              | error       | error          | — (an error)   | 0      |
+| ``error`` before the first token  | error       | error          | — (an error)   | 0      |
+| ``error`` after tokens            | error       | error          | — (an error)   | spent  |
 
+"spent" (:func:`error_usage`): an answer that failed midway (its worker killed, the
+engine failing) is billed what was generated for it, as a stopped answer is: the
+prompt tokens the worker reported in the ``error`` event's ``usage`` (0 when none did,
+e.g. the web tier's watchdog ended it) plus one completion token per ``token`` event on
+the stream (each is one engine delta: the text the user received). An error before any
+token, fallback restarts included, bills nothing: no answer reached anyone.
 A cache hit bills 0 whatever its event says (no engine processed a token). Statuses
 are :class:`gateway.models.UsageRecord.Status` values; the chat's
 ``Message.Status`` uses the same strings.
@@ -72,7 +79,8 @@ class Outcome:
     """How a generation ended, as every surface stores and shows it.
 
     ``text`` is the answer as released to clients (characters); ``usage`` the tokens
-    billed (zero for errors and cache hits); ``ttft_ms``/``latency_ms`` from the
+    billed (zero for cache hits and errors before the first token, see the module's
+    table); ``ttft_ms``/``latency_ms`` from the
     worker's ``done`` event (None on error); ``error`` set iff ``status`` is error;
     ``reason`` the sentence a user reads about why a ``filtered`` answer was cut.
     """
@@ -96,6 +104,22 @@ class Outcome:
         return _BY_FINISH[self.finish_reason][1]
 
 
+def error_usage(events: list[protocol.Event]) -> protocol.Usage:
+    """Return what a generation that ended with an ``error`` (the last of ``events``)
+    bills: nothing before its first ``token`` event; after it, the prompt (and cached)
+    tokens of the error's ``usage`` (0 if it has none) plus one completion token per
+    ``token`` event (see the module's table)."""
+    streamed = sum(1 for e in events if e.type == protocol.EVENT_TOKEN)
+    if not streamed:
+        return protocol.Usage()
+    reported = protocol.Usage.from_dict(events[-1].data.get("usage"))
+    return protocol.Usage(
+        prompt_tokens=reported.prompt_tokens,
+        completion_tokens=streamed,
+        cached_tokens=reported.cached_tokens,
+    )
+
+
 def outcome_from_events(
     events: list[protocol.Event], *, model: str = "", cache_kind: str = ""
 ) -> Outcome:
@@ -117,6 +141,7 @@ def outcome_from_events(
             status=UsageRecord.Status.ERROR,
             finish_reason=FINISH_ERROR,
             text=text,
+            usage=protocol.Usage() if cache_kind else error_usage(events),
             model=model,
             cache_kind=cache_kind,
             error=generation_failed(

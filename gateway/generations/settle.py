@@ -99,15 +99,17 @@ def usage_settle(
 ) -> UsageRecord | None:
     """Record a finished request once and settle its reservation to the actual usage.
 
-    ``status`` is a :class:`UsageRecord.Status`; an ``error`` consumes nothing (the
-    reservation is released and the record holds zero tokens); a ``cache_hit`` costs
-    nothing (zero tokens, cost 0). The quota counters move after the surrounding
-    transaction commits; then the answer (``answer`` text, ``finish_reason``) is stored
+    ``status`` is a :class:`UsageRecord.Status`; ``usage`` is what is billed, whatever
+    the status: an ``error`` bills what its outcome says (nothing before the first
+    token, the tokens spent after it: :func:`gateway.generations.outcome.error_usage`);
+    a ``cache_hit`` costs nothing (zero tokens, cost 0). The quota counters move after
+    the surrounding transaction commits; then the answer (``answer`` text,
+    ``finish_reason``) is stored
     in the caches if the request was admitted as cacheable and the answer is complete
     (:func:`gateway.cache.cache_settle`). Idempotent: returns the new record, or None
     if this job was already settled (another settler was first).
     """
-    if status == UsageRecord.Status.ERROR or cache_hit:
+    if cache_hit:
         usage = protocol.Usage()
     pool_obj = selectors.pool_get(name=pool) if pool else None
     with transaction.atomic():

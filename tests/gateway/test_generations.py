@@ -60,12 +60,16 @@ def _done(finish: str) -> tuple[str, dict[str, Any]]:
     }
 
 
-def _error(code: str) -> tuple[str, dict[str, Any]]:
+def _error(code: str, usage: dict[str, int] | None = None) -> tuple[str, dict]:
     return protocol.EVENT_ERROR, {
         "code": code,
         "message": f"failed: {code}",
-        "usage": None,
+        "usage": usage,
     }
+
+
+# what a worker reports when its engine fails (or its job is reclaimed) after 2 tokens
+SPENT = {"prompt_tokens": 11, "completion_tokens": 2, "cached_tokens": 0}
 
 
 CASES = [
@@ -100,18 +104,48 @@ CASES = [
         200,
         14,
     ),
+    # an error after tokens bills the reported prompt + one token per token event
     Case(
         "engine_error_midway",
-        ["Hel"],
-        _error("engine_error"),
+        ["Hel", "lo"],
+        _error("engine_error", SPENT),
+        "error",
+        "error",
+        None,
+        500,
+        13,
+    ),
+    Case(
+        "worker_lost_midway",
+        ["Hel", "lo"],
+        _error("worker_lost", SPENT),
+        "error",
+        "error",
+        None,
+        500,
+        13,
+    ),
+    # the web tier's watchdog reports no usage: the streamed tokens alone
+    Case(
+        "no_worker_midway",
+        ["Hel", "lo", "!"],
+        _error("worker_unavailable"),
+        "error",
+        "error",
+        None,
+        503,
+        3,
+    ),
+    # before the first token nothing is billed, whatever the event reports
+    Case(
+        "engine_error_first",
+        [],
+        _error("engine_error", SPENT),
         "error",
         "error",
         None,
         500,
         0,
-    ),
-    Case(
-        "engine_error_first", [], _error("engine_error"), "error", "error", None, 500, 0
     ),
     Case("queue_timeout", [], _error("queue_timeout"), "error", "error", None, 503, 0),
     Case("no_worker", [], _error("worker_unavailable"), "error", "error", None, 503, 0),
@@ -168,6 +202,7 @@ async def _chat_outcome(user: Any, case: Case) -> dict[str, Any]:
         "record_status": record.status,
         "finish_reason": message.finish_reason,
         "billed": record.prompt_tokens + record.completion_tokens,
+        "token_count_billed": message.token_count == record.completion_tokens,
         "text": message.content,
         "frame": final.event,
         "code": final.data.get("code"),
@@ -237,6 +272,13 @@ async def test_chat_and_api_reach_the_same_outcome_for_each_terminal_event(
     assert (
         chat_out["billed"] == api_out["billed"] == api_stream["billed"] == case.billed
     )
+    assert chat_out["token_count_billed"]  # the answer's token_count is what was billed
+    # the quota holds exactly what the three usage records bill, nothing reserved
+    windows = await sync_to_async(quota.quota_windows)(
+        user_id=user.pk, limits=quota.Limits(per_day=10**9)
+    )
+    assert windows[1].used == 3 * case.billed
+    assert await sync_to_async(no_reservations)()
     assert api_out["record_status"] == api_stream["record_status"] == case.status
     assert api_out["http_status"] == case.http_status
     assert api_out["openai"] == api_stream["openai"] == case.openai

@@ -71,7 +71,7 @@ def test_job_lost_before_its_first_token_is_retried_once_and_completes(start_wor
 def test_job_lost_after_tokens_ends_with_worker_lost_and_keeps_its_partial_text(
     start_worker,
 ):
-    enqueue("lost-late", script={"text": "never generated again"})
+    job = enqueue("lost-late", script={"text": "never generated again"})
     ghost_takes("lost-late", tokens=["Partial", " answer"])
     start_worker(ScriptedEngine(), **FAST_RECLAIM)
     events = wait_events("lost-late", terminal, timeout=15)
@@ -80,6 +80,12 @@ def test_job_lost_after_tokens_ends_with_worker_lost_and_keeps_its_partial_text(
     assert "".join(e.data["t"] for e in events if e.type == "token") == (
         "Partial answer"
     )
+    # what was spent, for billing: the prompt by this pool's engine, 2 token events
+    assert events[-1].data["usage"] == {
+        "prompt_tokens": ScriptedEngine().count_tokens(job.messages),
+        "completion_tokens": 2,
+        "cached_tokens": 0,
+    }
     assert queue_drained()
 
 
@@ -93,6 +99,7 @@ def test_a_retried_job_that_loses_its_worker_again_is_not_retried_twice(
     events = wait_events("lost-twice", terminal, timeout=15)
     assert [e.type for e in events] == ["meta", "error"]
     assert events[-1].data["code"] == protocol.ERROR_WORKER_LOST
+    assert events[-1].data["usage"] is None  # no token: nothing spent
 
 
 def test_a_job_that_ended_before_its_ack_was_lost_is_only_acknowledged(start_worker):

@@ -86,12 +86,55 @@ def test_job_past_its_deadline_is_dropped_with_an_error_event(start_worker):
 
 
 def test_engine_failure_ends_the_generation_with_an_error_event(start_worker):
-    start_worker(ScriptedEngine(text="a b c d"))
-    enqueue("boom", script={"fail_after": 2})
+    engine = ScriptedEngine(text="a b c d")
+    start_worker(engine)
+    job = enqueue("boom", script={"fail_after": 2})
     events = wait_events("boom", terminal)
     assert events[-1].type == "error"
     assert events[-1].data["code"] == protocol.ERROR_ENGINE
     assert sum(e.type == "token" for e in events) == 2
+    # after tokens the error reports what was spent (the gateway bills it)
+    assert events[-1].data["usage"] == {
+        "prompt_tokens": engine.count_tokens(job.messages),
+        "completion_tokens": 2,
+        "cached_tokens": 0,
+    }
+
+
+def test_an_engine_failure_before_the_first_token_reports_no_usage(start_worker):
+    start_worker(ScriptedEngine(text="a b"))
+    enqueue("early", script={"fail_after": 0})
+    events = wait_events("early", terminal)
+    assert [e.type for e in events] == ["meta", "error"]
+    assert events[-1].data["usage"] is None
+
+
+def test_a_stream_lost_mid_answer_is_written_back_under_its_entry_ids(start_worker):
+    """Redis restarted empty (here: the stream deleted) while the worker writes: its
+    next write puts back every entry it wrote, with the same ids, so a reader resuming
+    after an old id gets exactly the rest and the stream holds the whole answer."""
+    words = [f"w{i}" for i in range(40)]
+    start_worker(ScriptedEngine(text=" ".join(words), delay_ms=20))
+    enqueue("lost-stream")
+    before = wait_events(
+        "lost-stream", lambda evs: sum(e.type == "token" for e in evs) >= 5
+    )
+    redis_sync().delete(protocol.gen_key("lost-stream"))
+    events = wait_events("lost-stream", terminal)
+    assert [e.id for e in events[: len(before)]] == [e.id for e in before]
+    assert [e.type for e in events].count("meta") == 1
+    assert events[-1].type == "done"
+    text = "".join(e.data["t"] for e in events if e.type == "token")
+    assert text.split() == words
+    assert (
+        sum(e.type == "token" for e in events)
+        == (events[-1].data["usage"]["completion_tokens"])
+    )
+    last = tuple(int(p) for p in before[-1].id.split("-"))
+    resumed = [e for e in events if tuple(int(p) for p in e.id.split("-")) > last]
+    resumed_text = "".join(e.data["t"] for e in resumed if e.type == "token")
+    seen = "".join(e.data["t"] for e in before if e.type == "token")
+    assert seen + resumed_text == text
 
 
 def test_generation_with_no_client_attached_is_cancelled_after_the_grace_period(

@@ -152,7 +152,9 @@ async def test_a_failure_after_tokens_ends_the_stream_with_an_error_object(
     )
     assert last["error"]["type"] == "server_error" and last["error"]["message"]
     record = await UsageRecord.objects.aget(user=user)
-    assert record.status == "error" and record.total_tokens == 0
+    # billed what was generated: the prompt plus the two tokens streamed
+    assert record.status == "error" and record.completion_tokens == 2
+    assert record.prompt_tokens > 0
     # not streamed: a 500 in OpenAI's error shape
     result = await asgi(
         "POST", "/v1/chat/completions", body=ask(model="big"), key=api_key
