@@ -1,6 +1,7 @@
 """Overhead of our full API path vs LiteLLM proxy, both in front of the same upstream.
 
-    .venv/bin/python bench/gateway_overhead.py [--concurrency 1 50 200] [--rounds 3]
+    .venv/bin/python bench/gateway_overhead.py [--concurrency 1 50] [--rounds 3] [--min-samples 40]
+        [--moderation off|on] [--profile DIR]
 
 Needs the dev services (`make migrate`) and, for the LiteLLM column, LiteLLM proxy in
 its own venv: ``python3 -m venv .venv-litellm && .venv-litellm/bin/pip install
@@ -44,6 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
+
+from bench.record import bench_record, pct  # noqa: E402
 
 MODEL = "bench-fixed"
 POOL = "bench-api"
@@ -91,12 +94,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def pct(values: list[float], q: float) -> float:
-    """Return the q-th percentile (0..100) of ``values``."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
 
 
 def wait_http(url: str, procs: list[subprocess.Popen], timeout: float = 120) -> None:
@@ -214,22 +211,114 @@ def setup_ours() -> str:
     return services.api_key_create(user=user, name="bench")[1]
 
 
+def _profiled(cmd: list, profile_dir: Path | None, name: str) -> list:
+    """``cmd`` run under cProfile into ``profile_dir/name.prof`` (written at exit)."""
+    if profile_dir is None:
+        return cmd
+    out = profile_dir / f"{name}.prof"
+    return [sys.executable, "-m", "cProfile", "-o", str(out), *map(str, cmd)]
+
+
+def _report(c: int, rows: dict, rounds: int) -> None:
+    """Print one concurrency level's table rows and record its headline figures."""
+    base50 = pct(rows["direct"][0], 50)
+    base99 = pct(rows["direct"][0], 99)
+    overhead = {}
+    for name, (ttfts, rps, errors) in rows.items():
+        p50, p99 = pct(ttfts, 50), pct(ttfts, 99)
+        overhead[name] = (p50 - base50, p99 - base99)
+        print(
+            f"{c:>5} {name:>8} {p50:>9.1f} {p99:>9.1f} "
+            f"{p50 - base50:>8.1f} {p99 - base99:>8.1f} {rps:>7.1f} "
+            f"{sum(errors.values()):>6}"
+        )
+        for kind, count in errors.most_common(3):
+            print(f"{'':>15} {count} x {kind}")
+        if name != "direct":
+            params = f"c={c}, {rounds} rounds"
+            bench_record(
+                bench="gateway_overhead",
+                metric=f"{name} TTFT overhead p50",
+                value=p50 - base50,
+                unit="ms",
+                params=params,
+            )
+            bench_record(
+                bench="gateway_overhead",
+                metric=f"{name} errors",
+                value=sum(errors.values()),
+                params=params,
+                goal="0",
+            )
+    if "litellm" in overhead:
+        ours, theirs = overhead["ours"], overhead["litellm"]
+        ratio50 = ours[0] / theirs[0] if theirs[0] > 0 else float("nan")
+        ratio99 = ours[1] / theirs[1] if theirs[1] > 0 else float("nan")
+        rps_ratio = rows["ours"][1] / rows["litellm"][1]
+        print(
+            f"{c:>5}    ours/litellm: overhead p50 {ratio50:.2f}, p99 {ratio99:.2f}; "
+            f"requests/s {rps_ratio:.2f}x"
+        )
+        params = f"c={c}, {rounds} rounds"
+        bench_record(
+            bench="gateway_overhead",
+            metric="overhead ratio ours/litellm p50",
+            value=ratio50,
+            params=params,
+            goal="<= 0.5" if c == 1 else "<= 0.3",
+        )
+        bench_record(
+            bench="gateway_overhead",
+            metric="requests/s ratio ours/litellm",
+            value=rps_ratio,
+            unit="x",
+            params=params,
+            goal=">= 2" if c > 1 else "",
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50, 200])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50])
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds per level; at least enough for --min-samples requests per target",
+    )
+    parser.add_argument("--min-samples", type=int, default=40)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--token-ms", type=float, default=5.0)
+    parser.add_argument(
+        "--moderation",
+        choices=("off", "on"),
+        default="off",
+        help="input moderation of our API (off: like LiteLLM, which has none; on: "
+        "with an embedding worker, as in production)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="a folder: run daphne and the worker under cProfile, write "
+        "web.prof / worker.prof there (figures are then not comparable)",
+    )
     args = parser.parse_args()
 
-    key = setup_ours()
     env = {
         **os.environ,
         "BENCH_TOKENS": str(args.tokens),
         "BENCH_TOKEN_MS": str(args.token_ms),
         "PYTHONUNBUFFERED": "1",
         "HF_HUB_OFFLINE": "1",
+        # as in production: no per-query debug bookkeeping in our processes
+        "DJANGO_DEBUG": "0",
+        "SAFETY_INPUT_ENABLED": "1" if args.moderation == "on" else "0",
     }
+    os.environ.update(
+        {k: env[k] for k in ("DJANGO_DEBUG", "SAFETY_INPUT_ENABLED")}
+    )
+    key = setup_ours()
     bin_dir = Path(sys.executable).parent
     tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
     (tmp / "upstream.py").write_text(UPSTREAM)
@@ -237,6 +326,8 @@ def main() -> None:
     upstream = f"http://127.0.0.1:{up_port}"
     procs: list[subprocess.Popen] = []
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     try:
         procs.append(
             subprocess.Popen(
@@ -249,8 +340,12 @@ def main() -> None:
         )
         procs.append(
             subprocess.Popen(
-                [bin_dir / "daphne", "-b", "127.0.0.1", "-p", str(web_port)]
-                + ["chatsite.asgi:application"],
+                _profiled(
+                    [bin_dir / "daphne", "-b", "127.0.0.1", "-p", str(web_port)]
+                    + ["chatsite.asgi:application"],
+                    args.profile,
+                    "web",
+                ),
                 cwd=ROOT,
                 env=env,
                 **quiet,
@@ -258,14 +353,29 @@ def main() -> None:
         )
         procs.append(
             subprocess.Popen(
-                [sys.executable, "manage.py", "run_inference_worker", "--pool", POOL]
-                + ["--engine", "openai", "--base-url", upstream, "--model", MODEL]
-                + ["--concurrency", str(max(args.concurrency) + 8)],
+                _profiled(
+                    [sys.executable, "manage.py", "run_inference_worker"]
+                    + ["--pool", POOL, "--engine", "openai", "--base-url", upstream]
+                    + ["--model", MODEL]
+                    + ["--concurrency", str(max(args.concurrency) + 8)],
+                    args.profile,
+                    "worker",
+                ),
                 cwd=ROOT,
                 env=env,
                 **quiet,
             )
         )
+        if args.moderation == "on":
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "manage.py", "run_inference_worker"]
+                    + ["--pool", "embed", "--engine", "sentence-transformers"],
+                    cwd=ROOT,
+                    env=env,
+                    **quiet,
+                )
+            )
         litellm_bin = ROOT / ".venv-litellm" / "bin" / "litellm"
         have_litellm = litellm_bin.exists()
         litellm_key = "sk-" + secrets.token_hex(32)
@@ -304,9 +414,10 @@ def main() -> None:
         from inference import client as inference_client
 
         deadline = time.time() + 60
-        while inference_client.workers_live(pool=POOL) == 0:
+        pools = [POOL] + (["embed"] if args.moderation == "on" else [])
+        while any(inference_client.workers_live(pool=p) == 0 for p in pools):
             if time.time() > deadline:
-                raise RuntimeError("the worker did not start")
+                raise RuntimeError("the workers did not start")
             time.sleep(0.3)
         targets = {
             "direct": (upstream + "/v1", "none"),
@@ -315,36 +426,19 @@ def main() -> None:
         if have_litellm:
             targets["litellm"] = (f"http://127.0.0.1:{llm_port}", litellm_key)
         print(
-            f"upstream: {args.tokens} chunks, {args.token_ms} ms apart; "
-            f"{args.rounds} rounds per level; TTFT in ms"
+            f"upstream: {args.tokens} chunks, {args.token_ms} ms apart; input "
+            f"moderation {args.moderation}; at least {args.min_samples} requests "
+            f"per target and level; TTFT in ms; load average {os.getloadavg()[0]:.2f}"
         )
         print(
             f"{'conc':>5} {'target':>8} {'ttft p50':>9} {'ttft p99':>9} "
             f"{'ovh p50':>8} {'ovh p99':>8} {'req/s':>7} {'errors':>6}"
         )
         for c in args.concurrency:
-            rows = asyncio.run(run_levels(targets, MODEL, c, args.rounds))
-            base50 = pct(rows["direct"][0], 50)
-            base99 = pct(rows["direct"][0], 99)
-            overhead = {}
-            for name, (ttfts, rps, errors) in rows.items():
-                p50, p99 = pct(ttfts, 50), pct(ttfts, 99)
-                overhead[name] = (p50 - base50, p99 - base99)
-                print(
-                    f"{c:>5} {name:>8} {p50:>9.1f} {p99:>9.1f} "
-                    f"{p50 - base50:>8.1f} {p99 - base99:>8.1f} {rps:>7.1f} "
-                    f"{sum(errors.values()):>6}"
-                )
-                for kind, count in errors.most_common(3):
-                    print(f"{'':>15} {count} x {kind}")
-            if "litellm" in overhead:
-                ours, theirs = overhead["ours"], overhead["litellm"]
-                ratio50 = ours[0] / theirs[0] if theirs[0] > 0 else float("nan")
-                ratio99 = ours[1] / theirs[1] if theirs[1] > 0 else float("nan")
-                print(
-                    f"{c:>5}    ratio ours/litellm overhead: p50 {ratio50:.2f}, "
-                    f"p99 {ratio99:.2f}"
-                )
+            rounds = max(args.rounds, -(-args.min_samples // c))
+            rows = asyncio.run(run_levels(targets, MODEL, c, rounds))
+            _report(c, rows, rounds)
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
