@@ -216,7 +216,10 @@ def _profiled(cmd: list, profile_dir: Path | None, name: str) -> list:
     if profile_dir is None:
         return cmd
     out = profile_dir / f"{name}.prof"
-    return [sys.executable, "-m", "cProfile", "-o", str(out), *map(str, cmd)]
+    script = [str(part) for part in cmd]
+    if script[0] == sys.executable:  # ``python manage.py ...``: profile manage.py
+        script = script[1:]
+    return [sys.executable, "-m", "cProfile", "-o", str(out), *script]
 
 
 def _report(c: int, rows: dict, rounds: int) -> None:
@@ -315,9 +318,7 @@ def main() -> None:
         "DJANGO_DEBUG": "0",
         "SAFETY_INPUT_ENABLED": "1" if args.moderation == "on" else "0",
     }
-    os.environ.update(
-        {k: env[k] for k in ("DJANGO_DEBUG", "SAFETY_INPUT_ENABLED")}
-    )
+    os.environ.update({k: env[k] for k in ("DJANGO_DEBUG", "SAFETY_INPUT_ENABLED")})
     key = setup_ours()
     bin_dir = Path(sys.executable).parent
     tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
