@@ -184,14 +184,18 @@ def pool_saturated(
     ``queue_threshold * GATEWAY_SHED_FRACTION``; ``fraction`` (0-1) overrides that
     share (evaluation requests: EVAL_SHED_FRACTION, shed before any user).
     """
-    if inference_client.workers_live(pool=pool.name) == 0:
+    # liveness and queue depth in one round trip (admission is on every request)
+    live, waiting = inference_client.pool_load(pool=pool.name)
+    if live == 0:
         return True
     threshold = pool.queue_threshold
     if fraction is not None:
         threshold = int(threshold * fraction)
     elif shed:
         threshold = int(threshold * settings.GATEWAY_SHED_FRACTION)
-    return queue_waiting(pool=pool.name) > threshold
+    if waiting is None:  # Redis does not know the group's lag: count the entries
+        waiting = queue_waiting(pool=pool.name)
+    return waiting > threshold
 
 
 def plan_is_lowest(*, plan: Plan) -> bool:

@@ -324,3 +324,16 @@ def test_the_model_pickers_list_chat_pools_and_the_api_every_kind(
     assert page.status_code == 200
     assert embed_pool not in page.context["models"]
     assert small in page.context["models"]
+
+
+def test_pool_load_reads_live_workers_and_waiting_jobs_together(pools):
+    from inference import client as inference_client
+
+    assert inference_client.pool_load(pool="nobody") == (0, 0)
+    fake_heartbeat("big")
+    queue_jobs("big", 4)
+    assert inference_client.pool_load(pool="big") == (1, None)  # no group: count
+    client = redis_sync()
+    client.xgroup_create(protocol.queue_key("big"), protocol.GROUP, id="0")
+    client.xreadgroup(protocol.GROUP, "w1", {protocol.queue_key("big"): ">"}, count=3)
+    assert inference_client.pool_load(pool="big") == (1, 1)
