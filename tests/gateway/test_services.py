@@ -149,13 +149,17 @@ def test_a_suspension_made_between_two_requests_refuses_the_second(user):
         safety_selectors.suspension_check(user=again)
 
 
-def test_key_user_plan_and_suspension_are_one_query(user, django_assert_num_queries):
+def test_key_user_plan_and_suspension_are_one_query(
+    user, django_assert_num_queries, settings
+):
     from gateway import selectors
     from safety import selectors as safety_selectors
 
     factories.subscribe(user, factories.plan("pro", pools=[factories.pool("p1")]))
     _key, raw = services.api_key_create(user=user)
-    selectors.plan_for_user(user=services.api_key_authenticate(raw=raw))  # warm
+    # warm: stamp last_used_at, load the pools-and-plans snapshot (per process)
+    selectors.plan_for_user(user=services.api_key_authenticate(raw=raw))
+    settings.GATEWAY_CONFIG_CACHE_S = 60
     with django_assert_num_queries(1):
         found = services.api_key_authenticate(raw=raw)
         safety_selectors.suspension_check(user=found)
