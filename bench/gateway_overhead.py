@@ -111,10 +111,18 @@ def wait_http(url: str, procs: list[subprocess.Popen], timeout: float = 120) -> 
             time.sleep(0.3)
 
 
-async def one(client, model: str) -> tuple[float, float]:
-    """Stream one completion; return (TTFT, total) in ms."""
+# What one streamed completion gave: TTFT and total (ms), the completion id, and the
+# epoch times (s) the request was sent and its first content delta arrived.
+Sample = tuple[float, float, str, float, float]
+
+
+async def one(client, model: str) -> Sample:
+    """Stream one completion; return its :data:`Sample`."""
+    sent = time.time()
     start = time.perf_counter()
     ttft = None
+    first_at = 0.0
+    cid = ""
     stream = await client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": "Say the fixed answer."}],
@@ -122,10 +130,54 @@ async def one(client, model: str) -> tuple[float, float]:
         max_tokens=256,
     )
     async for chunk in stream:
+        cid = cid or chunk.id
         if ttft is None and chunk.choices and chunk.choices[0].delta.content:
             ttft = (time.perf_counter() - start) * 1000
+            first_at = time.time()
     total = (time.perf_counter() - start) * 1000
-    return (ttft if ttft is not None else total), total
+    return (ttft if ttft is not None else total), total, cid, sent, first_at
+
+
+def stages(samples: list[Sample]) -> dict[str, list[float]]:
+    """Split each of our API's TTFTs into its stages (ms), from what Redis kept.
+
+    admission: request sent -> job enqueued (``enqueued_at`` of the job kept for a
+    fallback retry); to worker: -> the worker's ``meta`` event (queue hop and the
+    worker's start); engine: -> the first ``token`` event (the upstream request and
+    its first chunk, the upstream's own delay included); relay: -> the client read the
+    first content delta. Stream entry ids carry milliseconds, so each stage is +-1 ms.
+    """
+    import json
+    import uuid
+
+    from gateway import keys
+    from inference import protocol
+    from inference.connections import redis_sync
+
+    client = redis_sync()
+    out: dict[str, list[float]] = {
+        "admission": [],
+        "to worker": [],
+        "engine": [],
+        "relay": [],
+    }
+    for _ttft, _total, cid, sent, first_at in samples:
+        if not cid.startswith("chatcmpl-") or not first_at:
+            continue
+        job_id = str(uuid.UUID(cid.removeprefix("chatcmpl-")))
+        raw = client.get(keys.job_key(job_id))
+        entries = client.xrange(protocol.gen_key(job_id))
+        times = {}
+        for entry_id, fields in entries:
+            times.setdefault(fields.get("e"), int(entry_id.split("-")[0]) / 1000)
+        if raw is None or "meta" not in times or "token" not in times:
+            continue
+        enqueued = float(json.loads(raw)["enqueued_at"])
+        out["admission"].append((enqueued - sent) * 1000)
+        out["to worker"].append((times["meta"] - enqueued) * 1000)
+        out["engine"].append((times["token"] - times["meta"]) * 1000)
+        out["relay"].append((first_at - times["token"]) * 1000)
+    return out
 
 
 async def run_levels(
@@ -154,6 +206,7 @@ async def run_levels(
         for name, (url, key) in targets.items()
     }
     ttfts: dict[str, list[float]] = {name: [] for name in targets}
+    samples: dict[str, list[Sample]] = {name: [] for name in targets}
     errors: dict[str, Counter[str]] = {name: Counter() for name in targets}
     busy_s = dict.fromkeys(targets, 0.0)
     for client in clients.values():  # warm up
@@ -176,10 +229,16 @@ async def run_levels(
                     errors[name][kind] += 1
                 else:
                     ttfts[name].append(result[0])
+                    samples[name].append(result)
     for client in clients.values():
         await client.close()
     return {
-        name: (ttfts[name], len(ttfts[name]) / busy_s[name], errors[name])
+        name: (
+            ttfts[name],
+            len(ttfts[name]) / busy_s[name],
+            errors[name],
+            samples[name],
+        )
         for name in targets
     }
 
@@ -227,7 +286,7 @@ def _report(c: int, rows: dict, rounds: int) -> None:
     base50 = pct(rows["direct"][0], 50)
     base99 = pct(rows["direct"][0], 99)
     overhead = {}
-    for name, (ttfts, rps, errors) in rows.items():
+    for name, (ttfts, rps, errors, _samples) in rows.items():
         p50, p99 = pct(ttfts, 50), pct(ttfts, 99)
         overhead[name] = (p50 - base50, p99 - base99)
         print(
@@ -253,6 +312,13 @@ def _report(c: int, rows: dict, rounds: int) -> None:
                 params=params,
                 goal="0",
             )
+    split = stages(rows["ours"][3])
+    if split["admission"]:
+        print(
+            f"{c:>5}     ours TTFT by stage, p50 ms: "
+            + ", ".join(f"{k} {pct(v, 50):.1f}" for k, v in split.items())
+            + f" (the upstream's own TTFT, in engine: {base50:.1f} direct)"
+        )
     if "litellm" in overhead:
         ours, theirs = overhead["ours"], overhead["litellm"]
         ratio50 = ours[0] / theirs[0] if theirs[0] > 0 else float("nan")
