@@ -1,7 +1,11 @@
 """Overhead of our full API path vs LiteLLM proxy, both in front of the same upstream.
 
-    .venv/bin/python bench/gateway_overhead.py [--concurrency 1 50] [--rounds 3] [--min-samples 40]
-        [--moderation off|on] [--profile DIR]
+    .venv/bin/python bench/gateway_overhead.py [--concurrency 1 50] [--rounds 3]
+        [--min-samples 40] [--moderation off|on] [--profile DIR]
+
+The defaults (c = 1 and 50, at least 40 requests per target and level) are sized for
+``make bench``: about 3 minutes on 2 cores at load average 7-9 (60 requests per
+level); ``--concurrency 1 50 200 --min-samples 200`` is a big run.
 
 Needs the dev services (`make migrate`) and, for the LiteLLM column, LiteLLM proxy in
 its own venv: ``python3 -m venv .venv-litellm && .venv-litellm/bin/pip install
@@ -21,8 +25,13 @@ The same client (the official ``openai`` AsyncOpenAI, streaming) sends ``c`` con
 requests, ``--rounds`` times, to the upstream directly, to ours and to LiteLLM, the
 targets interleaved round by round (load drifts on a shared machine hit all). Printed
 per concurrency: TTFT p50/p99 (ms, to the first content delta), overhead = TTFT through
-the gateway minus TTFT direct (p50/p99, ms), requests/s, and the ratio of our overhead
-to LiteLLM's (below 1: ours adds less).
+the gateway minus TTFT direct (p50/p99, ms), requests/s, the ratio of our overhead to
+LiteLLM's (below 1: ours adds less) and of the requests/s, and our TTFT split into its
+stages (:func:`stages`: admission, the queue hop to the worker, the engine, the relay).
+Our processes run with DEBUG off, as in production. Input moderation is off by default,
+as LiteLLM has none (``--moderation on`` adds an embedding worker: the production
+path). ``--profile DIR`` runs daphne and the worker under cProfile (their event-loop
+threads only: the sync admission step runs in a worker thread).
 """
 
 from __future__ import annotations
