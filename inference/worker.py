@@ -98,8 +98,9 @@ class _TokenWriter:
     async def close(self) -> None:
         """Stop writing (the job ended or failed); nothing queued is written after."""
         self._pending = []
-        if self._flush is not None and not self._flush.done():
-            self._flush.cancel()
+        if self._flush is not None:
+            self._flush.cancel()  # no-op when done
+            # retrieves a failed write's exception too (else asyncio logs it unretrieved)
             await asyncio.gather(self._flush, return_exceptions=True)
         self._flush = None
 
