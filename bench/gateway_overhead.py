@@ -1,6 +1,11 @@
 """Overhead of our full API path vs LiteLLM proxy, both in front of the same upstream.
 
-    .venv/bin/python bench/gateway_overhead.py [--concurrency 1 50 200] [--rounds 3]
+    .venv/bin/python bench/gateway_overhead.py [--concurrency 1 50] [--rounds 3]
+        [--min-samples 40] [--moderation off|on] [--profile DIR]
+
+The defaults (c = 1 and 50, at least 40 requests per target and level) are sized for
+``make bench``: about 3 minutes on 2 cores at load average 7-9 (60 requests per
+level); ``--concurrency 1 50 200 --min-samples 200`` is a big run.
 
 Needs the dev services (`make migrate`) and, for the LiteLLM column, LiteLLM proxy in
 its own venv: ``python3 -m venv .venv-litellm && .venv-litellm/bin/pip install
@@ -20,8 +25,13 @@ The same client (the official ``openai`` AsyncOpenAI, streaming) sends ``c`` con
 requests, ``--rounds`` times, to the upstream directly, to ours and to LiteLLM, the
 targets interleaved round by round (load drifts on a shared machine hit all). Printed
 per concurrency: TTFT p50/p99 (ms, to the first content delta), overhead = TTFT through
-the gateway minus TTFT direct (p50/p99, ms), requests/s, and the ratio of our overhead
-to LiteLLM's (below 1: ours adds less).
+the gateway minus TTFT direct (p50/p99, ms), requests/s, the ratio of our overhead to
+LiteLLM's (below 1: ours adds less) and of the requests/s, and our TTFT split into its
+stages (:func:`stages`: admission, the queue hop to the worker, the engine, the relay).
+Our processes run with DEBUG off, as in production. Input moderation is off by default,
+as LiteLLM has none (``--moderation on`` adds an embedding worker: the production
+path). ``--profile DIR`` runs daphne and the worker under cProfile (their event-loop
+threads only: the sync admission step runs in a worker thread).
 """
 
 from __future__ import annotations
@@ -44,6 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
+
+from bench.record import bench_record, pct  # noqa: E402
 
 MODEL = "bench-fixed"
 POOL = "bench-api"
@@ -93,12 +105,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def pct(values: list[float], q: float) -> float:
-    """Return the q-th percentile (0..100) of ``values``."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
-
-
 def wait_http(url: str, procs: list[subprocess.Popen], timeout: float = 120) -> None:
     """Wait until ``url`` answers (any status)."""
     import httpx
@@ -114,10 +120,18 @@ def wait_http(url: str, procs: list[subprocess.Popen], timeout: float = 120) -> 
             time.sleep(0.3)
 
 
-async def one(client, model: str) -> tuple[float, float]:
-    """Stream one completion; return (TTFT, total) in ms."""
+# What one streamed completion gave: TTFT and total (ms), the completion id, and the
+# epoch times (s) the request was sent and its first content delta arrived.
+Sample = tuple[float, float, str, float, float]
+
+
+async def one(client, model: str) -> Sample:
+    """Stream one completion; return its :data:`Sample`."""
+    sent = time.time()
     start = time.perf_counter()
     ttft = None
+    first_at = 0.0
+    cid = ""
     stream = await client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": "Say the fixed answer."}],
@@ -125,10 +139,54 @@ async def one(client, model: str) -> tuple[float, float]:
         max_tokens=256,
     )
     async for chunk in stream:
+        cid = cid or chunk.id
         if ttft is None and chunk.choices and chunk.choices[0].delta.content:
             ttft = (time.perf_counter() - start) * 1000
+            first_at = time.time()
     total = (time.perf_counter() - start) * 1000
-    return (ttft if ttft is not None else total), total
+    return (ttft if ttft is not None else total), total, cid, sent, first_at
+
+
+def stages(samples: list[Sample]) -> dict[str, list[float]]:
+    """Split each of our API's TTFTs into its stages (ms), from what Redis kept.
+
+    admission: request sent -> job enqueued (``enqueued_at`` of the job kept for a
+    fallback retry); to worker: -> the worker's ``meta`` event (queue hop and the
+    worker's start); engine: -> the first ``token`` event (the upstream request and
+    its first chunk, the upstream's own delay included); relay: -> the client read the
+    first content delta. Stream entry ids carry milliseconds, so each stage is +-1 ms.
+    """
+    import json
+    import uuid
+
+    from gateway import keys
+    from inference import protocol
+    from inference.connections import redis_sync
+
+    client = redis_sync()
+    out: dict[str, list[float]] = {
+        "admission": [],
+        "to worker": [],
+        "engine": [],
+        "relay": [],
+    }
+    for _ttft, _total, cid, sent, first_at in samples:
+        if not cid.startswith("chatcmpl-") or not first_at:
+            continue
+        job_id = str(uuid.UUID(cid.removeprefix("chatcmpl-")))
+        raw = client.get(keys.job_key(job_id))
+        entries = client.xrange(protocol.gen_key(job_id))
+        times = {}
+        for entry_id, fields in entries:
+            times.setdefault(fields.get("e"), int(entry_id.split("-")[0]) / 1000)
+        if raw is None or "meta" not in times or "token" not in times:
+            continue
+        enqueued = float(json.loads(raw)["enqueued_at"])
+        out["admission"].append((enqueued - sent) * 1000)
+        out["to worker"].append((times["meta"] - enqueued) * 1000)
+        out["engine"].append((times["token"] - times["meta"]) * 1000)
+        out["relay"].append((first_at - times["token"]) * 1000)
+    return out
 
 
 async def run_levels(
@@ -157,6 +215,7 @@ async def run_levels(
         for name, (url, key) in targets.items()
     }
     ttfts: dict[str, list[float]] = {name: [] for name in targets}
+    samples: dict[str, list[Sample]] = {name: [] for name in targets}
     errors: dict[str, Counter[str]] = {name: Counter() for name in targets}
     busy_s = dict.fromkeys(targets, 0.0)
     for client in clients.values():  # warm up
@@ -179,10 +238,16 @@ async def run_levels(
                     errors[name][kind] += 1
                 else:
                     ttfts[name].append(result[0])
+                    samples[name].append(result)
     for client in clients.values():
         await client.close()
     return {
-        name: (ttfts[name], len(ttfts[name]) / busy_s[name], errors[name])
+        name: (
+            ttfts[name],
+            len(ttfts[name]) / busy_s[name],
+            errors[name],
+            samples[name],
+        )
         for name in targets
     }
 
@@ -214,22 +279,122 @@ def setup_ours() -> str:
     return services.api_key_create(user=user, name="bench")[1]
 
 
+def _profiled(cmd: list, profile_dir: Path | None, name: str) -> list:
+    """``cmd`` run under cProfile into ``profile_dir/name.prof`` (written at exit)."""
+    if profile_dir is None:
+        return cmd
+    out = profile_dir / f"{name}.prof"
+    script = [str(part) for part in cmd]
+    if script[0] == sys.executable:  # ``python manage.py ...``: profile manage.py
+        script = script[1:]
+    return [sys.executable, "-m", "cProfile", "-o", str(out), *script]
+
+
+def _report(c: int, rows: dict, rounds: int) -> None:
+    """Print one concurrency level's table rows and record its headline figures."""
+    base50 = pct(rows["direct"][0], 50)
+    base99 = pct(rows["direct"][0], 99)
+    overhead = {}
+    for name, (ttfts, rps, errors, _samples) in rows.items():
+        p50, p99 = pct(ttfts, 50), pct(ttfts, 99)
+        overhead[name] = (p50 - base50, p99 - base99)
+        print(
+            f"{c:>5} {name:>8} {p50:>9.1f} {p99:>9.1f} "
+            f"{p50 - base50:>8.1f} {p99 - base99:>8.1f} {rps:>7.1f} "
+            f"{sum(errors.values()):>6}"
+        )
+        for kind, count in errors.most_common(3):
+            print(f"{'':>15} {count} x {kind}")
+        if name != "direct":
+            params = f"c={c}, {rounds} rounds"
+            bench_record(
+                bench="gateway_overhead",
+                metric=f"{name} TTFT overhead p50",
+                value=p50 - base50,
+                unit="ms",
+                params=params,
+            )
+            bench_record(
+                bench="gateway_overhead",
+                metric=f"{name} errors",
+                value=sum(errors.values()),
+                params=params,
+                goal="0",
+            )
+    split = stages(rows["ours"][3])
+    if split["admission"]:
+        print(
+            f"{c:>5}     ours TTFT by stage, p50 ms: "
+            + ", ".join(f"{k} {pct(v, 50):.1f}" for k, v in split.items())
+            + f" (the upstream's own TTFT, in engine: {base50:.1f} direct)"
+        )
+    if "litellm" in overhead:
+        ours, theirs = overhead["ours"], overhead["litellm"]
+        ratio50 = ours[0] / theirs[0] if theirs[0] > 0 else float("nan")
+        ratio99 = ours[1] / theirs[1] if theirs[1] > 0 else float("nan")
+        rps_ratio = rows["ours"][1] / rows["litellm"][1]
+        print(
+            f"{c:>5}    ours/litellm: overhead p50 {ratio50:.2f}, p99 {ratio99:.2f}; "
+            f"requests/s {rps_ratio:.2f}x"
+        )
+        params = f"c={c}, {rounds} rounds"
+        bench_record(
+            bench="gateway_overhead",
+            metric="overhead ratio ours/litellm p50",
+            value=ratio50,
+            params=params,
+            goal="<= 0.5" if c == 1 else "<= 0.3",
+        )
+        bench_record(
+            bench="gateway_overhead",
+            metric="requests/s ratio ours/litellm",
+            value=rps_ratio,
+            unit="x",
+            params=params,
+            goal=">= 2" if c > 1 else "",
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50, 200])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50])
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds per level; at least enough for --min-samples requests per target",
+    )
+    parser.add_argument("--min-samples", type=int, default=40)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--token-ms", type=float, default=5.0)
+    parser.add_argument(
+        "--moderation",
+        choices=("off", "on"),
+        default="off",
+        help="input moderation of our API (off: like LiteLLM, which has none; on: "
+        "with an embedding worker, as in production)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="a folder: run daphne and the worker under cProfile, write "
+        "web.prof / worker.prof there (figures are then not comparable)",
+    )
     args = parser.parse_args()
 
-    key = setup_ours()
     env = {
         **os.environ,
         "BENCH_TOKENS": str(args.tokens),
         "BENCH_TOKEN_MS": str(args.token_ms),
         "PYTHONUNBUFFERED": "1",
         "HF_HUB_OFFLINE": "1",
+        # as in production: no per-query debug bookkeeping in our processes
+        "DJANGO_DEBUG": "0",
+        "SAFETY_INPUT_ENABLED": "1" if args.moderation == "on" else "0",
     }
+    os.environ.update({k: env[k] for k in ("DJANGO_DEBUG", "SAFETY_INPUT_ENABLED")})
+    key = setup_ours()
     bin_dir = Path(sys.executable).parent
     tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
     (tmp / "upstream.py").write_text(UPSTREAM)
@@ -237,6 +402,8 @@ def main() -> None:
     upstream = f"http://127.0.0.1:{up_port}"
     procs: list[subprocess.Popen] = []
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     try:
         procs.append(
             subprocess.Popen(
@@ -249,8 +416,12 @@ def main() -> None:
         )
         procs.append(
             subprocess.Popen(
-                [bin_dir / "daphne", "-b", "127.0.0.1", "-p", str(web_port)]
-                + ["chatsite.asgi:application"],
+                _profiled(
+                    [bin_dir / "daphne", "-b", "127.0.0.1", "-p", str(web_port)]
+                    + ["chatsite.asgi:application"],
+                    args.profile,
+                    "web",
+                ),
                 cwd=ROOT,
                 env=env,
                 **quiet,
@@ -258,14 +429,29 @@ def main() -> None:
         )
         procs.append(
             subprocess.Popen(
-                [sys.executable, "manage.py", "run_inference_worker", "--pool", POOL]
-                + ["--engine", "openai", "--base-url", upstream, "--model", MODEL]
-                + ["--concurrency", str(max(args.concurrency) + 8)],
+                _profiled(
+                    [sys.executable, "manage.py", "run_inference_worker"]
+                    + ["--pool", POOL, "--engine", "openai", "--base-url", upstream]
+                    + ["--model", MODEL]
+                    + ["--concurrency", str(max(args.concurrency) + 8)],
+                    args.profile,
+                    "worker",
+                ),
                 cwd=ROOT,
                 env=env,
                 **quiet,
             )
         )
+        if args.moderation == "on":
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "manage.py", "run_inference_worker"]
+                    + ["--pool", "embed", "--engine", "sentence-transformers"],
+                    cwd=ROOT,
+                    env=env,
+                    **quiet,
+                )
+            )
         litellm_bin = ROOT / ".venv-litellm" / "bin" / "litellm"
         have_litellm = litellm_bin.exists()
         litellm_key = "sk-" + secrets.token_hex(32)
@@ -304,9 +490,10 @@ def main() -> None:
         from inference import client as inference_client
 
         deadline = time.time() + 60
-        while inference_client.workers_live(pool=POOL) == 0:
+        pools = [POOL] + (["embed"] if args.moderation == "on" else [])
+        while any(inference_client.workers_live(pool=p) == 0 for p in pools):
             if time.time() > deadline:
-                raise RuntimeError("the worker did not start")
+                raise RuntimeError("the workers did not start")
             time.sleep(0.3)
         targets = {
             "direct": (upstream + "/v1", "none"),
@@ -315,36 +502,19 @@ def main() -> None:
         if have_litellm:
             targets["litellm"] = (f"http://127.0.0.1:{llm_port}", litellm_key)
         print(
-            f"upstream: {args.tokens} chunks, {args.token_ms} ms apart; "
-            f"{args.rounds} rounds per level; TTFT in ms"
+            f"upstream: {args.tokens} chunks, {args.token_ms} ms apart; input "
+            f"moderation {args.moderation}; at least {args.min_samples} requests "
+            f"per target and level; TTFT in ms; load average {os.getloadavg()[0]:.2f}"
         )
         print(
             f"{'conc':>5} {'target':>8} {'ttft p50':>9} {'ttft p99':>9} "
             f"{'ovh p50':>8} {'ovh p99':>8} {'req/s':>7} {'errors':>6}"
         )
         for c in args.concurrency:
-            rows = asyncio.run(run_levels(targets, MODEL, c, args.rounds))
-            base50 = pct(rows["direct"][0], 50)
-            base99 = pct(rows["direct"][0], 99)
-            overhead = {}
-            for name, (ttfts, rps, errors) in rows.items():
-                p50, p99 = pct(ttfts, 50), pct(ttfts, 99)
-                overhead[name] = (p50 - base50, p99 - base99)
-                print(
-                    f"{c:>5} {name:>8} {p50:>9.1f} {p99:>9.1f} "
-                    f"{p50 - base50:>8.1f} {p99 - base99:>8.1f} {rps:>7.1f} "
-                    f"{sum(errors.values()):>6}"
-                )
-                for kind, count in errors.most_common(3):
-                    print(f"{'':>15} {count} x {kind}")
-            if "litellm" in overhead:
-                ours, theirs = overhead["ours"], overhead["litellm"]
-                ratio50 = ours[0] / theirs[0] if theirs[0] > 0 else float("nan")
-                ratio99 = ours[1] / theirs[1] if theirs[1] > 0 else float("nan")
-                print(
-                    f"{c:>5}    ratio ours/litellm overhead: p50 {ratio50:.2f}, "
-                    f"p99 {ratio99:.2f}"
-                )
+            rounds = max(args.rounds, -(-args.min_samples // c))
+            rows = asyncio.run(run_levels(targets, MODEL, c, rounds))
+            _report(c, rows, rounds)
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from django.conf import settings
 
@@ -54,9 +55,12 @@ return 1
 """
 
 
-def job_remember(*, job: protocol.Job) -> None:
-    """Keep ``job`` for INFERENCE_STREAM_TTL_S seconds so it can be retried."""
-    redis_sync().set(
+def job_remember(*, job: protocol.Job, client: Any = None) -> None:
+    """Keep ``job`` for INFERENCE_STREAM_TTL_S seconds so it can be retried.
+
+    ``client``: a pipeline to queue the command on (default: at once).
+    """
+    (client or redis_sync()).set(
         keys.job_key(job.job_id),
         job.to_fields()["job"],
         ex=settings.INFERENCE_STREAM_TTL_S,

@@ -29,7 +29,9 @@ import calendar
 import datetime as dt
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from chatsite.errors import QuotaExceeded
 from gateway import keys
@@ -47,10 +49,18 @@ _LABELS = {
 RESERVATION_TTL_S = 40 * 86400
 
 # KEYS: 3 window counters, reservation hash, unsubmitted set. ARGV: amount, 3 limits
-# (-1: none), 3 TTLs (s), reservation TTL (s), now (epoch s), job id. Returns
-# {1, used1, used2, used3} after charging, or {0, window index (1-based), used in that
-# window} when a limit would be passed.
+# (-1: none), 3 TTLs (s), reservation TTL (s), now (epoch s), job id, and "1" to check
+# first that the day and month counters exist. Returns {1, used1, used2, used3} after
+# charging, {0, window index (1-based), used in that window} when a limit would be
+# passed, or {-1, absent} (bit 1: day, bit 2: month) when a checked counter is absent:
+# nothing is charged then.
 _RESERVE_LUA = """
+if ARGV[11] == '1' then
+  local absent = 0
+  if redis.call('EXISTS', KEYS[2]) == 0 then absent = absent + 1 end
+  if redis.call('EXISTS', KEYS[3]) == 0 then absent = absent + 2 end
+  if absent > 0 then return {-1, absent} end
+end
 local amount = tonumber(ARGV[1])
 local used = {}
 for i = 1, 3 do
@@ -212,8 +222,14 @@ def quota_reserve(
     limits: Limits,
     now: float | None = None,
     advice: str = SHRINK_ADVICE,
+    seed: Callable[[list[Window]], None] | None = None,
 ) -> list[Window]:
     """Reserve ``tokens`` (estimated prompt + max_tokens) in every window, atomically.
+
+    With ``seed``, the same script first checks that the day and month counters exist
+    (:func:`quota_unseeded` without its own round trip); when one is absent nothing is
+    charged, ``seed`` is called with the absent windows (it seeds them from the usage
+    records, :func:`quota_seed`) and the reservation is made then.
 
     The reservation stays listed as unsubmitted until :func:`quota_reservation_submitted`
     or its settlement; ``now`` (epoch s, default: the current time) is its reservation
@@ -226,19 +242,29 @@ def quota_reserve(
     now = time.time() if now is None else now
     windows = _windows(user_id, limits, now)
     ttls = [int(w.resets_at - now) + 60 for w in windows]
-    result = redis_sync().eval(
-        _RESERVE_LUA,
-        5,
-        *[w.key for w in windows],
-        keys.reservation_key(job_id),
-        keys.UNSUBMITTED_RESERVATIONS_KEY,
-        tokens,
-        *[-1 if w.limit is None else w.limit for w in windows],
-        *ttls,
-        RESERVATION_TTL_S,
-        repr(now),
-        job_id,
-    )
+
+    def reserve(check: bool) -> list[Any]:
+        return redis_sync().eval(
+            _RESERVE_LUA,
+            5,
+            *[w.key for w in windows],
+            keys.reservation_key(job_id),
+            keys.UNSUBMITTED_RESERVATIONS_KEY,
+            tokens,
+            *[-1 if w.limit is None else w.limit for w in windows],
+            *ttls,
+            RESERVATION_TTL_S,
+            repr(now),
+            job_id,
+            "1" if check else "0",
+        )
+
+    result = reserve(seed is not None)
+    if int(result[0]) == -1:
+        assert seed is not None
+        absent = int(result[1])
+        seed([w for bit, w in ((1, windows[1]), (2, windows[2])) if absent & bit])
+        result = reserve(False)
     if int(result[0]) == 0:
         blocked = windows[int(result[1]) - 1]
         blocked = Window(
@@ -275,15 +301,16 @@ def quota_release(*, job_id: str) -> int | None:
     return quota_settle(job_id=job_id, tokens=0)
 
 
-def quota_reservation_submitted(*, job_id: str) -> None:
+def quota_reservation_submitted(*, job_id: str, client: Any = None) -> None:
     """Record that ``job_id`` was enqueued or served from a cache: no sweep releases it.
 
     From then on the generation's terminal event settles the reservation (relay or
     reaper). Call right after the enqueue: a crash between the two leaves the job
     running with its reservation swept (its usage is then not charged to the
-    windows), which is cheaper than a budget held for RESERVATION_TTL_S.
+    windows), which is cheaper than a budget held for RESERVATION_TTL_S. ``client``: a
+    pipeline to queue the command on (default: at once).
     """
-    redis_sync().zrem(keys.UNSUBMITTED_RESERVATIONS_KEY, job_id)
+    (client or redis_sync()).zrem(keys.UNSUBMITTED_RESERVATIONS_KEY, job_id)
 
 
 def quota_reservations_sweep(

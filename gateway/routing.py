@@ -22,7 +22,6 @@ shed before every user, at ``queue_threshold * EVAL_SHED_FRACTION``.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
 
 from django.conf import settings
 from redis.exceptions import ResponseError
@@ -161,19 +160,12 @@ def embedding_pool_choose(*, plan: Plan, requested: str) -> ModelPool:
 
 def queue_waiting(*, pool: str) -> int:
     """Return how many jobs wait in ``pool``'s queue, not yet taken by a worker."""
-    try:
-        groups = redis_sync().xinfo_groups(protocol.queue_key(pool))
-    except ResponseError:  # no stream yet
-        return 0
-    return _waiting(pool=pool, groups=groups)
-
-
-def _waiting(*, pool: str, groups: list[dict[str, Any]] | None) -> int:
-    """Jobs waiting in ``pool``'s queue, from its XINFO GROUPS (None: no stream)."""
-    if groups is None:
-        return 0
     client = redis_sync()
     key = protocol.queue_key(pool)
+    try:
+        groups = client.xinfo_groups(key)
+    except ResponseError:  # no stream yet
+        return 0
     group = next((g for g in groups if g.get("name") == protocol.GROUP), None)
     if group is None:
         return int(client.xlen(key))
@@ -192,7 +184,8 @@ def pool_saturated(
     ``queue_threshold * GATEWAY_SHED_FRACTION``; ``fraction`` (0-1) overrides that
     share (evaluation requests: EVAL_SHED_FRACTION, shed before any user).
     """
-    live, groups = inference_client.pool_state(pool=pool.name)  # one round trip
+    # liveness and queue depth in one round trip (admission is on every request)
+    live, waiting = inference_client.pool_load(pool=pool.name)
     if live == 0:
         return True
     threshold = pool.queue_threshold
@@ -200,7 +193,9 @@ def pool_saturated(
         threshold = int(threshold * fraction)
     elif shed:
         threshold = int(threshold * settings.GATEWAY_SHED_FRACTION)
-    return _waiting(pool=pool.name, groups=groups) > threshold
+    if waiting is None:  # Redis does not know the group's lag: count the entries
+        waiting = queue_waiting(pool=pool.name)
+    return waiting > threshold
 
 
 def plan_is_lowest(*, plan: Plan) -> bool:

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from chatsite.errors import NotFound
 from gateway.models import ApiKey, UserPreference
+from safety import selectors as safety_selectors
 
 API_KEY_PREFIX = "sk-"
 
@@ -64,14 +65,24 @@ def api_key_authenticate(*, raw: str) -> AbstractBaseUser | None:
     """
     if not raw or not raw.startswith(API_KEY_PREFIX):
         return None
-    key = (
-        # the subscription too: plan_for_user needs no query of its own
-        ApiKey.objects.select_related("user", "user__subscription")
-        .filter(key_hash=_key_hash(raw), revoked_at__isnull=True)
-        .first()
+    # One query for the whole admission: the subscription (plan_for_user needs no
+    # query of its own) and whether a suspension is in force (neither does
+    # suspension_check). Nothing is cached: a revoked key, a changed plan or a new
+    # suspension apply to the very next request. No ORDER BY (``first()`` added one):
+    # key_hash is unique, and compiling the ordering cost as much as running the query.
+    key = next(
+        iter(
+            ApiKey.objects.select_related("user", "user__subscription")
+            .annotate(
+                user_suspended=safety_selectors.suspension_in_force(user_ref="user_id")
+            )
+            .filter(key_hash=_key_hash(raw), revoked_at__isnull=True)[:1]
+        ),
+        None,
     )
     if key is None or not key.user.is_active:
         return None
+    setattr(key.user, safety_selectors.SUSPENDED_ATTR, key.user_suspended)
     now = timezone.now()
     if key.last_used_at is None or (now - key.last_used_at).total_seconds() >= (
         API_KEY_LAST_USED_RESOLUTION_S

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
 
 from inference import protocol
 from inference.connections import redis_async, redis_sync
@@ -33,9 +32,36 @@ return false
 """
 
 
-def job_enqueue(*, pool: str, job: protocol.Job) -> str:
-    """Append a job to its pool's queue stream; return the queue entry id."""
-    return redis_sync().xadd(protocol.queue_key(pool), job.to_fields())
+def job_enqueue(*, pool: str, job: protocol.Job, client: Any = None) -> Any:
+    """Append a job to its pool's queue stream; return the queue entry id.
+
+    ``client``: a pipeline to queue the command on (then the id is the pipeline's
+    result); default: the process's sync client, at once.
+    """
+    return (client or redis_sync()).xadd(protocol.queue_key(pool), job.to_fields())
+
+
+def pool_load(*, pool: str, now: float | None = None) -> tuple[int, int | None]:
+    """Return ``(live workers, waiting jobs)`` of ``pool`` in one round trip.
+
+    Live: a heartbeat in the last WORKER_TTL_S s. Waiting: entries of the queue not yet
+    delivered to a worker (the consumer group's lag); 0 without a queue; None when
+    Redis cannot say (no group yet, or a lag it does not know): count them then.
+    """
+    now = time.time() if now is None else now
+    with redis_sync().pipeline(transaction=False) as pipe:
+        pipe.zcount(protocol.workers_key(pool), now - WORKER_TTL_S, "+inf")
+        pipe.xinfo_groups(protocol.queue_key(pool))
+        live, groups = pipe.execute(raise_on_error=False)
+    if isinstance(live, Exception):
+        raise live
+    if isinstance(groups, Exception):
+        if "no such key" not in str(groups).lower():
+            raise groups
+        return int(live), 0
+    group = next((g for g in groups if g.get("name") == protocol.GROUP), None)
+    lag = group.get("lag") if group is not None else None
+    return int(live), (None if lag is None else int(lag))
 
 
 def job_cancel(*, job_id: str, ttl_s: int = 3600) -> None:
@@ -47,27 +73,6 @@ def workers_live(*, pool: str, now: float | None = None) -> int:
     """Return how many workers of ``pool`` sent a heartbeat in the last WORKER_TTL_S s."""
     now = time.time() if now is None else now
     return redis_sync().zcount(protocol.workers_key(pool), now - WORKER_TTL_S, "+inf")
-
-
-def pool_state(*, pool: str, now: float | None = None) -> tuple[int, Any]:
-    """Return ``(live workers, XINFO GROUPS of the pool's queue)`` in one round trip.
-
-    The groups are None when the queue stream does not exist yet. What admission
-    reads for every request (:func:`workers_live` and the queue's consumer group,
-    which took two round trips).
-    """
-    now = time.time() if now is None else now
-    pipe = redis_sync().pipeline(transaction=False)
-    pipe.zcount(protocol.workers_key(pool), now - WORKER_TTL_S, "+inf")
-    pipe.xinfo_groups(protocol.queue_key(pool))
-    live, groups = pipe.execute(raise_on_error=False)
-    if isinstance(live, Exception):
-        raise live
-    if isinstance(groups, ResponseError):  # no stream yet
-        groups = None
-    elif isinstance(groups, Exception):
-        raise groups
-    return int(live), groups
 
 
 def terminal_append(

@@ -100,32 +100,40 @@ class RedisOutageTolerance:
             if fields["e"] == protocol.EVENT_TOKEN
         )
 
-    async def _publish(self, job_id: str, fields: dict[str, str]) -> str:
-        """Append an event to a running job's stream; return its entry id.
+    async def _publish_batch(self, job_id: str, batch: list[dict[str, str]]) -> None:
+        """Append events to a running job's stream in order, in one round trip.
 
-        XADD NOMKSTREAM: when the stream is gone (Redis restarted empty), the
-        journal is written back first (:meth:`_stream_restore`). While Redis is
-        unreachable the write is retried every REDIS_RETRY_S seconds for up to
-        REDIS_WRITE_WAIT_S seconds; after that the connection error is raised (the
-        job ends with an error, like any engine failure).
+        Each is an XADD NOMKSTREAM in one pipeline: when the stream is gone (Redis
+        restarted empty) the entries from the first refused one on are written after
+        the journal (:meth:`_stream_restore`). While Redis is unreachable the batch is
+        retried every REDIS_RETRY_S seconds for up to REDIS_WRITE_WAIT_S seconds; after
+        that the connection error is raised (the job ends with an error, like any
+        engine failure). Every written entry joins the job's journal.
         """
         gen = protocol.gen_key(job_id)
         deadline = time.monotonic() + REDIS_WRITE_WAIT_S
-        while True:
+        journal = self._journals.get(job_id)
+        while batch:
             try:
-                entry_id = await self.redis.xadd(gen, fields, nomkstream=True)
-                if entry_id is None:
-                    entry_id = await self._stream_restore(job_id, fields)
-                break
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for fields in batch:
+                        pipe.xadd(gen, fields, nomkstream=True)
+                    ids = await pipe.execute()
             except (RedisConnectionError, RedisTimeoutError):
                 if time.monotonic() > deadline:
                     raise
                 logger.warning("worker %s: Redis unavailable mid-job", self.worker_id)
                 await asyncio.sleep(REDIS_RETRY_S)
-        journal = self._journals.get(job_id)
-        if journal is not None:
-            journal.append((entry_id, fields))
-        return entry_id
+                continue
+            written = next((i for i, e in enumerate(ids) if e is None), len(ids))
+            if journal is not None:
+                journal.extend(zip(ids[:written], batch[:written], strict=True))
+            batch = batch[written:]
+            if batch:  # the stream is gone: the journal first, then this entry
+                entry_id = await self._stream_restore(job_id, batch[0])
+                if journal is not None and entry_id is not None:
+                    journal.append((entry_id, batch[0]))
+                batch = batch[1:]
 
     async def _stream_ensure(self, job_id: str) -> None:
         """Before a job's terminal event: write its journal back if its stream is gone,

@@ -18,6 +18,7 @@ its running jobs, and return from :meth:`Worker.run`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -34,8 +35,23 @@ from inference.connections import redis_async_new
 from inference.engines.base import Delta, Engine, EngineError, Finish
 from inference.outage import RedisOutageTolerance
 from inference.recovery import CrashRecovery
+from inference.stream_writer import TokenWriter
 
 logger = logging.getLogger(__name__)
+
+
+# Start a job: KEYS = final marker, cancel flag, generation stream, worker hash; ARGV =
+# meta event type and payload, stream TTL (s), busy slots. Returns {-1, ''} (the
+# generation already ended: nothing written), else {1 if it is cancelled or 0, the meta
+# event's entry id} after appending the meta event (the id opens the stream journal).
+_START_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {-1, ''} end
+local cancelled = redis.call('EXISTS', KEYS[2])
+local id = redis.call('XADD', KEYS[3], '*', 'e', ARGV[1], 'd', ARGV[2])
+redis.call('EXPIRE', KEYS[3], ARGV[3])
+redis.call('HSET', KEYS[4], 'busy', ARGV[4])
+return {cancelled, id}
+"""
 
 
 class Worker(CrashRecovery, RedisOutageTolerance):
@@ -265,33 +281,34 @@ class Worker(CrashRecovery, RedisOutageTolerance):
                     },
                 )
                 return
-            # one round trip before the engine starts: TTFT
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.exists(protocol.final_key(job.job_id))
-                pipe.exists(protocol.cancel_key(job.job_id))
-                ended, cancelled = await pipe.execute()
-            if ended:
-                return  # ended elsewhere (e.g. timed out by the web tier)
             queue_s = max(0.0, started - job.enqueued_at) if job.enqueued_at else 0.0
-            queue_ms = int(queue_s * 1000)
             metrics.QUEUE_TIME.labels(**self._labels).observe(queue_s)
             meta = protocol.event_fields(
                 protocol.EVENT_META,
                 {
                     "model": self.engine.model,
                     "worker": self.worker_id,
-                    "queue_ms": queue_ms,
+                    "queue_ms": int(queue_s * 1000),
                 },
             )
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.xadd(gen, meta)
-                pipe.expire(gen, self.stream_ttl_s * 24)
-                pipe.hset(
-                    protocol.worker_key(self.worker_id), "busy", len(self._running)
-                )
-                meta_id, *_ = await pipe.execute()
+            # One round trip before the engine starts (it is on every answer's TTFT):
+            # the checks and the meta event in one script.
+            state, meta_id = await self.redis.eval(
+                _START_LUA,
+                4,
+                protocol.final_key(job.job_id),
+                protocol.cancel_key(job.job_id),
+                gen,
+                protocol.worker_key(self.worker_id),
+                meta["e"],
+                meta["d"],
+                self.stream_ttl_s * 24,
+                len(self._running),
+            )
+            if int(state) < 0:
+                return  # ended elsewhere (e.g. timed out by the web tier)
             self._journal_open(job.job_id, (meta_id, meta))
-            if job.job_id in self._aborted or cancelled:
+            if job.job_id in self._aborted or int(state) == 1:
                 self.engine.abort(job.job_id)
             running = metrics.REQUESTS_RUNNING.labels(**self._labels)
             running.inc()
@@ -330,9 +347,25 @@ class Worker(CrashRecovery, RedisOutageTolerance):
             self.jobs_done += 1
 
     async def _stream(self, job: protocol.Job) -> None:
+        itl = metrics.INTER_TOKEN_LATENCY.labels(**self._labels)
+        tokens = TokenWriter(self._publish_batch, job.job_id)
+        try:
+            await self._relay(job, tokens, itl)
+            await tokens.flushed()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # the engine failed: what it generated before is written before its error
+            with contextlib.suppress(Exception):
+                await tokens.flushed()
+            raise
+        finally:
+            await tokens.close()
+
+    async def _relay(self, job: protocol.Job, tokens: TokenWriter, itl: Any) -> None:
+        """Append the engine's deltas (through ``tokens``) and its terminal event."""
         first_token_at: float | None = None
         last_at = 0.0
-        itl = metrics.INTER_TOKEN_LATENCY.labels(**self._labels)
         async for item in self.engine.generate(job):
             if isinstance(item, Delta):
                 now = time.time()
@@ -341,8 +374,9 @@ class Worker(CrashRecovery, RedisOutageTolerance):
                 else:
                     itl.observe(now - last_at)
                 last_at = now
-                await self._publish(job.job_id, protocol.token_fields(item.text))
+                tokens.add(item.text)
             elif isinstance(item, Finish):
+                await tokens.flushed()
                 end = time.time()
                 origin = job.enqueued_at or end
                 self._record_finish(job, item, first_token_at, end)
@@ -433,11 +467,18 @@ class Worker(CrashRecovery, RedisOutageTolerance):
             if not job_ids:
                 continue
             try:
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for job_id in job_ids:
-                        pipe.exists(protocol.cancel_key(job_id))
-                        pipe.get(protocol.detached_key(job_id))
-                    flags = await pipe.execute()
+                # one command for all running jobs (a pipeline of 2 per job packed and
+                # parsed 100 commands every cancel_poll_s at 50 running jobs)
+                flags = await self.redis.mget(
+                    [
+                        key
+                        for job_id in job_ids
+                        for key in (
+                            protocol.cancel_key(job_id),
+                            protocol.detached_key(job_id),
+                        )
+                    ]
+                )
             except Exception:  # noqa: BLE001 - a Redis blip must not end the cancels
                 logger.exception("cancel check failed")
                 continue

@@ -9,6 +9,7 @@ from datetime import UTC
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from chatsite.errors import Suspended
@@ -85,6 +86,23 @@ def safety_config() -> SafetyConfig:
     return config
 
 
+# Set on a user object by a query that read, in the same request, whether the user has
+# a suspension in force (:func:`suspension_in_force`, e.g. the API key lookup): False
+# spares :func:`suspension_check` its own query. Never kept across requests.
+SUSPENDED_ATTR = "suspended_now"
+
+
+def suspension_in_force(*, user_ref: str) -> Exists:
+    """An expression for another query: whether the user whose id is at ``user_ref``
+    (an ``OuterRef`` path, e.g. ``"user_id"``) has a suspension in force now. The
+    same rule as :func:`suspension_active`, read on the same partial index."""
+    return Exists(
+        Suspension.objects.filter(
+            user_id=OuterRef(user_ref), lifted_at__isnull=True, until__gt=timezone.now()
+        )
+    )
+
+
 def suspension_active(*, user: AbstractBaseUser) -> Suspension | None:
     """The user's suspension in force now (the one ending last), or None.
 
@@ -121,6 +139,8 @@ def suspension_check(*, user: AbstractBaseUser) -> None:
     Admission (chat, API, embeddings) calls this first, before anything is moderated,
     reserved or enqueued.
     """
+    if getattr(user, SUSPENDED_ATTR, None) is False:
+        return  # read with the user, in this request (SUSPENDED_ATTR)
     suspension = suspension_active(user=user)
     if suspension is not None:
         raise Suspended(suspension_message(suspension))

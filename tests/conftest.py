@@ -64,9 +64,9 @@ def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     original = inference_client.job_enqueue
 
-    def spy(*, pool: str, job: protocol.Job) -> str:
+    def spy(*, pool: str, job: protocol.Job, **options: Any) -> Any:
         seen.append(job.job_id)
-        return original(pool=pool, job=job)
+        return original(pool=pool, job=job, **options)
 
     monkeypatch.setattr(inference_client, "job_enqueue", spy)
     return seen

@@ -207,12 +207,14 @@ def generation_admit(
     if prompt_tokens is None:
         prompt_tokens = prompt_tokens_estimate(messages)
     reserved = prompt_tokens + params["max_tokens"]
-    quota_seed_from_records(user_id=user.pk)
     quota.quota_reserve(
         user_id=user.pk,
         job_id=job_id,
         tokens=reserved,
         limits=selectors.plan_limits(plan=plan),
+        # absent counters (new period, lost Redis) are seeded in the same round trip's
+        # miss path, so a restart does not reset a budget already spent
+        seed=lambda windows: quota_windows_seed(user_id=user.pk, windows=windows),
     )
     material = None
     try:
@@ -262,7 +264,13 @@ def quota_seed_from_records(*, user_id: int) -> None:
     Call before every reservation (chat and embeddings alike), so a restart of Redis
     or a new period does not reset a budget already spent.
     """
-    for window in quota.quota_unseeded(user_id=user_id):
+    quota_windows_seed(user_id=user_id, windows=quota.quota_unseeded(user_id=user_id))
+
+
+def quota_windows_seed(*, user_id: int, windows: list[quota.Window]) -> None:
+    """Seed the user's absent day/month ``windows`` from the usage records (SET NX:
+    a counter another request seeded meanwhile is kept)."""
+    for window in windows:
         period = 86400 if window.name == quota.WINDOW_DAY else None
         start = (
             datetime.fromtimestamp(window.resets_at - period, tz=UTC)

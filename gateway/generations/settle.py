@@ -20,7 +20,7 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from gateway import cache, fallback, quota, selectors
 from gateway.generations.outcome import (
@@ -112,29 +112,37 @@ def usage_settle(
     if cache_hit:
         usage = protocol.Usage()
     pool_obj = selectors.pool_get(name=pool) if pool else None
-    with transaction.atomic():
-        record, created = UsageRecord.objects.get_or_create(
-            job_id=job_id,
-            defaults={
-                "user_id": user_id,
-                "pool": pool,
-                "model": model,
-                "prompt_tokens": usage.prompt_tokens,
-                "completion_tokens": usage.completion_tokens,
-                "cached_tokens": usage.cached_tokens,
-                "cost": usage_cost(
-                    pool=pool_obj,
+    # No savepoint of its own (one round trip less each way): a failure here fails
+    # the caller's whole transaction anyway.
+    with transaction.atomic(savepoint=False):
+        try:
+            # INSERT first (the usual case: this job was not settled yet), in a
+            # savepoint: a concurrent settler's row makes it an IntegrityError on the
+            # unique job_id, and the surrounding transaction goes on. get_or_create
+            # spent a SELECT and the same savepoint on every settlement.
+            with transaction.atomic():
+                record = UsageRecord.objects.create(
+                    job_id=job_id,
+                    user_id=user_id,
+                    pool=pool,
+                    model=model,
                     prompt_tokens=usage.prompt_tokens,
                     completion_tokens=usage.completion_tokens,
-                ),
-                "ttft_ms": ttft_ms,
-                "latency_ms": latency_ms,
-                "cache_hit": cache_hit,
-                "status": status,
-                "message_id": message_id,
-            },
-        )
-        if not created:
+                    cached_tokens=usage.cached_tokens,
+                    cost=usage_cost(
+                        pool=pool_obj,
+                        prompt_tokens=usage.prompt_tokens,
+                        completion_tokens=usage.completion_tokens,
+                    ),
+                    ttft_ms=ttft_ms,
+                    latency_ms=latency_ms,
+                    cache_hit=cache_hit,
+                    status=status,
+                    message_id=message_id,
+                )
+        except IntegrityError:
+            if not UsageRecord.objects.filter(job_id=job_id).exists():
+                raise  # another constraint (e.g. a deleted message): not a race
             return None
         tokens = usage.total_tokens
         transaction.on_commit(lambda: quota.quota_settle(job_id=job_id, tokens=tokens))
@@ -164,7 +172,8 @@ def outcome_settle(
 
     Returns True if this call settled the generation, False if it was already settled.
     """
-    with transaction.atomic():
+    # no savepoint: nothing inside is caught here, a failure fails the whole settlement
+    with transaction.atomic(savepoint=False):
         if recorder is not None and not recorder.finalize(
             job_id=generation.job_id, outcome=outcome
         ):

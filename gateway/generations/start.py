@@ -36,6 +36,7 @@ from gateway.generations.admission import (
 )
 from inference import client as inference_client
 from inference import protocol
+from inference.connections import redis_sync
 from inference.embeddings import TextVector
 
 T = TypeVar("T")
@@ -103,12 +104,15 @@ def generation_submit(
         enqueued_at=now,
         deadline=now + settings.INFERENCE_QUEUE_TIMEOUT_S,
     )
-    fallback.job_remember(job=job)
-    inference_client.job_enqueue(pool=pool, job=job)
-    # After the enqueue: a crash in between lets the sweep release the reservation of
-    # a job that then runs uncharged (one request), where the reverse order could
-    # hold a user's budget for quota.RESERVATION_TTL_S.
-    quota.quota_reservation_submitted(job_id=job_id)
+    # One MULTI/EXEC, one round trip: the job is kept for a fallback retry, enqueued
+    # and its reservation marked submitted all at once or not at all (a crash can
+    # neither run a job whose reservation the sweep then releases, nor hold a budget
+    # for a job that was never enqueued).
+    with redis_sync().pipeline(transaction=True) as pipe:
+        fallback.job_remember(job=job, client=pipe)
+        inference_client.job_enqueue(pool=pool, job=job, client=pipe)
+        quota.quota_reservation_submitted(job_id=job_id, client=pipe)
+        pipe.execute()
     return now
 
 

@@ -142,9 +142,9 @@ def test_summary_covers_older_turns_and_the_next_prompt_uses_it(
     captured = {}
     original = inference_client.job_enqueue
 
-    def spy(*, pool, job):
+    def spy(*, pool, job, **options):
         captured["job"] = job
-        return original(pool=pool, job=job)
+        return original(pool=pool, job=job, **options)
 
     monkeypatch.setattr(inference_client, "job_enqueue", spy)
     services.turn_start(user=user, conversation_id=conversation.id, content="next")

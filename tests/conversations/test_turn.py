@@ -81,9 +81,9 @@ def test_the_model_sees_the_earlier_turns_of_the_thread(start_worker, auth_clien
     captured = {}
     original = inference_client.job_enqueue
 
-    def spy(*, pool, job):
+    def spy(*, pool, job, **options):
         captured["messages"] = job.messages
-        return original(pool=pool, job=job)
+        return original(pool=pool, job=job, **options)
 
     inference_client.job_enqueue = spy
     try:

@@ -31,9 +31,9 @@ def jobs(monkeypatch: pytest.MonkeyPatch) -> list:
     seen: list = []
     original = inference_client.job_enqueue
 
-    def spy(*, pool, job):
+    def spy(*, pool, job, **options):
         seen.append(job)
-        return original(pool=pool, job=job)
+        return original(pool=pool, job=job, **options)
 
     monkeypatch.setattr(inference_client, "job_enqueue", spy)
     return seen

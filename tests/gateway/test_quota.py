@@ -387,3 +387,24 @@ def test_a_failure_after_admission_gives_the_reservation_back():
         quota.quota_reserve(user_id=9, job_id="g1", tokens=300, limits=limits)
         raise RuntimeError("the database went away")
     assert quota.quota_windows(user_id=9, limits=limits)[1].used == 0
+
+
+def test_reserve_seeds_absent_day_and_month_counters_before_charging():
+    limits = quota.Limits(per_day=1000, per_month=5000)
+    seeded = []
+
+    def seed(windows):
+        seeded.append([w.name for w in windows])
+        for window in windows:
+            quota.quota_seed(window=window, tokens=700, now=NOON)
+
+    with pytest.raises(QuotaExceeded):  # 700 already spent today + 400 > 1000
+        quota.quota_reserve(
+            user_id=5, job_id="s1", tokens=400, limits=limits, now=NOON, seed=seed
+        )
+    assert seeded == [["day", "month"]]
+    windows = quota.quota_reserve(
+        user_id=5, job_id="s2", tokens=200, limits=limits, now=NOON, seed=seed
+    )
+    assert seeded == [["day", "month"]]  # present now: not seeded again
+    assert [w.used for w in windows] == [200, 900, 900]

@@ -326,26 +326,14 @@ def test_the_model_pickers_list_chat_pools_and_the_api_every_kind(
     assert small in page.context["models"]
 
 
-def test_pool_state_reads_liveness_and_the_queue_in_one_round_trip(monkeypatch):
-    """Admission's two reads of a pool (live workers, its queue's consumer group) are
-    one pipeline; a pool whose queue stream does not exist yet has no groups."""
+def test_pool_load_reads_live_workers_and_waiting_jobs_together(pools):
     from inference import client as inference_client
 
-    assert inference_client.pool_state(pool="fresh") == (0, None)
-    fake_heartbeat("fresh")
-    redis_sync().xgroup_create(
-        protocol.queue_key("fresh"), protocol.GROUP, mkstream=True
-    )
-    calls: list[str] = []
-    original = type(redis_sync()).execute_command
-
-    def counted(self, *args, **kwargs):
-        calls.append(str(args[0]))
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(redis_sync()), "execute_command", counted)
-    live, groups = inference_client.pool_state(pool="fresh")
-    assert calls == []  # a pipeline, not single commands
-    assert live == 1 and [g["name"] for g in groups] == [protocol.GROUP]
-    pool = ModelPool(name="fresh", queue_threshold=0)
-    assert routing.pool_saturated(pool=pool) is False
+    assert inference_client.pool_load(pool="nobody") == (0, 0)
+    fake_heartbeat("big")
+    queue_jobs("big", 4)
+    assert inference_client.pool_load(pool="big") == (1, None)  # no group: count
+    client = redis_sync()
+    client.xgroup_create(protocol.queue_key("big"), protocol.GROUP, id="0")
+    client.xreadgroup(protocol.GROUP, "w1", {protocol.queue_key("big"): ">"}, count=3)
+    assert inference_client.pool_load(pool="big") == (1, 1)

@@ -4,12 +4,14 @@ API keys (hashed, shown once, revocable) and the create_api_key command."""
 from __future__ import annotations
 
 import hashlib
+from datetime import timedelta
 from decimal import Decimal
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
+from django.utils import timezone
 
 from gateway import generations, quota, services
 from gateway.models import ApiKey, UsageRecord
@@ -119,3 +121,46 @@ def test_another_user_cannot_revoke_my_key(user, other_user, client):
     response = client.post(reverse("api-key-revoke", args=[key.pk]))
     assert response.status_code == 404
     assert services.api_key_authenticate(raw=raw) == user
+
+
+def test_a_key_revoked_between_two_requests_is_refused_on_the_second(user):
+    key, raw = services.api_key_create(user=user)
+    assert services.api_key_authenticate(raw=raw) == user
+    services.api_key_revoke(key_id=key.pk)
+    assert services.api_key_authenticate(raw=raw) is None
+
+
+def test_a_suspension_made_between_two_requests_refuses_the_second(user):
+    from chatsite.errors import Suspended
+    from safety import selectors as safety_selectors
+    from safety import suspensions
+
+    _key, raw = services.api_key_create(user=user)
+    safety_selectors.suspension_check(user=services.api_key_authenticate(raw=raw))
+    suspensions.suspension_create(
+        user=user,
+        until=timezone.now() + timedelta(hours=1),
+        reason="Spam",
+        actor=None,
+        actor_label="test",
+    )
+    again = services.api_key_authenticate(raw=raw)
+    with pytest.raises(Suspended):
+        safety_selectors.suspension_check(user=again)
+
+
+def test_key_user_plan_and_suspension_are_one_query(
+    user, django_assert_num_queries, settings
+):
+    from gateway import selectors
+    from safety import selectors as safety_selectors
+
+    factories.subscribe(user, factories.plan("pro", pools=[factories.pool("p1")]))
+    _key, raw = services.api_key_create(user=user)
+    # warm: stamp last_used_at, load the pools-and-plans snapshot (per process)
+    selectors.plan_for_user(user=services.api_key_authenticate(raw=raw))
+    settings.GATEWAY_CONFIG_CACHE_S = 60
+    with django_assert_num_queries(1):
+        found = services.api_key_authenticate(raw=raw)
+        safety_selectors.suspension_check(user=found)
+        assert selectors.plan_for_user(user=found).name == "pro"

@@ -211,3 +211,17 @@ def test_an_engine_error_with_its_own_code_keeps_its_message_for_the_user(start_
         events[-1].data["message"]
         == "The model failed while answering. Please try again."
     )
+
+
+def test_a_burst_of_tokens_is_written_in_order_one_event_each_before_done(
+    start_worker,
+):
+    words = [f"w{i} " for i in range(300)]
+    start_worker(ScriptedEngine(text="".join(words)))
+    enqueue("burst", max_tokens=1000)
+    events = wait_events("burst", terminal)
+    tokens = [e.data["t"] for e in events if e.type == "token"]
+    assert events[-1].type == "done"
+    assert [e.type for e in events[:-1]] == ["meta"] + ["token"] * len(tokens)
+    assert "".join(tokens) == "".join(words)
+    assert events[-1].data["usage"]["completion_tokens"] == len(tokens)

@@ -178,9 +178,9 @@ def run_turn(user, conversation, content, monkeypatch):
     captured = {}
     original = inference_client.job_enqueue
 
-    def spy(*, pool, job):
+    def spy(*, pool, job, **options):
         captured["job"] = job
-        return original(pool=pool, job=job)
+        return original(pool=pool, job=job, **options)
 
     monkeypatch.setattr(inference_client, "job_enqueue", spy)
     turn = chat_services.turn_start(

@@ -53,9 +53,9 @@ def test_facts_of_one_user_never_reach_another_users_prompt(
     captured = {}
     original = inference_client.job_enqueue
 
-    def spy(*, pool, job):
+    def spy(*, pool, job, **options):
         captured["job"] = job
-        return original(pool=pool, job=job)
+        return original(pool=pool, job=job, **options)
 
     monkeypatch.setattr(inference_client, "job_enqueue", spy)
     with django_capture_on_commit_callbacks(execute=True):
