@@ -116,6 +116,16 @@ def gen_key(job_id: str) -> str:
     return f"inf:gen:{job_id}"
 
 
+def hub_wake_key(hub_id: str) -> str:
+    """Return the wake-up stream of one web process's stream hub (inference/streams.py).
+
+    The hub's reader blocks in one XREAD over every followed generation plus this key;
+    an entry added here ends that XREAD at once, so a new follower is read without
+    waiting out the block. Each hub has its own (``hub_id`` is random).
+    """
+    return f"inf:hubwake:{hub_id}"
+
+
 def final_key(job_id: str) -> str:
     """Return the key that marks a generation's terminal event as written."""
     return f"inf:final:{job_id}"
