@@ -42,7 +42,8 @@ import resource
 import statistics
 import sys
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -235,6 +236,24 @@ async def post_turns(base: str, password: str, n: int) -> tuple[str, list[str]]:
     return cookie, list(paths)
 
 
+@contextmanager
+def _profiled_web(env: dict, out: str) -> Iterator:
+    """One daphne under cProfile (``python -m cProfile -o out``); the profile is
+    written when daphne exits on SIGTERM. Read it with ``python -m pstats out``."""
+    from tests.stack import ASGI_APP, Web, _start, _stop, free_port, web_wait
+
+    port = free_port()
+    daphne = Path(sys.executable).parent / "daphne"
+    argv = [sys.executable, "-m", "cProfile", "-o", out, daphne]
+    web = _start([*argv, "-b", "127.0.0.1", "-p", str(port), ASGI_APP], env, "daphne")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        web_wait(base, web)
+        yield Web(base=base, process=web)
+    finally:
+        _stop([web])
+
+
 def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
     """Run the fan-out of ``n`` streams through ``target`` (``one`` or ``proxy``)."""
     from inference import protocol
@@ -247,7 +266,10 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
     bench_setup(password)
     redis = redis_sync()
     with ExitStack() as stack:
-        webs = [stack.enter_context(web_process(env))]
+        if args.profile:
+            webs = [stack.enter_context(_profiled_web(env, args.profile))]
+        else:
+            webs = [stack.enter_context(web_process(env))]
         if target == "proxy":
             webs.append(stack.enter_context(web_process(env)))
             proxy = stack.enter_context(haproxy_process([w.base[7:] for w in webs]))
@@ -335,7 +357,9 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
         "gap_p50": pct(gaps, 50),
         "gap_p99": pct(gaps, 99),
         "frames": statistics.mean([s.frames for s in done]) if done else 0,
-        "cpu_us_per_frame": run["cpu_s"] * 1e6 / max(1, sum(s.frames for s in all_stats)),
+        "cpu_us_per_frame": run["cpu_s"]
+        * 1e6
+        / max(1, sum(s.frames for s in all_stats)),
         "cores": run["cpu_s"] / run["wall_s"],
         "cores_per_k": run["cpu_s"] / run["wall_s"] * per_k,
         "cpu_ms_per_stream": run["cpu_s"] * 1000 / n,
@@ -361,6 +385,11 @@ def main() -> None:
         type=float,
         default=None,
         help="SSE_COALESCE_MS of the web processes (default: the setting's)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="run the (one) daphne under cProfile and write its profile to FILE",
     )
     args = parser.parse_args()
     if args.coalesce_ms is not None:

@@ -44,7 +44,6 @@ from conversations.rendering import answer_to_html
 from gateway import generations
 from inference import protocol
 
-
 # One encoder for every frame: json.dumps(..., ensure_ascii=False) builds a new
 # JSONEncoder per call, a measurable share of a frame's cost at thousands of frames a
 # second (issue 13).

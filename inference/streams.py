@@ -49,6 +49,13 @@ HUB_BLOCK_MS = 1000
 # stream at 20 ms per token, read in one round, while one client resuming a long
 # answer cannot make a round carry thousands of entries of its stream alone.
 HUB_COUNT = 256
+# Rounds start at most this often (s). A round's cost grows with the number of
+# followed streams (the XREAD names every key), not with the entries it returns, so a
+# reader that looped as soon as any one stream had a token would spend a core
+# re-sending thousands of keys to fetch a few entries; waiting up to 10 ms lets a
+# round carry what every stream wrote meanwhile. Followers release frames every
+# SSE_COALESCE_MS (50 ms), so the added delay is not seen (bench/stream_hub.py).
+HUB_MIN_ROUND_S = 0.01
 # After a failed XREAD (Redis restarting), wait this long before the next one (s).
 ERROR_BACKOFF_S = 0.2
 # The wake-up stream expires this long after its last entry (s): a hub that goes
@@ -159,11 +166,17 @@ class StreamHub:
     """
 
     def __init__(
-        self, *, url: str, block_ms: int = HUB_BLOCK_MS, count: int = HUB_COUNT
+        self,
+        *,
+        url: str,
+        block_ms: int = HUB_BLOCK_MS,
+        count: int = HUB_COUNT,
+        min_round_s: float = HUB_MIN_ROUND_S,
     ) -> None:
         self.url = url
         self.block_ms = block_ms
         self.count = count
+        self.min_round_s = min_round_s
         # the reader's own connection: its XREAD holds it while blocked
         self._client: aioredis.Redis = redis_async_new(url, max_connections=1)
         self._keys: dict[str, list[Subscription]] = {}
@@ -230,7 +243,9 @@ class StreamHub:
 
     async def _run(self) -> None:
         """The reader: XREAD rounds while anyone follows a stream."""
+        loop = asyncio.get_running_loop()
         while self._keys:
+            started = loop.time()
             streams, asked = self._streams()
             self._reading, self._wake_sent = True, False
             try:
@@ -249,6 +264,9 @@ class StreamHub:
             self._reading = False
             self.rounds += 1
             self._dispatch(result, asked)
+            rest = started + self.min_round_s - loop.time()
+            if result and rest > 0:
+                await asyncio.sleep(rest)
 
     async def _read(self, streams: dict[str, str]) -> Any:
         """One XREAD round: up to ``count`` entries per key, blocking ``block_ms``."""

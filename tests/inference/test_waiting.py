@@ -18,7 +18,9 @@ def _calls(command: str) -> int:
 def _enqueue(pool: str, n: int) -> list[str]:
     jobs = [protocol.new_job_id() for _ in range(n)]
     for job_id in jobs:
-        job = protocol.Job(job_id=job_id, messages=[], params={}, enqueued_at=time.time())
+        job = protocol.Job(
+            job_id=job_id, messages=[], params={}, enqueued_at=time.time()
+        )
         inference_client.job_enqueue(pool=pool, job=job)
     return jobs
 
@@ -55,7 +57,9 @@ async def test_shared_queue_positions_match_the_exact_ones_with_one_call_per_poo
     )
 
     assert _calls("eval") == 1
-    exact = [await inference_client.aqueue_position(pool="wait", job_id=j) for j in jobs]
+    exact = [
+        await inference_client.aqueue_position(pool="wait", job_id=j) for j in jobs
+    ]
     assert shared == exact == [0, 0, 1, 2, 3]
     unknown = protocol.new_job_id()
     assert await waiting.aqueue_position_shared(pool="wait", job_id=unknown) == 0
