@@ -413,6 +413,16 @@ class Event:
         return self.type in TERMINAL_EVENTS
 
 
+def event_parse_flat(entry_id: str, fields: list[str]) -> Event:
+    """Decode a stream entry as Redis sends it (``[name, value, ...]``, str), without
+    building a dict first: the stream hub's hot path. Every entry we write is
+    ``e``, ``d`` in that order (:func:`event_fields`); any other shape takes the
+    general path of :func:`event_parse`."""
+    if len(fields) == 4 and fields[0] == "e" and fields[2] == "d":
+        return Event(id=entry_id, type=fields[1], data=json.loads(fields[3]))
+    return event_parse(entry_id, dict(zip(fields[::2], fields[1::2], strict=True)))
+
+
 def event_parse(entry_id: Any, fields: dict[Any, Any]) -> Event:
     """Decode a raw ``(id, fields)`` stream entry (bytes or str) into an :class:`Event`."""
 
