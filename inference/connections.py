@@ -28,9 +28,12 @@ def redis_sync(url: str | None = None) -> redis.Redis:
     return client
 
 
-def redis_async_new(url: str, *, max_connections: int | None = None) -> aioredis.Redis:
+def redis_async_new(
+    url: str, *, max_connections: int | None = None, client_name: str | None = None
+) -> aioredis.Redis:
     """Return a new async client for ``url`` whose pool holds up to
-    ``max_connections`` connections (default REDIS_ASYNC_MAX_CONNECTIONS).
+    ``max_connections`` connections (default REDIS_ASYNC_MAX_CONNECTIONS), each named
+    ``client_name`` in Redis's CLIENT LIST if given.
 
     redis-py 8's async pool allows 100 by default and then raises MaxConnectionsError,
     and a worker writes for each running job (and, before the stream hub of
@@ -41,6 +44,7 @@ def redis_async_new(url: str, *, max_connections: int | None = None) -> aioredis
         url,
         decode_responses=True,
         max_connections=max_connections or settings.REDIS_ASYNC_MAX_CONNECTIONS,
+        client_name=client_name,
     )
 
 

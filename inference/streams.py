@@ -184,12 +184,15 @@ class StreamHub:
         # the reader's own connection: its XREAD holds it while blocked. Its replies
         # are taken as Redis sends them: redis-py's XREAD callback builds a dict per
         # entry, a third of the reader's time at thousands of entries a second.
-        self._client: aioredis.Redis = redis_async_new(url, max_connections=1)
+        self.hub_id = uuid.uuid4().hex
+        self._client: aioredis.Redis = redis_async_new(
+            url, max_connections=1, client_name=f"stream-hub-{self.hub_id}"
+        )
         self._client.response_callbacks["XREAD"] = _raw
         self._keys: dict[str, list[Subscription]] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake_task: asyncio.Task[None] | None = None
-        self._wake_key = protocol.hub_wake_key(uuid.uuid4().hex)
+        self._wake_key = protocol.hub_wake_key(self.hub_id)
         self._wake_after = protocol.STREAM_START
         self._reading = False
         self._wake_sent = False
