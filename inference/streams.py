@@ -191,7 +191,7 @@ class StreamHub:
         self._client.response_callbacks["XREAD"] = _raw
         self._keys: dict[str, list[Subscription]] = {}
         self._task: asyncio.Task[None] | None = None
-        self._wake_task: asyncio.Task[None] | None = None
+        self._wake_tasks: set[asyncio.Task[None]] = set()
         self._wake_key = protocol.hub_wake_key(self.hub_id)
         self._wake_after = protocol.STREAM_START
         self._reading = False
@@ -227,7 +227,9 @@ class StreamHub:
             )
         elif self._reading and not self._wake_sent:
             self._wake_sent = True
-            self._wake_task = asyncio.get_running_loop().create_task(self._wake())
+            task = asyncio.get_running_loop().create_task(self._wake())
+            self._wake_tasks.add(task)  # the loop keeps only a weak reference
+            task.add_done_callback(self._wake_tasks.discard)
 
     async def _wake(self) -> None:
         """End the pending XREAD by appending to the hub's wake-up stream."""
@@ -253,6 +255,13 @@ class StreamHub:
 
     async def _run(self) -> None:
         """The reader: XREAD rounds while anyone follows a stream."""
+        try:
+            await self._rounds()
+        finally:  # a finished task holds its loop: let a closed loop go
+            if self._task is asyncio.current_task():
+                self._task = None
+
+    async def _rounds(self) -> None:
         loop = asyncio.get_running_loop()
         while self._keys:
             started = loop.time()
