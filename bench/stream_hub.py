@@ -1,7 +1,7 @@
 """The stream hub (inference/streams.py) against one XREAD BLOCK per stream, in-process.
 
     .venv/bin/python bench/stream_hub.py [--streams 200 2000] [--tokens 100]
-        [--delay-ms 20]
+        [--delay-ms 20]   (defaults: 200 streams, 50 tokens)
 
 N followers each follow their own generation stream; a writer thread appends one token
 to every stream every ``--delay-ms`` ms (one pipeline per tick, the sync client, so
@@ -160,7 +160,7 @@ async def _subscribe_latency(tries: int = 20) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, nargs="+", default=[200])
-    parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--tokens", type=int, default=50)
     parser.add_argument("--delay-ms", type=float, default=20.0)
     parser.add_argument("--modes", nargs="+", default=["per-stream", "hub"])
     args = parser.parse_args()
