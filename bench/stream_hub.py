@@ -72,6 +72,7 @@ async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
     keys = [protocol.gen_key(j) for j in jobs]
     lags: list[float] = []
     got = [0] * n
+    reads = [0]  # XREAD commands sent by the per-stream followers
     hub = StreamHub(url=_url())
     clients0 = redis.info("clients")["connected_clients"]
 
@@ -83,6 +84,7 @@ async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
                 if sub is not None:
                     events = await sub.next(timeout_s=1.0)
                 else:
+                    reads[0] += 1
                     events = await inference_client.agen_read(
                         job_id=jobs[i], after=after, block_ms=1000
                     )
@@ -122,7 +124,7 @@ async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
         "connections": clients,
         "lag_p50": pct(lags, 50),
         "lag_p99": pct(lags, 99),
-        "rounds": hub.rounds if mode == "hub" else events,
+        "rounds": hub.rounds if mode == "hub" else reads[0],
     }
 
 
