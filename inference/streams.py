@@ -54,7 +54,7 @@ HUB_COUNT = 256
 # reader that looped as soon as any one stream had a token would spend a core
 # re-sending thousands of keys to fetch a few entries; waiting up to 10 ms lets a
 # round carry what every stream wrote meanwhile. Followers release frames every
-# SSE_COALESCE_MS (50 ms), so the added delay is not seen (bench/stream_hub.py).
+# SSE_COALESCE_MS (50 ms), so the added delay is not seen (not measured apart).
 HUB_MIN_ROUND_S = 0.01
 # After a failed XREAD (Redis restarting), wait this long before the next one (s).
 ERROR_BACKOFF_S = 0.2
