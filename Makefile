@@ -126,7 +126,7 @@ bench-moderation: migrate
 	$(BIN)/python bench/moderation.py $(BENCH_ARGS)
 
 # N concurrent chat streams through one daphne and through two behind HAProxy
-# (BENCH_ARGS='--streams 250 500 1000 2000')
+# (default: 200 through one; BENCH_ARGS='--streams 250 500 1000 2000 --targets one proxy')
 bench-sse: migrate proxy
 	$(BIN)/python bench/sse_fanout.py $(BENCH_ARGS)
 

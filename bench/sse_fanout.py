@@ -2,7 +2,10 @@
 HAProxy (deploy/haproxy.cfg).
 
     .venv/bin/python bench/sse_fanout.py [--streams 250 500 1000 2000]
-        [--targets one proxy] [--tokens 200] [--delay-ms 20]
+        [--targets one proxy] [--tokens 200] [--delay-ms 20] [--coalesce-ms 50]
+
+The default (200 streams, one daphne) is the quick run of ``make bench``; the issue's
+figures come from ``--streams 250 500 1000 2000 --targets one proxy``.
 
 Runs on the dev services (`make migrate` first). For each target and N:
 
@@ -22,9 +25,9 @@ Figures:
   for every frame ("relay latency");
 - p99 gap between two frames of one stream at the client (ms; the engine emits every
   ``--delay-ms``, so anything above is worker, relay or client lag);
-- web CPU (cores busy while streaming, per 1,000 streams) and RSS added by the open
-  streams (MiB per 1,000 streams), summed over the web processes; HAProxy's own CPU
-  and RSS are not counted.
+- web CPU (cores busy while streaming, per 1,000 streams; and per frame sent) and RSS
+  added by the open streams (MiB per 1,000 streams), summed over the web processes;
+  HAProxy's own CPU and RSS are not counted.
 
 The client, the worker, the web processes and Redis share the machine, so on a small
 or busy one the figures are upper bounds of the relay's cost.
@@ -39,7 +42,8 @@ import resource
 import statistics
 import sys
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +51,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench.record import bench_record, pct  # noqa: E402
 
 POOL = "ssebench"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -180,14 +186,6 @@ def proc_threads(pid: int) -> int:
     return 0
 
 
-def pct(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0-1) of ``values`` (nearest rank); nan when empty."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def bench_setup(password: str) -> None:
     """The bench user, on a plan with no token limits, allowed the bench pool only."""
     from django.contrib.auth import get_user_model
@@ -238,6 +236,24 @@ async def post_turns(base: str, password: str, n: int) -> tuple[str, list[str]]:
     return cookie, list(paths)
 
 
+@contextmanager
+def _profiled_web(env: dict, out: str) -> Iterator:
+    """One daphne under cProfile (``python -m cProfile -o out``); the profile is
+    written when daphne exits on SIGTERM. Read it with ``python -m pstats out``."""
+    from tests.stack import ASGI_APP, Web, _start, _stop, free_port, web_wait
+
+    port = free_port()
+    daphne = Path(sys.executable).parent / "daphne"
+    argv = [sys.executable, "-m", "cProfile", "-o", out, daphne]
+    web = _start([*argv, "-b", "127.0.0.1", "-p", str(port), ASGI_APP], env, "daphne")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        web_wait(base, web)
+        yield Web(base=base, process=web)
+    finally:
+        _stop([web])
+
+
 def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
     """Run the fan-out of ``n`` streams through ``target`` (``one`` or ``proxy``)."""
     from inference import protocol
@@ -250,7 +266,10 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
     bench_setup(password)
     redis = redis_sync()
     with ExitStack() as stack:
-        webs = [stack.enter_context(web_process(env))]
+        if args.profile:
+            webs = [stack.enter_context(_profiled_web(env, args.profile))]
+        else:
+            webs = [stack.enter_context(web_process(env))]
         if target == "proxy":
             webs.append(stack.enter_context(web_process(env)))
             proxy = stack.enter_context(haproxy_process([w.base[7:] for w in webs]))
@@ -331,13 +350,16 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
         "n": n,
         "completed": len(done),
         "errors": errors,
-        "ttft_added_p50": pct(first, 0.5),
-        "ttft_added_p99": pct(first, 0.99),
-        "relay_p50": pct(lags, 0.5),
-        "relay_p99": pct(lags, 0.99),
-        "gap_p50": pct(gaps, 0.5),
-        "gap_p99": pct(gaps, 0.99),
+        "ttft_added_p50": pct(first, 50),
+        "ttft_added_p99": pct(first, 99),
+        "relay_p50": pct(lags, 50),
+        "relay_p99": pct(lags, 99),
+        "gap_p50": pct(gaps, 50),
+        "gap_p99": pct(gaps, 99),
         "frames": statistics.mean([s.frames for s in done]) if done else 0,
+        "cpu_us_per_frame": run["cpu_s"]
+        * 1e6
+        / max(1, sum(s.frames for s in all_stats)),
         "cores": run["cpu_s"] / run["wall_s"],
         "cores_per_k": run["cpu_s"] / run["wall_s"] * per_k,
         "cpu_ms_per_stream": run["cpu_s"] * 1000 / n,
@@ -354,11 +376,24 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--streams", type=int, nargs="+", default=[250])
-    parser.add_argument("--targets", nargs="+", default=["one", "proxy"])
+    parser.add_argument("--streams", type=int, nargs="+", default=[200])
+    parser.add_argument("--targets", nargs="+", default=["one"])
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--delay-ms", type=float, default=20.0)
+    parser.add_argument(
+        "--coalesce-ms",
+        type=float,
+        default=None,
+        help="SSE_COALESCE_MS of the web processes (default: the setting's)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="run the (one) daphne under cProfile and write its profile to FILE",
+    )
     args = parser.parse_args()
+    if args.coalesce_ms is not None:
+        os.environ["SSE_COALESCE_MS"] = str(args.coalesce_ms)
     os.environ.update(
         {
             "INFERENCE_DEFAULT_POOL": POOL,
@@ -388,7 +423,7 @@ def main() -> None:
     )
     head = (
         "target  streams  done  TTFT+ p50/p99 ms  relay p50/p99 ms  gap p50/p99 ms"
-        "  frames  web cores  cores/1k  CPU ms/stream  MiB/1k open/peak"
+        "  frames  web cores  cores/1k  CPU ms/stream  CPU us/frame  MiB/1k open/peak"
     )
     print(head)
     for r in rows:
@@ -398,7 +433,7 @@ def main() -> None:
             f"{r['relay_p50']:7.1f}/{r['relay_p99']:7.1f}  "
             f"{r['gap_p50']:6.1f}/{r['gap_p99']:6.1f}  {r['frames']:6.1f}  "
             f"{r['cores']:9.2f}  {r['cores_per_k']:8.2f}  "
-            f"{r['cpu_ms_per_stream']:13.1f}  "
+            f"{r['cpu_ms_per_stream']:13.1f}  {r['cpu_us_per_frame']:12.0f}  "
             f"{r['rss_open_per_k']:6.1f}/{r['rss_peak_per_k']:6.1f}"
         )
         print(
@@ -410,6 +445,34 @@ def main() -> None:
         )
         if r["errors"]:
             print(f"        not completed: {r['errors']}")
+        _record(r, args)
+
+
+def _record(r: dict, args: argparse.Namespace) -> None:
+    """The headline figures of one row, for ``make bench``'s table."""
+    params = (
+        f"N={r['n']}, {'one daphne' if r['target'] == 'one' else 'two behind HAProxy'}"
+        f", {args.tokens} tokens {args.delay_ms:g} ms apart"
+        f", load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    figures = [
+        ("streams completed", r["completed"], "streams", f"= {r['n']}"),
+        ("frame gap p99", r["gap_p99"], "ms", "< 250 ms"),
+        ("TTFT added p50", r["ttft_added_p50"], "ms", ""),
+        ("TTFT added p99", r["ttft_added_p99"], "ms", ""),
+        ("web cores per 1,000 streams", r["cores_per_k"], "cores", ""),
+        ("web CPU per frame", r["cpu_us_per_frame"], "us", ""),
+        ("web RSS per 1,000 open streams", r["rss_open_per_k"], "MiB", ""),
+    ]
+    for metric, value, unit, goal in figures:
+        bench_record(
+            bench="sse_fanout",
+            metric=metric,
+            value=value,
+            unit=unit,
+            params=params,
+            goal=goal,
+        )
 
 
 if __name__ == "__main__":

@@ -241,6 +241,16 @@ async def astream_detach(*, job_id: str, grace_s: float) -> int:
     )
 
 
+QUEUE_TIMEOUT_MESSAGE = (
+    "The model is busy: no worker could take this request in time. "
+    "Please try again in a moment."
+)
+NO_WORKER_MESSAGE = (
+    "The model is not available right now (no inference worker is running). "
+    "Please try again later."
+)
+
+
 def generation_watchdog(
     *,
     job_id: str,
@@ -260,20 +270,12 @@ def generation_watchdog(
     """
     now = time.time() if now is None else now
     if not started and now - enqueued_at > queue_timeout_s:
-        code, message = (
-            protocol.ERROR_QUEUE_TIMEOUT,
-            "The model is busy: no worker could take this request in time. "
-            "Please try again in a moment.",
-        )
+        code, message = protocol.ERROR_QUEUE_TIMEOUT, QUEUE_TIMEOUT_MESSAGE
     elif (
         now - last_event_at > no_worker_grace_s
         and workers_live(pool=pool, now=now) == 0
     ):
-        code, message = (
-            protocol.ERROR_NO_WORKER,
-            "The model is not available right now (no inference worker is running). "
-            "Please try again later.",
-        )
+        code, message = protocol.ERROR_NO_WORKER, NO_WORKER_MESSAGE
     else:
         return None
     return code if generation_fail(job_id=job_id, code=code, message=message) else None

@@ -42,18 +42,23 @@ def redis_sync(url: str | None = None) -> redis.Redis:
     return client
 
 
-def redis_async_new(url: str) -> aioredis.Redis:
+def redis_async_new(
+    url: str, *, max_connections: int | None = None, client_name: str | None = None
+) -> aioredis.Redis:
     """Return a new async client for ``url`` whose pool holds up to
-    REDIS_ASYNC_MAX_CONNECTIONS connections.
+    ``max_connections`` connections (default REDIS_ASYNC_MAX_CONNECTIONS), each named
+    ``client_name`` in Redis's CLIENT LIST if given.
 
     redis-py 8's async pool allows 100 by default and then raises MaxConnectionsError,
-    but every open SSE stream holds one connection in a blocking XREAD and a worker
-    writes for each running job, so a web process with more than 100 open streams
-    needs more than the default. ``url`` may be a Sentinel URL (inference/sentinel.py).
+    and a worker writes for each running job (and, before the stream hub of
+    :mod:`inference.streams`, every open SSE stream held one connection in a
+    blocking XREAD), so a busy process needs more than the default. ``url`` may be a
+    Sentinel URL (inference/sentinel.py).
     """
     options = {
         "decode_responses": True,
-        "max_connections": settings.REDIS_ASYNC_MAX_CONNECTIONS,
+        "max_connections": max_connections or settings.REDIS_ASYNC_MAX_CONNECTIONS,
+        "client_name": client_name,
     }
     sentinel = sentinel_url_parse(url)
     if sentinel is not None:

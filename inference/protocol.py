@@ -129,6 +129,16 @@ def gen_key(job_id: str) -> str:
     return f"inf:gen:{job_id}"
 
 
+def hub_wake_key(hub_id: str) -> str:
+    """Return the wake-up stream of one web process's stream hub (inference/streams.py).
+
+    The hub's reader blocks in one XREAD over every followed generation plus this key;
+    an entry added here ends that XREAD at once, so a new follower is read without
+    waiting out the block. Each hub has its own (``hub_id`` is random).
+    """
+    return f"inf:hubwake:{hub_id}"
+
+
 def final_key(job_id: str) -> str:
     """Return the key that marks a generation's terminal event as written."""
     return f"inf:final:{job_id}"
@@ -414,6 +424,16 @@ class Event:
     def is_terminal(self) -> bool:
         """True for ``done`` and ``error``."""
         return self.type in TERMINAL_EVENTS
+
+
+def event_parse_flat(entry_id: str, fields: list[str]) -> Event:
+    """Decode a stream entry as Redis sends it (``[name, value, ...]``, str), without
+    building a dict first: the stream hub's hot path. Every entry we write is
+    ``e``, ``d`` in that order (:func:`event_fields`); any other shape takes the
+    general path of :func:`event_parse`."""
+    if len(fields) == 4 and fields[0] == "e" and fields[2] == "d":
+        return Event(id=entry_id, type=fields[1], data=json.loads(fields[3]))
+    return event_parse(entry_id, dict(zip(fields[::2], fields[1::2], strict=True)))
 
 
 def event_parse(entry_id: Any, fields: dict[Any, Any]) -> Event:

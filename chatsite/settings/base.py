@@ -222,6 +222,11 @@ INFERENCE_DETACH_GRACE_S = env.float("INFERENCE_DETACH_GRACE_S", default=10.0)
 INFERENCE_STREAM_TTL_S = env.int("INFERENCE_STREAM_TTL_S", default=3600)
 # SSE heartbeat comment interval (DESIGN §8: every 15 s).
 SSE_HEARTBEAT_S = env.float("SSE_HEARTBEAT_S", default=15.0)
+# A streamed answer is released at most once per this many ms (the first token at
+# once): each frame costs the web process the same whether it carries one token or
+# five, so at 20 ms per token 50 ms makes 2-3 tokens a frame (issue 13; DESIGN §8
+# allows coalescing). 0: a frame per read of the stream.
+SSE_COALESCE_MS = env.float("SSE_COALESCE_MS", default=50.0)
 # --- Embeddings: served by the embedding pool's workers, never in the web process -------
 # The pool whose workers embed (run_inference_worker --engine sentence-transformers).
 EMBEDDING_POOL = env("EMBEDDING_POOL", default="embed")

@@ -4,10 +4,16 @@
 relay and the OpenAI-compatible API, streamed or not. It owns, in one place:
 
 - the resume point (a Redis stream entry id; ``0-0`` from the start);
-- coalescing: the token events of one read become one :class:`Delta`;
+- the read: through the process's stream hub (:mod:`inference.streams`), one XREAD
+  for every stream the process follows, not a Redis connection per stream;
+- coalescing by time: the first token is released at once, then at most one
+  :class:`Delta` every SSE_COALESCE_MS ms carries all tokens that arrived meanwhile
+  (frames, not tokens, are what a web process pays for per stream);
 - the stream policies (:mod:`gateway.generations.policy`): a client only ever sees
   released text; a cut cancels the engine and the answer ends ``content_filter``;
-- the watchdog (queue timeout, no live worker) while the stream is idle, and, for
+- the watchdog (queue timeout, no live worker) while the stream is idle, on the
+  event loop (no Redis call until a deadline passed; pool liveness is asked once per
+  pool per second per process), and, for
   a surface that asks (``report_queue``), the job's place in its pool's queue while
   no worker has taken it yet (:class:`Queued`, about once a second);
 - the fallback restart: an engine error before the first token moves the job to the
@@ -43,14 +49,14 @@ from gateway.generations.policy import PolicyChain, policies_for
 from gateway.generations.settle import (
     Recorder,
     Settlement,
+    agen_watchdog,
     generation_settle,
-    generation_watchdog,
     outcome_settle,
 )
 from gateway.generations.start import Generation, generation_cancel
 from gateway.models import UsageRecord
 from inference import client as inference_client
-from inference import protocol
+from inference import protocol, streams, waiting
 
 logger = logging.getLogger(__name__)
 
@@ -194,8 +200,10 @@ async def generation_follow(
     ``recorder`` stores the outcome on the surface's side (the chat's answer message);
     ``resumable`` True keeps the generation alive for INFERENCE_DETACH_GRACE_S when the
     consumer leaves; ``report_queue`` True adds a :class:`Queued` item after each
-    :class:`Idle` until the first event (one small Redis call each, none once the
-    answer runs). The last item is :class:`Ended` (settled) or :class:`Broken`.
+    :class:`Idle` until the first event (from one Redis call per pool and second for
+    all followers of the process, none once the answer runs). Deltas come at most
+    every SSE_COALESCE_MS ms, the first one at once. The last item is :class:`Ended`
+    (settled) or :class:`Broken`.
     """
     job_id = generation.job_id
     chain = policies_for(job_id=job_id, user_id=generation.user_id)
@@ -211,29 +219,34 @@ async def generation_follow(
     last_event_at = time.time() if started else generation.enqueued_at
     tokens_seen, settled, cut = 0, False, bool(chain and chain.cut)
     task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    coalesce_s = settings.SSE_COALESCE_MS / 1000
+    next_delta_at = 0.0  # loop time before which no Delta is released
+    subscription = streams.stream_hub().subscribe(job_id=job_id, after=after)
     try:
         while True:
             try:
-                events = await inference_client.agen_read(
-                    job_id=job_id, after=after, block_ms=READ_BLOCK_MS
-                )
+                hold = next_delta_at - loop.time()
+                if hold > 0:  # let the tokens of the next frame gather
+                    await asyncio.sleep(hold)
+                events = await subscription.next(timeout_s=READ_BLOCK_MS / 1000)
             except _BACKEND_ERRORS as exc:
                 yield Broken(_stream_broken(exc))
                 return
             if task is not None and task.cancelling():
-                # The consumer went away. redis-py can absorb the CancelledError that
-                # Django's disconnect delivers while a pooled connection is released;
-                # the task still counts the request, so honour it here.
+                # The consumer went away but something below absorbed the
+                # CancelledError (redis-py did, releasing a pooled connection); the
+                # task still counts the request, so honour it here.
                 raise asyncio.CancelledError
             if not events:
                 yield Idle()
                 try:
                     if report_queue and not started and not generation.cache_kind:
-                        position = await inference_client.aqueue_position(
+                        position = await waiting.aqueue_position_shared(
                             pool=generation.pool, job_id=job_id
                         )
                         yield Queued(position)
-                    await sync_to_async(generation_watchdog)(
+                    await agen_watchdog(
                         generation=generation,
                         started=started,
                         last_event_at=last_event_at,
@@ -258,6 +271,7 @@ async def generation_follow(
                         return
                     tokens_seen += pending.tokens
                     if delta is not None:
+                        next_delta_at = loop.time() + coalesce_s
                         yield delta
                     if cut_now and not cut:
                         cut = True
@@ -295,12 +309,14 @@ async def generation_follow(
                     # failed before its first token and restarted on the fallback
                     # (by us, or by a concurrent settler): read it from its start
                     after, started = protocol.STREAM_START, False
+                    subscription.seek(after)
                     break
                 settled = True
                 assert settlement.outcome is not None  # settled or already
                 yield Ended(settlement.outcome, event.id)
                 return
     finally:
+        subscription.close()
         if resumable:
             try:
                 await inference_client.astream_detach(

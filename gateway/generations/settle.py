@@ -34,7 +34,7 @@ from gateway.generations.policy import chain_replay, policies_for
 from gateway.generations.start import Generation
 from gateway.models import ModelPool, UsageRecord
 from inference import client as inference_client
-from inference import protocol
+from inference import protocol, waiting
 
 logger = logging.getLogger(__name__)
 
@@ -266,6 +266,23 @@ def generation_watchdog(
     INFERENCE_QUEUE_TIMEOUT_S and INFERENCE_NO_WORKER_GRACE_S.
     """
     return inference_client.generation_watchdog(
+        job_id=generation.job_id,
+        pool=generation.pool or settings.INFERENCE_DEFAULT_POOL,
+        enqueued_at=generation.enqueued_at,
+        queue_timeout_s=settings.INFERENCE_QUEUE_TIMEOUT_S,
+        no_worker_grace_s=settings.INFERENCE_NO_WORKER_GRACE_S,
+        started=started,
+        last_event_at=last_event_at,
+    )
+
+
+async def agen_watchdog(
+    *, generation: Generation, started: bool, last_event_at: float
+) -> str | None:
+    """:func:`generation_watchdog` on the event loop (what a follower runs each idle
+    second): no thread hop, and no Redis call until a deadline passed
+    (:func:`inference.waiting.agen_watchdog`)."""
+    return await waiting.agen_watchdog(
         job_id=generation.job_id,
         pool=generation.pool or settings.INFERENCE_DEFAULT_POOL,
         enqueued_at=generation.enqueued_at,

@@ -25,7 +25,7 @@ from gateway import services as gateway_services
 from gateway.generations import policy
 from gateway.models import UsageRecord
 from inference import client as inference_client
-from inference import protocol
+from inference import protocol, streams
 from inference.connections import redis_sync
 from tests.conftest import fake_heartbeat
 from tests.conversations.openai.helpers import asgi, ask, no_reservations
@@ -309,9 +309,11 @@ async def test_a_redis_failure_mid_stream_ends_both_surfaces_with_a_clear_error(
         surface=generations.Surface.API,
     )
 
-    async def broken_read(**kwargs: Any) -> list[protocol.Event]:
+    async def broken_read(*args: Any, **kwargs: Any) -> list[protocol.Event]:
         raise RedisConnectionError("Connection refused")
 
+    # the followers' reads (the stream hub) and the API's read after it leaves
+    monkeypatch.setattr(streams.StreamHub, "_read", broken_read)
     monkeypatch.setattr(inference_client, "agen_read", broken_read)
     answer = turn.assistant_message
     result = await asgi_sse(

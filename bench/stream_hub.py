@@ -1,0 +1,217 @@
+"""The stream hub (inference/streams.py) against one XREAD BLOCK per stream, in-process.
+
+    .venv/bin/python bench/stream_hub.py [--streams 200 2000] [--tokens 100]
+        [--delay-ms 20]   (defaults: 200 streams, 50 tokens)
+
+N followers each follow their own generation stream; a writer thread appends one token
+to every stream every ``--delay-ms`` ms (one pipeline per tick, the sync client, so
+its CPU is not the event loop's). Two ways to read, one after the other on the same
+event loop:
+
+- ``per-stream``: each follower does its own ``XREAD BLOCK`` (inference.client.agen_read,
+  as generation_follow did before the hub): one pooled connection each;
+- ``hub``: every follower reads from one StreamHub (one XREAD for all streams).
+
+Figures: event-loop CPU per delivered event (us, ``time.thread_time`` of the loop's
+thread: reads, parsing and dispatch, not the writer), Redis connections opened by the
+reader side, delivery lag (XADD's entry time to the follower, p50/p99 ms), and for the
+hub the time a follower subscribing while the reader blocks waits for its first event
+(with the wake-up stream, p50/max ms of 20 tries against a 1 s block).
+
+Runs on the dev Redis (`make services`); the machine's load makes the figures upper
+bounds (the load average is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+
+from bench.record import bench_record, pct  # noqa: E402
+
+
+def _writer(
+    keys: list[str], tokens: int, delay_s: float, stop: threading.Event
+) -> None:
+    """Append ``tokens`` token events to every stream, one pipeline per tick."""
+    from inference import protocol
+    from inference.connections import redis_sync
+
+    client = redis_sync()
+    fields = protocol.token_fields("tok ")
+    next_at = time.monotonic()
+    for _ in range(tokens):
+        if stop.is_set():
+            return
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.xadd(key, fields)
+        pipe.execute()
+        next_at += delay_s
+        time.sleep(max(0.0, next_at - time.monotonic()))
+
+
+async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
+    from inference import client as inference_client
+    from inference import protocol
+    from inference.connections import redis_sync
+    from inference.streams import StreamHub
+
+    redis = redis_sync()
+    tag = f"hubbench-{mode}-{time.time_ns()}"
+    jobs = [f"{tag}-{i}" for i in range(n)]
+    keys = [protocol.gen_key(j) for j in jobs]
+    lags: list[float] = []
+    got = [0] * n
+    reads = [0]  # XREAD commands sent by the per-stream followers
+    hub = StreamHub(url=_url())
+    clients0 = redis.info("clients")["connected_clients"]
+
+    async def follow(i: int) -> None:
+        after = protocol.STREAM_START
+        sub = hub.subscribe(job_id=jobs[i], after=after) if mode == "hub" else None
+        try:
+            while got[i] < args.tokens:
+                if sub is not None:
+                    events = await sub.next(timeout_s=1.0)
+                else:
+                    reads[0] += 1
+                    events = await inference_client.agen_read(
+                        job_id=jobs[i], after=after, block_ms=1000
+                    )
+                now_ms = time.time() * 1000
+                for e in events:
+                    lags.append(now_ms - int(e.id.split("-")[0]))
+                if events:
+                    after = events[-1].id
+                    got[i] += len(events)
+        finally:
+            if sub is not None:
+                sub.close()
+
+    tasks = [asyncio.create_task(follow(i)) for i in range(n)]
+    await asyncio.sleep(0.5)  # every follower waits (blocked XREADs, or the hub)
+    clients = redis.info("clients")["connected_clients"] - clients0
+    stop = threading.Event()
+    writer = threading.Thread(
+        target=_writer, args=(keys, args.tokens, args.delay_ms / 1000, stop)
+    )
+    cpu0, t0 = time.thread_time(), time.monotonic()
+    writer.start()
+    try:
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=args.tokens * 2 + 60)
+    finally:
+        stop.set()
+        writer.join()
+    cpu, wall = time.thread_time() - cpu0, time.monotonic() - t0
+    redis.delete(*keys)
+    events = sum(got)
+    return {
+        "mode": mode,
+        "n": n,
+        "events": events,
+        "cpu_us_per_event": cpu * 1e6 / max(1, events),
+        "loop_cores": cpu / wall,
+        "connections": clients,
+        "lag_p50": pct(lags, 50),
+        "lag_p99": pct(lags, 99),
+        "rounds": hub.rounds if mode == "hub" else reads[0],
+    }
+
+
+def _url() -> str:
+    from django.conf import settings
+
+    return settings.REDIS_URL
+
+
+async def _subscribe_latency(tries: int = 20) -> list[float]:
+    """ms from subscribing (while the hub's XREAD blocks, 1 s) to the first event."""
+    from inference import protocol
+    from inference.connections import redis_async
+    from inference.streams import StreamHub
+
+    hub = StreamHub(url=_url())
+    anchor = hub.subscribe(job_id=f"hubbench-anchor-{time.time_ns()}", after="0-0")
+    waits = []
+    for i in range(tries):
+        while not hub._reading:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.02)  # the XREAD is pending at Redis
+        job = f"hubbench-late-{time.time_ns()}-{i}"
+        started = time.monotonic()
+        sub = hub.subscribe(job_id=job, after=protocol.STREAM_START)
+        await redis_async().xadd(protocol.gen_key(job), protocol.token_fields("x"))
+        await sub.next(timeout_s=5)
+        waits.append((time.monotonic() - started) * 1000)
+        sub.close()
+        await redis_async().delete(protocol.gen_key(job))
+    anchor.close()
+    return waits
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", type=int, nargs="+", default=[200])
+    parser.add_argument("--tokens", type=int, default=50)
+    parser.add_argument("--delay-ms", type=float, default=20.0)
+    parser.add_argument("--modes", nargs="+", default=["per-stream", "hub"])
+    args = parser.parse_args()
+    import django
+
+    django.setup()
+    rows = [asyncio.run(_run(m, n, args)) for n in args.streams for m in args.modes]
+    waits = asyncio.run(_subscribe_latency())
+    load = os.getloadavg()[0]
+    print(
+        f"\n{args.tokens} tokens per stream, {args.delay_ms:g} ms apart; load average "
+        f"{load:.1f} on {os.cpu_count()} cores\n"
+    )
+    print(
+        "mode        streams  events  loop us/event  loop cores  conns  lag p50/p99 ms  XREADs"
+    )
+    for r in rows:
+        print(
+            f"{r['mode']:10s}  {r['n']:7d}  {r['events']:6d}  {r['cpu_us_per_event']:13.1f}"
+            f"  {r['loop_cores']:10.2f}  {r['connections']:5d}  "
+            f"{r['lag_p50']:6.1f}/{r['lag_p99']:6.1f}  {r['rounds']:6d}"
+        )
+        params = f"N={r['n']}, {r['mode']}, load {load:.1f} on {os.cpu_count()} cores"
+        bench_record(
+            bench="stream_hub",
+            metric="loop CPU per event",
+            value=r["cpu_us_per_event"],
+            unit="us",
+            params=params,
+        )
+        bench_record(
+            bench="stream_hub",
+            metric="delivery lag p99",
+            value=r["lag_p99"],
+            unit="ms",
+            params=params,
+        )
+    print(
+        f"\nsubscribe while the hub's XREAD blocks (1 s): first event after "
+        f"p50 {pct(waits, 50):.1f} ms, max {max(waits):.1f} ms ({len(waits)} tries)"
+    )
+    bench_record(
+        bench="stream_hub",
+        metric="first event after subscribing while blocked, max",
+        value=max(waits),
+        unit="ms",
+        params=f"1 s block, load {load:.1f}",
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,327 @@
+"""The stream hub: one reader per event loop for every generation stream it follows.
+
+A web process follows thousands of generation streams at once (one per open answer).
+Reading each with its own ``XREAD BLOCK`` held one pooled Redis connection and one
+pending command per stream. The hub instead keeps, per running event loop, a single
+reader task that blocks in ONE ``XREAD`` over every followed stream (XREAD takes many
+keys) and hands the parsed events to the followers' :class:`Subscription` buffers:
+no connection, thread or Redis command per stream.
+
+- **Subscribing while the reader is blocked**: the XREAD also watches the hub's own
+  wake-up stream (:func:`inference.protocol.hub_wake_key`); a subscription made while
+  the XREAD is pending appends one entry there (at most one per XREAD round), which
+  ends the XREAD at once, and the next round includes the new stream.
+- **Leaving**: :meth:`Subscription.close` only drops the subscription (no I/O), so it
+  is safe in a ``finally`` of a cancelled task; ``CancelledError`` of a follower waiting
+  in :meth:`Subscription.next` propagates untouched.
+- **Redis errors**: a failed XREAD fails every current subscription (each follower
+  gets a :class:`StreamReadError`, a ``RedisError``); the reader retries after
+  ERROR_BACKOFF_S for whoever subscribes next.
+- **Resuming from an old id** (``Last-Event-ID``, a second tab): the XREAD asks each
+  key from the lowest position among its subscriptions; each subscription gets only
+  the entries after its own position.
+- **Fairness**: ``COUNT`` caps the entries per key per round (XREAD's COUNT is per
+  stream), so a client catching up on a long stream does not starve the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+import weakref
+from typing import Any
+
+import redis.asyncio as aioredis
+from django.conf import settings
+from redis.exceptions import RedisError
+
+from inference import protocol
+from inference.connections import redis_async, redis_async_new
+
+logger = logging.getLogger(__name__)
+
+# How long one XREAD of the hub blocks when nothing arrives (ms). New subscriptions do
+# not wait for it (the wake-up stream ends the block), so it only sets how often an
+# idle hub wakes: once a second.
+HUB_BLOCK_MS = 1000
+# Entries per stream per XREAD round: a token is one entry, so 256 is about 13 s of a
+# stream at 20 ms per token, read in one round, while one client resuming a long
+# answer cannot make a round carry thousands of entries of its stream alone.
+HUB_COUNT = 256
+# Rounds start at most this often (s). A round's cost grows with the number of
+# followed streams (the XREAD names every key), not with the entries it returns, so a
+# reader that looped as soon as any one stream had a token would spend a core
+# re-sending thousands of keys to fetch a few entries; waiting up to 10 ms lets a
+# round carry what every stream wrote meanwhile. Followers release frames every
+# SSE_COALESCE_MS (50 ms), so the added delay is not seen (not measured apart).
+HUB_MIN_ROUND_S = 0.01
+# After a failed XREAD (Redis restarting), wait this long before the next one (s).
+ERROR_BACKOFF_S = 0.2
+# The wake-up stream expires this long after its last entry (s): a hub that goes
+# away leaves nothing behind.
+WAKE_TTL_S = 60
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, StreamHub]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class StreamReadError(RedisError):
+    """The hub's read of the generation streams failed (its cause says why)."""
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    """Return a stream entry id ``"ms-seq"`` as a comparable pair."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _raw(response: Any, **_options: Any) -> Any:
+    return response
+
+
+def _wake_waiter(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class Subscription:
+    """One follower's view of a generation stream, fed by its hub's reader.
+
+    Events after ``after`` arrive in order; :meth:`next` returns those that arrived
+    since its last call. Not thread-safe: use it on the loop it was made on.
+    """
+
+    __slots__ = ("_error", "_events", "_hub", "_pos", "_waiter", "after", "key")
+
+    def __init__(self, hub: StreamHub, key: str, after: str) -> None:
+        self._hub = hub
+        self.key = key
+        self.after = after
+        self._pos = _id_key(after)
+        self._events: list[protocol.Event] = []
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    async def next(self, *, timeout_s: float) -> list[protocol.Event]:
+        """Return the events that arrived since the last call, in stream order.
+
+        Waits up to ``timeout_s`` seconds for the first one; ``[]`` when none came.
+        Raises :class:`StreamReadError` once the hub's read failed (events that
+        arrived before the failure are returned first).
+        """
+        if not self._events and self._error is None:
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(timeout_s, _wake_waiter, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        if self._events:
+            events, self._events = self._events, []
+            return events
+        if self._error is not None:
+            raise StreamReadError(str(self._error)) from self._error
+        return []
+
+    def seek(self, after: str) -> None:
+        """Read the stream again from entry id ``after`` (a fallback restart)."""
+        self.after = after
+        self._pos = _id_key(after)
+        self._events = []
+        self._hub._poke()
+
+    def close(self) -> None:
+        """Stop following the stream (no I/O: safe while cancelled)."""
+        self._hub._remove(self)
+
+    def _deliver(
+        self, asked: tuple[int, int], entries: list[tuple[tuple[int, int], Any]]
+    ) -> None:
+        """Take the entries of one XREAD round that asked the key from ``asked``."""
+        if self._pos < asked:
+            return  # it wants older entries (resume, seek): the next round reads them
+        if self._pos == asked:
+            new = [event for _key, event in entries]
+        else:
+            new = [event for key, event in entries if key > self._pos]
+        if not new:
+            return
+        self._events.extend(new)
+        self._pos = entries[-1][0]
+        self.after = new[-1].id
+        if self._waiter is not None:
+            _wake_waiter(self._waiter)
+
+    def _fail(self, exc: BaseException) -> None:
+        self._error = exc
+        if self._waiter is not None:
+            _wake_waiter(self._waiter)
+
+
+class StreamHub:
+    """Reads every generation stream followed on one event loop with one XREAD.
+
+    Use :func:`stream_hub` to get the running loop's hub. The reader task starts with
+    the first subscription and ends once none is left (after its pending XREAD).
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        block_ms: int = HUB_BLOCK_MS,
+        count: int = HUB_COUNT,
+        min_round_s: float = HUB_MIN_ROUND_S,
+    ) -> None:
+        self.url = url
+        self.block_ms = block_ms
+        self.count = count
+        self.min_round_s = min_round_s
+        # the reader's own connection: its XREAD holds it while blocked. Its replies
+        # are taken as Redis sends them: redis-py's XREAD callback builds a dict per
+        # entry, a third of the reader's time at thousands of entries a second.
+        self.hub_id = uuid.uuid4().hex
+        self._client: aioredis.Redis = redis_async_new(
+            url, max_connections=1, client_name=f"stream-hub-{self.hub_id}"
+        )
+        self._client.response_callbacks["XREAD"] = _raw
+        self._keys: dict[str, list[Subscription]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._wake_tasks: set[asyncio.Task[None]] = set()
+        self._wake_key = protocol.hub_wake_key(self.hub_id)
+        self._wake_after = protocol.STREAM_START
+        self._reading = False
+        self._wake_sent = False
+        self.rounds = 0  # XREAD rounds so far (for tests and benchmarks)
+        self.wakes = 0  # wake-up entries written
+
+    def subscribe(self, *, job_id: str, after: str) -> Subscription:
+        """Follow generation ``job_id`` from entry id ``after`` (``0-0``: its start)."""
+        key = protocol.gen_key(job_id)
+        sub = Subscription(self, key, after)
+        self._keys.setdefault(key, []).append(sub)
+        self._poke()
+        return sub
+
+    def __len__(self) -> int:
+        """How many subscriptions are open."""
+        return sum(len(subs) for subs in self._keys.values())
+
+    def _remove(self, sub: Subscription) -> None:
+        subs = self._keys.get(sub.key)
+        if subs is None or sub not in subs:
+            return
+        subs.remove(sub)
+        if not subs:
+            del self._keys[sub.key]
+
+    def _poke(self) -> None:
+        """A subscription was added or moved: make sure the next XREAD includes it."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="stream-hub"
+            )
+        elif self._reading and not self._wake_sent:
+            self._wake_sent = True
+            task = asyncio.get_running_loop().create_task(self._wake())
+            self._wake_tasks.add(task)  # the loop keeps only a weak reference
+            task.add_done_callback(self._wake_tasks.discard)
+
+    async def _wake(self) -> None:
+        """End the pending XREAD by appending to the hub's wake-up stream."""
+        self.wakes += 1
+        try:
+            async with redis_async(self.url).pipeline(transaction=False) as pipe:
+                pipe.xadd(self._wake_key, {"w": "1"}, maxlen=1, approximate=False)
+                pipe.expire(self._wake_key, WAKE_TTL_S)
+                await pipe.execute()
+        except RedisError as exc:  # the XREAD fails too, or ends within its block
+            logger.warning("stream hub wake-up failed: %r", exc)
+
+    def _streams(self) -> tuple[dict[str, str], dict[str, tuple[int, int]]]:
+        """The XREAD's ``{key: id}`` (each key from its lowest subscription)."""
+        streams: dict[str, str] = {}
+        asked: dict[str, tuple[int, int]] = {}
+        for key, subs in self._keys.items():
+            first = subs[0] if len(subs) == 1 else min(subs, key=lambda s: s._pos)
+            streams[key] = first.after
+            asked[key] = first._pos
+        streams[self._wake_key] = self._wake_after
+        return streams, asked
+
+    async def _run(self) -> None:
+        """The reader: XREAD rounds while anyone follows a stream."""
+        try:
+            await self._rounds()
+        finally:  # a finished task holds its loop: let a closed loop go
+            if self._task is asyncio.current_task():
+                self._task = None
+
+    async def _rounds(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._keys:
+            started = loop.time()
+            streams, asked = self._streams()
+            self._reading, self._wake_sent = True, False
+            try:
+                result = await self._read(streams)
+            except asyncio.CancelledError as exc:
+                self._reading = False
+                self._fail_all(exc)
+                raise
+            except Exception as exc:  # noqa: BLE001 - every follower must hear of it
+                self._reading = False
+                if not isinstance(exc, (RedisError, OSError)):
+                    logger.exception("stream hub read failed")
+                self._fail_all(exc)
+                await asyncio.sleep(ERROR_BACKOFF_S)
+                continue
+            self._reading = False
+            self.rounds += 1
+            self._dispatch(result, asked)
+            rest = started + self.min_round_s - loop.time()
+            if result and rest > 0:
+                await asyncio.sleep(rest)
+
+    async def _read(self, streams: dict[str, str]) -> Any:
+        """One XREAD round: up to ``count`` entries per key, blocking ``block_ms``."""
+        return await self._client.xread(streams, count=self.count, block=self.block_ms)
+
+    def _dispatch(self, result: Any, asked: dict[str, tuple[int, int]]) -> None:
+        if not result:
+            return
+        pairs = result.items() if isinstance(result, dict) else result
+        for key, entries in pairs:
+            if key == self._wake_key:
+                self._wake_after = entries[-1][0]
+                continue
+            subs = self._keys.get(key)
+            if not subs or key not in asked:
+                continue  # everyone left while the XREAD was pending
+            parsed = [
+                (_id_key(entry_id), protocol.event_parse_flat(entry_id, fields))
+                for entry_id, fields in entries
+            ]
+            for sub in list(subs):
+                sub._deliver(asked[key], parsed)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        """Fail every subscription (they are dropped: their followers end)."""
+        keys, self._keys = self._keys, {}
+        for subs in keys.values():
+            for sub in subs:
+                sub._fail(exc)
+
+
+def stream_hub(url: str | None = None) -> StreamHub:
+    """Return the running event loop's stream hub for ``url`` (default REDIS_URL)."""
+    url = url or settings.REDIS_URL
+    per_loop = _hubs.setdefault(asyncio.get_running_loop(), {})
+    hub = per_loop.get(url)
+    if hub is None:
+        hub = per_loop[url] = StreamHub(url=url)
+    return hub

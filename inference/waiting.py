@@ -1,0 +1,165 @@
+"""What the followers of one process ask about waiting generations, asked once for all.
+
+Every open stream checks, about once a second while it is idle, whether its pool still
+has a live worker (the watchdog) and, while its job waits, its place in the queue. With
+thousands of streams a process asked Redis thousands of times a second the same few
+questions (and hopped to a thread for each). Here an answer is per pool, shared by all
+followers on the event loop for up to a second:
+
+- :func:`aworkers_live`: one ZCOUNT per pool per second;
+- :func:`aqueue_position_shared`: one Lua call per pool per second lists the waiting
+  jobs; each follower looks its own up;
+- :func:`agen_watchdog`: the watchdog's rules (:func:`inference.client.generation_watchdog`)
+  on the event loop, with no Redis call at all until a deadline passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from inference import protocol
+from inference.client import (
+    NO_WORKER_MESSAGE,
+    QUEUE_POSITION_SCAN_MAX,
+    QUEUE_TIMEOUT_MESSAGE,
+    WORKER_TTL_S,
+    terminal_append,
+)
+from inference.connections import redis_async
+
+# How long one pool's answer (liveness, waiting jobs) is reused by every follower of
+# an event loop (s): the followers ask about once a second (their idle tick).
+SHARED_ANSWER_S = 1.0
+
+_answers: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, str], tuple[float, asyncio.Task[Any]]]
+] = weakref.WeakKeyDictionary()
+
+
+async def _shared(
+    what: str, pool: str, ask: Callable[[], Awaitable[Any]], max_age_s: float
+) -> Any:
+    """Return ``ask()``'s answer for (``what``, ``pool``), asking at most once per
+    ``max_age_s`` seconds on this event loop; concurrent callers share one pending
+    ask, and a failed ask is not reused."""
+    loop = asyncio.get_running_loop()
+    per_loop = _answers.setdefault(loop, {})
+    cached = per_loop.get((what, pool))
+    if cached is None or loop.time() - cached[0] > max_age_s:
+        cached = per_loop[(what, pool)] = (loop.time(), loop.create_task(ask()))
+    try:
+        # shield: one caller leaving (cancelled) must not cancel the others' answer
+        return await asyncio.shield(cached[1])
+    except Exception:
+        if per_loop.get((what, pool)) is cached:
+            del per_loop[(what, pool)]
+        raise
+
+
+async def aworkers_live(*, pool: str, max_age_s: float = SHARED_ANSWER_S) -> int:
+    """Return how many workers of ``pool`` sent a heartbeat in the last WORKER_TTL_S
+    seconds (:func:`inference.client.workers_live`), at most ``max_age_s`` old."""
+
+    async def ask() -> int:
+        key = protocol.workers_key(pool)
+        return int(await redis_async().zcount(key, time.time() - WORKER_TTL_S, "+inf"))
+
+    return await _shared("live", pool, ask, max_age_s)
+
+
+# The job ids of the first ARGV[2] entries of a pool's queue that wait for a worker
+# (after the group's last-delivered id, as in client._QUEUE_POSITION_LUA), then "1" if
+# more wait, else "0". KEYS = queue stream; ARGV = consumer group, cap.
+_WAITING_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'0'} end
+local last = '-'
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, delivered
+  for i = 1, #g, 2 do
+    if g[i] == 'name' then name = g[i + 1] end
+    if g[i] == 'last-delivered-id' then delivered = g[i + 1] end
+  end
+  if name == ARGV[1] then last = delivered end
+end
+local cap = tonumber(ARGV[2])
+local ids = {}
+local more = '0'
+for _, e in ipairs(redis.call('XRANGE', KEYS[1], last, '+', 'COUNT', cap + 2)) do
+  if e[1] ~= last then
+    if #ids >= cap then more = '1'; break end
+    local id = ''
+    local f = e[2]
+    for i = 1, #f, 2 do
+      if f[i] == 'job' then id = string.match(f[i + 1], '^{"job_id": "([^"]*)"') or '' end
+    end
+    ids[#ids + 1] = id
+  end
+end
+ids[#ids + 1] = more
+return ids
+"""
+
+
+async def aqueue_position_shared(
+    *, pool: str, job_id: str, max_age_s: float = SHARED_ANSWER_S
+) -> int:
+    """Return where ``job_id`` waits in ``pool``'s queue, as
+    :func:`inference.client.aqueue_position` does (1 = next, 0 = not waiting,
+    QUEUE_POSITION_SCAN_MAX + 1 = further back), from a list of the pool's waiting
+    jobs at most ``max_age_s`` seconds old that all followers of the loop share."""
+
+    async def ask() -> tuple[dict[str, int], bool]:
+        reply = await redis_async().eval(
+            _WAITING_LUA, 1, protocol.queue_key(pool), protocol.GROUP,
+            QUEUE_POSITION_SCAN_MAX,
+        )  # fmt: skip
+        *ids, more = reply
+        return {job: place for place, job in enumerate(ids, 1) if job}, more == "1"
+
+    positions, more = await _shared("waiting", pool, ask, max_age_s)
+    return positions.get(job_id) or (QUEUE_POSITION_SCAN_MAX + 1 if more else 0)
+
+
+async def agen_fail(*, job_id: str, code: str, message: str, ttl_s: int = 3600) -> bool:
+    """:func:`inference.client.generation_fail` on the event loop: end the generation
+    with an ``error`` event (unless it ended) and set its cancel flag; False if it had
+    already ended."""
+    client = redis_async()
+    written = await terminal_append(
+        client,
+        job_id=job_id,
+        event_type=protocol.EVENT_ERROR,
+        payload={"code": code, "message": message, "usage": None},
+        ttl_s=ttl_s,
+    )
+    await client.set(protocol.cancel_key(job_id), "1", ex=ttl_s)
+    return bool(written)
+
+
+async def agen_watchdog(
+    *,
+    job_id: str,
+    pool: str,
+    enqueued_at: float,
+    queue_timeout_s: float,
+    no_worker_grace_s: float,
+    started: bool,
+    last_event_at: float,
+) -> str | None:
+    """:func:`inference.client.generation_watchdog` on the event loop: the same rules
+    and result (the error code written, or None), but no Redis call until a deadline
+    passed, and then the pool's shared liveness (:func:`aworkers_live`).
+    ``enqueued_at`` and ``last_event_at`` are epoch seconds."""
+    now = time.time()
+    if not started and now - enqueued_at > queue_timeout_s:
+        code, message = protocol.ERROR_QUEUE_TIMEOUT, QUEUE_TIMEOUT_MESSAGE
+    elif now - last_event_at > no_worker_grace_s and not await aworkers_live(pool=pool):
+        code, message = protocol.ERROR_NO_WORKER, NO_WORKER_MESSAGE
+    else:
+        return None
+    written = await agen_fail(job_id=job_id, code=code, message=message)
+    return code if written else None

@@ -1,0 +1,213 @@
+"""The stream hub (inference/streams.py): one reader per event loop for every
+followed generation stream, against a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+from django.conf import settings
+
+from inference import protocol
+from inference.connections import redis_async, redis_sync
+from inference.streams import StreamHub, StreamReadError
+from tests.faults import PrivateRedis
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+async def _write(job_id: str, *texts: str) -> list[str]:
+    """Append token events; return their entry ids."""
+    async with redis_async().pipeline(transaction=False) as pipe:
+        for text in texts:
+            pipe.xadd(protocol.gen_key(job_id), protocol.token_fields(text))
+        return await pipe.execute()
+
+
+async def _texts(
+    read: Callable[[], Awaitable[list[protocol.Event]]], n: int
+) -> list[str]:
+    """Read until ``n`` token texts arrived."""
+    seen: list[str] = []
+    while len(seen) < n:
+        seen += [e.data["t"] for e in await read()]
+    return seen
+
+
+def _blocked_clients(name_prefix: str = "") -> int:
+    """Connections blocked in a command now (CLIENT LIST flag ``b``)."""
+    return sum(
+        1
+        for c in redis_sync().client_list()
+        if "b" in c.get("flags", "") and c.get("name", "").startswith(name_prefix)
+    )
+
+
+async def test_many_followers_are_read_by_one_xread_on_one_connection():
+    hub = StreamHub(url=settings.REDIS_URL)
+    n = 300
+    others = _blocked_clients()  # other tests' readers may still be blocked
+    subs = [
+        hub.subscribe(job_id=f"many-{i}", after=protocol.STREAM_START) for i in range(n)
+    ]
+    await _until(lambda: _blocked_clients(f"stream-hub-{hub.hub_id}") == 1)
+    await asyncio.sleep(0.1)
+    assert _blocked_clients() <= others + 1  # not one blocked connection per stream
+
+    async with redis_async().pipeline(transaction=False) as pipe:
+        for i in range(n):
+            for text in (f"a{i}", f"b{i}"):
+                pipe.xadd(protocol.gen_key(f"many-{i}"), protocol.token_fields(text))
+        await pipe.execute()
+    got = await asyncio.gather(
+        *(_texts(lambda s=s: s.next(timeout_s=5), 2) for s in subs)
+    )
+
+    assert got == [[f"a{i}", f"b{i}"] for i in range(n)]
+    assert hub.rounds <= 3  # one round carries every stream's entries
+    for sub in subs:
+        sub.close()
+    assert len(hub) == 0
+
+
+async def test_a_follower_subscribing_while_the_reader_blocks_gets_its_first_event_at_once():
+    hub = StreamHub(url=settings.REDIS_URL, block_ms=10_000)
+    first = hub.subscribe(job_id="blocking", after=protocol.STREAM_START)
+    await _until(lambda: hub._reading)
+    await asyncio.sleep(0.05)  # the XREAD (10 s block) is pending at Redis
+
+    late = hub.subscribe(job_id="late", after=protocol.STREAM_START)
+    await _write("late", "hello")
+    started = time.monotonic()
+    events = await late.next(timeout_s=5)
+    waited = time.monotonic() - started
+
+    assert [e.data["t"] for e in events] == ["hello"]
+    assert waited < 0.5, f"waited {waited:.3f} s of a 10 s block"
+    assert hub.wakes == 1
+    first.close()
+    late.close()
+
+
+async def test_cancelling_one_follower_detaches_it_and_leaves_the_others_reading():
+    hub = StreamHub(url=settings.REDIS_URL)
+    subs = [
+        hub.subscribe(job_id=f"c-{i}", after=protocol.STREAM_START) for i in range(3)
+    ]
+    seen: dict[int, list[str]] = {i: [] for i in range(3)}
+
+    async def follow(i: int) -> None:
+        sub = subs[i]
+        try:
+            while True:
+                seen[i] += [e.data["t"] for e in await sub.next(timeout_s=5)]
+        finally:
+            sub.close()
+
+    tasks = [asyncio.create_task(follow(i)) for i in range(3)]
+    for i in range(3):
+        await _write(f"c-{i}", "one")
+    await _until(lambda: all(seen[i] == ["one"] for i in range(3)))
+
+    tasks[1].cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await tasks[1]
+    assert len(hub) == 2
+    for i in range(3):
+        await _write(f"c-{i}", "two")
+    await _until(lambda: seen[0] == seen[2] == ["one", "two"])
+
+    assert seen[1] == ["one"]
+    for task in (tasks[0], tasks[2]):
+        task.cancel()
+    await asyncio.gather(tasks[0], tasks[2], return_exceptions=True)
+
+
+async def test_a_redis_restart_fails_every_follower_and_the_next_one_reads_again(
+    tmp_path,
+):
+    redis = PrivateRedis(tmp_path)
+    try:
+        hub = StreamHub(url=redis.url)
+        subs = [
+            hub.subscribe(job_id=f"r-{i}", after=protocol.STREAM_START)
+            for i in range(5)
+        ]
+        await _until(lambda: hub._reading)
+        reads = [asyncio.create_task(s.next(timeout_s=30)) for s in subs]
+        await asyncio.sleep(0.05)
+
+        redis.stop()
+        results = await asyncio.wait_for(
+            asyncio.gather(*reads, return_exceptions=True), timeout=10
+        )
+        redis.start()
+
+        assert all(isinstance(r, StreamReadError) for r in results), results
+        assert len(hub) == 0
+        again = hub.subscribe(job_id="r-again", after=protocol.STREAM_START)
+        writer = redis_async(redis.url)
+        await writer.xadd(protocol.gen_key("r-again"), protocol.token_fields("back"))
+        events: list[protocol.Event] = []
+        deadline = time.monotonic() + 10
+        while not events:
+            assert time.monotonic() < deadline
+            try:
+                events = await again.next(timeout_s=1)
+            except StreamReadError:  # the round that raced the restart
+                again = hub.subscribe(job_id="r-again", after=protocol.STREAM_START)
+        assert [e.data["t"] for e in events] == ["back"]
+        again.close()
+    finally:
+        redis.stop()
+
+
+async def test_followers_resume_from_their_own_ids_on_one_stream():
+    ids = await _write("resume", "a", "b", "c", "d")
+    hub = StreamHub(url=settings.REDIS_URL)
+    head = hub.subscribe(job_id="resume", after=ids[-1])
+    await _until(lambda: hub._reading)
+    # a second tab resuming with Last-Event-ID = the second entry, while the first
+    # follower waits at the head of the same stream
+    middle = hub.subscribe(job_id="resume", after=ids[1])
+
+    assert [e.data["t"] for e in await middle.next(timeout_s=5)] == ["c", "d"]
+    assert middle.after == ids[-1]
+    await _write("resume", "e")
+    assert [e.data["t"] for e in await head.next(timeout_s=5)] == ["e"]
+    assert [e.data["t"] for e in await middle.next(timeout_s=5)] == ["e"]
+
+    middle.seek(protocol.STREAM_START)  # a fallback restart reads from the start
+    assert await _texts(lambda: middle.next(timeout_s=5), 5) == list("abcde")
+    head.close()
+    middle.close()
+
+
+async def test_a_long_backlog_does_not_hold_back_another_stream():
+    await _write("backlog", *[f"t{i}" for i in range(1000)])
+    hub = StreamHub(url=settings.REDIS_URL, count=50)
+    long = hub.subscribe(job_id="backlog", after=protocol.STREAM_START)
+    short = hub.subscribe(job_id="fresh", after=protocol.STREAM_START)
+    await _write("fresh", "now")
+
+    assert [e.data["t"] for e in await short.next(timeout_s=5)] == ["now"]
+    assert hub.rounds <= 2  # not after the 20 rounds the backlog takes
+    assert len(await _texts(lambda: long.next(timeout_s=5), 1000)) == 1000
+    long.close()
+    short.close()
+
+
+async def test_a_follower_waits_for_its_timeout_and_gets_nothing_when_idle():
+    hub = StreamHub(url=settings.REDIS_URL)
+    sub = hub.subscribe(job_id="idle", after=protocol.STREAM_START)
+    started = time.monotonic()
+    assert await sub.next(timeout_s=0.2) == []
+    assert 0.15 < time.monotonic() - started < 1.0
+    sub.close()
