@@ -15,6 +15,7 @@ import time
 
 import httpx
 import pytest
+from asgiref.sync import SyncToAsync
 from django.db import connection
 from django.test import Client
 
@@ -197,6 +198,10 @@ def test_postgresql_restarted_under_running_streams_ends_each_clearly_and_leaks_
             thread.join(timeout=90)
         assert not any(t.is_alive() for t in threads), f"a stream hung: {out}"
         connection.close()
+        # The thread async tests' sync_to_async steps share (asgiref's single-thread
+        # executor) holds a connection PostgreSQL just terminated; without this the
+        # next async test to touch the database fails on it.
+        SyncToAsync.single_thread_executor.submit(lambda: connection.close()).result()
         if getattr(connection, "pool", None) is not None:
             connection.pool.check()
         assert sorted(out) == sorted(
