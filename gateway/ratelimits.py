@@ -71,6 +71,20 @@ def login_rate(group: str, request: HttpRequest) -> str:
     return settings.LOGIN_RATE
 
 
+_PERIOD_WORDS = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
+
+
+def rate_describe(rate: str) -> str:
+    """Return a ``count/period`` rate in words for a message (``"30/m"`` -> "30 per
+    minute", ``"10/5m"`` -> "10 per 5 minutes")."""
+    count, _, period = rate.partition("/")
+    digits = "".join(c for c in period if c.isdigit())
+    word = _PERIOD_WORDS.get((period[len(digits) :] or "s")[0].lower(), "second")
+    if digits and int(digits) != 1:
+        return f"{count} per {digits} {word}s"
+    return f"{count} per {word}"
+
+
 def rate_period_s(rate: str) -> int:
     """Return the period of a ``count/period`` rate in seconds (``"10/5m"`` -> 300)."""
     period = rate.split("/", 1)[1] if "/" in rate else "s"
@@ -99,7 +113,7 @@ def message_refusal() -> QuotaExceeded:
     rate = settings.CHAT_MESSAGE_RATE
     retry_s = rate_period_s(rate)
     return QuotaExceeded(
-        f"Too many messages (the limit is {rate.replace('/', ' per ')}). "
+        f"Too many messages (the limit is {rate_describe(rate)}). "
         f"Please wait up to {retry_s} seconds and try again.",
         code="rate_limited",
         retry_after_s=retry_s,

@@ -45,7 +45,7 @@ def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
     rate = settings.LOGIN_RATE
     retry_s = ratelimits.rate_period_s(rate)
     message = (
-        f"Too many sign-in attempts (the limit is {rate.replace('/', ' per ')}). "
+        f"Too many sign-in attempts (the limit is {ratelimits.rate_describe(rate)}). "
         f"Please wait up to {retry_s} seconds and try again."
     )
     if "application/json" in request.headers.get("Accept", ""):

@@ -182,3 +182,17 @@ def test_without_a_session_cookie_nothing_is_looked_up(monkeypatch):
     reached = _site_spy(monkeypatch)
     status, _, _ = asyncio.run(_asgi_post(reverse("message-send-new"), ""))
     assert status == 204 and reached == ["/c/messages/"]
+
+
+@pytest.mark.parametrize(
+    ("rate", "words"),
+    [
+        ("30/m", "30 per minute"),
+        ("10/5m", "10 per 5 minutes"),
+        ("5/s", "5 per second"),
+        ("100/h", "100 per hour"),
+        ("1000/d", "1000 per day"),
+    ],
+)
+def test_a_refusal_names_the_rate_in_words(rate, words):
+    assert ratelimits.rate_describe(rate) == words
