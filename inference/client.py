@@ -144,62 +144,9 @@ async def agen_read(
 
 
 # How many waiting entries a queue-position scan reads at most: admission control
-# keeps a pool's queue short, so a longer queue is reported as "more than this".
+# keeps a pool's queue short, so a longer queue is reported as "more than this"
+# (inference.waiting.aqueue_position).
 QUEUE_POSITION_SCAN_MAX = 500
-
-# Position of a waiting job in its pool's queue: KEYS = queue stream; ARGV = consumer
-# group, the job entry's prefix (protocol.job_entry_prefix), scan cap. Entries after
-# the group's last-delivered id wait for a worker; the job's place among them is its
-# position (1 = next). 0: not waiting (taken, or gone); cap + 1: further back.
-_QUEUE_POSITION_LUA = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local last = '-'
-for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-  local name, delivered
-  for i = 1, #g, 2 do
-    if g[i] == 'name' then name = g[i + 1] end
-    if g[i] == 'last-delivered-id' then delivered = g[i + 1] end
-  end
-  if name == ARGV[1] then last = delivered end
-end
-local cap = tonumber(ARGV[3])
-local entries = redis.call('XRANGE', KEYS[1], last, '+', 'COUNT', cap + 1)
-local n = 0
-for _, e in ipairs(entries) do
-  if e[1] ~= last then
-    n = n + 1
-    if n > cap then return cap + 1 end
-    local f = e[2]
-    for i = 1, #f, 2 do
-      if f[i] == 'job' and string.sub(f[i + 1], 1, #ARGV[2]) == ARGV[2] then
-        return n
-      end
-    end
-  end
-end
-return 0
-"""
-
-
-async def aqueue_position(*, pool: str, job_id: str) -> int:
-    """Return where ``job_id`` waits in ``pool``'s queue: 1 = the next job a worker
-    takes, 0 = not waiting (a worker took it, or it is not queued), and
-    QUEUE_POSITION_SCAN_MAX + 1 for any place further back.
-
-    One Lua call that reads only the waiting entries (not the running ones), up to
-    QUEUE_POSITION_SCAN_MAX of them; meant for a client polling about once a second
-    while its job waits, not per token.
-    """
-    return int(
-        await redis_async().eval(
-            _QUEUE_POSITION_LUA,
-            1,
-            protocol.queue_key(pool),
-            protocol.GROUP,
-            protocol.job_entry_prefix(job_id),
-            QUEUE_POSITION_SCAN_MAX,
-        )
-    )
 
 
 async def astream_attach(*, job_id: str, ttl_s: int = 3600) -> None:

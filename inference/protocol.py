@@ -276,7 +276,7 @@ def job_entry_prefix(job_id: str) -> str:
 
     :meth:`Job.to_fields` writes ``job_id`` first, so a queue scan can tell a job's
     entry by this prefix without parsing the JSON (see
-    :func:`inference.client.aqueue_position`).
+    :func:`inference.waiting.aqueue_position`).
     """
     return json.dumps({"job_id": job_id}, ensure_ascii=False)[:-1]
 

@@ -8,7 +8,7 @@ followers on the event loop for up to a second:
 
 - :func:`aworkers_live`: one ZCOUNT per pool per second;
 - :func:`aqueue_position_shared`: one Lua call per pool per second lists the waiting
-  jobs; each follower looks its own up;
+  jobs; each follower looks its own up (:func:`aqueue_position` asks at once);
 - :func:`agen_watchdog`: the watchdog's rules (:func:`inference.client.generation_watchdog`)
   on the event loop, with no Redis call at all until a deadline passed.
 """
@@ -72,8 +72,8 @@ async def aworkers_live(*, pool: str, max_age_s: float = SHARED_ANSWER_S) -> int
 
 
 # The job ids of the first ARGV[2] entries of a pool's queue that wait for a worker
-# (after the group's last-delivered id, as in client._QUEUE_POSITION_LUA), then "1" if
-# more wait, else "0". KEYS = queue stream; ARGV = consumer group, cap.
+# (after the group's last-delivered id: entries up to it were handed to a worker), then
+# "1" if more wait, else "0". KEYS = queue stream; ARGV = consumer group, cap.
 _WAITING_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'0'} end
 local last = '-'
@@ -104,24 +104,37 @@ return ids
 """
 
 
+async def _waiting_jobs(pool: str) -> tuple[dict[str, int], bool]:
+    """One Lua call: ``({job id: place (1 = next)}, more wait past the scan)`` for the
+    first QUEUE_POSITION_SCAN_MAX jobs that wait in ``pool``'s queue."""
+    reply = await redis_async().eval(
+        _WAITING_LUA, 1, protocol.queue_key(pool), protocol.GROUP,
+        QUEUE_POSITION_SCAN_MAX,
+    )  # fmt: skip
+    *ids, more = reply
+    return {job: place for place, job in enumerate(ids, 1) if job}, more == "1"
+
+
+def _place(waiting: tuple[dict[str, int], bool], job_id: str) -> int:
+    positions, more = waiting
+    return positions.get(job_id) or (QUEUE_POSITION_SCAN_MAX + 1 if more else 0)
+
+
+async def aqueue_position(*, pool: str, job_id: str) -> int:
+    """Return where ``job_id`` waits in ``pool``'s queue now: 1 = the next job a worker
+    takes, 0 = not waiting (a worker took it, or it is not queued), and
+    QUEUE_POSITION_SCAN_MAX + 1 for any place further back. One Lua call that reads
+    only the waiting entries, up to QUEUE_POSITION_SCAN_MAX of them."""
+    return _place(await _waiting_jobs(pool), job_id)
+
+
 async def aqueue_position_shared(
     *, pool: str, job_id: str, max_age_s: float = SHARED_ANSWER_S
 ) -> int:
-    """Return where ``job_id`` waits in ``pool``'s queue, as
-    :func:`inference.client.aqueue_position` does (1 = next, 0 = not waiting,
-    QUEUE_POSITION_SCAN_MAX + 1 = further back), from a list of the pool's waiting
-    jobs at most ``max_age_s`` seconds old that all followers of the loop share."""
-
-    async def ask() -> tuple[dict[str, int], bool]:
-        reply = await redis_async().eval(
-            _WAITING_LUA, 1, protocol.queue_key(pool), protocol.GROUP,
-            QUEUE_POSITION_SCAN_MAX,
-        )  # fmt: skip
-        *ids, more = reply
-        return {job: place for place, job in enumerate(ids, 1) if job}, more == "1"
-
-    positions, more = await _shared("waiting", pool, ask, max_age_s)
-    return positions.get(job_id) or (QUEUE_POSITION_SCAN_MAX + 1 if more else 0)
+    """Return :func:`aqueue_position` from a list of the pool's waiting jobs at most
+    ``max_age_s`` seconds old that all followers of the loop share."""
+    waiting = await _shared("waiting", pool, lambda: _waiting_jobs(pool), max_age_s)
+    return _place(waiting, job_id)
 
 
 async def agen_fail(*, job_id: str, code: str, message: str, ttl_s: int = 3600) -> bool:

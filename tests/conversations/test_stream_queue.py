@@ -11,8 +11,7 @@ from django.urls import reverse
 
 from conversations import services
 from conversations.events import sse_validate
-from inference import client as inference_client
-from inference import protocol
+from inference import protocol, waiting
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
 from tests.conftest import fake_heartbeat
@@ -51,14 +50,14 @@ async def test_queue_position_counts_only_the_jobs_still_waiting_ahead(user):
     first = await sync_to_async(services.turn_start)(user=user, content="one")
     second = await sync_to_async(services.turn_start)(user=user, content="two")
     job_a, job_b = (str(t.assistant_message.job_id) for t in (first, second))
-    assert await inference_client.aqueue_position(pool="default", job_id=job_a) == 1
-    assert await inference_client.aqueue_position(pool="default", job_id=job_b) == 2
+    assert await waiting.aqueue_position(pool="default", job_id=job_a) == 1
+    assert await waiting.aqueue_position(pool="default", job_id=job_b) == 2
     await sync_to_async(_take_one)()  # a worker takes the first one: it is running
-    assert await inference_client.aqueue_position(pool="default", job_id=job_a) == 0
-    assert await inference_client.aqueue_position(pool="default", job_id=job_b) == 1
+    assert await waiting.aqueue_position(pool="default", job_id=job_a) == 0
+    assert await waiting.aqueue_position(pool="default", job_id=job_b) == 1
     unknown = protocol.new_job_id()
-    assert await inference_client.aqueue_position(pool="default", job_id=unknown) == 0
-    assert await inference_client.aqueue_position(pool="nopool", job_id=job_b) == 0
+    assert await waiting.aqueue_position(pool="default", job_id=unknown) == 0
+    assert await waiting.aqueue_position(pool="nopool", job_id=job_b) == 0
 
 
 async def test_a_waiting_answer_streams_its_queue_position_as_jobs_ahead_are_taken(

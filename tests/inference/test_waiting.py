@@ -57,9 +57,7 @@ async def test_shared_queue_positions_match_the_exact_ones_with_one_call_per_poo
     )
 
     assert _calls("eval") == 1
-    exact = [
-        await inference_client.aqueue_position(pool="wait", job_id=j) for j in jobs
-    ]
+    exact = [await waiting.aqueue_position(pool="wait", job_id=j) for j in jobs]
     assert shared == exact == [0, 0, 1, 2, 3]
     unknown = protocol.new_job_id()
     assert await waiting.aqueue_position_shared(pool="wait", job_id=unknown) == 0
