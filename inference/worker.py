@@ -8,7 +8,8 @@ A cancel watcher polls the cancel flags and detach deadlines of running jobs eve
 ``cancel_poll_s`` seconds and aborts them in the engine.
 
 Base classes of :class:`Worker`: :class:`inference.recovery.CrashRecovery` (taking over
-a dead worker's jobs), :class:`inference.outage.RedisOutageTolerance` (Redis restarts).
+a dead worker's jobs), :class:`inference.outage.RedisOutageTolerance` (Redis restarts),
+:class:`inference.worker_loops.WorkerLoops` (the heartbeat and the cancel poll).
 
 Graceful stop (SIGTERM): :meth:`Worker.stop` makes the worker take no new job (entries
 that arrive during the last blocking read are put back on the queue untouched), finish
@@ -36,6 +37,7 @@ from inference.engines.base import Delta, Engine, EngineError, Finish
 from inference.outage import RedisOutageTolerance
 from inference.recovery import CrashRecovery
 from inference.stream_writer import TokenWriter
+from inference.worker_loops import WorkerLoops
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ return {cancelled, id}
 """
 
 
-class Worker(CrashRecovery, RedisOutageTolerance):
+class Worker(CrashRecovery, RedisOutageTolerance, WorkerLoops):
     """Serve one pool with one engine until :meth:`stop` is called.
 
     ``heartbeat_s``, ``cancel_poll_s``, ``worker_ttl_s`` (a heartbeat older than this
@@ -422,71 +424,3 @@ class Worker(CrashRecovery, RedisOutageTolerance):
         ).inc()
         if finish.finish_reason == protocol.FINISH_CANCELLED:
             metrics.REQUESTS_ABORTED.labels(**labels).inc()
-
-    async def _heartbeat(self) -> None:
-        now = time.time()
-        queue = protocol.queue_key(self.pool)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zadd(protocol.workers_key(self.pool), {self.worker_id: now})
-            pipe.hset(
-                protocol.worker_key(self.worker_id),
-                mapping={
-                    "slots": self.concurrency,
-                    "busy": self._busy(),
-                    "pool": self.pool,
-                    "kind": self.kind,
-                    "engine": self.engine.name,
-                    "model": self.engine.model,
-                    "heartbeat": f"{now:.3f}",
-                    "stopping": int(self._stopping.is_set()),
-                    "reclaim_scans": self.reclaim_scans,
-                    **self._heartbeat_fields(),
-                },
-            )
-            pipe.expire(
-                protocol.worker_key(self.worker_id), int(self.worker_ttl_s * 3) + 1
-            )
-            pipe.xlen(queue)
-            pipe.xpending(queue, protocol.GROUP)
-            results = await pipe.execute()
-        waiting = max(0, int(results[-2]) - int(results[-1]["pending"]))
-        metrics.REQUESTS_WAITING.labels(pool=self.pool).set(waiting)
-
-    async def _heartbeat_loop(self) -> None:
-        while not self._closing:
-            await asyncio.sleep(self.heartbeat_s)
-            try:
-                await self._heartbeat()
-            except Exception:  # noqa: BLE001 - a Redis blip must not end the heartbeats
-                logger.exception("heartbeat failed")
-
-    async def _cancel_loop(self) -> None:
-        while not self._closing:
-            await asyncio.sleep(self.cancel_poll_s)
-            job_ids = [j for j in self._running if j not in self._aborted]
-            if not job_ids:
-                continue
-            try:
-                # one command for all running jobs (a pipeline of 2 per job packed and
-                # parsed 100 commands every cancel_poll_s at 50 running jobs)
-                flags = await self.redis.mget(
-                    [
-                        key
-                        for job_id in job_ids
-                        for key in (
-                            protocol.cancel_key(job_id),
-                            protocol.detached_key(job_id),
-                        )
-                    ]
-                )
-            except Exception:  # noqa: BLE001 - a Redis blip must not end the cancels
-                logger.exception("cancel check failed")
-                continue
-            now = time.time()
-            for i, job_id in enumerate(job_ids):
-                cancelled, detached_until = flags[2 * i], flags[2 * i + 1]
-                if cancelled or (
-                    detached_until is not None and float(detached_until) <= now
-                ):
-                    self._aborted.add(job_id)
-                    self.engine.abort(job_id)
