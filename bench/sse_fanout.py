@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import statistics
@@ -133,11 +134,14 @@ async def sse_client(
             while b"\n\n" in buffer:
                 frame, buffer = buffer.split(b"\n\n", 1)
                 event = event_id = None
+                data = b""
                 for line in frame.split(b"\n"):
                     if line.startswith(b"event: "):
                         event = line[7:].decode()
                     elif line.startswith(b"id: "):
                         event_id = line[4:].decode()
+                    elif line.startswith(b"data: "):
+                        data = line[6:]
                 if event is None:  # retry: / ping comments
                     if not stats.opened:
                         stats.opened = True
@@ -155,7 +159,9 @@ async def sse_client(
                         stats.first_token_lag_ms = lag
                 elif event in ("done", "error"):
                     stats.done = event == "done"
-                    stats.error = "" if stats.done else "error frame"
+                    # an error frame says why (its code), e.g. queue_timeout
+                    code = json.loads(data or b"{}").get("code", "") if data else ""
+                    stats.error = "" if stats.done else f"error frame {code}".strip()
                     return
         stats.error = stats.error or "stream ended without done"
     except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
