@@ -6,7 +6,7 @@ Quotas (:mod:`gateway.quota`), all counts in tokens (prompt + completion):
 - ``gw:quota:{user_id}:m:{epoch_minute}`` / ``:d:{YYYYMMDD}`` / ``:M:{YYYYMM}``:
   string (integer), the tokens charged in that UTC minute / day / calendar month,
   unsettled reservations included. Expires 60 s after its window ends. Staff's
-  ``quota.quota_reset`` sets the current ones to the tokens still reserved.
+  ``quota_reset.quota_reset`` sets the current ones to the tokens still reserved.
 - ``gw:res:{job_id}``: hash ``amount, k1, k2, k3``: an unsettled reservation (tokens)
   and the three window counters it charged. Deleted by the settle script (settlement,
   release, sweep); expires after ``quota.RESERVATION_TTL_S`` (40 days) as a last resort.

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from chatsite.errors import Conflict, InvalidInput, NotFound
-from gateway import quota
+from gateway import quota_reset
 from gateway.models import ModelPool, Plan, Subscription
 from safety.audit import audit_record, audit_snapshot
 from safety.models import AuditLogEntry
@@ -143,14 +143,14 @@ def subscription_assign(
 
 def user_quota_reset(
     *, user: Any, actor: Any = None, actor_label: str | None = None
-) -> list[quota.QuotaReset]:
+) -> list[quota_reset.QuotaReset]:
     """Give ``user`` their whole budget back in the current minute, day and month.
 
-    Requests in flight keep their reservations (:func:`gateway.quota.quota_reset`).
+    Requests in flight keep their reservations (:func:`gateway.quota_reset.quota_reset`).
     Audited as a change of the user with the tokens counted before and after, per
     window. Returns what each window went from and to (tokens).
     """
-    done = quota.quota_reset(user_id=user.pk)
+    done = quota_reset.quota_reset(user_id=user.pk)
     audit_record(
         actor=actor,
         actor_label=actor_label,

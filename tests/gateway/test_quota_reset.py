@@ -1,4 +1,4 @@
-"""quota_reset (gateway/quota.py): a user's budget comes back at once, while the
+"""quota_reset (gateway/quota_reset.py): a user's budget comes back at once, while the
 reservations of requests in flight stay charged and settle as usual."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from chatsite.errors import QuotaExceeded
-from gateway import keys, quota
+from gateway import keys, quota, quota_reset
 from inference.connections import redis_sync
 
 NOON = 1_780_000_000.0  # 2026-05-28 20:26:40 UTC
@@ -31,7 +31,7 @@ def test_reset_restores_the_budget_and_keeps_requests_in_flight_charged():
     _reserve(2, "other", 100)  # another user's reservation is not touched
     with pytest.raises(QuotaExceeded):
         _reserve(1, "blocked", 300)
-    done = quota.quota_reset(user_id=1, now=NOON)
+    done = quota_reset.quota_reset(user_id=1, now=NOON)
     assert [(r.name, r.before, r.after) for r in done] == [
         ("minute", 850, 250),
         ("day", 850, 250),
@@ -50,7 +50,7 @@ def test_a_reservation_from_an_earlier_day_settles_on_its_own_day():
     yesterday = NOON - 86400
     _reserve(1, "old", 400, now=yesterday)
     _reserve(1, "new", 100)
-    done = {r.name: r for r in quota.quota_reset(user_id=1, now=NOON)}
+    done = {r.name: r for r in quota_reset.quota_reset(user_id=1, now=NOON)}
     assert (done["day"].before, done["day"].after) == (100, 100)
     # the month (same month) counted both, and still holds both in flight
     assert (done["month"].before, done["month"].after) == (500, 500)
@@ -61,7 +61,7 @@ def test_a_reservation_from_an_earlier_day_settles_on_its_own_day():
 
 def test_reset_writes_the_counters_so_they_are_not_seeded_again_from_records():
     assert len(quota.quota_unseeded(user_id=3, now=NOON)) == 2
-    done = quota.quota_reset(user_id=3, now=NOON)
+    done = quota_reset.quota_reset(user_id=3, now=NOON)
     assert [r.after for r in done] == [0, 0, 0]
     assert quota.quota_unseeded(user_id=3, now=NOON) == []
     day_key = quota.quota_windows(user_id=3, limits=LIMITS, now=NOON)[1].key
