@@ -59,7 +59,9 @@ async def test_many_followers_are_read_by_one_xread_on_one_connection():
     ]
     await _until(lambda: _blocked_clients(f"stream-hub-{hub.hub_id}") == 1)
     await asyncio.sleep(0.1)
-    assert _blocked_clients() <= others + 1  # not one blocked connection per stream
+    # not one blocked connection per stream: 300 followers would show ~300 more; a
+    # few other tests' readers may start or end blocking meanwhile
+    assert _blocked_clients() < others + 10
 
     async with redis_async().pipeline(transaction=False) as pipe:
         for i in range(n):
