@@ -58,6 +58,21 @@ def _clean_redis() -> Iterator[None]:
     yield
 
 
+@pytest.fixture(autouse=True)
+def _one_ratelimit_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep each in-process test's requests in one counting window of django-ratelimit.
+
+    The library counts in fixed windows per key (``core._get_window`` rounds the
+    clock and adds a per-key offset), so two POSTs a few ms apart can straddle a
+    window's end and the second starts a fresh count: a rare 201 where a test waits
+    for a 429. Here every window ends one full period after the test started, so the
+    library's ``time_left`` (and our refusal mark's TTL) stays about one period."""
+    from django_ratelimit import core
+
+    started = int(time.time())
+    monkeypatch.setattr(core, "_get_window", lambda value, period: started + period)
+
+
 @pytest.fixture
 def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Job ids enqueued on any pool (spy on the real job_enqueue)."""

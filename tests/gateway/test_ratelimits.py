@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from typing import Any
 
@@ -21,20 +20,6 @@ from tests.sse import session_cookie
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("pool_heartbeat")]
 
-
-@pytest.fixture(autouse=True)
-def _one_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep each test's requests in one counting window of django-ratelimit.
-
-    The library counts in fixed windows per key (``core._get_window`` rounds the
-    clock and adds a per-key offset), so two POSTs a few ms apart can straddle a
-    window's end and the second starts a fresh count: a rare 201 where a test waits
-    for a 429. Here every window ends one full period after the test started, so the
-    library's ``time_left`` (and our refusal mark's TTL) stays about one period."""
-    from django_ratelimit import core
-
-    started = int(time.time())
-    monkeypatch.setattr(core, "_get_window", lambda value, period: started + period)
 
 
 def test_message_posts_are_limited_per_user(settings, auth_client, other_user):
