@@ -21,7 +21,6 @@ from tests.sse import session_cookie
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("pool_heartbeat")]
 
 
-
 def test_message_posts_are_limited_per_user(settings, auth_client, other_user):
     settings.CHAT_MESSAGE_RATE = "2/m"
     url = reverse("message-send-new")
