@@ -342,6 +342,7 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
 
         run = asyncio.run(fan_out())
         waiting = redis.xlen(protocol.queue_key(POOL))
+        warnings = _web_warnings(webs)
     done = [s for s in all_stats if s.done]
     errors: dict[str, int] = {}
     for s in all_stats:
@@ -377,7 +378,25 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
         "client_cores": run["client_cpu_s"] / run["wall_s"],
         "redis_clients": run["redis_clients"],
         "left_waiting": waiting,
+        "warnings": warnings,
     }
+
+
+def _web_warnings(webs: list) -> dict[str, int]:
+    """The web processes' WARNING/ERROR log lines so far, counted (digits folded,
+    cut at 200 characters): why a stream ended with an error frame, in the web's
+    words. Read before the processes stop (their stderr files close with them)."""
+    import re
+
+    counts: dict[str, int] = {}
+    for web in webs:
+        web.process.stderr.flush()
+        web.process.stderr.seek(0)
+        for line in web.process.stderr.read().decode(errors="replace").splitlines():
+            if "WARNING" in line or "ERROR" in line or "Error" in line:
+                folded = re.sub(r"\d+", "N", line)[:200]
+                counts[folded] = counts.get(folded, 0) + 1
+    return counts
 
 
 def main() -> None:
@@ -451,6 +470,8 @@ def main() -> None:
         )
         if r["errors"]:
             print(f"        not completed: {r['errors']}")
+        for line, count in sorted(r["warnings"].items(), key=lambda kv: -kv[1])[:10]:
+            print(f"        web log x{count}: {line}")
         _record(r, args)
 
 

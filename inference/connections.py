@@ -29,15 +29,33 @@ _async_clients: weakref.WeakKeyDictionary[
 
 def redis_sync(url: str | None = None) -> redis.Redis:
     """Return the process-wide sync client for ``url`` (default ``settings.REDIS_URL``,
-    plain or Sentinel)."""
+    plain or Sentinel).
+
+    Its pool holds up to REDIS_SYNC_MAX_CONNECTIONS connections. A thread that finds
+    them all in use waits up to REDIS_SYNC_POOL_TIMEOUT_S seconds for one (then
+    redis-py raises ``ConnectionError``): under ASGI every request runs its sync steps
+    in a thread of its own, so a thousand streams settling at once ask for a thousand
+    connections, and redis-py's default pool (100, then ``MaxConnectionsError`` at
+    once) failed the excess (bench/sse_fanout.py at 1,000 streams). A Sentinel client
+    keeps redis-py's non-blocking Sentinel pool, sized the same.
+    """
     url = url or settings.REDIS_URL
     client = _sync_clients.get(url)
     if client is None:
+        size = settings.REDIS_SYNC_MAX_CONNECTIONS
         sentinel = sentinel_url_parse(url)
         if sentinel is not None:
-            client = sentinel_master_sync(sentinel, decode_responses=True)
+            client = sentinel_master_sync(
+                sentinel, decode_responses=True, max_connections=size
+            )
         else:
-            client = redis.Redis.from_url(url, decode_responses=True)
+            pool = redis.BlockingConnectionPool.from_url(
+                url,
+                decode_responses=True,
+                max_connections=size,
+                timeout=settings.REDIS_SYNC_POOL_TIMEOUT_S,
+            )
+            client = redis.Redis(connection_pool=pool)
         _sync_clients[url] = client
     return client
 

@@ -154,6 +154,10 @@ REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # Connections one process's async Redis client may open (inference/connections.py): one
 # per open stream (blocking XREAD) in the web tier. Redis itself accepts 10,000 clients.
 REDIS_ASYNC_MAX_CONNECTIONS = env.int("REDIS_ASYNC_MAX_CONNECTIONS", default=5000)
+# The process's sync Redis pool (request threads, Celery tasks): at most this many
+# connections; a thread finding none free waits up to REDIS_SYNC_POOL_TIMEOUT_S (s).
+REDIS_SYNC_MAX_CONNECTIONS = env.int("REDIS_SYNC_MAX_CONNECTIONS", default=200)
+REDIS_SYNC_POOL_TIMEOUT_S = env.float("REDIS_SYNC_POOL_TIMEOUT_S", default=10.0)
 
 CACHES = {"default": redis_cache_config(REDIS_URL, key_prefix="cache")}
 
