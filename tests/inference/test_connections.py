@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 from inference import client as inference_client
 from inference import protocol
@@ -33,3 +34,29 @@ async def test_three_hundred_streams_block_in_xread_at_once_without_running_out(
     assert [[e.data["t"] for e in events] for events in results] == [
         [f"t{i}"] for i in range(n)
     ]
+
+
+def test_more_threads_than_sync_connections_wait_for_one_instead_of_failing(settings):
+    """Under ASGI each request's sync steps run in a thread of its own, so a burst of
+    settlements asks the process's sync client for more connections than its pool
+    holds; redis-py's default pool raised MaxConnectionsError for the excess. Here 4
+    connections serve 40 threads, each holding one for about 50 ms (BLPOP)."""
+    from inference import connections
+
+    settings.REDIS_SYNC_MAX_CONNECTIONS = 4
+    settings.REDIS_SYNC_POOL_TIMEOUT_S = 10.0
+    # another URL (same server and db): a client of its own, not the shared one
+    url = settings.REDIS_URL + "?health_check_interval=0"
+    try:
+        client = connections.redis_sync(url)
+
+        def slow(i: int) -> None:
+            client.blpop([f"pool-test-{i}"], timeout=0.05)
+
+        with ThreadPoolExecutor(max_workers=40) as pool:
+            list(pool.map(slow, range(40)))  # raises if any call failed
+
+        assert client.connection_pool.max_connections == 4
+        assert len(client.connection_pool._connections) <= 4
+    finally:
+        connections._sync_clients.pop(url, None)
