@@ -190,6 +190,7 @@ class StreamHub:
         )
         self._client.response_callbacks["XREAD"] = _raw
         self._keys: dict[str, list[Subscription]] = {}
+        self._open = 0  # subscriptions in _keys
         self._task: asyncio.Task[None] | None = None
         self._wake_tasks: set[asyncio.Task[None]] = set()
         self._wake_key = protocol.hub_wake_key(self.hub_id)
@@ -204,18 +205,20 @@ class StreamHub:
         key = protocol.gen_key(job_id)
         sub = Subscription(self, key, after)
         self._keys.setdefault(key, []).append(sub)
+        self._open += 1
         self._poke()
         return sub
 
     def __len__(self) -> int:
-        """How many subscriptions are open."""
-        return sum(len(subs) for subs in self._keys.values())
+        """How many subscriptions are open (kept as a count: followers ask per frame)."""
+        return self._open
 
     def _remove(self, sub: Subscription) -> None:
         subs = self._keys.get(sub.key)
         if subs is None or sub not in subs:
             return
         subs.remove(sub)
+        self._open -= 1
         if not subs:
             del self._keys[sub.key]
 
@@ -311,7 +314,7 @@ class StreamHub:
 
     def _fail_all(self, exc: BaseException) -> None:
         """Fail every subscription (they are dropped: their followers end)."""
-        keys, self._keys = self._keys, {}
+        keys, self._keys, self._open = self._keys, {}, 0
         for subs in keys.values():
             for sub in subs:
                 sub._fail(exc)

@@ -32,6 +32,7 @@ from gateway.generations.follow import (
     Idle,
     Meta,
     Queued,
+    coalesce_interval_s,
     generation_follow,
     generation_leave,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "Started",
     "StreamPolicy",
     "Surface",
+    "coalesce_interval_s",
     "generation_abandon",
     "generation_admit",
     "generation_cancel",

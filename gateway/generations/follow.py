@@ -7,8 +7,9 @@ relay and the OpenAI-compatible API, streamed or not. It owns, in one place:
 - the read: through the process's stream hub (:mod:`inference.streams`), one XREAD
   for every stream the process follows, not a Redis connection per stream;
 - coalescing by time: the first token is released at once, then at most one
-  :class:`Delta` every SSE_COALESCE_MS ms carries all tokens that arrived meanwhile
-  (frames, not tokens, are what a web process pays for per stream);
+  :class:`Delta` per interval carries all tokens that arrived meanwhile (frames, not
+  tokens, are what a web process pays for per stream); the interval is SSE_COALESCE_MS
+  and grows with the streams the process follows (:func:`coalesce_interval_s`);
 - the stream policies (:mod:`gateway.generations.policy`): a client only ever sees
   released text; a cut cancels the engine and the answer ends ``content_filter``;
 - the watchdog (queue timeout, no live worker) while the stream is idle, on the
@@ -131,6 +132,17 @@ def _stream_broken(exc: BaseException) -> ServiceUnavailable:
 _BACKEND_ERRORS = (RedisError, DatabaseError, OSError, ServiceUnavailable)
 
 
+def coalesce_interval_s(open_streams: int) -> float:
+    """The time between two :class:`Delta` items of one stream (seconds) while the
+    process follows ``open_streams`` streams: SSE_COALESCE_MS, or longer under load so
+    the process releases about SSE_FRAMES_PER_S frames a second over all its streams,
+    never more than SSE_COALESCE_MAX_MS (see the settings for the figures)."""
+    floor_s = settings.SSE_COALESCE_MS / 1000
+    budget = settings.SSE_FRAMES_PER_S
+    shared_s = open_streams / budget if budget > 0 else 0.0
+    return max(floor_s, min(shared_s, settings.SSE_COALESCE_MAX_MS / 1000))
+
+
 async def _settle_retrying(
     generation: Generation, recorder: Recorder | None, message_id: Any
 ) -> Settlement:
@@ -202,8 +214,8 @@ async def generation_follow(
     consumer leaves; ``report_queue`` True adds a :class:`Queued` item after each
     :class:`Idle` until the first event (from one Redis call per pool and second for
     all followers of the process, none once the answer runs). Deltas come at most
-    every SSE_COALESCE_MS ms, the first one at once. The last item is :class:`Ended`
-    (settled) or :class:`Broken`.
+    every :func:`coalesce_interval_s`, the first one at once. The last item is
+    :class:`Ended` (settled) or :class:`Broken`.
     """
     job_id = generation.job_id
     chain = policies_for(job_id=job_id, user_id=generation.user_id)
@@ -220,9 +232,9 @@ async def generation_follow(
     tokens_seen, settled, cut = 0, False, bool(chain and chain.cut)
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
-    coalesce_s = settings.SSE_COALESCE_MS / 1000
     next_delta_at = 0.0  # loop time before which no Delta is released
-    subscription = streams.stream_hub().subscribe(job_id=job_id, after=after)
+    hub = streams.stream_hub()
+    subscription = hub.subscribe(job_id=job_id, after=after)
     try:
         while True:
             try:
@@ -271,7 +283,7 @@ async def generation_follow(
                         return
                     tokens_seen += pending.tokens
                     if delta is not None:
-                        next_delta_at = loop.time() + coalesce_s
+                        next_delta_at = loop.time() + coalesce_interval_s(len(hub))
                         yield delta
                     if cut_now and not cut:
                         cut = True

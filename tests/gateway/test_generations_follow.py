@@ -57,6 +57,46 @@ async def test_deltas_come_at_most_once_per_coalesce_interval_the_first_at_once(
     assert len(deltas) <= 6  # 60 tokens in ~1.2 s, 20 ms apart: not 60 frames
 
 
+@pytest.mark.parametrize(
+    ("open_streams", "interval_ms"),
+    [(0, 50), (1, 50), (400, 50), (800, 100), (1000, 125), (2000, 200), (10000, 200)],
+)
+def test_the_coalesce_interval_grows_with_the_streams_a_process_follows(
+    settings, open_streams, interval_ms
+):
+    """SSE_COALESCE_MS (50) up to 400 streams, then open streams / SSE_FRAMES_PER_S
+    (8,000 frames/s over the process), capped at SSE_COALESCE_MAX_MS (200)."""
+    settings.SSE_COALESCE_MS = 50
+    settings.SSE_FRAMES_PER_S = 8000
+    settings.SSE_COALESCE_MAX_MS = 200
+    got = generations.coalesce_interval_s(open_streams)
+    assert got == pytest.approx(interval_ms / 1000)
+
+
+async def test_under_load_each_stream_gets_fewer_frames(user, start_worker, settings):
+    """With the process's frame budget at 5 frames/s and two streams followed (this
+    one and another), a stream's deltas come 0.4 s apart, not SSE_COALESCE_MS."""
+    settings.SSE_COALESCE_MS = 20
+    settings.SSE_FRAMES_PER_S = 5
+    settings.SSE_COALESCE_MAX_MS = 1000
+    start_worker(ScriptedEngine(text="w " * 100, delay_ms=20))
+    generation = await _api_generation(user, max_tokens=60)  # about 1.2 s of tokens
+    other = streams.stream_hub().subscribe(job_id="someone-else", after="0-0")
+    stamps: list[float] = []
+    try:
+        async with aclosing(generations.generation_follow(generation)) as items:
+            async for item in items:
+                if isinstance(item, generations.Delta):
+                    stamps.append(time.monotonic())
+                if isinstance(item, generations.Ended):
+                    break
+    finally:
+        other.close()
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    assert gaps and min(gaps) >= 0.39, gaps
+    assert len(stamps) <= 5
+
+
 async def test_a_follower_that_leaves_detaches_from_the_hub_and_others_go_on(
     user, start_worker, settings
 ):
