@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.procstat import proc_peak_rss_mib, proc_rss_mib  # noqa: E402
 from bench.record import bench_record, pct  # noqa: E402
 
 BENCH_REDIS_DB = 14
@@ -60,7 +61,6 @@ CHAT_WORKER = ["--pool", CHAT_POOL, "--engine", "scripted", "--delay-ms", "1"]
 EMBED_WORKER = ["--engine", "sentence-transformers"]
 WEB_APP = "tests.asgi_probe:application"
 MODEL_MODULES = ("torch", "sentence_transformers")
-MB = 2**20
 
 FACTS = [
     "I grow San Marzano tomatoes in my greenhouse.",
@@ -96,16 +96,6 @@ QUESTIONS = [
     "What do I do about blight on tomato leaves?",
     "When should I stop the main stem of a cordon tomato?",
 ]
-
-
-def rss_mb(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) of process ``pid`` in MB (2^20 bytes), from /proc."""
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) * 1024 / MB  # kB
-    return fields["VmRSS"], fields["VmHWM"]
 
 
 def throwaway_services() -> tuple[str, str, str]:
@@ -237,13 +227,13 @@ def bench_turns(args: argparse.Namespace) -> None:
                 with httpx.Client(base_url=web.base, timeout=60) as http:
                     login(http)
                     if last:
-                        start_rss = rss_mb(pid)
+                        start_rss = (proc_rss_mib(pid), proc_peak_rss_mib(pid))
                     for i in range(args.turns if last else 1):
                         post_ms, answer_id = turn(http, QUESTIONS[i % len(QUESTIONS)])
                         (cold if i == 0 else warm).append(post_ms)
                         ids.append(answer_id)
                     if last:
-                        end_rss = rss_mb(pid)
+                        end_rss = (proc_rss_mib(pid), proc_peak_rss_mib(pid))
                         modules = http.get(PROBE_PATH).json()["modules"]
             print(f"  daphne start {start + 1}: first turn POST {cold[-1]:7.1f} ms")
     answers = Message.objects.filter(id__in=ids)

@@ -39,16 +39,10 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.procstat import proc_cpu_s  # noqa: E402
 from bench.record import bench_record  # noqa: E402
 
 POOL = "flood-bench"  # a pool only this run's worker serves
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 async def _login(base: str, username: str, password: str):

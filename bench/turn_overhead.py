@@ -2,7 +2,8 @@
 minus the engine's own time to first token (issue 13, "Load").
 
     .venv/bin/python bench/turn_overhead.py [--turns 20] [--users 100] [--rounds 1]
-        [--cold-starts 1] [--cases plain memory] [--profile 20]
+        [--think-s 10] [--active-s 30] [--cold-starts 1] [--cases plain memory]
+        [--profile 20]
 
 The defaults are the quick run of ``make bench`` (a few minutes on a busy 2-core
 machine); a big run: ``--turns 200 --rounds 5 --cold-starts 5``.
@@ -21,8 +22,10 @@ client is a light raw-socket one (asyncio streams), not httpx, so that on a 2-co
 machine it takes little of the CPU it measures. Figures, per case:
 
 - overhead ms = client (first token frame - POST sent) - engine TTFT; p50/p99 at 1
-  user (``--turns`` turns one after another) and at ``--users`` users at once
-  (``--rounds`` rounds of one turn each), with the POST's own share (sent -> 201);
+  user (``--turns`` turns one after another), at ``--users`` users at once (a burst:
+  ``--rounds`` rounds of one turn each, every POST in the same instant) and at
+  ``--users`` users as people (each reads the answer ``--think-s`` x 0.5-1.5 s before
+  the next turn, for ``--active-s`` s), with the POST's own share (sent -> 201);
 - cold start: the first turn of a freshly started daphne (signed in over HTTP first,
   as a new user would be), ``--cold-starts`` + 1 times (the last start then runs the
   warm turns), vs the warm p50 (goal: within 2x).
@@ -59,6 +62,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.record import bench_record, pct  # noqa: E402
+from bench.sse_wire import read_head, sse_frames, sse_open  # noqa: E402
 
 POOL = "turn-bench"  # a pool only this run's worker serves
 PASSWORD = "turn-bench-pass-123"
@@ -87,15 +91,6 @@ class Session:
         return "; ".join(f"{k}={v}" for k, v in self.cookies.items())
 
 
-async def _head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
-    status = int((await reader.readline()).split()[1])
-    headers: dict[str, str] = {}
-    while line := (await reader.readline()).decode("latin-1").strip():
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return status, headers
-
-
 async def _post(
     host: str, port: int, path: str, s: Session, form: str
 ) -> tuple[int, dict]:
@@ -109,7 +104,7 @@ async def _post(
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
             + body
         )
-        status, headers = await _head(reader)
+        status, headers = await read_head(reader)
         if "content-length" in headers:
             raw = await reader.readexactly(int(headers["content-length"]))
         else:
@@ -127,45 +122,18 @@ async def _first_token(
 ) -> tuple[float, int]:
     """Open the SSE stream; return (wall time of the first token frame, engine TTFT
     ms from the meta/token entry ids). Reads on to the end so the answer settles."""
-    reader, writer = await asyncio.open_connection(host, port)
     first_at, meta_ms, token_ms = None, None, None
+    reader, writer, status, headers = await sse_open(host, port, path, s.header)
     try:
-        writer.write(
-            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {s.header}\r\n"
-            "Accept: text/event-stream\r\n\r\n".encode()
-        )
-        status, headers = await _head(reader)
         if status != 200:
             raise RuntimeError(f"stream: status {status}")
-        chunked = headers.get("transfer-encoding", "").lower() == "chunked"
-        buffer = b""
-        while True:
-            if chunked:
-                size = int((await reader.readline()).split(b";")[0], 16)
-                if size == 0:
-                    break
-                piece = await reader.readexactly(size)
-                await reader.readexactly(2)
-            else:
-                piece = await reader.read(65536)
-                if not piece:
-                    break
-            now = time.time()
-            buffer += piece
-            ended = False
-            while b"\n\n" in buffer:
-                frame, buffer = buffer.split(b"\n\n", 1)
-                fields = dict(
-                    line.split(b": ", 1) for line in frame.split(b"\n") if b": " in line
-                )
-                event, entry = fields.get(b"event"), fields.get(b"id", b"0-0")
-                if event == b"meta" and meta_ms is None:
-                    meta_ms = int(entry.split(b"-")[0])
-                elif event == b"token" and first_at is None:
-                    first_at, token_ms = now, int(entry.split(b"-")[0])
-                elif event in (b"done", b"error"):
-                    ended = True
-            if ended:
+        async for frame in sse_frames(reader, headers):
+            entry = frame.id or "0-0"
+            if frame.event == "meta" and meta_ms is None:
+                meta_ms = int(entry.split("-")[0])
+            elif frame.event == "token" and first_at is None:
+                first_at, token_ms = frame.wall, int(entry.split("-")[0])
+            elif frame.event in ("done", "error"):
                 break
     finally:
         writer.close()
@@ -324,6 +292,29 @@ async def _concurrent(base: str, sessions: list[Session], rounds: int) -> list[d
     return rows
 
 
+async def _thinking(
+    base: str, sessions: list[Session], *, think_s: float, active_s: float
+) -> list[dict]:
+    """Each session is a person: read the answer for a random ``think_s`` x 0.5-1.5
+    seconds, send the next turn, for ``active_s`` seconds (the first turns spread over
+    one think time), as load tools model concurrent users (locust's ``wait_time``).
+    With 100 users and 10 s that is about 10 turns a second."""
+    import random
+
+    rows: list[dict] = []
+    loop = asyncio.get_running_loop()
+    end = loop.time() + active_s
+
+    async def person(s: Session) -> None:
+        await asyncio.sleep(random.uniform(0, think_s))
+        while loop.time() < end:
+            rows.append(await turn(base, s))
+            await asyncio.sleep(random.uniform(0.5 * think_s, 1.5 * think_s))
+
+    await asyncio.gather(*(person(s) for s in sessions))
+    return rows
+
+
 def run_case(case: str, args: argparse.Namespace) -> None:
     from tests.stack import stack_env, web_process, worker_processes
 
@@ -363,7 +354,15 @@ def run_case(case: str, args: argparse.Namespace) -> None:
                 one = _summary("1 user, turns in a row", seq)
                 sessions = [session_for(u) for u in users[: args.users]]
                 conc = asyncio.run(_concurrent(web.base, sessions, args.rounds))
-                many = _summary(f"{args.users} users at once", conc)
+                many = _summary(f"{args.users} users at once (burst)", conc)
+                rows = asyncio.run(
+                    _thinking(
+                        web.base, sessions, think_s=args.think_s, active_s=args.active_s
+                    )
+                )
+                thinking = _summary(
+                    f"{args.users} users, think {args.think_s:g} s", rows
+                )
     cold_p50 = statistics.median(cold)
     ratio = cold_p50 / one["p50"] if one["p50"] else float("nan")
     print(
@@ -371,14 +370,18 @@ def run_case(case: str, args: argparse.Namespace) -> None:
         f"{cold_p50:.1f} ms, max {max(cold):.1f} ms; cold/warm p50 {ratio:.2f}x "
         "(goal <= 2x)"
     )
-    for users_n, figures in ((1, one), (args.users, many)):
+    for params, figures in (
+        ("c=1", one),
+        (f"c={args.users} at once", many),
+        (f"c={args.users}, think {args.think_s:g} s", thinking),
+    ):
         for q in ("p50", "p99"):
             bench_record(
                 bench="turn_overhead",
                 metric=f"{case} overhead {q}",
                 value=figures[q],
                 unit="ms",
-                params=f"c={users_n}",
+                params=params,
                 goal=GOALS.get((case, q), ""),
             )
     bench_record(
@@ -397,6 +400,18 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--cold-starts", type=int, default=1)
+    parser.add_argument(
+        "--think-s",
+        type=float,
+        default=10.0,
+        help="the --users as people: seconds between an answer and the next turn",
+    )
+    parser.add_argument(
+        "--active-s",
+        type=float,
+        default=30.0,
+        help="how long the thinking users keep sending turns (s)",
+    )
     parser.add_argument("--cases", nargs="+", default=["plain", "memory"])
     parser.add_argument("--profile", type=int, default=0, metavar="TURNS")
     parser.add_argument("--profile-case", default="plain", choices=["plain", "memory"])
