@@ -6,21 +6,44 @@ thread of its own, and that thread's connection stays checked out of the pool
 lasts seconds to minutes and needs the database only at its start and end, so async
 views that stream release it in between: otherwise concurrent streams per process are
 capped at ``DATABASE_POOL_MAX_SIZE`` and the next ones wait.
+
+Those brief steps come in bursts (a thousand answers ending together, each settling),
+so at most DATABASE_BRIEF_CONCURRENCY of them run at once per event loop; the others
+wait on the loop. Without the gate each ran in its request's own thread at once:
+hundreds of threads took turns on the GIL while the few holding a pooled connection
+waited for it, so 200 settlements took about 3 s to the last ``done`` frame
+(bench/sse_fanout.py, "done lag").
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
 from chatsite.errors import ServiceUnavailable
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _gate() -> asyncio.Semaphore:
+    """The running loop's semaphore of DATABASE_BRIEF_CONCURRENCY brief steps."""
+    loop = asyncio.get_running_loop()
+    gate = _gates.get(loop)
+    if gate is None:
+        gate = _gates[loop] = asyncio.Semaphore(settings.DATABASE_BRIEF_CONCURRENCY)
+    return gate
 
 
 def _release() -> None:
@@ -45,14 +68,14 @@ def _connection_lost(exc: Exception) -> ServiceUnavailable:
 
 def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     """Return ``fn`` run through ``sync_to_async`` (the request's thread), after which
-    that thread's connection goes back to the pool (outside a transaction only).
+    that thread's connection goes back to the pool (outside a transaction only); at
+    most DATABASE_BRIEF_CONCURRENCY such steps run at once per event loop.
 
     Raises ServiceUnavailable (503) when the step hit a dead pooled connection; the
     pool's other dead connections are replaced at once, so one request fails, not one
     per connection the pool held.
     """
 
-    @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
@@ -63,7 +86,14 @@ def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
         finally:
             _release()
 
-    return sync_to_async(run)
+    in_thread = sync_to_async(run)
+
+    @functools.wraps(fn)
+    async def gated(*args: Any, **kwargs: Any) -> Any:
+        async with _gate():
+            return await in_thread(*args, **kwargs)
+
+    return gated
 
 
 async def db_release() -> None:

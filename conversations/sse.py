@@ -119,14 +119,17 @@ def sse_error(exc: DomainError, *, message_id: Any, event_id: str | None = None)
     return sse_frame(protocol.EVENT_ERROR, payload, event_id)
 
 
+def _message_final(message_id: Any) -> tuple[Message, dict[str, Any]]:
+    """The answer and its :func:`message_payload`, in one brief database step."""
+    message = Message.objects.select_related("conversation").get(id=message_id)
+    return message, message_payload(message)
+
+
 async def _final_frame(message_id: Any, event_id: str | None) -> str:
     """The answer's ``done`` frame (or ``error``, for a failed answer), from the
     database: the stored, rendered text is what the page keeps."""
     try:
-        message = await db_brief(Message.objects.select_related("conversation").get)(
-            id=message_id
-        )
-        payload = await db_brief(message_payload)(message)
+        message, payload = await db_brief(_message_final)(message_id)
     except DomainError as exc:
         return sse_error(exc, message_id=message_id, event_id=event_id)
     if message.status == Message.Status.ERROR:

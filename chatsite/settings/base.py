@@ -143,6 +143,10 @@ DATABASES["default"]["CONN_MAX_AGE"] = 0
 # Connections per process (web, celery, worker); PostgreSQL's max_connections (200 for
 # the embedded one, scripts/services.py) bounds the sum over all processes.
 DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=16)
+# Brief database steps of async views (a streamed answer's settlement, its final frame)
+# that run at once per process (chatsite/db.py); the rest wait on the event loop.
+# Half the pool: the other half stays free for sync views (a new turn's POST).
+DATABASE_BRIEF_CONCURRENCY = env.int("DATABASE_BRIEF_CONCURRENCY", default=8)
 DATABASES["default"] = database_pool(DATABASES["default"], DATABASE_POOL_MAX_SIZE)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
