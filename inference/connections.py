@@ -14,6 +14,9 @@ import weakref
 import redis
 import redis.asyncio as aioredis
 from django.conf import settings
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
 
 from inference.sentinel import (
     sentinel_master_async,
@@ -22,6 +25,19 @@ from inference.sentinel import (
 )
 
 _sync_clients: dict[str, redis.Redis] = {}
+
+# A command that fails with ConnectionError or TimeoutError is sent again on a fresh
+# connection up to this many times, 10 ms to 0.5 s apart (with jitter). Clients built
+# from a URL get redis-py's connection default, no retry at all, so after a Redis
+# restart (or failover) the first command on each pooled connection failed on its
+# stale socket: a resumed answer stream ended "interrupted" although Redis was back
+# (tests/test_faults.py, the Redis restart drill). redis-py's own Redis() default is
+# 10 retries; a few cover a restart, and keep a command that could not have run from
+# waiting long. A retried write may run twice if the connection broke after Redis
+# ran it and before the reply: the same window redis-py's defaults accept.
+COMMAND_RETRIES = 3
+_BACKOFF = {"base": 0.01, "cap": 0.5}
+
 _async_clients: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop, dict[str, aioredis.Redis]
 ] = weakref.WeakKeyDictionary()
@@ -46,11 +62,15 @@ def redis_sync(url: str | None = None) -> redis.Redis:
         sentinel = sentinel_url_parse(url)
         if sentinel is not None:
             client = sentinel_master_sync(
-                sentinel, decode_responses=True, max_connections=size
+                sentinel,
+                decode_responses=True,
+                max_connections=size,
+                retry=Retry(ExponentialWithJitterBackoff(**_BACKOFF), COMMAND_RETRIES),
             )
         else:
             pool = redis.BlockingConnectionPool.from_url(
                 url,
+                retry=Retry(ExponentialWithJitterBackoff(**_BACKOFF), COMMAND_RETRIES),
                 decode_responses=True,
                 max_connections=size,
                 timeout=settings.REDIS_SYNC_POOL_TIMEOUT_S,
@@ -70,13 +90,15 @@ def redis_async_new(
     redis-py 8's async pool allows 100 by default and then raises MaxConnectionsError,
     and a worker writes for each running job (and, before the stream hub of
     :mod:`inference.streams`, every open SSE stream held one connection in a
-    blocking XREAD), so a busy process needs more than the default. ``url`` may be a
-    Sentinel URL (inference/sentinel.py).
+    blocking XREAD), so a busy process needs more than the default. Commands are
+    retried on a fresh connection (COMMAND_RETRIES). ``url`` may be a Sentinel URL
+    (inference/sentinel.py).
     """
     options = {
         "decode_responses": True,
         "max_connections": max_connections or settings.REDIS_ASYNC_MAX_CONNECTIONS,
         "client_name": client_name,
+        "retry": AsyncRetry(ExponentialWithJitterBackoff(**_BACKOFF), COMMAND_RETRIES),
     }
     sentinel = sentinel_url_parse(url)
     if sentinel is not None:

@@ -14,9 +14,12 @@ no connection, thread or Redis command per stream.
 - **Leaving**: :meth:`Subscription.close` only drops the subscription (no I/O), so it
   is safe in a ``finally`` of a cancelled task; ``CancelledError`` of a follower waiting
   in :meth:`Subscription.next` propagates untouched.
-- **Redis errors**: a failed XREAD fails every current subscription (each follower
-  gets a :class:`StreamReadError`, a ``RedisError``); the reader retries after
-  ERROR_BACKOFF_S for whoever subscribes next.
+- **Redis errors**: a failed XREAD is retried every ERROR_BACKOFF_S with the
+  subscriptions kept, so a blip (a restart, a failover, a dropped connection) costs
+  the followers a pause, not their streams; only when reads keep failing for
+  ERROR_GRACE_S does every current subscription fail (each follower gets a
+  :class:`StreamReadError`, a ``RedisError``). One failed XREAD used to fail them all
+  at once, including a follower that had subscribed a moment after the restart.
 - **Resuming from an old id** (``Last-Event-ID``, a second tab): the XREAD asks each
   key from the lowest position among its subscriptions; each subscription gets only
   the entries after its own position.
@@ -58,6 +61,10 @@ HUB_COUNT = 256
 HUB_MIN_ROUND_S = 0.01
 # After a failed XREAD (Redis restarting), wait this long before the next one (s).
 ERROR_BACKOFF_S = 0.2
+# Reads failing for this long (s) fail the followers: Redis restarts in well under a
+# second on a small data set, and a Sentinel failover takes a few seconds
+# (down-after-milliseconds); past this the user is better told to retry.
+ERROR_GRACE_S = 3.0
 # The wake-up stream expires this long after its last entry (s): a hub that goes
 # away leaves nothing behind.
 WAKE_TTL_S = 60
@@ -176,8 +183,10 @@ class StreamHub:
         block_ms: int = HUB_BLOCK_MS,
         count: int = HUB_COUNT,
         min_round_s: float = HUB_MIN_ROUND_S,
+        error_grace_s: float = ERROR_GRACE_S,
     ) -> None:
         self.url = url
+        self.error_grace_s = error_grace_s
         self.block_ms = block_ms
         self.count = count
         self.min_round_s = min_round_s
@@ -266,6 +275,7 @@ class StreamHub:
 
     async def _rounds(self) -> None:
         loop = asyncio.get_running_loop()
+        failing_since: float | None = None  # loop time of the first failed read
         while self._keys:
             started = loop.time()
             streams, asked = self._streams()
@@ -280,9 +290,16 @@ class StreamHub:
                 self._reading = False
                 if not isinstance(exc, (RedisError, OSError)):
                     logger.exception("stream hub read failed")
-                self._fail_all(exc)
+                    self._fail_all(exc)  # not a blip: a retry would fail the same
+                elif failing_since is None:
+                    failing_since = loop.time()
+                    logger.warning("stream hub read failed, retrying: %r", exc)
+                elif loop.time() - failing_since >= self.error_grace_s:
+                    self._fail_all(exc)
+                    failing_since = None  # newcomers get a grace of their own
                 await asyncio.sleep(ERROR_BACKOFF_S)
                 continue
+            failing_since = None
             self._reading = False
             self.rounds += 1
             self._dispatch(result, asked)

@@ -120,7 +120,7 @@ Item = Delta | Meta | Idle | Queued | Ended | Broken
 def _stream_broken(exc: BaseException) -> ServiceUnavailable:
     if isinstance(exc, ServiceUnavailable):
         return exc
-    logger.warning("generation stream broken: %r", exc)
+    logger.warning("generation stream broken: %r", exc, exc_info=exc)
     return ServiceUnavailable(
         "The answer stream was interrupted (a backing service is unavailable). "
         "Please try again in a moment.",

@@ -6,8 +6,9 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 from inference import client as inference_client
-from inference import protocol
-from inference.connections import redis_async
+from inference import connections, protocol
+from inference.connections import redis_async, redis_async_new
+from tests.faults import PrivateRedis
 
 
 async def test_three_hundred_streams_block_in_xread_at_once_without_running_out():
@@ -41,8 +42,6 @@ def test_more_threads_than_sync_connections_wait_for_one_instead_of_failing(sett
     settlements asks the process's sync client for more connections than its pool
     holds; redis-py's default pool raised MaxConnectionsError for the excess. Here 4
     connections serve 40 threads, each holding one for about 50 ms (BLPOP)."""
-    from inference import connections
-
     settings.REDIS_SYNC_MAX_CONNECTIONS = 4
     settings.REDIS_SYNC_POOL_TIMEOUT_S = 10.0
     # another URL (same server and db): a client of its own, not the shared one
@@ -60,3 +59,28 @@ def test_more_threads_than_sync_connections_wait_for_one_instead_of_failing(sett
         assert len(client.connection_pool._connections) <= 4
     finally:
         connections._sync_clients.pop(url, None)
+
+
+async def test_after_a_redis_restart_the_next_command_on_a_pooled_connection_works(
+    tmp_path, settings
+):
+    """A restart leaves every pooled connection's socket dead. Clients built from a
+    URL had no retry, so the first command on each failed with ConnectionError
+    ("Connection closed by server"); now it is sent again on a fresh connection."""
+    redis = PrivateRedis(tmp_path)
+    try:
+        async_client = redis_async_new(redis.url)
+        sync_client = connections.redis_sync(redis.url)
+        await async_client.set("k", "1")
+        sync_client.set("k", "1")
+        redis.stop()
+        redis.start()
+
+        async with async_client.pipeline(transaction=True) as pipe:
+            pipe.set("k", "2").get("k")
+            assert await pipe.execute() == [True, "2"]
+        assert sync_client.get("k") == "2"
+        await async_client.aclose()
+    finally:
+        connections._sync_clients.pop(redis.url, None)
+        redis.stop()
