@@ -167,7 +167,9 @@ def web_wait(base: str, web: Process, timeout_s: float = START_TIMEOUT_S) -> Non
         except httpx.HTTPError:
             web.check()
             if time.monotonic() > deadline:
-                raise RuntimeError("daphne did not start") from None
+                raise RuntimeError(
+                    f"daphne did not start in {timeout_s:.0f} s:\n{web.stderr_tail()}"
+                ) from None
             time.sleep(0.1)
 
 
@@ -206,7 +208,10 @@ def workers_wait(
         while inference_client.workers_live(pool=pool) == 0:
             proc.check()
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{proc.what}: no live worker on pool {pool!r}")
+                raise RuntimeError(
+                    f"{proc.what}: no live worker on pool {pool!r} after {timeout_s:.0f} s:"
+                    f"\n{proc.stderr_tail()}"
+                )
             time.sleep(0.1)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.stack import ROOT, running_stack
+from tests.stack import ROOT, running_processes
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BROWSER_MARKS = [
@@ -58,12 +58,29 @@ def worker_args():
     return []
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the test item (``item.rep_call``) so that a fixture
+    can tell in its teardown whether the test failed."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
 @pytest.fixture
-def site(user, script_text, site_env, worker_args):
+def site(request, user, script_text, site_env, worker_args):
+    """The live stack's base URL. When the test fails, the tails of the web's and the
+    worker's stderr are printed (a browser timeout alone does not say which side
+    stalled)."""
     args = ["--pool", "default", "--engine", "scripted", "--delay-ms", "40"]
     args += ["--script-text", script_text, "--cycle", *worker_args]
-    with running_stack(args, env={"CHAT_MAX_TOKENS": "40", **site_env}) as base:
-        yield base
+    env = {"CHAT_MAX_TOKENS": "40", **site_env}
+    with running_processes(args, env=env) as stack:
+        yield stack.base
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            for proc in [stack.web.process, *stack.workers]:
+                print(f"--- stderr of {proc.what} ---\n{proc.stderr_tail()}")
 
 
 @pytest.fixture
