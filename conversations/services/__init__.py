@@ -25,11 +25,11 @@ from conversations.services.conversations import (
 from conversations.services.feedback import feedback_delete, feedback_set
 from conversations.services.imports import conversations_import
 from conversations.services.scope import conversation_scope_set
+from conversations.services.text import title_from_text
 from conversations.services.threads import thread_switch, turn_edit
 from conversations.services.turns import (
     BUSY_MESSAGE,
     Turn,
-    title_from_text,
     turn_regenerate,
     turn_start,
     turn_stop,

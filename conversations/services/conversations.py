@@ -11,7 +11,7 @@ from django.db import transaction
 from chatsite.errors import InvalidInput
 from conversations import selectors
 from conversations.models import Conversation, Message
-from conversations.services.turns import is_blank, text_check, title_from_text
+from conversations.services.text import is_blank, text_check, title_from_text
 from conversations.titles import title_acceptable
 from gateway import generations
 from inference.tokens import prompt_counter

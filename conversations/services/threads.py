@@ -16,12 +16,8 @@ from django.db import transaction
 from chatsite.errors import Conflict, InvalidInput
 from conversations import selectors
 from conversations.models import Conversation, Message
-from conversations.services.turns import (
-    Turn,
-    _idle_check,
-    _turn_run,
-    _validate_content,
-)
+from conversations.services.text import validate_content
+from conversations.services.turns import Turn, _idle_check, _turn_run
 
 SWITCH_BUSY_MESSAGE = (
     "An answer is still being written in this conversation. Stop it or wait for it "
@@ -48,7 +44,7 @@ def turn_edit(
     gateway's errors as :func:`conversations.services.turn_start` does. Nothing is
     stored when it raises.
     """
-    content = _validate_content(content)
+    content = validate_content(content)
     edited = selectors.message_get(
         user=user, conversation_id=conversation_id, message_id=message_id
     )

@@ -2,8 +2,8 @@
 
 A first message without memory, as a new user sends it: the session and the user, the
 user's preferences, one query for their memory sources, suspension, plan, then the
-turn's short transaction (conversation, question, answer, current leaf) with no
-savepoint and no update of the conversation's scope."""
+turn's short transaction: the conversation inserted with its current leaf and both
+messages in one INSERT (no savepoint, no update of the conversation)."""
 
 from __future__ import annotations
 
@@ -38,4 +38,6 @@ def test_a_first_turn_reads_each_thing_once_and_writes_without_savepoints(
     # the test's own transaction makes the turn's durable one a savepoint: that one only
     assert sum(s.startswith("SAVEPOINT") for s in sql) == 1, sql
     assert not any('SET "doc_scope"' in s for s in sql), sql
-    assert len(sql) <= 12, "\n".join(sql)
+    assert sum(s.startswith('INSERT INTO "conversations_message"') for s in sql) == 1
+    assert not any(s.startswith('UPDATE "conversations_conversation"') for s in sql)
+    assert len(sql) <= 10, "\n".join(sql)

@@ -294,6 +294,7 @@ def test_regenerate_keeps_the_previous_answer_without_duplicating_the_question(
     finish(messages[2], "4")
     from conversations.selectors import thread_items
 
+    turn.conversation.refresh_from_db()  # its current leaf is the new answer
     items = thread_items(conversation=turn.conversation)
     assert [i.message.content for i in items] == ["What is 2+2?", "4"]
     assert [v.content for v in items[1].versions] == ["four", "4"]
