@@ -256,7 +256,8 @@ def _turn_run(
     def _new_thread_store(admission: generations.Admission) -> Turn:
         # A new conversation: no other answer can stream in it (no savepoint), and the
         # answer is its leaf from the start (the foreign key is DEFERRABLE INITIALLY
-        # DEFERRED, checked at commit): three statements, not five (bench/turn_profile).
+        # DEFERRED, checked at commit): two INSERTs and the COMMIT, where there were four
+        # statements and the COMMIT (bench/turn_profile.py).
         assert content is not None
         thread = Conversation.objects.create(
             user=user,
