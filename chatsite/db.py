@@ -94,9 +94,3 @@ def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
             return await in_thread(*args, **kwargs)
 
     return gated
-
-
-async def db_release() -> None:
-    """Give the request thread's connection back to the pool (after async ORM reads,
-    ``request.auser()``), outside a transaction."""
-    await sync_to_async(_release)()

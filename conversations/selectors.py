@@ -52,20 +52,6 @@ def message_get(
         raise NotFound("This message does not exist.") from exc
 
 
-async def amessage_get(
-    *, user: AbstractBaseUser, conversation_id: Any, message_id: Any
-) -> Message:
-    """Async :func:`message_get`."""
-    try:
-        return await Message.objects.select_related("conversation").aget(
-            id=_as_uuid(message_id),
-            conversation_id=_as_uuid(conversation_id),
-            conversation__user=user,
-        )
-    except Message.DoesNotExist as exc:
-        raise NotFound("This message does not exist.") from exc
-
-
 @dataclass
 class ThreadItem:
     """A message as shown on the current branch, with its versions (issue 11).

@@ -34,7 +34,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 
-from chatsite.db import db_brief, db_release
+from chatsite.db import db_brief
 from chatsite.errors import DomainError, InvalidInput
 from chatsite.http import error_response
 from conversations import selectors, services
@@ -200,20 +200,31 @@ async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
             last_sent = time.monotonic()
 
 
+def _stream_target(
+    request: HttpRequest, conversation_id: Any, message_id: Any
+) -> Message:
+    """The signed-in user's message to stream (NotFound for anyone else's).
+
+    ``request.user``, not ``await request.auser()``: LoginRequiredMiddleware already read
+    the user (its ``process_view`` is sync, so it ran in a thread) and ``auser()`` keeps a
+    cache of its own, so it would query the user again. Run through ``db_brief``: one
+    thread hop and one query before the first frame, where there were three hops and two
+    queries.
+    """
+    return selectors.message_get(
+        user=request.user, conversation_id=conversation_id, message_id=message_id
+    )
+
+
 async def message_stream(
     request: HttpRequest, conversation_id: Any, message_id: Any
 ) -> HttpResponse:
     """Stream an answer as Server-Sent Events (owner only: another user's id is a 404)."""
-    user = await request.auser()
     try:
-        message = await selectors.amessage_get(
-            user=user, conversation_id=conversation_id, message_id=message_id
-        )
+        message = await db_brief(_stream_target)(request, conversation_id, message_id)
         after = _resume_point(request)
     except DomainError as exc:
         return error_response(exc)
-    finally:
-        await db_release()  # the stream needs none until its end (chatsite/db.py)
     if message.role != Message.Role.ASSISTANT:
         return error_response(
             InvalidInput("Only answers can be streamed.", code="not_streamable")
