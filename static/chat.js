@@ -516,6 +516,15 @@
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); form.requestSubmit(); }
   });
 
+  // The box stops at the server's limit (maxlength, CHAT_MAX_MESSAGE_CHARS): say so, or
+  // a long paste is cut at the limit without a word.
+  const limitNote = "This message is at the limit of " + (input.maxLength || 0).toLocaleString("en") +
+    " characters: anything typed or pasted past it was not added. Split longer text into several messages.";
+  input.addEventListener("input", function () {
+    if (input.maxLength > 0 && input.value.length >= input.maxLength) showError(limitNote);
+    else if (errorBox.textContent === limitNote) showError("");
+  });
+
   stopBtn.addEventListener("click", async function () {
     if (!active) return;
     try { await post(active.stopUrl); } catch (err) { showError(err.message); }

@@ -104,6 +104,16 @@ def test_empty_message_shows_a_clear_error_and_sends_nothing(page):
     assert Message.objects.count() == 0
 
 
+@pytest.mark.parametrize("site_env", [{"CHAT_MAX_MESSAGE_CHARS": "1000"}])
+def test_a_paste_past_the_length_limit_is_cut_with_a_notice(page):
+    page.focus("#content")
+    page.keyboard.insert_text("x" * 1500)  # as a paste: the box's maxlength applies
+    assert len(page.input_value("#content")) == 1000
+    assert "limit of 1,000 characters" in page.locator("#composer-error").inner_text()
+    page.keyboard.press("Backspace")
+    assert page.locator("#composer-error").inner_text() == ""
+
+
 @pytest.mark.parametrize(
     "site_env",
     [{"EMBEDDING_POOL": REAL_EMBEDDING_POOL, "SAFETY_INPUT_ENABLED": "1"}],
