@@ -48,7 +48,7 @@ _TURN_AND_DIE = textwrap.dedent(
         os.kill(os.getpid(), signal.SIGKILL)
 
     if sys.argv[1] == "store":  # inside the transaction that stores the turn
-        turns._assistant_create = die
+        turns._assistant_new = die
     else:  # committed, reserved, not yet enqueued
         start.generation_submit = die
     user = get_user_model().objects.get(username=sys.argv[2])
