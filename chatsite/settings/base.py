@@ -6,8 +6,6 @@ All configuration comes from the environment through one django-environ `env`. W
 `scripts/services.py`); variables already in the environment always win.
 """
 
-from pathlib import Path
-
 from chatsite.settings.environment import BASE_DIR, VAR_DIR, env
 from inference.sentinel import redis_cache_config, sentinel_celery_broker
 
@@ -218,50 +216,9 @@ CHAT_SYSTEM_PROMPT = env(
     default="You are a helpful, concise assistant. Answer in Markdown when it helps.",
 )
 
-# --- Inference tier -------------------------------------------------------------------
-INFERENCE_DEFAULT_POOL = env("INFERENCE_DEFAULT_POOL", default="default")
-# A job not picked up by a worker within this many seconds is dropped with an error event.
-INFERENCE_QUEUE_TIMEOUT_S = env.float("INFERENCE_QUEUE_TIMEOUT_S", default=60.0)
-# With no live worker in the pool, the stream reports an error after this many seconds.
-INFERENCE_NO_WORKER_GRACE_S = env.float("INFERENCE_NO_WORKER_GRACE_S", default=15.0)
-# A stream with no client attached is cancelled after this many seconds (DESIGN §4.6).
-INFERENCE_DETACH_GRACE_S = env.float("INFERENCE_DETACH_GRACE_S", default=10.0)
-# Generation streams are kept this long after their terminal event (reconnects, reaper).
-INFERENCE_STREAM_TTL_S = env.int("INFERENCE_STREAM_TTL_S", default=3600)
-# SSE heartbeat comment interval (DESIGN §8: every 15 s).
-SSE_HEARTBEAT_S = env.float("SSE_HEARTBEAT_S", default=15.0)
-# A streamed answer is released at most once per this many ms (the first token at
-# once): each frame costs the web process the same whether it carries one token or
-# five, so at 20 ms per token 50 ms makes 2-3 tokens a frame (issue 13; DESIGN §8
-# allows coalescing). 0: a frame per read of the stream.
-SSE_COALESCE_MS = env.float("SSE_COALESCE_MS", default=50.0)
-# Under load the interval grows so the process sends at most about SSE_FRAMES_PER_S
-# token frames a second over all its streams (interval = open streams / this rate),
-# up to SSE_COALESCE_MAX_MS. Frames, not tokens, are what a web process pays for: one
-# daphne process saturates a core at about 15-20k SSE frames/s on its own (measured
-# with bench/sse_fanout.py), and our relay adds to each, so 8,000 leaves the process
-# room for turns and settlements. 2,000 streams get a frame every 200 ms (the cap,
-# under the 250 ms frame-gap goal of issue 13); up to 400 streams keep 50 ms.
-SSE_FRAMES_PER_S = env.float("SSE_FRAMES_PER_S", default=8000.0)
-SSE_COALESCE_MAX_MS = env.float("SSE_COALESCE_MAX_MS", default=200.0)
-# --- Embeddings: served by the embedding pool's workers, never in the web process -------
-# The pool whose workers embed (run_inference_worker --engine sentence-transformers).
-EMBEDDING_POOL = env("EMBEDDING_POOL", default="embed")
-# How long an interactive caller (a turn, a fact, an API request) waits for vectors, s.
-EMBEDDING_TIMEOUT_S = env.float("EMBEDDING_TIMEOUT_S", default=5.0)
-# How long document ingestion (Celery) waits for one batch of chunk vectors, s.
-EMBEDDING_INGEST_TIMEOUT_S = env.float("EMBEDDING_INGEST_TIMEOUT_S", default=120.0)
-# Chunks per embedding job when a document is ingested.
-EMBEDDING_INGEST_BATCH = env.int("EMBEDDING_INGEST_BATCH", default=64)
-# Embedding workers: how long a batch waits for more jobs after the first (ms), and the
-# most texts in one forward pass.
-EMBEDDING_GATHER_MS = env.float("EMBEDDING_GATHER_MS", default=2.0)
-EMBEDDING_MAX_BATCH = env.int("EMBEDDING_MAX_BATCH", default=64)
-# Bulk work (ingestion, large API requests) runs this many texts per batch, and only
-# when no interactive job waits: a question waits behind at most one such batch.
-EMBEDDING_BULK_BATCH = env.int("EMBEDDING_BULK_BATCH", default=16)
-# Texts per embed job: a long request is split so one job never holds a worker long.
-EMBEDDING_JOB_MAX_TEXTS = env.int("EMBEDDING_JOB_MAX_TEXTS", default=16)
+# The inference tier, embeddings, workers and metrics: chatsite/settings/inference.py
+from chatsite.settings.inference import *  # noqa: E402, F403
+from chatsite.settings.inference import INFERENCE_DEFAULT_POOL  # noqa: E402
 
 # A `streaming` message whose job has no stream left after this long is finalised as an error.
 REAPER_STALE_AFTER_S = env.float("REAPER_STALE_AFTER_S", default=900.0)
@@ -381,25 +338,6 @@ CHAT_IMPORT_MAX_MESSAGES = env.int("CHAT_IMPORT_MAX_MESSAGES", default=50_000)
 CHAT_IMPORT_MAX_MESSAGE_CHARS = env.int(
     "CHAT_IMPORT_MAX_MESSAGE_CHARS", default=200_000
 )
-# --- Inference workers and metrics (DESIGN §5, §11) -----------------------------------
-# Workers beat every INFERENCE_HEARTBEAT_S s; one silent for INFERENCE_WORKER_TTL_S s is
-# dead, and every INFERENCE_RECLAIM_S s live workers take over its pending jobs.
-INFERENCE_HEARTBEAT_S = env.float("INFERENCE_HEARTBEAT_S", default=2.0)
-INFERENCE_WORKER_TTL_S = env.float("INFERENCE_WORKER_TTL_S", default=10.0)
-INFERENCE_RECLAIM_S = env.float("INFERENCE_RECLAIM_S", default=5.0)
-# prometheus_client multiprocess mode: every process (web, workers) writes its samples to
-# files in this folder and /metrics aggregates them. prometheus_client reads the variable
-# when first imported, so it is exported here; `make run` empties the folder at start.
-PROMETHEUS_MULTIPROC_DIR = env(
-    "PROMETHEUS_MULTIPROC_DIR", default=str(VAR_DIR / "prometheus")
-)
-env.ENVIRON["PROMETHEUS_MULTIPROC_DIR"] = PROMETHEUS_MULTIPROC_DIR
-Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
-# /metrics is served to staff users, to requests from these addresses (a scraper on the
-# same host; empty it when a reverse proxy on this host forwards public traffic), and to
-# `Authorization: Bearer METRICS_TOKEN` when that is set.
-METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"])
-METRICS_TOKEN = env("METRICS_TOKEN", default="")
 # --- Gateway answer caches (gateway/cache/) -------------------------------------------
 # Used only for deterministic requests (temperature 0) or when the request opts in
 # (param "cache": true). Exact cache (Redis): an entry lives this many seconds.
