@@ -207,9 +207,9 @@ def _stream_target(
 
     ``request.user``, not ``await request.auser()``: LoginRequiredMiddleware already read
     the user (its ``process_view`` is sync, so it ran in a thread) and ``auser()`` keeps a
-    cache of its own, so it would query the user again. Run through ``db_brief``: one
-    thread hop and one query before the first frame, where there were three hops and two
-    queries.
+    cache of its own, so it would query the user again. Run through ``db_brief``: the view
+    makes one thread hop and one query before the first frame, where it made three hops
+    (``auser()``, the message, the connection's release) and two queries.
     """
     return selectors.message_get(
         user=request.user, conversation_id=conversation_id, message_id=message_id
