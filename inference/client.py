@@ -32,13 +32,19 @@ return false
 """
 
 
-def job_enqueue(*, pool: str, job: protocol.Job, client: Any = None) -> Any:
+def job_enqueue(
+    *, pool: str, job: protocol.Job, client: Any = None, background: bool = False
+) -> Any:
     """Append a job to its pool's queue stream; return the queue entry id.
 
     ``client``: a pipeline to queue the command on (then the id is the pipeline's
-    result); default: the process's sync client, at once.
+    result); default: the process's sync client, at once. ``background``: the pool's
+    background lane (:func:`inference.protocol.background_queue_key`) instead.
     """
-    return (client or redis_sync()).xadd(protocol.queue_key(pool), job.to_fields())
+    queue = (
+        protocol.background_queue_key(pool) if background else protocol.queue_key(pool)
+    )
+    return (client or redis_sync()).xadd(queue, job.to_fields())
 
 
 def pool_load(*, pool: str, now: float | None = None) -> tuple[int, int | None]:
@@ -256,6 +262,7 @@ def generation_run(
     timeout_s: float,
     user_ref: str = "",
     stream_ttl_s: int = 600,
+    background: bool = False,
 ) -> GenerationResult:
     """Enqueue a job and wait (blocking, sync) for its terminal event; return the text.
 
@@ -264,23 +271,52 @@ def generation_run(
     (``max_tokens`` in tokens). After ``timeout_s`` seconds without a terminal event the
     generation is ended with a ``queue_timeout`` error (and cancelled) and the result
     carries ``error_code``; the partial text is returned but is not ``complete``.
+
+    ``background``: the job goes to the pool's background lane, behind every job a
+    person waits on; a worker may stop it for one (``error preempted``), and it is
+    then sent again as a new job, from the start, until ``timeout_s`` runs out.
     """
+    deadline = time.time() + timeout_s
+    while True:
+        result = _generation_attempt(
+            pool=pool,
+            messages=messages,
+            params=params,
+            deadline=deadline,
+            user_ref=user_ref,
+            stream_ttl_s=stream_ttl_s,
+            background=background,
+        )
+        if result.error_code != protocol.ERROR_PREEMPTED or time.time() >= deadline:
+            return result
+
+
+def _generation_attempt(
+    *,
+    pool: str,
+    messages: list[dict[str, str]],
+    params: dict[str, Any],
+    deadline: float,
+    user_ref: str,
+    stream_ttl_s: int,
+    background: bool,
+) -> GenerationResult:
+    """Run one job of :func:`generation_run` until its terminal event or ``deadline``
+    (epoch s)."""
     job_id = protocol.new_job_id()
-    now = time.time()
     job = protocol.Job(
         job_id=job_id,
         messages=messages,
         params=params,
         user_ref=user_ref,
-        enqueued_at=now,
-        deadline=now + timeout_s,
+        enqueued_at=time.time(),
+        deadline=deadline,
     )
-    job_enqueue(pool=pool, job=job)
+    job_enqueue(pool=pool, job=job, background=background)
     client = redis_sync()
     key = protocol.gen_key(job_id)
     last = protocol.STREAM_START
     parts: list[str] = []
-    deadline = now + timeout_s
     while True:
         block_ms = max(1, int(min(1.0, deadline - time.time()) * 1000))
         result = client.xread({key: last}, count=1024, block=block_ms)

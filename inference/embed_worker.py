@@ -94,7 +94,7 @@ class EmbedWorker(Worker):
         self.bulk_batch = max(1, bulk_batch)
         self.expected_dim = expected_dim
         self._queue = protocol.queue_key(pool)
-        self._bulk_queue = protocol.bulk_queue_key(pool)
+        self._bulk_queue = protocol.background_queue_key(pool)
         # bulk entries delivered to us while interactive ones went first
         self._held: list[Entry] = []
         self._batch_jobs = 0
@@ -109,10 +109,6 @@ class EmbedWorker(Worker):
                 f"{self.expected_dim}-d model on this pool, or migrate the vector "
                 "columns and re-embed the stored facts, chunks and cache entries."
             )
-
-    @property
-    def queue_keys(self) -> list[str]:
-        return [protocol.queue_key(self.pool), protocol.bulk_queue_key(self.pool)]
 
     def _busy(self) -> int:
         return self._batch_jobs

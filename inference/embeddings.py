@@ -264,7 +264,7 @@ def embed_texts(
         raise _no_worker(pool)
     jobs = _jobs(texts, timeout_s=timeout_s, user_ref=user_ref)
     answers = _Answers(jobs, pool)
-    queue = protocol.bulk_queue_key(pool) if bulk else protocol.queue_key(pool)
+    queue = protocol.background_queue_key(pool) if bulk else protocol.queue_key(pool)
     with client.pipeline(transaction=False) as pipe:
         for job in jobs:
             pipe.xadd(queue, job.to_fields())
@@ -317,7 +317,7 @@ async def aembed_texts(
         raise _no_worker(pool)
     jobs = _jobs(texts, timeout_s=timeout_s, user_ref=user_ref)
     answers = _Answers(jobs, pool)
-    queue = protocol.bulk_queue_key(pool) if bulk else protocol.queue_key(pool)
+    queue = protocol.background_queue_key(pool) if bulk else protocol.queue_key(pool)
     async with client.pipeline(transaction=False) as pipe:
         for job in jobs:
             pipe.xadd(queue, job.to_fields())

@@ -55,8 +55,9 @@ class RedisOutageTolerance:
     async def _ensure_group(self) -> None:  # pragma: no cover - the Worker's
         raise NotImplementedError
 
-    async def _take(self, count: int) -> Any:
-        """Read up to ``count`` new jobs (XREADGROUP BLOCK); None after an outage.
+    async def _take(self, count: int, queues: list[str], block_ms: int | None) -> Any:
+        """Read up to ``count`` new jobs of each of ``queues`` (XREADGROUP, waiting up to
+        ``block_ms``; None: no wait); the reply, or None after an outage.
 
         Redis restarting (connection refused or reset) or coming back empty (no
         persistence: the consumer group is gone, NOGROUP) must not end the worker:
@@ -69,9 +70,9 @@ class RedisOutageTolerance:
             return await self.redis.xreadgroup(
                 protocol.GROUP,
                 self.worker_id,
-                {protocol.queue_key(self.pool): ">"},
+                dict.fromkeys(queues, ">"),
                 count=count,
-                block=self.block_ms,
+                block=block_ms,
             )
         except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
             if isinstance(exc, ResponseError) and "NOGROUP" not in str(exc):

@@ -6,8 +6,11 @@ nothing else builds a key or an event by hand.
 Keys
 - ``inf:q:{pool}``: stream of jobs, consumer group ``workers``; an entry holds one
   field ``job`` (the JSON of :class:`Job`).
-- ``inf:qb:{pool}``: an embedding pool's bulk jobs (ingestion, large requests), the
-  same format, taken only when ``inf:q:{pool}`` is empty.
+- ``inf:qb:{pool}``: the pool's background lane, the same format: an embedding pool's
+  bulk jobs (ingestion, large requests), a chat pool's background generations (titles,
+  summaries, fact extraction). Taken only when ``inf:q:{pool}`` is empty; a chat worker
+  whose slots are all taken stops a background job for an interactive one (the
+  background job ends with ``error {code: "preempted"}`` and its caller sends it again).
 - ``inf:gen:{job_id}``: stream of one generation's events; each entry has fields
   ``e`` (event type) and ``d`` (JSON payload). Expires ``stream_ttl`` seconds after its
   terminal event.
@@ -95,6 +98,8 @@ ERROR_NO_WORKER = "worker_unavailable"
 ERROR_ENGINE = "engine_error"
 ERROR_CONTEXT_OVERFLOW = "context_overflow"
 ERROR_WORKER_LOST = "worker_lost"
+# A background job stopped to free its slot for an interactive one (never a user's).
+ERROR_PREEMPTED = "preempted"
 
 # Crash recovery: a job whose worker died before its first token is re-queued this many
 # times at most; after that (or once it emitted a token) it ends with `worker_lost`.
@@ -114,12 +119,15 @@ def queue_key(pool: str) -> str:
     return f"inf:q:{pool}"
 
 
-def bulk_queue_key(pool: str) -> str:
-    """Return the bulk job stream of an embedding pool (same format as its queue).
+def background_queue_key(pool: str) -> str:
+    """Return the background lane of a pool (a job stream in the queue's format).
 
-    Document ingestion and large embedding requests go here; the pool's workers take
-    from it only when ``inf:q:{pool}`` is empty, so a turn's question never waits
-    behind a document (its key is outside ``inf:q:*``: not a pool of its own).
+    Work nobody watches goes here: document ingestion and large embedding requests on
+    an embedding pool, titles, summaries and fact extraction on a chat pool. The
+    pool's workers take from it only when ``inf:q:{pool}`` is empty, so a turn never
+    waits behind a document or behind the previous turn's summary (the newcomer trial
+    saw follow-up turns wait 1.3-6.5 s behind them on a one-slot worker). Its key is
+    outside ``inf:q:*``: not a pool of its own, and not counted by admission.
     """
     return f"inf:qb:{pool}"
 

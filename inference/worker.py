@@ -1,13 +1,15 @@
 """The inference worker: pulls jobs of one pool from Redis and runs them on an engine.
 
-One asyncio loop per process. The worker reads its pool's queue stream through the
+One asyncio loop per process. The worker reads its pool's queue streams through the
 ``workers`` consumer group, and only when a slot is free (``engine.max_concurrency``
-slots), so backlog stays in Redis where the gateway can see it. Each job's deltas are
+slots), so backlog stays in Redis where the gateway can see it; background work
+(titles, summaries, facts) yields to what a person waits on (inference/intake.py). Each job's deltas are
 appended to its own ``inf:gen:{job_id}`` stream; the terminal event carries exact usage.
 A cancel watcher polls the cancel flags and detach deadlines of running jobs every
 ``cancel_poll_s`` seconds and aborts them in the engine.
 
-Base classes of :class:`Worker`: :class:`inference.recovery.CrashRecovery` (taking over
+Base classes of :class:`Worker`: :class:`inference.intake.JobIntake` (the two lanes
+and preemption), :class:`inference.recovery.CrashRecovery` (taking over
 a dead worker's jobs), :class:`inference.outage.RedisOutageTolerance` (Redis restarts),
 :class:`inference.worker_loops.WorkerLoops` (the heartbeat and the cancel poll).
 
@@ -34,6 +36,7 @@ from inference import metrics, protocol
 from inference.client import WORKER_TTL_S, terminal_append
 from inference.connections import redis_async_new
 from inference.engines.base import Delta, Engine, EngineError, Finish
+from inference.intake import JobIntake
 from inference.outage import RedisOutageTolerance
 from inference.recovery import CrashRecovery
 from inference.stream_writer import TokenWriter
@@ -56,7 +59,7 @@ return {cancelled, id}
 """
 
 
-class Worker(CrashRecovery, RedisOutageTolerance, WorkerLoops):
+class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
     """Serve one pool with one engine until :meth:`stop` is called.
 
     ``heartbeat_s``, ``cancel_poll_s``, ``worker_ttl_s`` (a heartbeat older than this
@@ -101,6 +104,8 @@ class Worker(CrashRecovery, RedisOutageTolerance, WorkerLoops):
         self._labels = {"model_name": engine.model, "pool": pool}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._aborted: set[str] = set()
+        self._background: set[str] = set()
+        self._preempted: set[str] = set()
         self._journals: dict[str, list[tuple[str, dict[str, str]]]] = {}
         self._stopping = asyncio.Event()
         self._closing = False
@@ -114,7 +119,7 @@ class Worker(CrashRecovery, RedisOutageTolerance, WorkerLoops):
     @property
     def queue_keys(self) -> list[str]:
         """The queue streams this worker takes jobs from, in order of priority."""
-        return [protocol.queue_key(self.pool)]
+        return [protocol.queue_key(self.pool), protocol.background_queue_key(self.pool)]
 
     def _busy(self) -> int:
         """Job slots in use (published in the heartbeat)."""
@@ -192,67 +197,6 @@ class Worker(CrashRecovery, RedisOutageTolerance, WorkerLoops):
                 if "BUSYGROUP" not in str(exc):
                     raise
 
-    async def _take_loop(self) -> None:
-        slot_freed = asyncio.Event()
-        while not self._stopping.is_set():
-            free = self.concurrency - len(self._running)
-            if free <= 0:
-                slot_freed.clear()
-                stop_wait = asyncio.create_task(self._stopping.wait())
-                freed_wait = asyncio.create_task(slot_freed.wait())
-                await asyncio.wait(
-                    {stop_wait, freed_wait}, return_when=asyncio.FIRST_COMPLETED
-                )
-                stop_wait.cancel()
-                freed_wait.cancel()
-                continue
-            result = await self._take(free)  # survives a Redis restart
-            for _key, entries in result or []:
-                for entry_id, fields in entries:
-                    if self._stopping.is_set():
-                        # Stop arrived during the blocking read: hand the job back.
-                        await self._requeue(entry_id, fields)
-                    else:
-                        self._start_job(entry_id, fields, slot_freed)
-
-    async def _requeue(
-        self, entry_id: str, fields: dict[str, Any], queue: str | None = None
-    ) -> None:
-        """Put a delivered entry back on its queue (as a new entry) and drop ours;
-        ``queue`` defaults to the pool's queue."""
-        queue = queue or protocol.queue_key(self.pool)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xadd(queue, fields)
-            pipe.xack(queue, protocol.GROUP, entry_id)
-            pipe.xdel(queue, entry_id)
-            await pipe.execute()
-
-    def _start_job(
-        self, entry_id: str, fields: dict[str, Any], slot_freed: asyncio.Event
-    ) -> None:
-        try:
-            job = protocol.Job.from_fields(fields)
-        except (ValueError, TypeError) as exc:
-            logger.error("dropping malformed queue entry %s: %s", entry_id, exc)
-            asyncio.create_task(self._ack(entry_id))
-            return
-        task = asyncio.create_task(self._run_job(entry_id, job))
-        self._running[job.job_id] = task
-
-        def _done(_t: asyncio.Task[None], job_id: str = job.job_id) -> None:
-            self._running.pop(job_id, None)
-            self._aborted.discard(job_id)
-            slot_freed.set()
-
-        task.add_done_callback(_done)
-
-    async def _ack(self, entry_id: str, queue: str | None = None) -> None:
-        queue = queue or protocol.queue_key(self.pool)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xack(queue, protocol.GROUP, entry_id)
-            pipe.xdel(queue, entry_id)
-            await pipe.execute()
-
     async def _terminal(
         self, job_id: str, event_type: str, payload: dict[str, Any]
     ) -> bool:
@@ -267,7 +211,7 @@ class Worker(CrashRecovery, RedisOutageTolerance, WorkerLoops):
             metrics.REQUEST_ERRORS.labels(**self._labels, code=payload["code"]).inc()
         return bool(written)
 
-    async def _run_job(self, entry_id: str, job: protocol.Job) -> None:
+    async def _run_job(self, entry_id: str, job: protocol.Job, queue: str) -> None:
         started = time.time()
         gen = protocol.gen_key(job.job_id)
         try:
@@ -345,7 +289,7 @@ class Worker(CrashRecovery, RedisOutageTolerance, WorkerLoops):
             )
         finally:
             self._journal_close(job.job_id)
-            await self._ack(entry_id)
+            await self._ack(entry_id, queue)
             self.jobs_done += 1
 
     async def _stream(self, job: protocol.Job) -> None:
@@ -379,6 +323,12 @@ class Worker(CrashRecovery, RedisOutageTolerance, WorkerLoops):
                 tokens.add(item.text)
             elif isinstance(item, Finish):
                 await tokens.flushed()
+                if (
+                    item.finish_reason == protocol.FINISH_CANCELLED
+                    and job.job_id in self._preempted
+                ):
+                    await self._preempted_end(job)
+                    continue
                 end = time.time()
                 origin = job.enqueued_at or end
                 self._record_finish(job, item, first_token_at, end)
@@ -399,6 +349,21 @@ class Worker(CrashRecovery, RedisOutageTolerance, WorkerLoops):
                         "latency_ms": int((end - origin) * 1000),
                     },
                 )
+
+    async def _preempted_end(self, job: protocol.Job) -> None:
+        """End a background job stopped for an interactive one (inference/intake.py):
+        its caller sends it again, so nothing of it is billed or counted as done."""
+        await self._stream_ensure(job.job_id)
+        await self._terminal(
+            job.job_id,
+            protocol.EVENT_ERROR,
+            {
+                "code": protocol.ERROR_PREEMPTED,
+                "message": "Stopped to free the model for a waiting request; "
+                "it is sent again.",
+                "usage": None,
+            },
+        )
 
     def _record_finish(
         self,

@@ -44,6 +44,8 @@ def _complete_text(
         messages=messages,
         params={"max_tokens": max_tokens, "temperature": 0.2},
         timeout_s=timeout_s,
+        # nobody watches these: behind every turn on the pool (protocol.py, inf:qb)
+        background=True,
     )
     text = result.text.strip()
     return text if result.complete and text else None

@@ -15,8 +15,10 @@ def enqueue(
     max_tokens: int = 512,
     deadline_in: float = 60.0,
     messages: list | None = None,
+    background: bool = False,
 ) -> protocol.Job:
-    """Put a job on a pool's queue the way the gateway does."""
+    """Put a job on a pool's queue the way the gateway does (``background``: on its
+    background lane, the way memory's jobs go)."""
     now = time.time()
     job = protocol.Job(
         job_id=job_id,
@@ -25,7 +27,7 @@ def enqueue(
         enqueued_at=now,
         deadline=now + deadline_in,
     )
-    inference_client.job_enqueue(pool=pool, job=job)
+    inference_client.job_enqueue(pool=pool, job=job, background=background)
     return job
 
 

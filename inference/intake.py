@@ -1,0 +1,185 @@
+"""How a generation worker takes jobs: two lanes, and preemption of background work.
+
+A base class of :class:`~inference.worker.Worker` (like
+:class:`~inference.recovery.CrashRecovery`), so the worker module stays one job.
+
+A pool has two job streams (inference/protocol.py):
+
+- ``inf:q:{pool}``, interactive: what a person waits on (chat turns, API requests, a
+  guard model's input moderation);
+- ``inf:qb:{pool}``, background: titles, rolling summaries, fact extraction
+  (:func:`inference.client.generation_run` with ``background=True``).
+
+A free slot takes interactive jobs first, and a background job only when no
+interactive one waits. When every slot is taken and at least one runs a background
+job, the worker keeps reading the interactive queue; a job that arrives there takes
+the slot of the newest background job, which the engine stops within one decode step
+and which ends with ``error {code: "preempted"}`` (its caller sends it again). So a
+turn waits for background work at most one decode step, never for a backlog of it.
+Why: on the one-slot llama.cpp worker of ``make run`` the title, summary and facts of
+the previous turn (about two jobs per turn) delayed the next turn's first token by
+1.3-6.5 s (newcomer trial, 2026-12-03).
+
+Backlog still stays in Redis: the worker takes no more jobs than it has slots, except
+for the one interactive job that displaces a background one. With several workers on
+a pool, Redis hands a job to the worker blocked longest on the queue, so a full worker
+may preempt although another had a free slot; only the background job's work so far
+is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from inference import protocol
+from inference.engines.base import Engine
+
+logger = logging.getLogger("inference.worker")
+
+# How long a full worker blocks on its interactive queue per read, in ms. It notices a
+# freed slot only between reads, so this is the longest a background job can wait
+# after a slot frees; an interactive job is taken the moment it arrives.
+PREEMPT_POLL_MS = 100
+
+
+class JobIntake:
+    """Take jobs from a pool's two lanes; the subclass provides the attributes used."""
+
+    redis: aioredis.Redis
+    pool: str
+    engine: Engine
+    concurrency: int
+    block_ms: int
+    _stopping: asyncio.Event
+    _running: dict[str, asyncio.Task[None]]
+    _aborted: set[str]
+    # job ids of running jobs taken from the background lane / stopped for another job
+    _background: set[str]
+    _preempted: set[str]
+
+    # Provided by other bases of the Worker (declared here for readers and type
+    # checkers only: a stub here would shadow them, this class comes first):
+    # _take(count, queues, block_ms) in RedisOutageTolerance, _run_job in Worker.
+    _take: Any
+    _run_job: Any
+
+    async def _take_loop(self) -> None:
+        slot_freed = asyncio.Event()
+        while not self._stopping.is_set():
+            free = self.concurrency - len(self._running)
+            if free > 0:
+                await self._take_free(free, slot_freed)
+            elif self._preemptible():
+                await self._take_preempting(slot_freed)
+            else:
+                await self._slot_wait(slot_freed)
+
+    async def _slot_wait(self, slot_freed: asyncio.Event) -> None:
+        """Wait until a running job ends or the worker is asked to stop."""
+        slot_freed.clear()
+        stop_wait = asyncio.create_task(self._stopping.wait())
+        freed_wait = asyncio.create_task(slot_freed.wait())
+        await asyncio.wait({stop_wait, freed_wait}, return_when=asyncio.FIRST_COMPLETED)
+        stop_wait.cancel()
+        freed_wait.cancel()
+
+    async def _take_free(self, free: int, slot_freed: asyncio.Event) -> None:
+        """Fill up to ``free`` slots: interactive jobs already queued, else wait up to
+        ``block_ms`` for the first job of either lane."""
+        interactive = protocol.queue_key(self.pool)
+        background = protocol.background_queue_key(self.pool)
+        result = await self._take(free, [interactive], None)
+        if not any(entries for _key, entries in result or []):
+            result = await self._take(1, [interactive, background], self.block_ms)
+        # interactive entries first, whatever order Redis answered in
+        for queue in (interactive, background):
+            for entry_id, fields in _entries_of(result, queue):
+                if self._stopping.is_set() or (
+                    queue == background and len(self._running) >= self.concurrency
+                ):
+                    # Stop arrived during the blocking read, or an interactive job
+                    # took the last slot in the same read: hand the job back.
+                    await self._requeue(entry_id, fields, queue)
+                else:
+                    self._start_job(entry_id, fields, slot_freed, queue)
+
+    def _preemptible(self) -> list[str]:
+        """Running background jobs not yet asked to stop, oldest first."""
+        return [
+            job_id
+            for job_id in self._running
+            if job_id in self._background and job_id not in self._preempted
+        ]
+
+    async def _take_preempting(self, slot_freed: asyncio.Event) -> None:
+        """Every slot is taken, some by background jobs: an interactive job that
+        arrives displaces the newest of them."""
+        interactive = protocol.queue_key(self.pool)
+        result = await self._take(1, [interactive], PREEMPT_POLL_MS)
+        for entry_id, fields in _entries_of(result, interactive):
+            victims = self._preemptible()
+            if self._stopping.is_set() or not victims:
+                await self._requeue(entry_id, fields, interactive)
+                continue
+            self._preempted.add(victims[-1])
+            self.engine.abort(victims[-1])
+            logger.info("background job %s preempted for a waiting job", victims[-1])
+            self._start_job(entry_id, fields, slot_freed, interactive)
+
+    async def _requeue(
+        self, entry_id: str, fields: dict[str, Any], queue: str | None = None
+    ) -> None:
+        """Put a delivered entry back on its queue (as a new entry) and drop ours;
+        ``queue`` defaults to the pool's queue."""
+        queue = queue or protocol.queue_key(self.pool)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(queue, fields)
+            pipe.xack(queue, protocol.GROUP, entry_id)
+            pipe.xdel(queue, entry_id)
+            await pipe.execute()
+
+    def _start_job(
+        self,
+        entry_id: str,
+        fields: dict[str, Any],
+        slot_freed: asyncio.Event,
+        queue: str,
+    ) -> None:
+        try:
+            job = protocol.Job.from_fields(fields)
+        except (ValueError, TypeError) as exc:
+            logger.error("dropping malformed queue entry %s: %s", entry_id, exc)
+            asyncio.create_task(self._ack(entry_id, queue))
+            return
+        if queue == protocol.background_queue_key(self.pool):
+            self._background.add(job.job_id)
+        task = asyncio.create_task(self._run_job(entry_id, job, queue))
+        self._running[job.job_id] = task
+
+        def _done(_t: asyncio.Task[None], job_id: str = job.job_id) -> None:
+            self._running.pop(job_id, None)
+            self._aborted.discard(job_id)
+            self._background.discard(job_id)
+            self._preempted.discard(job_id)
+            slot_freed.set()
+
+        task.add_done_callback(_done)
+
+    async def _ack(self, entry_id: str, queue: str | None = None) -> None:
+        queue = queue or protocol.queue_key(self.pool)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xack(queue, protocol.GROUP, entry_id)
+            pipe.xdel(queue, entry_id)
+            await pipe.execute()
+
+
+def _entries_of(result: Any, queue: str) -> list[tuple[str, dict[str, Any]]]:
+    """The entries of ``queue`` in an XREADGROUP reply (list of ``[key, entries]``)."""
+    for key, entries in result or []:
+        if (key.decode() if isinstance(key, bytes) else key) == queue:
+            return list(entries)
+    return []
