@@ -124,7 +124,7 @@ def _wants_json(request: HttpRequest) -> bool:
 
 # The status codes that have a page of their own (templates/errors/<status>.html);
 # any other 4xx/5xx is shown with the 400 or 500 one.
-ERROR_PAGES = {400, 403, 404, 429, 500, 503}
+ERROR_PAGES = {400, 403, 404, 405, 429, 500, 503}
 
 
 def error_page(request: HttpRequest, *, status: int, message: str = "") -> HttpResponse:
@@ -140,8 +140,51 @@ def error_page(request: HttpRequest, *, status: int, message: str = "") -> HttpR
 def permission_denied(
     request: HttpRequest, exception: Exception | None = None
 ) -> HttpResponse:
-    """handler403: the 403 page (a CSRF failure has its own view, Django's)."""
+    """handler403: the 403 page (a CSRF failure has its own view, below)."""
     return error_page(request, status=403)
+
+
+CSRF_MESSAGE = (
+    "This form has expired or came from another page, so it was not sent (a security "
+    "check). Nothing was saved. Reload the page and try again."
+)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """CSRF_FAILURE_VIEW: a 403 in the site's layout, or JSON for JSON clients.
+
+    Django's own view shows its debug page whenever DEBUG is on (as under ``make
+    run``), which tells a person nothing they can act on; ``reason`` (Django's words
+    for developers) is left out for the same reason.
+    """
+    error = DomainError(CSRF_MESSAGE, code="csrf_failed", status=403)
+    if _wants_json(request):
+        return _json_error(error, "invalid_request_error")
+    return error_page(request, status=403, message=CSRF_MESSAGE)
+
+
+def method_not_allowed(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """Give the empty 405 of Django's ``require_http_methods`` a body a person can read.
+
+    The page (or JSON for JSON clients) says which methods the address takes; the
+    ``Allow`` header stays. Called by :func:`chatsite.middleware.method_not_allowed_pages`.
+    """
+    allowed = response.headers.get("Allow", "")
+    error = DomainError(
+        "This address can't be opened this way "
+        f"(it accepts {allowed or 'other methods'}). Go back and use the page's "
+        "button or form.",
+        code="method_not_allowed",
+        status=405,
+    )
+    page = (
+        _json_error(error, "invalid_request_error")
+        if _wants_json(request)
+        else error_page(request, status=405, message=error.message)
+    )
+    if allowed:
+        page["Allow"] = allowed
+    return page
 
 
 def page_not_found(

@@ -43,7 +43,10 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "chatsite.middleware.method_not_allowed_pages",
 ]
+# A CSRF failure is the site's 403 page, not Django's (whose debug page shows under DEBUG).
+CSRF_FAILURE_VIEW = "chatsite.http.csrf_failure"
 
 # The OpenAI-compatible API's own handler (chatsite/asgi.py), which serves the paths of
 # conversations/openai/urls.py: Bearer keys and JSON, so no session, CSRF, login or

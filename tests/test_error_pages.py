@@ -1,0 +1,64 @@
+"""The site's own pages for a refused method (405) and a failed CSRF check (403)
+(chatsite/http.py, chatsite/middleware.py)."""
+
+import pytest
+from django.test import Client, override_settings
+from django.urls import reverse
+
+from conversations.models import Conversation, Message
+from tests.conftest import make_user
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def signed_in():
+    client = Client()
+    client.force_login(make_user("visitor"))
+    return client
+
+
+def test_a_get_on_a_post_only_address_is_a_page_that_says_what_to_do(signed_in):
+    response = signed_in.get(reverse("logout"))
+    assert response.status_code == 405
+    assert "POST" in response["Allow"]
+    page = response.content.decode()
+    assert "Not available this way" in page
+    assert "accepts" in page and "POST" in page
+    # in the site's layout: the signed-in user is still signed in afterwards
+    assert signed_in.get(reverse("chat-home")).status_code == 200
+
+
+def test_a_json_client_gets_the_405_as_a_json_error(signed_in):
+    response = signed_in.get(
+        reverse("message-send-new"), HTTP_ACCEPT="application/json"
+    )
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
+    assert response.json()["error"]["code"] == "method_not_allowed"
+    assert "POST" in response.json()["error"]["message"]
+
+
+@override_settings(DEBUG=True)
+def test_a_failed_csrf_check_is_the_sites_403_even_with_debug_on():
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(make_user("csrf"))
+    response = client.post(reverse("message-send-new"), {"content": "hello"})
+    assert response.status_code == 403
+    page = response.content.decode()
+    assert "expired" in page and "Nothing was saved" in page
+    assert "CSRF verification failed" not in page  # Django's debug page
+    assert Message.objects.count() == 0 and Conversation.objects.count() == 0
+
+
+def test_a_json_client_gets_the_csrf_failure_as_a_json_error():
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(make_user("csrf-json"))
+    response = client.post(
+        reverse("message-send-new"),
+        {"content": "hello"},
+        HTTP_ACCEPT="application/json",
+    )
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "csrf_failed"
+    assert Message.objects.count() == 0
