@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
-
 from csp.constants import HEADER as CSP_HEADER
 from csp.utils import build_policy
 from django.http import HttpRequest, HttpResponse
