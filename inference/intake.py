@@ -156,7 +156,10 @@ class JobIntake:
             asyncio.create_task(self._ack(entry_id, queue))
             return
         if queue == protocol.background_queue_key(self.pool):
+            job.priority = protocol.PRIORITY_BACKGROUND
             self._background.add(job.job_id)
+        else:
+            job.priority = max(job.priority, 0)
         task = asyncio.create_task(self._run_job(entry_id, job, queue))
         self._running[job.job_id] = task
 

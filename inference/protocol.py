@@ -231,6 +231,12 @@ class Usage:
         )
 
 
+# Job.priority of a job taken from a pool's background lane (inf:qb). The llama.cpp
+# engine runs those on a context of their own, so the chat slots keep their KV prefix
+# cache (inference/engines/llamacpp.py).
+PRIORITY_BACKGROUND = -1
+
+
 @dataclass
 class Job:
     """One request as it travels on ``inf:q:{pool}``: a generation or an embedding.
@@ -240,7 +246,9 @@ class Job:
     and engine-specific options (``script`` for the scripted engine). ``enqueued_at``
     and ``deadline`` are epoch seconds: a job still queued at its deadline is dropped.
     ``kind`` is :data:`KIND_GENERATE` or :data:`KIND_EMBED`; an embedding job has no
-    messages and carries the texts to embed in ``input``.
+    messages and carries the texts to embed in ``input``. ``priority`` is set by the
+    worker that takes the job: :data:`PRIORITY_BACKGROUND` for one of the background
+    lane (``inf:qb``), whatever its sender wrote; engines may run those apart.
     """
 
     job_id: str

@@ -66,6 +66,33 @@ def test_repeating_a_prompt_reuses_the_kv_cache_prefix(engine):
     assert again[-1].usage.cached_tokens >= again[-1].usage.prompt_tokens - 1
 
 
+@pytest.mark.parametrize("background_slot", [True, False])
+def test_a_background_job_between_two_turns_keeps_the_turns_prefix_cached(
+    background_slot,
+):
+    """A title or summary between two turns (Job.priority < 0) runs on its own
+    context: the next turn reuses the previous one's KV prefix (with one shared
+    context it prefills again from its first token)."""
+    eng = LlamaCppEngine(n_ctx=1024, background_slot=background_slot)
+    asyncio.run(eng.start())
+    params = {"max_tokens": 4, "temperature": 0}
+    try:
+        collect(eng, Job(job_id="turn-1", messages=QUESTION, params=params))
+        title = [{"role": "user", "content": "Write a title: cooking pasta at home."}]
+        collect(eng, Job(job_id="title", messages=title, params=params, priority=-1))
+        follow_up = [*QUESTION, {"role": "assistant", "content": "Paris."}]
+        follow_up.append({"role": "user", "content": "And of Italy?"})
+        items = collect(eng, Job(job_id="turn-2", messages=follow_up, params=params))
+    finally:
+        asyncio.run(eng.close())
+    cached = items[-1].usage.cached_tokens
+    first_prompt = eng.count_tokens(QUESTION)
+    if background_slot:
+        assert cached >= first_prompt - 2  # the whole first turn's prompt
+    else:
+        assert cached < first_prompt // 2  # evicted by the title's prompt
+
+
 def test_abort_stops_within_one_decode_step(engine):
     job = Job(
         job_id="long",
