@@ -33,6 +33,9 @@ ASGI_APP = "chatsite.asgi:application"
 # How long a process may take to come up (s): the embedding worker loads torch and a
 # model, llama.cpp a GGUF file, on a busy 2-core machine.
 START_TIMEOUT_S = 120.0
+# daphne's listen backlog, as the Procfile and deploy/ set it (Twisted's default, 50,
+# reset connections of a burst: 165 of 2,000 streams opened at once, bench/sse_fanout.py)
+WEB_BACKLOG = 2048
 EMBEDDING_ENGINES = ("sentence-transformers",)
 
 
@@ -147,7 +150,8 @@ def web_process(
     does not come up within START_TIMEOUT_S seconds. Stopped with SIGTERM on exit."""
     port = free_port()
     daphne = Path(sys.executable).parent / "daphne"
-    argv = [daphne, "-b", "127.0.0.1", "-p", str(port), *daphne_args, app]
+    endpoint = f"tcp:port={port}:interface=127.0.0.1:backlog={WEB_BACKLOG}"
+    argv = [daphne, "-e", endpoint, *daphne_args, app]
     web = _start(argv, env, "daphne")
     base = f"http://127.0.0.1:{port}"
     try:
