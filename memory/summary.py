@@ -108,7 +108,11 @@ def title_generate(
 def facts_propose(
     *, messages: Sequence[Message], pool: str, timeout_s: float
 ) -> list[str]:
-    """Return facts about the user the model finds in ``messages`` (maybe none)."""
+    """Return facts about the user the model finds in ``messages`` (maybe none).
+
+    Only the user's own messages are shown to the model, and a proposed fact is kept
+    only when it names something they wrote (:func:`_grounded`).
+    """
     user_lines = [m for m in messages if m["role"] == "user"]
     if not user_lines:
         return []
@@ -123,9 +127,55 @@ def facts_propose(
     )
     if not text:
         return []
+    said = _content_words(_transcript(user_lines))
     facts = []
     for line in text.splitlines():
         match = re.match(r"^\s*[-*•]\s+(.+?)\s*$", line)
         if match and match.group(1).upper() != "NONE":
-            facts.append(match.group(1)[:500])
+            fact = match.group(1)[:500]
+            if _grounded(fact, said):
+                facts.append(fact)
     return facts[:10]
+
+
+# Words that say nothing of what a fact is about ("The user likes ...").
+_FRAME_WORDS = frozenset(
+    "the and user user's users their they them this that with for from about are was "
+    "were has have had his her who is an a of to in on at as by name named called "
+    "likes like lives live living works work working wants want prefers prefer "
+    "enjoys enjoy loves love".split()
+)
+
+
+# Scripts written without spaces between words (kana, CJK ideographs, Hangul).
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+
+
+def _content_words(text: str) -> set[str]:
+    """Lowercase words of ``text`` (3 characters or more) that carry its meaning; a
+    run of Chinese, Japanese or Korean gives its character pairs instead (no spaces
+    separate its words: 我叫小明 -> 我叫, 叫小, 小明)."""
+    words: set[str] = set()
+    for run in re.findall(r"[^\W_]+", text.lower()):
+        if _UNSPACED.search(run):
+            words.update(run[i : i + 2] for i in range(len(run) - 1))
+        elif len(run) >= 3 and run not in _FRAME_WORDS:
+            words.add(run)
+    return words
+
+
+def _grounded(fact: str, said: set[str]) -> bool:
+    """True when ``fact`` names something the user wrote (``said``: their content
+    words). A word matches itself or, for words of 5+ characters, one with the same
+    first 5 ("gardener" ~ "gardening").
+
+    Why: a small model asked for facts about the user also lists what it knows
+    ("- Banana", "- Apple" for "List three fruits that are red", newcomer trial
+    2026-12-03); a fact the user stated shares at least one word with what they said.
+    """
+    for word in _content_words(fact):
+        if word in said:
+            return True
+        if len(word) >= 5 and any(w[:5] == word[:5] for w in said if len(w) >= 5):
+            return True
+    return False

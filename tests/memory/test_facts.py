@@ -150,6 +150,44 @@ def test_extraction_job_stores_the_facts_the_model_proposes(start_worker, user):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_extraction_keeps_only_facts_that_name_something_the_user_wrote(
+    start_worker, user
+):
+    start_worker(
+        ScriptedEngine(
+            text="- Banana\n- Apple\n- The user is called Ada.\n"
+            "- The user is into gardening."
+        )
+    )
+    exchange = [
+        {"role": "user", "content": "I'm Ada, a gardener. Name three fruits."},
+        {"role": "assistant", "content": "Banana, apple and cherry."},
+    ]
+    stored = services.facts_extract(
+        user_id=user.pk, messages=exchange, pool="default", timeout_s=10
+    )
+    assert sorted(f.text for f in stored) == [
+        "The user is called Ada.",
+        "The user is into gardening.",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("said", "fact", "kept"),
+    [
+        ("我叫小明，住在上海。", "用户叫小明", True),
+        ("我叫小明，住在上海。", "苹果", False),
+        ("I drive a bus in Oslo.", "The user drives a bus.", True),
+        ("List three fruits that are red.", "Strawberry", False),
+    ],
+)
+def test_a_fact_is_grounded_in_the_users_words_in_any_script(said, fact, kept):
+    from memory.summary import _content_words, _grounded
+
+    assert _grounded(fact, _content_words(said)) is kept
+
+
+@pytest.mark.django_db(transaction=True)
 def test_extraction_that_fails_stores_nothing(start_worker, user):
     start_worker(ScriptedEngine(text="- The user's name is Ada. more", fail_after=3))
     stored = services.facts_extract(
