@@ -7,6 +7,7 @@ from gateway import views
 urlpatterns = [
     path("", views.account_settings, name="account-settings"),
     path("preferences/", views.preferences_update, name="account-preferences"),
+    path("quota/", views.quota_panel, name="account-quota"),
     path("profile/", views.profile_update, name="account-profile"),
     path("password/", views.password_change, name="account-password"),
     path("delete/", views.account_delete, name="account-delete"),

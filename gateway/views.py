@@ -59,6 +59,18 @@ def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
     return response
 
 
+@never_cache
+@require_http_methods(["GET", "HEAD"])
+def quota_panel(request: HttpRequest) -> HttpResponse:
+    """The "Tokens left" panel alone (HTML), for the chat page to refresh after each
+    answer (static/quota.js); the signed-in user's own windows only."""
+    return render(
+        request,
+        "gateway/_quota.html",
+        {"quota": selectors.quota_status(user=request.user)},
+    )
+
+
 def _settings_page(
     request: HttpRequest, *, status: int = 200, **forms: Any
 ) -> HttpResponse:

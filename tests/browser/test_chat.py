@@ -46,6 +46,24 @@ def test_answer_streams_into_the_page_then_renders_markdown(page):
     assert message.status == "complete" and "**bold**" in message.content
 
 
+def test_tokens_left_in_the_sidebar_count_each_answer_without_a_reload(page):
+    def today() -> int:
+        text = page.locator("#quota").inner_text()
+        return int(re.search(r"(\d+) today", text).group(1))
+
+    before = today()
+    page.fill("#content", "Hello")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    page.wait_for_function(
+        "(shown) => !document.getElementById('quota').innerText.includes(shown)",
+        arg=f"{before} today",
+    )
+    answer = Message.objects.get(role="assistant")
+    # what the answer cost (its prompt and completion tokens), no more
+    assert 0 < before - today() <= answer.token_count + 4096
+
+
 def test_thumbs_and_footer_after_streaming_a_reload_mid_answer_and_a_rating(page):
     """The footer (model, tokens) and the thumbs appear under an answer that ended on
     this page, and under one that ended after a reload mid-answer; a rating shows

@@ -421,3 +421,32 @@ def test_signed_out_pages_have_no_sidebar():
     for name in ("login", "signup"):
         html = Client().get(reverse(name)).content.decode()
         assert "site.css" in html and 'id="sidebar"' not in html
+
+
+def test_the_quota_panel_alone_shows_the_tokens_left_now(auth_client, user):
+    """GET /settings/quota/: what the chat page fetches after each answer
+    (static/quota.js), so the sidebar counts the answer just settled."""
+    from gateway import quota
+
+    plan = factories.plan("metered", tokens_per_day=1000)
+    factories.subscribe(user, plan)
+    url = reverse("account-quota")
+    before = auth_client.get(url)
+    assert before.status_code == 200
+    assert 'id="quota"' in before.content.decode()
+    assert "1000 today" in before.content.decode()
+    quota.quota_reserve(
+        user_id=user.pk,
+        job_id="answered",
+        tokens=300,
+        limits=selectors.plan_limits(plan=plan),
+    )
+    quota.quota_settle(job_id="answered", tokens=120)
+    after = auth_client.get(url).content.decode()
+    assert "880 today" in after
+    assert auth_client.post(url).status_code == 405
+
+
+def test_the_quota_panel_needs_a_signed_in_user(client):
+    response = client.get(reverse("account-quota"))
+    assert response.status_code == 302 and "/login/" in response["Location"]
