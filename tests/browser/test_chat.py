@@ -46,7 +46,13 @@ def test_answer_streams_into_the_page_then_renders_markdown(page):
     assert message.status == "complete" and "**bold**" in message.content
 
 
-def test_tokens_left_in_the_sidebar_count_each_answer_without_a_reload(page):
+def test_tokens_left_in_the_sidebar_count_each_answer_without_a_reload(page, user):
+    from tests.gateway import factories
+
+    # a plan of its own: the seeded default one may have been edited by other tests
+    factories.subscribe(user, factories.plan("metered-browser", tokens_per_day=50_000))
+    page.reload()
+
     def today() -> int:
         text = page.locator("#quota").inner_text()
         return int(re.search(r"(\d+) today", text).group(1))
