@@ -35,6 +35,7 @@ from inference import metrics, protocol
 from inference.client import terminal_append
 from inference.engines.base import EngineError
 from inference.engines.embedding import Embedded, EmbeddingEngine
+from inference.vectors import vectors_encode
 from inference.worker import Worker
 
 logger = logging.getLogger("inference.worker")
@@ -329,7 +330,7 @@ class EmbedWorker(Worker):
                 "worker": self.worker_id,
                 "dim": self.embedder.dim,
                 "count": count,
-                "vectors": protocol.vectors_encode(vectors) if count else "",
+                "vectors": vectors_encode(vectors) if count else "",
                 "usage": {
                     "prompt_tokens": result.tokens,
                     "completion_tokens": 0,

