@@ -27,11 +27,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpResponse
 from django.test.utils import override_settings
-from django.urls import Resolver404, URLResolver, get_resolver, reverse
+from django.urls import Resolver404, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, RoutePattern
 
 from chatsite.health import HEALTH_PATH, health_app
 from chatsite.http import error_response
+from chatsite.warmup import services_warm_start, web_warm
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 
@@ -186,40 +187,5 @@ sync_site_app = SyncChainASGIHandler()
 application = ProtocolTypeRouter({"http": http_router})
 
 
-def web_warm() -> None:
-    """Load, before the first request, what every turn needs, so that the first turn of
-    a fresh process costs what a warm one does (issue 13: within 2x):
-
-    - the serving model's tokenizer (a vocabulary-only read of the GGUF, no weights;
-      DESIGN §9: prompts are counted exactly). Without it the first turn paid the load
-      (bench/embeddings.py: cold POST p50 4x warm);
-    - the URLconf's reverse tables and pattern regexes, which Django builds on the
-      first ``reverse()``: the turn's JSON names six URLs, and building them took
-      0.32 s of a 0.53 s first POST (bench/turn_overhead.py --profile, cold POST);
-    - the input moderation classifier (SAFETY_INPUT_ENABLED; the embedded backend
-      reads its model file once per process).
-
-    A missing model file is reported by the first turn that needs it, not here. No
-    database or Redis is touched: the process starts while they are down (they may
-    come back later).
-    """
-    from inference.tokens import prompt_counter
-    from safety.classifiers import classifier_get
-
-    try:
-        prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)
-    except (FileNotFoundError, ValueError):
-        pass
-    try:  # a path no pattern matches: every pattern's regex is compiled on the way
-        get_resolver().resolve("/__warm__/none/")
-    except Resolver404:
-        pass
-    reverse("chat-home")
-    if settings.SAFETY_INPUT_ENABLED:
-        try:
-            classifier_get()
-        except (FileNotFoundError, ValueError, ImportError):
-            pass
-
-
 web_warm()
+services_warm_start()

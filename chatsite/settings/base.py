@@ -149,6 +149,10 @@ DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=16)
 # Half the pool: the other half stays free for sync views (a new turn's POST).
 DATABASE_BRIEF_CONCURRENCY = env.int("DATABASE_BRIEF_CONCURRENCY", default=8)
 DATABASES["default"] = database_pool(DATABASES["default"], DATABASE_POOL_MAX_SIZE)
+# A web process opens its pooled PostgreSQL and Redis connections and loads the
+# gateway's config in a thread as it starts (chatsite/warmup.py), so that its first
+# turn does not pay for them.
+WEB_WARM_SERVICES = env.bool("WEB_WARM_SERVICES", default=True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # One Redis for queues, streams, quotas, the cache, rate limits and the Celery broker:

@@ -26,6 +26,9 @@ CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = sentinel_celery_broker(REDI
 CELERY_TASK_ALWAYS_EAGER = True
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 SSE_HEARTBEAT_S = 1.0
+# The test database is made after the settings load; web processes of the tests' stack
+# (tests/stack.py) start without a warm-up thread.
+WEB_WARM_SERVICES = env.bool("WEB_WARM_SERVICES", default=False)
 INFERENCE_NO_WORKER_GRACE_S = 2.0
 # Tests edit pools and plans between requests: no per-process config cache.
 GATEWAY_CONFIG_CACHE_S = 0.0
