@@ -94,9 +94,12 @@ vendor:
 	cp node_modules/markdown-it/LICENSE static/vendor/markdown-it.LICENSE
 	cp node_modules/dompurify/dist/purify.min.js static/vendor/purify.min.js
 	cp node_modules/dompurify/LICENSE static/vendor/purify.LICENSE
+	mkdir -p static/vendor/eventsource-parser
+	cp node_modules/eventsource-parser/dist/parse.js node_modules/eventsource-parser/dist/parse.js.map node_modules/eventsource-parser/dist/errors.js node_modules/eventsource-parser/dist/errors.js.map static/vendor/eventsource-parser/
+	cp node_modules/eventsource-parser/LICENSE static/vendor/eventsource-parser/LICENSE
 	cp node_modules/axe-core/axe.min.js tests/browser/vendor/axe.min.js
 	cp node_modules/axe-core/LICENSE tests/browser/vendor/axe.LICENSE
-	node -e 'const l=require("./package-lock.json").packages;for(const n of ["markdown-it","dompurify","axe-core"])console.log(n, l["node_modules/"+n].version)' > static/vendor/VERSIONS
+	node -e 'const l=require("./package-lock.json").packages;for(const n of ["markdown-it","dompurify","eventsource-parser","axe-core"])console.log(n, l["node_modules/"+n].version)' > static/vendor/VERSIONS
 
 test: services lint browser proxy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

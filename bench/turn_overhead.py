@@ -3,7 +3,7 @@ minus the engine's own time to first token (issue 13, "Load").
 
     .venv/bin/python bench/turn_overhead.py [--turns 20] [--users 100] [--rounds 1]
         [--think-s 10] [--active-s 30] [--cold-starts 1] [--cases plain memory]
-        [--profile 20]
+        [--two-requests] [--profile 20]
 
 The defaults are the quick run of ``make bench`` (a few minutes on a busy 2-core
 machine); a big run: ``--turns 200 --rounds 5 --cold-starts 5``.
@@ -16,8 +16,10 @@ event is written when the worker picks the job up and the first ``token`` event 
 the engine yields it, and a Redis stream entry id is the XADD's millisecond clock, so
 engine TTFT = token entry ms - meta entry ms (1 ms resolution).
 
-A turn, as the chat page does it: POST ``/c/messages/`` (session cookie, CSRF header)
--> 201 with the stream URL -> GET the stream (SSE) -> the first ``token`` frame. The
+A turn, as the chat page does it: POST ``/c/messages/`` (session cookie, CSRF header,
+``Accept: text/event-stream``) -> 201 whose body is the answer's stream -> the first
+``token`` frame (``--two-requests``: the 201 carries JSON with the stream URL, then a
+GET of the stream, as the page did before). The
 client is a light raw-socket one (asyncio streams), not httpx, so that on a 2-core
 machine it takes little of the CPU it measures. Figures, per case:
 
@@ -25,7 +27,8 @@ machine it takes little of the CPU it measures. Figures, per case:
   user (``--turns`` turns one after another), at ``--users`` users at once (a burst:
   ``--rounds`` rounds of one turn each, every POST in the same instant) and at
   ``--users`` users as people (each reads the answer ``--think-s`` x 0.5-1.5 s before
-  the next turn, for ``--active-s`` s), with the POST's own share (sent -> 201);
+  the next turn, for ``--active-s`` s), with the POST's own share (sent -> the
+  201's head);
 - cold start: the first turn of a freshly started daphne (signed in over HTTP first,
   as a new user would be), ``--cold-starts`` + 1 times (the last start then runs the
   warm turns), vs the warm p50 (goal: within 2x).
@@ -117,53 +120,97 @@ async def _post(
         writer.close()
 
 
+def _engine_ms(meta_ms: int | None, token_ms: int) -> int:
+    return token_ms - meta_ms if meta_ms is not None else 0
+
+
+async def _first_token_of(
+    reader: asyncio.StreamReader, headers: dict[str, str]
+) -> tuple[float, int]:
+    """Read an open SSE body to its end; return (wall time of the first ``token``
+    frame, engine TTFT ms from the meta/token entry ids)."""
+    first_at, meta_ms, token_ms = None, None, 0
+    async for frame in sse_frames(reader, headers):
+        entry = frame.id or "0-0"
+        if frame.event == "meta" and meta_ms is None:
+            meta_ms = int(entry.split("-")[0])
+        elif frame.event == "token" and first_at is None:
+            first_at, token_ms = frame.wall, int(entry.split("-")[0])
+        elif frame.event in ("done", "error"):
+            break
+    if first_at is None:
+        raise RuntimeError("the stream ended without a token")
+    return first_at, _engine_ms(meta_ms, token_ms)
+
+
 async def _first_token(
     host: str, port: int, path: str, s: Session
 ) -> tuple[float, int]:
-    """Open the SSE stream; return (wall time of the first token frame, engine TTFT
-    ms from the meta/token entry ids). Reads on to the end so the answer settles."""
-    first_at, meta_ms, token_ms = None, None, None
+    """Open the SSE stream (GET); as :func:`_first_token_of`."""
     reader, writer, status, headers = await sse_open(host, port, path, s.header)
     try:
         if status != 200:
             raise RuntimeError(f"stream: status {status}")
-        async for frame in sse_frames(reader, headers):
-            entry = frame.id or "0-0"
-            if frame.event == "meta" and meta_ms is None:
-                meta_ms = int(entry.split("-")[0])
-            elif frame.event == "token" and first_at is None:
-                first_at, token_ms = frame.wall, int(entry.split("-")[0])
-            elif frame.event in ("done", "error"):
-                break
+        return await _first_token_of(reader, headers)
     finally:
         writer.close()
-    if first_at is None:
-        raise RuntimeError("the stream ended without a token")
-    engine_ms = token_ms - meta_ms if meta_ms is not None else 0
-    return first_at, engine_ms
 
 
-async def turn(base: str, s: Session) -> dict[str, float]:
-    """One chat turn in a new conversation; figures in ms."""
-    parts = urlsplit(base)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    from urllib.parse import quote
-
+async def _turn_streamed(host: str, port: int, s: Session, form: str) -> dict:
+    """The chat page's turn: one POST whose 201 response is the answer's stream
+    (``Accept: text/event-stream``; its first frame the turn's JSON)."""
     sent = time.time()
-    status, body = await _post(
-        host, port, "/c/messages/", s, f"content={quote(QUESTION)}"
-    )
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        body = form.encode()
+        writer.write(
+            f"POST /c/messages/ HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Cookie: {s.header}\r\nX-CSRFToken: {s.cookies['csrftoken']}\r\n"
+            "Accept: text/event-stream, application/json\r\n"
+            "Content-Type: application/x-www-form-urlencoded\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        status, headers = await read_head(reader)
+        posted = time.time()
+        if status != 201:
+            raise RuntimeError(f"POST: {status} {(await reader.read())[:300]!r}")
+        first_at, engine_ms = await _first_token_of(reader, headers)
+    finally:
+        writer.close()
+    return {"sent": sent, "posted": posted, "first_at": first_at, "engine": engine_ms}
+
+
+async def _turn_two_requests(host: str, port: int, s: Session, form: str) -> dict:
+    """A POST answered with the turn's JSON, then the GET of its stream URL (the
+    chat page's turn before issue 13's streamed POST; ``--two-requests``)."""
+    sent = time.time()
+    status, body = await _post(host, port, "/c/messages/", s, form)
     posted = time.time()
     if status != 201:
         raise RuntimeError(f"POST: {status} {body}")
     first_at, engine_ms = await _first_token(
         host, port, body["assistant_message"]["stream_url"], s
     )
-    total = (first_at - sent) * 1000
+    return {"sent": sent, "posted": posted, "first_at": first_at, "engine": engine_ms}
+
+
+TWO_REQUESTS = False  # --two-requests
+
+
+async def turn(base: str, s: Session) -> dict[str, float]:
+    """One chat turn in a new conversation; figures in ms (``post``: to the POST's
+    response head)."""
+    from urllib.parse import quote
+
+    parts = urlsplit(base)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    run = _turn_two_requests if TWO_REQUESTS else _turn_streamed
+    t = await run(host, port, s, f"content={quote(QUESTION)}")
     return {
-        "overhead": total - engine_ms,
-        "post": (posted - sent) * 1000,
-        "engine": engine_ms,
+        "overhead": (t["first_at"] - t["sent"]) * 1000 - t["engine"],
+        "post": (t["posted"] - t["sent"]) * 1000,
+        "engine": t["engine"],
     }
 
 
@@ -413,9 +460,16 @@ def main() -> None:
         help="how long the thinking users keep sending turns (s)",
     )
     parser.add_argument("--cases", nargs="+", default=["plain", "memory"])
+    parser.add_argument(
+        "--two-requests",
+        action="store_true",
+        help="POST for the turn's JSON, then GET the stream (the old chat page)",
+    )
     parser.add_argument("--profile", type=int, default=0, metavar="TURNS")
     parser.add_argument("--profile-case", default="plain", choices=["plain", "memory"])
     args = parser.parse_args()
+    global TWO_REQUESTS
+    TWO_REQUESTS = args.two_requests
     os.environ["INFERENCE_DEFAULT_POOL"] = POOL
     os.environ["LOG_LEVEL"] = "WARNING"
     import django

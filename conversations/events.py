@@ -40,6 +40,9 @@ def _citations(value: Any) -> bool:
 
 
 SSE_QUEUE = "queue"
+# The first frame of an answer streamed in its POST's response (conversations.sse.
+# turn_stream_response): what the JSON of a started turn carries.
+SSE_TURN = "turn"
 
 
 def _position(value: Any) -> bool:
@@ -69,7 +72,22 @@ _RETRY = {
     "retry_after_s": _optional_int,
 }
 
+_TURN: dict[str, Any] = {
+    "conversation": {"id": str, "title": str, "url": str, "created": bool},
+    "user_message": {"id": str, "edit_url": str},
+    "thread_url": str,
+    "assistant_message": {
+        "id": str,
+        "regenerate_url": str,
+        "status": str,
+        "stream_url": str,
+        "stop_url": str,
+        "feedback_url": str,
+    },
+}
+
 SSE_SCHEMAS: dict[str, dict[str, Any]] = {
+    SSE_TURN: _TURN,
     "token": {"t": str},
     "meta": protocol.EVENT_SCHEMAS[protocol.EVENT_META],
     SSE_QUEUE: {"position": _position},

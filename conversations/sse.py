@@ -15,6 +15,12 @@ from the ``Last-Event-ID`` header (or ``?last_event_id=``) onwards and writes:
 - ``event: error`` ``{"code", "message", "message_id", "html"}``
 - ``: ping`` comment every SSE_HEARTBEAT_S seconds
 
+The chat page's message POST, sent with ``Accept: text/event-stream``, is answered
+with the same stream (:func:`turn_stream_response`), after a first ``event: turn``
+frame carrying the started turn's JSON: the answer's first text then needs no second
+request (the stream GET's session, user and message reads: about 10 of a turn's 27
+ms, bench/turn_overhead.py). The GET stays for reconnects and page loads.
+
 Every frame's ``id:`` is the Redis entry id of its last event, so a reconnect resumes
 exactly after it. On the terminal event the relay finalises the message. While a client
 is attached the generation is watched; on disconnect (CancelledError at the pending
@@ -38,7 +44,7 @@ from chatsite.db import db_brief
 from chatsite.errors import DomainError, InvalidInput
 from chatsite.http import error_response
 from conversations import selectors, services
-from conversations.events import SSE_QUEUE
+from conversations.events import SSE_QUEUE, SSE_TURN
 from conversations.models import Message
 from conversations.rendering import answer_to_html
 from gateway import generations
@@ -229,9 +235,37 @@ async def message_stream(
         return error_response(
             InvalidInput("Only answers can be streamed.", code="not_streamable")
         )
+    return _event_stream(relay_events(message, after))
+
+
+def _event_stream(frames: AsyncIterator[str], status: int = 200) -> HttpResponse:
     response = StreamingHttpResponse(
-        relay_events(message, after), content_type="text/event-stream"
+        frames, content_type="text/event-stream", status=status
     )
     response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
+    response["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once
     return response
+
+
+def event_stream_accepted(request: HttpRequest) -> bool:
+    """Whether the client named ``text/event-stream`` in its Accept header (a bare
+    ``*/*`` does not count: clients that expect the JSON of a turn keep it)."""
+    return any(
+        media.main_type == "text" and media.sub_type == "event-stream"
+        for media in request.accepted_types
+    )
+
+
+async def _turn_events(payload: dict[str, Any], message: Message) -> AsyncIterator[str]:
+    yield sse_frame(SSE_TURN, payload)
+    async with aclosing(relay_events(message, protocol.STREAM_START)) as frames:
+        async for frame in frames:
+            yield frame
+
+
+def turn_stream_response(payload: dict[str, Any], message: Message) -> HttpResponse:
+    """A 201 whose body is the answer's SSE stream: ``event: turn`` with ``payload``
+    (the started turn's JSON), then the frames of :func:`relay_events` from the start
+    of ``message``'s generation. A client that loses it resumes with the GET of the
+    stream URL and ``Last-Event-ID``, as after any dropped stream."""
+    return _event_stream(_turn_events(payload, message), status=201)

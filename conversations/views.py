@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from chatsite.errors import DomainError, InvalidInput
 from chatsite.http import error_response, json_errors
-from conversations import selectors, services
+from conversations import selectors, services, sse
 from conversations.models import Feedback
 from conversations.services import Turn
 from conversations.services.feedback import REASONS_BY_RATING
@@ -123,7 +123,9 @@ def conversation_detail(request: HttpRequest, conversation_id: Any) -> HttpRespo
 @message_ratelimit
 @json_errors
 def message_send(request: HttpRequest, conversation_id: Any = None) -> JsonResponse:
-    """Start a turn: store the message, queue the answer; 201 with its stream URL."""
+    """Start a turn: store the message, queue the answer; 201 with its stream URL, or,
+    asked with ``Accept: text/event-stream``, with the answer's stream itself (its
+    first frame the same JSON: :func:`conversations.sse.turn_stream_response`)."""
     turn = services.turn_start(
         user=request.user,
         conversation_id=conversation_id,
@@ -132,6 +134,8 @@ def message_send(request: HttpRequest, conversation_id: Any = None) -> JsonRespo
         doc_scope=request.POST.get("doc_scope") or None,
         document_ids=request.POST.getlist("documents"),
     )
+    if sse.event_stream_accepted(request):
+        return sse.turn_stream_response(_turn_json(turn), turn.assistant_message)
     return JsonResponse(_turn_json(turn), status=201)
 
 

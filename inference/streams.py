@@ -59,6 +59,12 @@ HUB_COUNT = 256
 # round carry what every stream wrote meanwhile. Followers release frames every
 # SSE_COALESCE_MS (50 ms), so the added delay is not seen (not measured apart).
 HUB_MIN_ROUND_S = 0.01
+# ... at HUB_FULL_PACE_KEYS followed streams or more; below, the pause shrinks in
+# proportion (a round's cost does too), so a lightly loaded process does not hold an
+# answer's first token for it. A turn's ``meta`` and first token come a millisecond
+# or two apart: read in two rounds, the token waited out the full 10 ms, a third of
+# the 27 ms our path added to a turn (bench/turn_overhead.py).
+HUB_FULL_PACE_KEYS = 100
 # After a failed XREAD (Redis restarting), wait this long before the next one (s).
 ERROR_BACKOFF_S = 0.2
 # Reads failing for this long (s) fail the followers: Redis restarts in well under a
@@ -183,9 +189,11 @@ class StreamHub:
         block_ms: int = HUB_BLOCK_MS,
         count: int = HUB_COUNT,
         min_round_s: float = HUB_MIN_ROUND_S,
+        full_pace_keys: int = HUB_FULL_PACE_KEYS,
         error_grace_s: float = ERROR_GRACE_S,
     ) -> None:
         self.url = url
+        self.full_pace_keys = full_pace_keys
         self.error_grace_s = error_grace_s
         self.block_ms = block_ms
         self.count = count
@@ -303,9 +311,14 @@ class StreamHub:
             self._reading = False
             self.rounds += 1
             self._dispatch(result, asked)
-            rest = started + self.min_round_s - loop.time()
+            rest = started + self._pace(len(streams)) - loop.time()
             if result and rest > 0:
                 await asyncio.sleep(rest)
+
+    def _pace(self, keys: int) -> float:
+        """The least time between the starts of two rounds that returned entries (s):
+        ``min_round_s`` at ``full_pace_keys`` keys or more, in proportion below."""
+        return self.min_round_s * min(1.0, keys / self.full_pace_keys)
 
     async def _read(self, streams: dict[str, str]) -> Any:
         """One XREAD round: up to ``count`` entries per key, blocking ``block_ms``."""

@@ -1,5 +1,7 @@
 // Chat page: send, stream (SSE), stop, regenerate; a "cached answer" label on answers
-// the gateway served from its answer caches. Versions, edits, copy: threads.js.
+// the gateway served from its answer caches. Versions, edits, copy: threads.js. A new
+// message's answer streams in its POST's response (posted-stream.js); after a page
+// load, a branch change or a dropped stream, an EventSource reads the stream URL.
 // While streaming, model text is rendered as Markdown and sanitised by
 // static/stream-render.js (plain textContent if that is not loaded); on `done` the
 // server's sanitised HTML (markdown-it-py + nh3) replaces it, and after a branch
@@ -268,10 +270,10 @@
     const data = new FormData(form);
     data.set("content", "Continue");
     try {
-      const turn = await post(chat.dataset.sendUrl, data);
+      const sent = await sendTurn(chat.dataset.sendUrl, data);
       button.remove();
       bubble("user", "Continue");
-      startTurn(turn);
+      startTurn(sent.turn, sent.source);
     } catch (err) {
       if (err.code === "content_policy_violation") policyNotice(err.message);
       else showError(err.message);
@@ -281,12 +283,13 @@
     }
   });
 
-  function stream(article, streamUrl, stopUrl, attempt) {
+  // Follow an answer: `posted`, the streamed POST's source, or an EventSource on streamUrl.
+  function stream(article, streamUrl, stopUrl, attempt, posted) {
     const view = streamView(article);
     article.dataset.status = "streaming";
     article.classList.add("status-streaming");
     article.setAttribute("aria-busy", "true");
-    const source = new EventSource(streamUrl);
+    const source = posted || new EventSource(streamUrl);
     let lastId = "";
     active = {source: source, article: article, stopUrl: stopUrl};
     setBusy(true);
@@ -345,6 +348,20 @@
       body: data || null, // an empty multipart body is a 400 in Django
       credentials: "same-origin",
     });
+    return payloadOf(response);
+  }
+
+  // Send a new message: {turn, source}. The answer streams in the POST's response
+  // (static/posted-stream.js, when that module has loaded): `source` is EventSource-like;
+  // otherwise `source` is null and stream() opens the stream URL.
+  async function sendTurn(url, data) {
+    const posted = window.ChatPostedStream;
+    if (posted) return posted.send(url, data, csrf, payloadOf);
+    return {turn: await post(url, data), source: null};
+  }
+
+  // A JSON response's payload; throws the server's error (message and code) if not ok.
+  async function payloadOf(response) {
     let payload = {};
     try { payload = await response.json(); } catch (err) { payload = {}; }
     if (!response.ok) {
@@ -458,7 +475,7 @@
     BUSY: BUSY,
   };
 
-  function startTurn(turn) {
+  function startTurn(turn, source) {
     if (turn.conversation.created) {
       history.pushState({}, "", turn.conversation.url);
       const heading = document.querySelector(".chat-header h1");
@@ -481,7 +498,7 @@
     article.dataset.messageId = turn.assistant_message.id;
     article.dataset.regenerateUrl = turn.assistant_message.regenerate_url;
     article.dataset.feedbackUrl = turn.assistant_message.feedback_url;
-    stream(article, turn.assistant_message.stream_url, turn.assistant_message.stop_url);
+    stream(article, turn.assistant_message.stream_url, turn.assistant_message.stop_url, 0, source);
   }
 
   form.addEventListener("submit", async function (e) {
@@ -493,13 +510,14 @@
     sending = true;
     setBusy(true);
     try {
-      const turn = await post(chat.dataset.sendUrl, new FormData(form));
+      const sent = await sendTurn(chat.dataset.sendUrl, new FormData(form));
+      const turn = sent.turn;
       const asked = bubble("user", text);
       asked.id = "m-" + turn.user_message.id;
       asked.dataset.messageId = turn.user_message.id;
       asked.dataset.editUrl = turn.user_message.edit_url;
       input.value = "";
-      startTurn(turn);
+      startTurn(turn, sent.source);
       thread.dataset.threadUrl = turn.thread_url;
       thread.dispatchEvent(new CustomEvent("chat:turn", {bubbles: true, detail: turn}));
     } catch (err) {

@@ -78,8 +78,11 @@ async def asgi_sse(
     headers: dict[str, str] | None = None,
     stop_when: Callable[[SseResult], bool] | None = None,
     timeout: float = 60.0,
+    method: str = "GET",
+    body: bytes = b"",
 ) -> SseResult:
-    """GET ``path`` through ``chatsite.asgi.application`` and collect SSE frames.
+    """GET ``path`` (or ``method`` it with ``body``) through
+    ``chatsite.asgi.application`` and collect SSE frames.
 
     If ``stop_when(result)`` becomes true, the client disconnects (``http.disconnect``)
     the way a closed browser tab does; otherwise reads until the server ends the response.
@@ -87,7 +90,9 @@ async def asgi_sse(
     from chatsite.asgi import application
 
     path_only, _, query = path.partition("?")
-    raw_headers = [(b"host", b"testserver"), (b"accept", b"text/event-stream")]
+    raw_headers = [(b"host", b"testserver")]
+    if "accept" not in {name.lower() for name in headers or {}}:
+        raw_headers.append((b"accept", b"text/event-stream"))
     if cookie:
         raw_headers.append((b"cookie", cookie.encode()))
     for name, value in (headers or {}).items():
@@ -96,7 +101,7 @@ async def asgi_sse(
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "GET",
+        "method": method,
         "scheme": "http",
         "path": path_only,
         "raw_path": path_only.encode(),
@@ -115,7 +120,7 @@ async def asgi_sse(
         nonlocal sent_request
         if not sent_request:
             sent_request = True
-            return {"type": "http.request", "body": b"", "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": False}
         await disconnect.wait()
         return {"type": "http.disconnect"}
 

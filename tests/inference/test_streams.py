@@ -248,3 +248,29 @@ async def test_a_follower_waits_for_its_timeout_and_gets_nothing_when_idle():
     assert await sub.next(timeout_s=0.2) == []
     assert 0.15 < time.monotonic() - started < 1.0
     sub.close()
+
+
+async def _second_event_wait_s(hub: StreamHub, job_id: str) -> float:
+    """Seconds from writing a stream's second event, just after its first was read,
+    to the follower having it."""
+    sub = hub.subscribe(job_id=job_id, after=protocol.STREAM_START)
+    try:
+        await _write(job_id, "meta")
+        assert await _texts(lambda: sub.next(timeout_s=5), 1) == ["meta"]
+        await _write(job_id, "first token")
+        started = time.monotonic()
+        assert await _texts(lambda: sub.next(timeout_s=5), 1) == ["first token"]
+        return time.monotonic() - started
+    finally:
+        sub.close()
+
+
+async def test_a_lightly_loaded_hub_does_not_hold_an_event_for_the_round_pause():
+    """The pause between rounds (against re-sending thousands of keys) shrinks with
+    the keys followed: one stream's first token, written just after its ``meta`` was
+    read, is not held for the full pause."""
+    light = StreamHub(url=settings.REDIS_URL, min_round_s=0.5, full_pace_keys=100)
+    assert await _second_event_wait_s(light, "pace-light") < 0.2
+
+    full = StreamHub(url=settings.REDIS_URL, min_round_s=0.5, full_pace_keys=1)
+    assert await _second_event_wait_s(full, "pace-full") >= 0.3
