@@ -94,19 +94,28 @@ class Session:
         return "; ".join(f"{k}={v}" for k, v in self.cookies.items())
 
 
+async def _form_post(
+    host: str, port: int, path: str, s: Session, form: str, accept: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Open a connection and send a form POST as the chat page does (session cookie,
+    CSRF header); the caller reads the response and closes ``writer``."""
+    reader, writer = await asyncio.open_connection(host, port)
+    body = form.encode()
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {s.header}\r\n"
+        f"X-CSRFToken: {s.cookies['csrftoken']}\r\nAccept: {accept}\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+    return reader, writer
+
+
 async def _post(
     host: str, port: int, path: str, s: Session, form: str
 ) -> tuple[int, dict]:
-    reader, writer = await asyncio.open_connection(host, port)
+    reader, writer = await _form_post(host, port, path, s, form, "application/json")
     try:
-        body = form.encode()
-        writer.write(
-            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {s.header}\r\n"
-            f"X-CSRFToken: {s.cookies['csrftoken']}\r\nAccept: application/json\r\n"
-            "Content-Type: application/x-www-form-urlencoded\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-            + body
-        )
         status, headers = await read_head(reader)
         if "content-length" in headers:
             raw = await reader.readexactly(int(headers["content-length"]))
@@ -160,17 +169,10 @@ async def _turn_streamed(host: str, port: int, s: Session, form: str) -> dict:
     """The chat page's turn: one POST whose 201 response is the answer's stream
     (``Accept: text/event-stream``; its first frame the turn's JSON)."""
     sent = time.time()
-    reader, writer = await asyncio.open_connection(host, port)
+    reader, writer = await _form_post(
+        host, port, "/c/messages/", s, form, "text/event-stream, application/json"
+    )
     try:
-        body = form.encode()
-        writer.write(
-            f"POST /c/messages/ HTTP/1.1\r\nHost: {host}:{port}\r\n"
-            f"Cookie: {s.header}\r\nX-CSRFToken: {s.cookies['csrftoken']}\r\n"
-            "Accept: text/event-stream, application/json\r\n"
-            "Content-Type: application/x-www-form-urlencoded\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-            + body
-        )
         status, headers = await read_head(reader)
         posted = time.time()
         if status != 201:
