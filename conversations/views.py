@@ -122,7 +122,7 @@ def conversation_detail(request: HttpRequest, conversation_id: Any) -> HttpRespo
 @require_POST
 @message_ratelimit
 @json_errors
-def message_send(request: HttpRequest, conversation_id: Any = None) -> JsonResponse:
+def message_send(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
     """Start a turn: store the message, queue the answer; 201 with its stream URL, or,
     asked with ``Accept: text/event-stream``, with the answer's stream itself (its
     first frame the same JSON: :func:`conversations.sse.turn_stream_response`)."""
