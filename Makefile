@@ -44,7 +44,7 @@ migrate: services
 run: migrate
 	$(BIN)/python manage.py seed_demo
 	@echo ""
-	@echo "  Chat:   http://$(WEB_HOST):$(WEB_PORT)/"
+	@echo "  Chat:   http://$(WEB_HOST):$(WEB_PORT)/  (starting: wait for the 'Ready' line)"
 	@echo "  Login:  demo / demo"
 	@echo "  (Ctrl-C stops the app; 'make stop' stops the embedded PostgreSQL and Redis)"
 	@echo ""

@@ -68,7 +68,11 @@ from chatsite.db import db_brief
 from inference import protocol
 from inference.connections import redis_sync
 from safety.categories import Category
-from safety.classifiers import ModerationUnavailable, classifier_get
+from safety.classifiers import (
+    ModerationUnavailable,
+    classifier_get,
+    unavailable_reason,
+)
 from safety.models import Action, ModerationEvent
 from safety.selectors import safety_config
 from safety.services import policy_matches
@@ -206,9 +210,15 @@ def output_classify(text: str) -> WindowDecision:
         verdict = classifier.classify(text)
     except ModerationUnavailable as exc:
         if settings.SAFETY_FAIL_CLOSED:
-            logger.warning("output moderation unavailable, cutting: %s", exc.message)
+            logger.warning(
+                "output moderation unavailable (%s), cutting", unavailable_reason(exc)
+            )
             return WindowDecision(UNAVAILABLE, backend=classifier.name)
-        logger.warning("output moderation unavailable, failing open: %s", exc.message)
+        logger.warning(
+            "output moderation unavailable (%s); failing open: the window is "
+            "released unchecked",
+            unavailable_reason(exc),
+        )
         return WindowDecision(UNCHECKED, backend=classifier.name)
     scores = {c.value: round(float(s), 4) for c, s in verdict.scores.items()}
     matches = policy_matches(verdict, config=safety_config())

@@ -84,6 +84,12 @@ def classify_text(
         return unavailable_verdict(exc, classifier=classifier, fail_closed=fail_closed)
 
 
+def unavailable_reason(exc: ModerationUnavailable) -> str:
+    """Why the backend could not judge (the cause's text), for the log: the
+    exception's own message is what a user reads when failing closed."""
+    return str(exc.__cause__) if exc.__cause__ is not None else exc.message
+
+
 def unavailable_verdict(
     exc: ModerationUnavailable,
     *,
@@ -99,7 +105,11 @@ def unavailable_verdict(
         fail_closed = settings.SAFETY_FAIL_CLOSED
     if fail_closed:
         raise exc
-    logger.warning("moderation unavailable, failing open: %s", exc.message)
+    logger.warning(
+        "moderation unavailable (%s); failing open: the text passes unchecked "
+        "(SAFETY_FAIL_CLOSED is off)",
+        unavailable_reason(exc),
+    )
     return Verdict(
         scores=dict.fromkeys(Category, 0.0),
         flagged=(),
