@@ -94,3 +94,15 @@ def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
             return await in_thread(*args, **kwargs)
 
     return gated
+
+
+async def connection_release() -> None:
+    """Give the request thread's connection back to the pool (outside a transaction).
+
+    For a sync view that answers with a stream (the chat's streamed POST): Django
+    closes a request's connection when the response ends, so the connection the view
+    used would stay checked out for the whole answer; a burst of such streams then
+    held the whole pool and the next POSTs waited DATABASE_POOL_TIMEOUT_S for one
+    (bench/turn_overhead.py: "couldn't get a connection after 30.00 sec").
+    """
+    await sync_to_async(_release)()

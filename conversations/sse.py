@@ -40,7 +40,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 
-from chatsite.db import db_brief
+from chatsite.db import connection_release, db_brief
 from chatsite.errors import DomainError, InvalidInput
 from chatsite.http import error_response
 from conversations import selectors, services
@@ -257,6 +257,8 @@ def event_stream_accepted(request: HttpRequest) -> bool:
 
 
 async def _turn_events(payload: dict[str, Any], message: Message) -> AsyncIterator[str]:
+    # the view's connection: not held for the answer (relay_events takes brief ones)
+    await connection_release()
     yield sse_frame(SSE_TURN, payload)
     async with aclosing(relay_events(message, protocol.STREAM_START)) as frames:
         async for frame in frames:

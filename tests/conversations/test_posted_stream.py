@@ -78,3 +78,43 @@ async def test_a_refused_message_is_a_json_error_even_when_a_stream_was_asked_fo
     assert result.headers["content-type"] == "application/json"
     assert json.loads(result.body)["error"]["code"]
     assert not await Message.objects.aexists()
+
+
+def _pooled_in_use() -> int:
+    from django.db import connection
+
+    stats = connection.pool.get_stats()
+    return stats["pool_size"] - stats["pool_available"]
+
+
+async def test_the_post_holds_no_pooled_connection_while_the_answer_streams(
+    user, start_worker
+):
+    """Django gives a request's connection back when the response ends: a streamed
+    POST would keep it for the whole answer, and a burst of them the whole pool."""
+    start_worker(ScriptedEngine(text="slow words " * 20, delay_ms=30))
+    await _post(user, "warm the pool", "application/json")  # opens the pool
+    before = _pooled_in_use()
+    seen: list[int] = []
+
+    def probe(result) -> bool:
+        if result.last("token") is None:
+            return False
+        seen.append(_pooled_in_use())
+        return True  # leave: one look mid-answer is enough
+
+    client = Client()
+    await sync_to_async(client.force_login)(user)
+    await asgi_sse(
+        reverse("message-send-new"),
+        method="POST",
+        body=urlencode({"content": "stream it"}).encode(),
+        cookie=f"{session_cookie(client)}; csrftoken={CSRF}",
+        headers={
+            "accept": "text/event-stream",
+            "x-csrftoken": CSRF,
+            "content-type": "application/x-www-form-urlencoded",
+        },
+        stop_when=probe,
+    )
+    assert seen and seen[0] <= before
