@@ -117,10 +117,13 @@ def throwaway_services() -> tuple[str, str, str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     redis_url = env("REDIS_URL").rsplit("/", 1)[0] + f"/{BENCH_REDIS_DB}"
-    redis_sync(redis_url).flushdb()
     os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + name))
     os.environ["REDIS_URL"] = redis_url
     os.environ["CELERY_BROKER_URL"] = redis_url
+    # after the variables: redis_sync reads settings (its pool size), which then load
+    # with what the environment says; before them, this process watched db 0 for the
+    # workers' heartbeats while they wrote to db 14 ("no live worker after 120 s")
+    redis_sync(redis_url).flushdb()
     return admin_url, name, redis_url
 
 

@@ -128,8 +128,10 @@ def main() -> None:
     pool, _ = ModelPool.objects.get_or_create(
         name=POOL, defaults={"model": "SmolLM2-135M-Instruct.Q4_1"}
     )
-    plan, _ = Plan.objects.get_or_create(name="bench")  # no token limits
-    plan.allowed_pools.add(pool)
+    # a plan of its own, no token limits: with bench/turn_latency.py's "bench" plan the
+    # router could pick that bench's pool, which no worker serves here (a 503)
+    plan, _ = Plan.objects.get_or_create(name="bench-followup")
+    plan.allowed_pools.set([pool])
     Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
     redis = redis_sync()
     started = f"{int(time.time() * 1000)}-0"  # a stream entry id: epoch ms first
