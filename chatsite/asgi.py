@@ -9,8 +9,7 @@ The OpenAI-compatible API (every path of ``conversations.openai.urls``, as the r
 URLconf includes it: :data:`api_resolver`) has its own Django handler, built with
 ``settings.API_MIDDLEWARE``: it has no session, CSRF, login or messages (Bearer keys,
 JSON only), and each of those middleware costs the request a hop to a sync thread and
-back. Measured in-process on the dev machine (``GET /v1/models``, median of 70): 9.7 ms
-with the site's middleware, 5.6 ms with the API's.
+back (the difference: docs/benchmarks.md).
 """
 
 import os

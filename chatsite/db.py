@@ -9,10 +9,10 @@ capped at ``DATABASE_POOL_MAX_SIZE`` and the next ones wait.
 
 Those brief steps come in bursts (a thousand answers ending together, each settling),
 so at most DATABASE_BRIEF_CONCURRENCY of them run at once per event loop; the others
-wait on the loop. Without the gate each ran in its request's own thread at once:
-hundreds of threads took turns on the GIL while the few holding a pooled connection
-waited for it, so 200 settlements took about 3 s to the last ``done`` frame
-(bench/sse_fanout.py, "done lag").
+wait on the loop. Without the gate each would run in its request's own thread at
+once: hundreds of threads take turns on the GIL while the few holding a pooled
+connection wait for it, and the last ``done`` frame comes seconds late (the "done
+lag" of docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -101,8 +101,7 @@ async def connection_release() -> None:
 
     For a sync view that answers with a stream (the chat's streamed POST): Django
     closes a request's connection when the response ends, so the connection the view
-    used would stay checked out for the whole answer; a burst of such streams then
-    held the whole pool and the next POSTs waited DATABASE_POOL_TIMEOUT_S for one
-    (bench/turn_overhead.py: "couldn't get a connection after 30.00 sec").
+    used would stay checked out for the whole answer; a burst of such streams would
+    hold the whole pool and the next POSTs wait DATABASE_POOL_TIMEOUT_S for one.
     """
     await sync_to_async(_release)()

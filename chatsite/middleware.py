@@ -24,8 +24,8 @@ def api_middleware(
     What the site's SecurityMiddleware and CommonMiddleware do that an API of Bearer
     keys and JSON needs: the Host header is checked against ALLOWED_HOSTS
     (``DisallowedHost``: 400) and responses carry ``X-Content-Type-Options: nosniff``.
-    Each MiddlewareMixin middleware costs a request two thread hops; measured in-process
-    (``GET /v1/models``): 6.8 ms with those two, 5.6 ms with this one.
+    Each MiddlewareMixin middleware costs a request two thread hops (figures in
+    docs/benchmarks.md).
 
     Responses also carry the site's Content-Security-Policy (DESIGN §10), built by
     django-csp's ``build_policy`` from settings.CONTENT_SECURITY_POLICY: its

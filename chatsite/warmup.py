@@ -1,5 +1,5 @@
-"""What a web process loads before its first request (issue 13: the first turn of a
-fresh process within 2x of a warm one).
+"""What a web process loads before its first request, so that the first turn of a
+fresh process costs at most twice a warm one (docs/benchmarks.md).
 
 :func:`web_warm` runs when ``chatsite.asgi`` is imported, before daphne listens: what
 needs neither the database nor Redis. :func:`services_warm` then runs in a daemon
@@ -7,11 +7,9 @@ thread (WEB_WARM_SERVICES), so a process still starts while PostgreSQL or Redis 
 down: it opens the pooled connections a turn uses and loads what the first turn
 would otherwise load from them.
 
-Measured with bench/turn_overhead.py (plain case, daphne restarted, signed in over
-HTTP, then one turn): the first turn cost about twice a warm one; a profile of that
-first POST in process (bench/turn_profile.py) showed its excess in the database
-(a fresh PostgreSQL backend's catalog caches, the gateway's config snapshot), the
-regexes of the URLs a turn's JSON names, and the first Redis connections.
+A fresh process's first turn pays, on top of a warm one's: the database (a fresh
+PostgreSQL backend's catalog caches, the gateway's config snapshot), the regexes of
+the URLs a turn's JSON names, and the first Redis connections.
 """
 
 from __future__ import annotations
@@ -50,14 +48,13 @@ def url_regexes_warm() -> None:
 
 def web_warm() -> None:
     """Load, before the first request, what every turn needs, so that the first turn of
-    a fresh process costs what a warm one does (issue 13: within 2x):
+    a fresh process costs what a warm one does (within 2x):
 
     - the serving model's tokenizer (a vocabulary-only read of the GGUF, no weights;
-      DESIGN §9: prompts are counted exactly). Without it the first turn paid the load
-      (bench/embeddings.py: cold POST p50 4x warm);
+      DESIGN §9: prompts are counted exactly), which the first turn would load;
     - the URLconf's pattern regexes and reverse tables, which Django builds on first
-      use: the turn's JSON names six URLs, and building them took 0.32 s of a 0.53 s
-      first POST (bench/turn_overhead.py --profile, cold POST);
+      use: the turn's JSON names six URLs, and building them is most of a cold
+      first POST (docs/benchmarks.md);
     - the modules the answer's stream imports on first use (output moderation);
     - the input moderation classifier (SAFETY_INPUT_ENABLED; the embedded backend
       reads its model file once per process).

@@ -51,12 +51,12 @@ class Conversation(models.Model):
     archived = models.BooleanField(default=False)
     # full-text search vector of the title, kept by PostgreSQL (conversations.search)
     search_vector = _search_vector("title")
-    # The last message of the branch the user sees (issue 11): the thread shown and sent
+    # The last message of the branch the user sees: the thread shown and sent
     # as history is the path from the root to it. Null only before the first message.
     current_leaf = models.ForeignKey(
         "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # Which of the user's documents answers in this thread may quote (issue 11): all,
+    # Which of the user's documents answers in this thread may quote: all,
     # none, or the chosen ``scope_documents`` (a deleted document drops out of them).
     doc_scope = models.CharField(
         max_length=8, choices=DocumentScope.choices, default=DocumentScope.ALL
@@ -87,7 +87,7 @@ class MessageManager(models.Manager["Message"]):
 
 
 class Message(models.Model):
-    """One message of a conversation's tree (issue 11).
+    """One message of a conversation's tree.
 
     ``parent``: an answer's is the user message it answers; a user message's is the
     answer it follows (None for a first message). Regenerating adds a sibling answer,

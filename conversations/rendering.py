@@ -12,7 +12,7 @@ object, link, style, no style attributes), and the page's Content-Security-Polic
 styles, so table column alignment is a class (``align-left``, static/chat.css), not
 markdown-it's ``style="text-align:left"``.
 
-Inline citations (issue 11): the prompt numbers document passages and asks the model to
+Inline citations: the prompt numbers document passages and asks the model to
 cite them as ``[n]``; :func:`answer_to_html` turns each ``[n]`` of the *sanitised* HTML
 whose ``n`` is one of the answer's citations into ``<a href="#cite-<message>-<n>"
 class="cite">[n]</a>``, a link to that entry of the answer's source list. Text inside

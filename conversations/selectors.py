@@ -54,7 +54,7 @@ def message_get(
 
 @dataclass
 class ThreadItem:
-    """A message as shown on the current branch, with its versions (issue 11).
+    """A message as shown on the current branch, with its versions.
 
     ``versions`` are the messages with the same parent and role (``message`` among
     them), oldest first: regenerated answers, or edited user messages.

@@ -18,8 +18,8 @@ from the ``Last-Event-ID`` header (or ``?last_event_id=``) onwards and writes:
 The chat page's message POST, sent with ``Accept: text/event-stream``, is answered
 with the same stream (:func:`turn_stream_response`), after a first ``event: turn``
 frame carrying the started turn's JSON: the answer's first text then needs no second
-request (the stream GET's session, user and message reads: about 10 of a turn's 27
-ms, bench/turn_overhead.py). The GET stays for reconnects and page loads.
+request (the stream GET's session, user and message reads were a third of what our
+path added to a turn: docs/benchmarks.md). The GET stays for reconnects and page loads.
 
 Every frame's ``id:`` is the Redis entry id of its last event, so a reconnect resumes
 exactly after it. On the terminal event the relay finalises the message. While a client
@@ -52,7 +52,7 @@ from inference import protocol
 
 # One encoder for every frame: json.dumps(..., ensure_ascii=False) builds a new
 # JSONEncoder per call, a measurable share of a frame's cost at thousands of frames a
-# second (issue 13).
+# second.
 _JSON = json.JSONEncoder(ensure_ascii=False)
 
 

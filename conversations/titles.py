@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-# A title is short: at most this many characters and words (issue 11).
+# A title is short: at most this many characters and words (docs/chat.md, Titles).
 TITLE_MAX_CHARS = 60
 TITLE_MAX_WORDS = 8
 # A title that appears verbatim inside the answer with at least this many words is a
@@ -56,7 +56,7 @@ def title_acceptable(title: str, *, answer: str = "") -> bool:
     Markdown (a list item such as "1. Apple", a heading, a table row, code), and is not a fragment
     of ``answer`` (it has at least FRAGMENT_MIN_WORDS words and appears in the answer
     verbatim; compared word by word, case-insensitively). The rule
-    and its examples come from issue 11.
+    and its examples: docs/chat.md, "Titles".
     """
     text = " ".join(title.split())
     if not text or len(text) > TITLE_MAX_CHARS:

@@ -1,7 +1,7 @@
 """Account services of the settings page: preferences, profile, and account deletion.
 
-Account deletion (issue 11: "removes all the user's data, vectors and cache entries
-included") is decided as follows:
+Account deletion removes all the user's data, vectors and cache entries included,
+as follows:
 
 - every row that points at the user with ``on_delete=CASCADE`` goes with the user row:
   conversations, messages, feedback, citations, documents, chunks and their vectors,

@@ -4,7 +4,7 @@ The rates are settings ("count/period", e.g. ``30/m``); django-ratelimit calls t
 functions with ``(group, request)`` on every request, so a changed setting applies
 without a restart and no setting is read at import time.
 
-Early refusal (issue 13, the flood drill). django-ratelimit decides inside the view, so
+Early refusal. django-ratelimit decides inside the view, so
 a refused chat message still paid the whole site middleware chain first: the session
 and the user read from PostgreSQL, CSRF, two hops to a sync thread. Under a one-user
 flood (1,000 POSTs in 10 s) that work took the web process's CPU from every other

@@ -249,7 +249,7 @@ def api_key_list(
     *, user: AbstractBaseUser, include_revoked: bool = False
 ) -> QuerySet[ApiKey]:
     """Return the user's API keys, newest first; revoked ones only if asked (the
-    settings page hides them: issue 11)."""
+    settings page hides them)."""
     keys = ApiKey.objects.filter(user=user)
     if not include_revoked:
         keys = keys.filter(revoked_at__isnull=True)

@@ -52,7 +52,7 @@ def redis_sync(url: str | None = None) -> redis.Redis:
     redis-py raises ``ConnectionError``): under ASGI every request runs its sync steps
     in a thread of its own, so a thousand streams settling at once ask for a thousand
     connections, and redis-py's default pool (100, then ``MaxConnectionsError`` at
-    once) failed the excess (bench/sse_fanout.py at 1,000 streams). A Sentinel client
+    once) would fail the excess. A Sentinel client
     keeps redis-py's non-blocking Sentinel pool, sized the same.
     """
     url = url or settings.REDIS_URL

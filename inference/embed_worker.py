@@ -196,8 +196,7 @@ class EmbedWorker(Worker):
             # Take what is queued without blocking (block=None; BLOCK 0 would wait
             # forever). The window is waited out here, not with XREADGROUP BLOCK:
             # Redis ends a blocked read only on its server tick (1000/hz ms, 100 ms
-            # at the default hz 10), so BLOCK 2 made a lone request wait ~100 ms
-            # (bench/embeddings.py).
+            # at the default hz 10), so BLOCK 2 would make a lone request wait ~100 ms.
             more = await self._read(
                 [self._queue], count=max(1, self.max_batch - len(batch)), block_ms=None
             )
@@ -274,7 +273,7 @@ class EmbedWorker(Worker):
             for entry, result in zip(live, results, strict=True)
         ]
         # One round trip for the whole batch: every job's terminal event, then the acks
-        # (per-job round trips cost more than the forward pass; bench/embeddings.py).
+        # (per-job round trips cost more than the forward pass: docs/benchmarks.md).
         done: dict[str, list[str]] = {}
         for entry in live:
             done.setdefault(entry.queue, []).append(entry.entry_id)

@@ -17,8 +17,8 @@ the slot of the newest background job, which the engine stops within one decode 
 and which ends with ``error {code: "preempted"}`` (its caller sends it again). So a
 turn waits for background work at most one decode step, never for a backlog of it.
 Why: on the one-slot llama.cpp worker of ``make run`` the title, summary and facts of
-the previous turn (about two jobs per turn) delayed the next turn's first token by
-1.3-6.5 s (newcomer trial, 2026-12-03).
+the previous turn (about two jobs per turn) would otherwise delay the next turn's
+first token by seconds.
 
 Backlog still stays in Redis: the worker takes no more jobs than it has slots, except
 for the one interactive job that displaces a background one. With several workers on

@@ -123,9 +123,8 @@ def background_queue_key(pool: str) -> str:
     Work nobody watches goes here: document ingestion and large embedding requests on
     an embedding pool, titles, summaries and fact extraction on a chat pool. The
     pool's workers take from it only when ``inf:q:{pool}`` is empty, so a turn never
-    waits behind a document or behind the previous turn's summary (the newcomer trial
-    saw follow-up turns wait 1.3-6.5 s behind them on a one-slot worker). Its key is
-    outside ``inf:q:*``: not a pool of its own, and not counted by admission.
+    waits behind a document or behind the previous turn's summary (on a one-slot
+    worker that wait would be seconds per turn). Its key is outside ``inf:q:*``: not a pool of its own, and not counted by admission.
     """
     return f"inf:qb:{pool}"
 

@@ -62,8 +62,8 @@ HUB_MIN_ROUND_S = 0.01
 # ... at HUB_FULL_PACE_KEYS followed streams or more; below, the pause shrinks in
 # proportion (a round's cost does too), so a lightly loaded process does not hold an
 # answer's first token for it. A turn's ``meta`` and first token come a millisecond
-# or two apart: read in two rounds, the token waited out the full 10 ms, a third of
-# the 27 ms our path added to a turn (bench/turn_overhead.py).
+# or two apart: read in two rounds, the token would wait out the full 10 ms, a large
+# share of what our path adds to a turn (docs/benchmarks.md).
 HUB_FULL_PACE_KEYS = 100
 # After a failed XREAD (Redis restarting), wait this long before the next one (s).
 ERROR_BACKOFF_S = 0.2
@@ -304,7 +304,7 @@ class StreamHub:
                     logger.warning("stream hub read failed, retrying: %r", exc)
                 elif loop.time() - failing_since >= self.error_grace_s:
                     self._fail_all(exc)
-                    failing_since = None  # newcomers get a grace of their own
+                    failing_since = None  # later followers get a grace of their own
                 await asyncio.sleep(ERROR_BACKOFF_S)
                 continue
             failing_since = None

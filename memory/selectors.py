@@ -135,9 +135,8 @@ def memory_sources(*, user: AbstractBaseUser | int) -> tuple[bool, bool]:
     """Return ``(facts, documents)``: whether a turn should search the user's facts
     (memory on and at least one fact) and their documents (at least one chunk).
 
-    One query (three EXISTS subqueries on the user's row) where asking
-    :func:`memory_enabled`, for a fact and :func:`user_has_documents` took three
-    round trips on every turn (bench/turn_overhead.py --profile).
+    One query (three EXISTS subqueries on the user's row), not three round trips
+    (:func:`memory_enabled`, a fact, :func:`user_has_documents`): every turn asks.
     """
     user_id = getattr(user, "pk", user)
     row = (

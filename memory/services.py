@@ -11,7 +11,7 @@ in batches of EMBEDDING_INGEST_BATCH chunks. When it is unavailable the document
 back to ``pending`` with the reason and the Celery task retries later; a fact cannot be
 stored without its vector, so adding one raises ServiceUnavailable (503).
 
-Screening (issue 10, prompt injection in retrieved text): before they are stored, the
+Screening (prompt injection in retrieved text, docs/safety.md): before they are stored, the
 chunks are screened by the hook named in MEMORY_CHUNK_SCREENER (dotted path, loaded
 with ``import_string`` like GATEWAY_STREAM_POLICIES; default
 ``safety.services.chunks_screen``), which reads the vectors just computed for

@@ -170,8 +170,8 @@ def _grounded(fact: str, said: set[str]) -> bool:
     first 5 ("gardener" ~ "gardening").
 
     Why: a small model asked for facts about the user also lists what it knows
-    ("- Banana", "- Apple" for "List three fruits that are red", newcomer trial
-    2026-12-03); a fact the user stated shares at least one word with what they said.
+    ("- Banana", "- Apple" for "List three fruits that are red"); a fact the user
+    stated shares at least one word with what they said.
     """
     for word in _content_words(fact):
         if word in said:

@@ -1,1 +1,1 @@
-"""Safety: moderation, abuse limits and audit (DESIGN §10). Policy lands with its issue."""
+"""Safety: moderation, abuse limits and audit (DESIGN §10; docs/safety.md)."""

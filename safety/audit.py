@@ -1,4 +1,4 @@
-"""The append-only audit log (issue 10, the moderation console): what staff did, from
+"""The append-only audit log: what staff did, from
 the admin or a management command, with the object's values before and after.
 
 :func:`audit_record` writes one entry; :class:`AuditedAdminMixin` records every add,

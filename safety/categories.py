@@ -16,7 +16,7 @@ Sources:
   ``self-harm/instructions``, ``sexual``, ``sexual/minors``, ``violence``,
   ``violence/graphic``.
 
-Our ten categories (issue 10) are what an operator sets thresholds and actions on. Nine
+Our ten categories are what an operator sets thresholds and actions on. Nine
 are hazards of the taxonomy above, split finer where the taxonomy lumps things that an
 operator treats differently (S2 "non-violent crimes" holds drugs, malware and fraud);
 ``prompt_injection`` is not a content hazard at all (no MLCommons or OpenAI category): it

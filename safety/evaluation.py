@@ -7,7 +7,8 @@ subset (people in distress asking for help) and the ``everyday`` subset (ordinar
 chat); and the share *blocked*, i.e. flagged in a category whose shipped action is
 block (prompt injection is flag-only). Latency: each text is classified alone,
 as a turn would, so the figure includes the embedding round trip (ms, p50 and p99).
-Targets (issue 10): recall >= 0.9 per category and <= 5 % false positives on benign.
+Targets: recall >= 0.9 per category and <= 5 % false positives on benign
+(safety/data/README.md).
 """
 
 from __future__ import annotations

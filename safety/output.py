@@ -1,57 +1,25 @@
-"""Output moderation: the answer is classified window by window while it streams.
+"""Output moderation: classify the answer window by window while it streams.
 
 :class:`OutputModerator` holds the rules; the gateway runs it as a stream policy
-(:class:`gateway.generations.moderation.OutputModeration`, the layers forbid safety
-to import the gateway), so it runs in the one follower of every generation (the chat's
-SSE relay, the API streamed or not) and in settlement's replay: no surface can skip
-it. Switched on by
-SAFETY_OUTPUT_ENABLED (off by default, unlike input moderation: the embedded
-classifier, trained on user requests, is below its recall target and has no held-out
-figures on answers).
+(:class:`gateway.generations.moderation.OutputModeration`; the layers forbid safety to
+import the gateway) in the one follower of every generation and in settlement's
+replay, so no surface can skip it. On while SAFETY_OUTPUT_ENABLED.
 
-**Windows.** The text is split into windows of whole sentences: a window ends after
-".", "!" or "?" followed by whitespace, or after a newline, once it holds at least
-:data:`WINDOW_MIN_CHARS` characters (a shorter sentence joins the next); it never
-exceeds SAFETY_OUTPUT_WINDOW_CHARS characters (then it ends at its last space, or
-there). The unit is characters because settlement replays over the stored text, which
-has no tokens; 200 characters are about 50 tokens of English. The split depends only
-on the text, never on how it arrived in deltas.
+- Windows: whole sentences of at least :data:`WINDOW_MIN_CHARS` and at most
+  SAFETY_OUTPUT_WINDOW_CHARS characters (characters, not tokens: the replay reads the
+  stored text); the split depends only on the text, never on its deltas.
+- Checks: each window with the one before it, by the configured backend, through the
+  admin's per-category policies (``block`` cuts, ``flag`` records).
+- SAFETY_OUTPUT_MODE ``hold`` releases a window only once checked; ``release``
+  streams at once and cuts after a violating window.
+- Each window's decision is recorded in Redis
+  (:func:`inference.protocol.moderation_key`, first checker wins), so every reader
+  cuts at the same place.
+- A cut ends the answer ``content_filter``, records one :class:`ModerationEvent` with
+  the whole generated text and does not count toward the user's abuse score.
+  SAFETY_FAIL_CLOSED decides what a backend that is down does.
 
-**Checks.** Each window is classified together with the window before it (a harmful
-instruction split over two sentences is still seen whole) by the configured backend
-(:func:`safety.classifiers.classifier_get`), and the verdict goes through the admin's
-per-category policies (:func:`safety.services.policy_matches`): a ``block`` match cuts
-the answer, a ``flag`` match lets it go on and is recorded.
-
-**Modes** (SAFETY_OUTPUT_MODE):
-
-- ``hold``: a window's text is released only after it was checked, so no character of
-  a violating window reaches any client; the cost is the time to finish the first
-  window plus one classification before the first character (measured in
-  ``bench/moderation.py``);
-- ``release``: text is released at once; when a window is found violating the answer
-  is cut right there, so what leaked is at most that one window (the follower awaits
-  each check before it reads on, so nothing after the window is released).
-
-**Determinism.** Every window's decision is recorded in Redis
-(:func:`inference.protocol.moderation_key`, HSETNX: the first checker wins, the others
-read its decision), so settlement's replay, a page reload resuming mid-answer and a
-second tab all release and cut at exactly the same place as the live follower, without
-classifying again; a replay with nothing recorded (nobody followed) classifies.
-
-**A cut** ends the answer ``content_filter`` (status ``filtered``) with the reason
-a user reads ("This answer was stopped: it went against our content policy on ...");
-the follower cancels the engine, so only the tokens it generated are billed. When the
-answer is settled one :class:`ModerationEvent` (direction output) is recorded with
-the whole generated text, for review, and the metric
-``safety:output_moderation_total`` counts it. An output violation does **not** count
-toward the user's abuse score (:func:`safety.suspensions.abuse_score` counts blocked
-inputs only): the model wrote it, and a user asking something benign must not be
-suspended because the model misbehaved.
-
-**Backend down.** SAFETY_FAIL_CLOSED False (default): the window is released
-unchecked and a warning logged; True: the answer is cut with a clear "could not be
-checked" reason (no event: nothing matched).
+The rules and why they hold: docs/safety.md, "Output moderation".
 """
 
 from __future__ import annotations

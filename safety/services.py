@@ -300,10 +300,9 @@ def chunks_screen(
     and reaches its SAFETY_DOCUMENTS_THRESHOLDS floor. The shipped floor for prompt
     injection is 1.0, a rule match (:mod:`safety.classifiers.rules`): the embedded
     model, trained on chat messages, scores technical prose about assistants as
-    injection (10 of 59 chunks of our own README/DESIGN/CONVENTIONS at its 0.65
-    threshold, up to 0.994), and a flagged chunk is lost to retrieval, while the rules
-    flagged none of them and catch the stereotyped injections
-    (``bench/document_screening.py``).
+    injection at its chat threshold, and a flagged chunk is lost to retrieval, while
+    the rules flag ordinary prose almost never and catch the stereotyped injections
+    (docs/safety.md; measured in docs/benchmarks.md).
     Records no event and blocks nobody: the chunk is only kept out of prompts.
     SAFETY_DOCUMENTS_ENABLED off: flags nothing. A backend that is down fails open
     (logged, nothing flagged) or, with SAFETY_FAIL_CLOSED, raises

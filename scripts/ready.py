@@ -4,10 +4,10 @@ embedding workers are serving. Run by the Procfile beside them.
     python scripts/ready.py [--timeout-s 180]
 
 The web process listens a few seconds before the embedding worker has loaded its
-model. A message sent in that window was answered without input moderation
+model. A message sent in that window is answered without input moderation
 (SAFETY_FAIL_CLOSED off: the classifier reads the message's embedding, and with no
-embedding worker it lets the text through, logged) and without memory or documents
-(newcomer trial, 2026-12-03). So `make run` prints the address first with "starting",
+embedding worker it lets the text through, logged) and without memory or documents.
+So `make run` prints the address first with "starting",
 and this prints it again once everything a turn uses is up, or says what is still
 missing after ``--timeout-s``. It then waits to be stopped: honcho stops every process
 when one exits.

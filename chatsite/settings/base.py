@@ -111,8 +111,8 @@ DATABASE_CONNECT_TIMEOUT_S = env.int("DATABASE_CONNECT_TIMEOUT_S", default=2)
 # Retry-After (chatsite.http.server_error). With PostgreSQL down, requests on dead
 # pooled connections fail at once and the next ones wait this long: 1 s answers
 # every request within about a second (tests/test_faults_database.py), but under a
-# flood (bench/flood.py, 64 concurrent POSTs, pool of 16, 2 busy cores) it also
-# refused other users' turns, so the default keeps psycopg_pool's 30 s.
+# flood of concurrent POSTs (more than the pool holds) it also refuses other users'
+# turns that a short wait would serve, so the default keeps psycopg_pool's 30 s.
 DATABASE_POOL_TIMEOUT_S = env.float("DATABASE_POOL_TIMEOUT_S", default=30.0)
 
 
@@ -212,7 +212,7 @@ CELERY_BEAT_SCHEDULE = {
 CHAT_MAX_MESSAGE_CHARS = env.int("CHAT_MAX_MESSAGE_CHARS", default=32_000)
 # Titles default to the first user message cut to this many characters.
 CHAT_TITLE_MAX_CHARS = 60
-# Which documents a new chat's answers search until the user picks (issue 11): "all"
+# Which documents a new chat's answers search until the user picks: "all"
 # (every ready document, filtered by MEMORY_RETRIEVE_MIN_SCORE) or "none".
 CHAT_DOCUMENT_SCOPE_DEFAULT = env("CHAT_DOCUMENT_SCOPE_DEFAULT", default="all")
 # Answer length asked of the engine, in tokens.

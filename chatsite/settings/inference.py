@@ -21,16 +21,16 @@ INFERENCE_STREAM_TTL_S = env.int("INFERENCE_STREAM_TTL_S", default=3600)
 SSE_HEARTBEAT_S = env.float("SSE_HEARTBEAT_S", default=15.0)
 # A streamed answer is released at most once per this many ms (the first token at
 # once): each frame costs the web process the same whether it carries one token or
-# five, so at 20 ms per token 50 ms makes 2-3 tokens a frame (issue 13; DESIGN §8
-# allows coalescing). 0: a frame per read of the stream.
+# five, so at 20 ms per token 50 ms makes 2-3 tokens a frame (DESIGN §8 allows
+# coalescing). 0: a frame per read of the stream.
 SSE_COALESCE_MS = env.float("SSE_COALESCE_MS", default=50.0)
 # Under load the interval grows so the process sends at most about SSE_FRAMES_PER_S
 # token frames a second over all its streams (interval = open streams / this rate),
 # up to SSE_COALESCE_MAX_MS. Frames, not tokens, are what a web process pays for: one
-# daphne process saturates a core at about 15-20k SSE frames/s on its own (measured
-# with bench/sse_fanout.py), and our relay adds to each, so 8,000 leaves the process
-# room for turns and settlements. 2,000 streams get a frame every 200 ms (the cap,
-# under the 250 ms frame-gap goal of issue 13); up to 400 streams keep 50 ms.
+# daphne process saturates a core at about 15-20k SSE frames/s on its own (see
+# docs/benchmarks.md), and our relay adds to each, so 8,000 leaves the process room
+# for turns and settlements. 2,000 streams get a frame every 200 ms (the cap, under
+# a 250 ms frame-gap goal); up to 400 streams keep 50 ms.
 SSE_FRAMES_PER_S = env.float("SSE_FRAMES_PER_S", default=8000.0)
 SSE_COALESCE_MAX_MS = env.float("SSE_COALESCE_MAX_MS", default=200.0)
 # --- Embeddings: served by the embedding pool's workers, never in the web process -------

@@ -44,7 +44,7 @@ SAFETY_CONFIG_CACHE_S = env.float("SAFETY_CONFIG_CACHE_S", default=5.0)
 SAFETY_OUTPUT_ENABLED = env.bool("SAFETY_OUTPUT_ENABLED", default=False)
 SAFETY_OUTPUT_MODE = env("SAFETY_OUTPUT_MODE", default="hold")
 SAFETY_OUTPUT_WINDOW_CHARS = env.int("SAFETY_OUTPUT_WINDOW_CHARS", default=200)
-# Abuse limits (safety/abuse.py): each blocked input adds 1 to a user's abuse score,
+# Abuse limits (safety/suspensions.py): each blocked input adds 1 to a user's abuse score,
 # which halves every SAFETY_ABUSE_HALF_LIFE_S s; at SAFETY_ABUSE_SUSPEND_SCORE the user
 # is suspended for SAFETY_ABUSE_SUSPEND_S s. Staff suspending from the moderation
 # console suspend for SAFETY_ADMIN_SUSPEND_S s.
@@ -63,8 +63,9 @@ SAFETY_DOCUMENTS_CATEGORIES = env.list(
     "SAFETY_DOCUMENTS_CATEGORIES", default=["prompt_injection"]
 )
 # A document chunk matches a category only at or above this score too (0..1). Prompt
-# injection: 1.0, i.e. a rule match (safety/classifiers/rules.py): the embedded model
-# flags 17% of the chunks of our own docs (bench/document_screening.py), the rules none.
+# injection: 1.0, i.e. a rule match (safety/classifiers/rules.py): the embedded model,
+# trained on chat messages, flags much technical prose about assistants, the rules
+# almost none (docs/safety.md, docs/benchmarks.md).
 SAFETY_DOCUMENTS_THRESHOLDS = env.json(
     "SAFETY_DOCUMENTS_THRESHOLDS", default={"prompt_injection": 1.0}
 )

@@ -24,7 +24,7 @@ def conversation_title_generate(*, conversation_id: Any) -> str | None:
     The model writes a title (pool MEMORY_SMALL_POOL); it replaces the first-message
     title (the first user message cut to CHAT_TITLE_MAX_CHARS, :func:`title_from_text`)
     only when :func:`conversations.titles.title_acceptable` finds it a real title, not
-    a piece of the answer (issue 11). On a failed, cut, empty or refused generation, or
+    a piece of the answer. On a failed, cut, empty or refused generation, or
     when the first answer failed, the first-message title stays. A title the user
     changed is never overwritten; only the first exchange is titled (idempotent).
     """
@@ -71,7 +71,7 @@ def conversation_title_generate(*, conversation_id: Any) -> str | None:
 def conversation_summarize(*, conversation_id: Any) -> bool:
     """Roll a conversation's summary forward when its unsummarised history is long.
 
-    Summarises the current branch (issue 11). When the messages after
+    Summarises the current branch. When the messages after
     ``summary_upto`` (when it lies on that branch; else all of them) pass
     MEMORY_SUMMARY_TRIGGER_TOKENS tokens (serving tokenizer), all but the last MEMORY_SUMMARY_KEEP_MESSAGES are folded into
     the summary by the model (pool MEMORY_SMALL_POOL). A failed or cut generation

@@ -1,5 +1,5 @@
 """A conversation's document scope: which of the user's documents its answers may
-quote (issue 11, "Documents in chat"): all of them, none, or the chosen ones.
+quote ("Documents in chat", docs/memory.md): all of them, none, or the chosen ones.
 
 The scope is stored on the conversation (``doc_scope`` + ``scope_documents``) and read
 by every turn of it (:mod:`conversations.services.turns`), which passes it to retrieval

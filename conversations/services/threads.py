@@ -1,4 +1,4 @@
-"""Branches of a conversation (issue 11): edit a message, switch versions.
+"""Branches of a conversation: edit a message, switch versions.
 
 A conversation is a tree (:class:`conversations.models.Message` ``parent``); the branch
 shown and sent as history ends at ``Conversation.current_leaf``. Editing a user message

@@ -66,7 +66,7 @@ def _prompt_context(
 ) -> BuiltContext:
     """Build the prompt of the next answer to the token (memory.context.turn_context).
 
-    The history is the branch from the root to ``after`` (issue 11: never another
+    The history is the branch from the root to ``after`` (never another
     branch's messages), with the rolling summary when it lies on that branch, plus
     ``content``: for a new or edited message ``after`` is its parent; to regenerate,
     ``after`` is the question and ``content`` None. ``max_tokens`` is the answer's
@@ -256,8 +256,8 @@ def _turn_run(
     def _new_thread_store(admission: generations.Admission) -> Turn:
         # A new conversation: no other answer can stream in it (no savepoint), and the
         # answer is its leaf from the start (the foreign key is DEFERRABLE INITIALLY
-        # DEFERRED, checked at commit): two INSERTs and the COMMIT, where there were four
-        # statements and the COMMIT (bench/turn_profile.py).
+        # DEFERRED, checked at commit): two INSERTs and the COMMIT, each statement a
+        # round trip of the turn's POST.
         assert content is not None
         thread = Conversation.objects.create(
             user=user,

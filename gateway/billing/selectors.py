@@ -22,7 +22,7 @@ from gateway import quota
 from gateway.models import UsageRecord
 from gateway.selectors import plan_for_user, plan_limits, usage_tokens_since
 
-# The console's default range: the last 30 UTC days, today included (issue 12).
+# The console's default range: the last 30 UTC days, today included.
 DEFAULT_RANGE_DAYS = 30
 # Longest range accepted (days): one bar per day stays readable up to about two years.
 MAX_RANGE_DAYS = 731

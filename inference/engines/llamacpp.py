@@ -12,9 +12,8 @@ request; that prefix is reported as ``cached_tokens``.
 Background jobs (``Job.priority`` < 0: titles, summaries, facts from the pool's
 background lane) run on a context of their own, so they never evict the chat slots'
 prefix: a follow-up turn then prefills only its new tokens. With one shared context a
-summary between two turns made the next turn prefill its whole history again
-(bench/followup_turns.py: follow-up TTFT p50 1.28 s with the background lane alone,
-0.23 s with no background jobs at all).
+summary between two turns would make the next turn prefill its whole history again
+(follow-up TTFT in docs/benchmarks.md).
 """
 
 from __future__ import annotations

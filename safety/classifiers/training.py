@@ -5,8 +5,8 @@ scikit-learn's ``LogisticRegression`` (L2, ``class_weight="balanced"``: the clas
 are uneven) and picks the per-category thresholds from 5-fold cross-validation on the
 *training* set only (:func:`thresholds_choose`): all categories start at the lowest
 common threshold whose out-of-fold benign false-positive rate (flagged as anything)
-is within ``FP_BUDGET`` (4 %, under the 5 % target of issue 10) and whose rate on
-everyday chat is within ``EVERYDAY_FP_BUDGET`` (1 %), then the category
+is within ``FP_BUDGET`` (4 %, under the 5 % target of :mod:`safety.evaluation`) and
+whose rate on everyday chat is within ``EVERYDAY_FP_BUDGET`` (1 %), then the category
 with the lowest recall is lowered step by step while the budget holds. The held-out
 set is never read here.
 
