@@ -4,8 +4,8 @@ are caught.
 
     .venv/bin/python bench/document_screening.py [FILE ...]
 
-Default files: the repository's README.md and the Markdown/prose files beside it
-(shared/DESIGN.md and shared/CONVENTIONS.md when present). Each file is chunked as
+Default files: the repository's README.md and docs/*.md, and the Markdown/prose files
+beside the repository (shared/DESIGN.md and shared/CONVENTIONS.md when present). Each file is chunked as
 ingestion chunks it (memory.chunking.text_chunk, MEMORY_CHUNK_TOKENS /
 MEMORY_CHUNK_OVERLAP_TOKENS), embedded in-process with the bundled all-MiniLM-L6-v2
 (the same engine an embedding worker runs; no services needed), and judged by
@@ -63,6 +63,7 @@ def main() -> None:
         p
         for p in (
             ROOT / "README.md",
+            *sorted((ROOT / "docs").glob("*.md")),
             ROOT.parent / "shared" / "DESIGN.md",
             ROOT.parent / "shared" / "CONVENTIONS.md",
         )
