@@ -63,11 +63,9 @@ def memory_add(user: Any) -> Any:
             memory_services.fact_add(user=user, text=fact)
     document = Document.objects.filter(user=user, status="ready").first()
     if document is None:
+        data, name = DOCUMENT.encode(), "greenhouse.md"
         upload = memory_services.document_upload(
-            user=user,
-            name="greenhouse.md",
-            data=DOCUMENT.encode(),
-            ingest_on_commit=False,
+            user=user, name=name, data=data, ingest_on_commit=False
         )
         document = memory_services.document_ingest(document_id=upload.id)
         assert document.status == "ready", document.error

@@ -8,6 +8,7 @@ For the raw-socket client that measures our path to the millisecond, see
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,32 +66,34 @@ def turn_read(http: Any, content: str, *, url: str = NEW_CONVERSATION) -> TurnRe
     ``http`` is a signed-in ``httpx.Client``. Raises RuntimeError when the POST is not
     answered 201.
     """
-    from tests.sse import parse_frames
-
+    headers = {"X-CSRFToken": http.cookies["csrftoken"]}
     sent = time.monotonic()
-    response = http.post(
-        url,
-        data={"content": content},
-        headers={"X-CSRFToken": http.cookies["csrftoken"]},
-    )
+    response = http.post(url, data={"content": content}, headers=headers)
     posted = time.monotonic()
     if response.status_code != 201:
         raise RuntimeError(f"POST {url}: {response.status_code} {response.text[:300]}")
     body = response.json()
-    first = ended = None
-    meta = None
-    end, buffer = "", ""
+    first = ended = meta = None
+    end = ""
     with http.stream("GET", body["assistant_message"]["stream_url"]) as stream:
-        for chunk in stream.iter_text():
-            buffer += chunk
-            events, _, buffer = parse_frames(buffer)
-            for event in events:
-                if event.event == "token" and first is None:
-                    first = time.monotonic()
-                elif event.event == "meta" and meta is None:
-                    meta = event.data
-                elif event.event in ("done", "error"):
-                    end, ended = event.event, time.monotonic()
-            if end:
+        for event in _sse_events(stream):
+            if event.event == "token" and first is None:
+                first = time.monotonic()
+            elif event.event == "meta" and meta is None:
+                meta = event.data
+            elif event.event in ("done", "error"):
+                end, ended = event.event, time.monotonic()
                 break
     return TurnRead(body, sent, posted, first, ended, end, meta)
+
+
+def _sse_events(stream: Any) -> Iterator[Any]:
+    """Yield the events (:class:`tests.sse.SseEvent`) of an open httpx streaming
+    response as its chunks arrive; comments are skipped."""
+    from tests.sse import parse_frames
+
+    buffer = ""
+    for chunk in stream.iter_text():
+        buffer += chunk
+        events, _, buffer = parse_frames(buffer)
+        yield from events
