@@ -21,7 +21,7 @@ an embedding worker (``--engine sentence-transformers``, all-MiniLM-L6-v2 on CPU
      first), one per ``--cold-starts`` restart, with the embedding and chat workers
      already running;
    - how many answers used memory (citations stored, memory not unavailable).
-   Goals (issue "The web tier runs no model"): RSS <= 200 MB; cold p50 <= 2x warm p50.
+   Goals: RSS <= 200 MB; cold p50 <= 2x warm p50.
 2. Embedding throughput (texts/s) at 1, 8 and 32 concurrent callers (asyncio tasks,
    each one text per request, like a turn's question), ``--trials`` runs of
    ``--seconds`` each after a short warm-up, median printed: batched (default EMBEDDING_GATHER_MS / EMBEDDING_MAX_BATCH) vs one by

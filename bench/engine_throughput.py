@@ -38,6 +38,7 @@ django_start()
 
 from django.conf import settings  # noqa: E402
 
+from bench.procs import workers_wait  # noqa: E402
 from bench.record import figures_record  # noqa: E402
 from inference import client as inference_client  # noqa: E402
 from inference import protocol  # noqa: E402
@@ -161,8 +162,7 @@ def main() -> None:
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    while inference_client.workers_live(pool=POOL) == 0:
-        time.sleep(0.05)
+    workers_wait([POOL], timeout_s=120, poll_s=0.05)
 
     # Warm-up (first-call costs in both paths), not measured.
     run_tag = f"bench-{uuid.uuid4().hex[:8]}"  # fresh job ids: no stale streams

@@ -18,7 +18,7 @@ process needs, which no server-side change can give back.
 
 Prints the flood's status counts (201 accepted up to CHAT_MESSAGE_RATE, 429 with
 Retry-After after), whether every 429 carried Retry-After, the bystander's TTFT p50
-unloaded and loaded, and their ratio (issue 13 asks for at most 2x); the CPU (cores
+unloaded and loaded, and their ratio (goal: at most 2x); the CPU (cores
 busy) of the web process and of the flood client while the flood ran, and the load
 average.
 """

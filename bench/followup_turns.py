@@ -26,7 +26,6 @@ each generation's stream ends with its terminal event).
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.boot import ROOT, django_start, option_parser  # noqa: E402
 from bench.corpus import FOLLOWUP_PROMPTS  # noqa: E402
+from bench.procs import spawn  # noqa: E402
 from bench.record import bench_record  # noqa: E402
 
 POOL = "bench-followup"
@@ -72,25 +72,13 @@ def main() -> None:
     redis = redis_sync()
     started = f"{int(time.time() * 1000)}-0"  # a stream entry id: epoch ms first
 
+    celery_argv = [ROOT / ".venv/bin/celery", "-A", "chatsite", "worker"]
+    celery_argv += ["--pool", "solo", "--loglevel", "WARNING", "--purge"]
+    env = stack_env(None, for_tests=False)
     celery = (
         None
         if args.no_background
-        else subprocess.Popen(
-            [
-                str(ROOT / ".venv/bin/celery"),
-                "-A",
-                "chatsite",
-                "worker",
-                "--pool",
-                "solo",
-                "--loglevel",
-                "WARNING",
-                "--purge",
-            ],
-            cwd=ROOT,
-            env=stack_env(None, for_tests=False),
-            stdout=subprocess.DEVNULL,
-        )
+        else spawn(celery_argv, cwd=ROOT, env=env, stderr=True)
     )
     rows = []
     try:

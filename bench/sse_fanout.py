@@ -4,7 +4,7 @@ HAProxy (deploy/haproxy.cfg).
     .venv/bin/python bench/sse_fanout.py [--streams 250 500 1000 2000]
         [--targets one proxy] [--tokens 200] [--delay-ms 20] [--coalesce-ms 50]
 
-The default (200 streams, one daphne) is the quick run of ``make bench``; the issue's
+The default (200 streams, one daphne) is the quick run of ``make bench``; the full
 figures come from ``--streams 250 500 1000 2000 --targets one proxy``.
 
 Runs on the dev services (`make migrate` first). For each target and N:

@@ -1,5 +1,5 @@
 """What our path adds to a chat turn: POST of a message to the first token at the client,
-minus the engine's own time to first token (issue 13, "Load").
+minus the engine's own time to first token.
 
     .venv/bin/python bench/turn_overhead.py [--turns 20] [--users 100] [--rounds 1]
         [--think-s 10] [--active-s 30] [--cold-starts 1] [--cases plain memory]
