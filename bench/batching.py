@@ -20,7 +20,6 @@ throughput), not the absolute numbers.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -28,30 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.boot import ROOT, option_parser  # noqa: E402
+from bench.corpus import STORY_TOPICS  # noqa: E402
 from bench.record import bench_record  # noqa: E402
-
-TOPICS = [
-    "the sea",
-    "a mountain village",
-    "a robot learning to cook",
-    "an old library",
-    "a desert caravan",
-    "a lighthouse keeper",
-    "a city at night",
-    "a garden in spring",
-    "a chess tournament",
-    "a train journey",
-    "a lost cat",
-    "a bakery at dawn",
-    "a rainy afternoon",
-    "a space station",
-    "a jazz club",
-    "a snowy forest",
-]
 
 
 async def _one(engine, job_id: str, topic: str, max_tokens: int) -> dict:
@@ -87,7 +67,12 @@ async def _level(engine, n: int, max_tokens: int, tag: str) -> dict:
     start = time.perf_counter()
     results = await asyncio.gather(
         *(
-            _one(engine, f"{tag}-{n}-{i}", TOPICS[i % len(TOPICS)], max_tokens)
+            _one(
+                engine,
+                f"{tag}-{n}-{i}",
+                STORY_TOPICS[i % len(STORY_TOPICS)],
+                max_tokens,
+            )
             for i in range(n)
         )
     )
@@ -105,9 +90,7 @@ async def _level(engine, n: int, max_tokens: int, tag: str) -> dict:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--levels", default="1,4,8,16")
-    parser.add_argument("--max-tokens", type=int, default=128)
+    parser = option_parser(levels="1,4,8,16", max_tokens=128)
     parser.add_argument("--model-dir", default=str(ROOT / ".var/models/smollm2-hf"))
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]

@@ -16,45 +16,30 @@ nothing stays behind. Prints, in ms (p50 / p99 over --queries lookups):
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.record import bench_record, pct  # noqa: E402
+from bench.boot import django_start, option_parser  # noqa: E402
+from bench.record import figures_record, pct  # noqa: E402
 
 
 def report(name: str, ms: list[float], *, params: str) -> None:
     """Print p50/p99 of a list of milliseconds and record them (bench.record)."""
     print(f"{name:<28} p50 {statistics.median(ms):8.2f} ms   p99 {pct(ms, 99):8.2f} ms")
-    for q in (50, 99):
-        bench_record(
-            bench="cache_lookup",
-            metric=f"{name} p{q}",
-            value=pct(ms, q),
-            unit="ms",
-            params=params,
-        )
+    figures = [(f"{name} p{q}", pct(ms, q), "ms", "") for q in (50, 99)]
+    figures_record(bench="cache_lookup", params=params, figures=figures)
 
 
 def main() -> None:
     """Run the three measurements and print them."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--entries", type=int, default=20000)
-    parser.add_argument("--users", type=int, default=100)
-    parser.add_argument("--queries", type=int, default=200)
+    parser = option_parser(entries=20000, users=100, queries=200)
     args = parser.parse_args()
 
-    import django
-
-    django.setup()
+    django_start()
     import numpy as np
     from django.contrib.auth import get_user_model
     from django.db import transaction

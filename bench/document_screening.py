@@ -23,16 +23,13 @@ Nothing is stored; the figures depend only on the committed model and the files.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.boot import ROOT, django_start  # noqa: E402
 from bench.record import bench_record  # noqa: E402
 
 INJECTED = [
@@ -49,9 +46,7 @@ INJECTED = [
 
 
 def main() -> None:
-    import django
-
-    django.setup()
+    django_start()
     from django.conf import settings
 
     from inference.engines.sbert import SentenceTransformersEngine

@@ -21,7 +21,7 @@ an embedding worker (``--engine sentence-transformers``, all-MiniLM-L6-v2 on CPU
      first), one per ``--cold-starts`` restart, with the embedding and chat workers
      already running;
    - how many answers used memory (citations stored, memory not unavailable).
-   Goals (issue "The web tier runs no model"): RSS <= 200 MB; cold p50 <= 2x warm p50.
+   Goals: RSS <= 200 MB; cold p50 <= 2x warm p50.
 2. Embedding throughput (texts/s) at 1, 8 and 32 concurrent callers (asyncio tasks,
    each one text per request, like a turn's question), ``--trials`` runs of
    ``--seconds`` each after a short warm-up, median printed: batched (default EMBEDDING_GATHER_MS / EMBEDDING_MAX_BATCH) vs one by
@@ -47,55 +47,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.boot import ROOT, django_start, option_parser  # noqa: E402
+from bench.corpus import FACTS, QUESTIONS, docstrings  # noqa: E402
 from bench.procstat import proc_peak_rss_mib, proc_rss_mib  # noqa: E402
-from bench.record import bench_record, pct  # noqa: E402
+from bench.record import bench_record, figures_record, pct  # noqa: E402
 
 BENCH_REDIS_DB = 14
 CHAT_POOL = "bench"
 CHAT_WORKER = ["--pool", CHAT_POOL, "--engine", "scripted", "--delay-ms", "1"]
 EMBED_WORKER = ["--engine", "sentence-transformers"]
 WEB_APP = "tests.asgi_probe:application"
+PASSWORD = "bench-pass-123"
 MODEL_MODULES = ("torch", "sentence_transformers")
-
-FACTS = [
-    "I grow San Marzano tomatoes in my greenhouse.",
-    "My greenhouse is in Porto and gets afternoon sun.",
-    "I am allergic to wasp stings.",
-    "I collect rainwater in two tanks for the garden.",
-    "I prefer organic fertiliser over synthetic.",
-]
-DOCUMENT = "\n\n".join(
-    [
-        "Greenhouse care notes. Water the tomato plants every morning before 8 am "
-        "with rainwater from the north tank. In hot weeks water them twice a day and "
-        "open the roof vents from 11 am to 5 pm so the air does not pass 30 degrees.",
-        "Feeding. From the first truss onwards feed the tomatoes once a week with a "
-        "potassium-rich organic feed, diluted to half strength for seedlings. Stop "
-        "feeding two weeks before the last harvest.",
-        "Pests. Whitefly is the commonest pest under glass; hang yellow sticky traps "
-        "and release Encarsia wasps in late spring. Check the undersides of leaves "
-        "weekly and remove any leaf with blight at once.",
-        "Pruning. Pinch out side shoots of cordon tomatoes when they are 2 cm long, "
-        "and stop the main stem two leaves above the seventh truss in August.",
-    ]
-)
-QUESTIONS = [
-    "How often should I water the tomatoes in my greenhouse?",
-    "When should I open the greenhouse vents?",
-    "What should I feed my tomato plants with?",
-    "How do I deal with whitefly in the greenhouse?",
-    "Should I pinch out the side shoots of my tomatoes?",
-    "Which rainwater tank should I use for watering?",
-    "When do I stop feeding the tomatoes?",
-    "How hot may the greenhouse get?",
-    "What do I do about blight on tomato leaves?",
-    "When should I stop the main stem of a cordon tomato?",
-]
 
 
 def throwaway_services() -> tuple[str, str, str]:
@@ -148,70 +113,18 @@ def bench_user() -> Any:
 
     Needs a live embedding worker (facts and chunks are embedded by it).
     """
-    from django.contrib.auth import get_user_model
+    from bench.accounts import memory_add, plan_user, pool_upsert
 
-    from gateway.models import ModelPool, Plan, Subscription
-    from memory import services as memory_services
-
-    user = get_user_model().objects.create_user(
-        username="bench", password="bench-pass-123"
-    )
-    pool = ModelPool.objects.create(name=CHAT_POOL, model="scripted-1")
-    plan = Plan.objects.create(name="bench")  # no token limits
-    plan.allowed_pools.set([pool])
-    Subscription.objects.create(user=user, plan=plan)
-    for fact in FACTS:
-        memory_services.fact_add(user=user, text=fact)
-    upload = memory_services.document_upload(
-        user=user, name="greenhouse.md", data=DOCUMENT.encode(), ingest_on_commit=False
-    )
-    document = memory_services.document_ingest(document_id=upload.id)
-    assert document.status == "ready", document.error
+    pool = pool_upsert(CHAT_POOL, model="scripted-1")
+    user = plan_user("bench", plan="bench", pools=[pool], password=PASSWORD)
+    memory_add(user)
     return user
-
-
-def login(http: Any) -> None:
-    http.get("/login/")
-    response = http.post(
-        "/login/",
-        data={
-            "username": "bench",
-            "password": "bench-pass-123",
-            "csrfmiddlewaretoken": http.cookies["csrftoken"],
-        },
-    )
-    assert response.status_code == 302, response.text
-
-
-def turn(http: Any, content: str) -> tuple[float, str]:
-    """Send ``content`` in a new conversation and read its stream to the end; return
-    (POST latency in ms, the answer's message id)."""
-    from tests.sse import parse_frames
-
-    sent = time.perf_counter()
-    response = http.post(
-        "/c/messages/",
-        data={"content": content},
-        headers={"X-CSRFToken": http.cookies["csrftoken"]},
-    )
-    post_ms = (time.perf_counter() - sent) * 1000
-    assert response.status_code == 201, response.text
-    body = response.json()
-    buffer, ended = "", False
-    with http.stream("GET", body["assistant_message"]["stream_url"]) as stream:
-        for chunk in stream.iter_text():
-            buffer += chunk
-            events, _, buffer = parse_frames(buffer)
-            if any(e.event in ("done", "error") for e in events):
-                ended = True
-                break
-    assert ended, "the stream ended without done/error"
-    return post_ms, body["assistant_message"]["id"]
 
 
 def bench_turns(args: argparse.Namespace) -> None:
     import httpx
 
+    from bench.chat import login, turn_read
     from conversations.models import Message
     from memory.models import Citation
     from tests.asgi_probe import PROBE_PATH
@@ -228,13 +141,16 @@ def bench_turns(args: argparse.Namespace) -> None:
             with web_process(env, app=WEB_APP) as web:
                 pid = web.process.pid
                 with httpx.Client(base_url=web.base, timeout=60) as http:
-                    login(http)
+                    login(http, username="bench", password=PASSWORD)
                     if last:
                         start_rss = (proc_rss_mib(pid), proc_peak_rss_mib(pid))
                     for i in range(args.turns if last else 1):
-                        post_ms, answer_id = turn(http, QUESTIONS[i % len(QUESTIONS)])
+                        read = turn_read(http, QUESTIONS[i % len(QUESTIONS)])
+                        if not read.end:
+                            raise RuntimeError("the stream ended without done/error")
+                        post_ms = (read.posted - read.sent) * 1000
                         (cold if i == 0 else warm).append(post_ms)
-                        ids.append(answer_id)
+                        ids.append(read.body["assistant_message"]["id"])
                     if last:
                         end_rss = (proc_rss_mib(pid), proc_peak_rss_mib(pid))
                         modules = http.get(PROBE_PATH).json()["modules"]
@@ -270,22 +186,15 @@ def bench_turns(args: argparse.Namespace) -> None:
         f"cold/warm p50 {ratio:.2f}x   goal <= 2x"
     )
     shape = f"{args.turns} turns, {args.cold_starts} cold starts, memory on"
-    for metric, value, unit, goal in (
+    figures = [
         ("web RSS after turns", end_rss[0], "MB", "<= 200 MB"),
         ("POST warm p50", pct(warm, 50), "ms", ""),
         ("POST warm p99", pct(warm, 99), "ms", ""),
         ("POST cold p50", statistics.median(cold), "ms", ""),
         ("POST cold/warm p50", ratio, "x", "<= 2x"),
         ("answers with memory used", with_memory, f"of {len(ids)}", ""),
-    ):
-        bench_record(
-            bench="embeddings",
-            metric=metric,
-            value=value,
-            unit=unit,
-            params=shape,
-            goal=goal,
-        )
+    ]
+    figures_record(bench="embeddings", params=shape, figures=figures)
 
 
 async def _callers(
@@ -314,24 +223,12 @@ async def _callers(
 
 
 def sample_texts(limit: int = 2000) -> list[str]:
-    """Short real English texts (a turn's question is one): first lines of the
-    docstrings of the installed Django package."""
-    import django
-
-    out: list[str] = []
-    for path in sorted(Path(django.__file__).parent.rglob("*.py")):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.ClassDef):
-                doc = ast.get_docstring(node)
-                if doc and len(doc) > 30:
-                    out.append(" ".join(doc.split())[:300])
-                    if len(out) >= limit:
-                        return out
-    return out
+    """Short real English texts (a turn's question is one): the docstrings of the
+    installed Django's functions and classes longer than 30 characters, on one line,
+    cut at 300 characters."""
+    kinds = (ast.FunctionDef, ast.ClassDef)
+    texts = docstrings(limit, min_chars=31, nodes=kinds)
+    return [" ".join(doc.split())[:300] for doc in texts]
 
 
 def bench_embedding_worker(args: argparse.Namespace) -> None:
@@ -433,14 +330,15 @@ async def _lone(pool: str, texts: list[str], n: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--turns", type=int, default=100)
-    parser.add_argument("--cold-starts", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--lone-requests", type=int, default=100)
-    parser.add_argument("--skip-turns", action="store_true")
-    parser.add_argument("--skip-worker", action="store_true")
+    parser = option_parser(
+        turns=100,
+        cold_starts=5,
+        seconds=3.0,
+        trials=3,
+        lone_requests=100,
+        skip_turns=False,
+        skip_worker=False,
+    )
     args = parser.parse_args()
     os.environ["INFERENCE_DEFAULT_POOL"] = CHAT_POOL  # a pool only this run serves
     os.environ["LOG_LEVEL"] = "WARNING"
@@ -449,10 +347,9 @@ def main() -> None:
     os.environ["CHAT_BACKGROUND_JOBS"] = "0"  # titles, summaries, facts: not measured
     admin_url, name, redis_url = throwaway_services()
     try:
-        import django
         from django.core.management import call_command
 
-        django.setup()
+        django_start()
         call_command("migrate", verbosity=0)
         print(f"database {name} (throwaway), Redis db {BENCH_REDIS_DB}")
         if not args.skip_turns:

@@ -21,10 +21,8 @@ and per round, and the ratio of best-of-rounds rates per prompt (target ≥ 0.95
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
-import os
 import statistics
 import sys
 import threading
@@ -32,18 +30,16 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import django  # noqa: E402
+from bench.boot import django_start, option_parser  # noqa: E402
 
-django.setup()
+django_start()
 
 from django.conf import settings  # noqa: E402
 
-from bench.record import bench_record  # noqa: E402
+from bench.procs import workers_wait  # noqa: E402
+from bench.record import figures_record  # noqa: E402
 from inference import client as inference_client  # noqa: E402
 from inference import protocol  # noqa: E402
 from inference.connections import redis_sync  # noqa: E402
@@ -136,9 +132,7 @@ def run_worker_path(job_id: str, prompt: str, max_tokens: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=192)
+    parser = option_parser(__doc__.splitlines()[0], rounds=3, max_tokens=192)
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
 
@@ -168,8 +162,7 @@ def main() -> None:
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    while inference_client.workers_live(pool=POOL) == 0:
-        time.sleep(0.05)
+    workers_wait([POOL], timeout_s=120, poll_s=0.05)
 
     # Warm-up (first-call costs in both paths), not measured.
     run_tag = f"bench-{uuid.uuid4().hex[:8]}"  # fresh job ids: no stale streams
@@ -243,19 +236,12 @@ def main() -> None:
     params = (
         f"{args.rounds} rounds x {len(PROMPTS)} prompts, max {args.max_tokens} tokens"
     )
-    for metric, value, unit, goal in (
+    figures = [
         ("direct", direct, "tokens/s", ""),
         ("worker path", via_worker, "tokens/s", ""),
         ("ratio worker/direct", via_worker / direct, "", ">= 0.95"),
-    ):
-        bench_record(
-            bench="engine_throughput",
-            metric=metric,
-            value=value,
-            unit=unit,
-            params=params,
-            goal=goal,
-        )
+    ]
+    figures_record(bench="engine_throughput", params=params, figures=figures)
 
 
 if __name__ == "__main__":

@@ -25,88 +25,33 @@ each generation's stream ends with its terminal event).
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.boot import ROOT, django_start, option_parser  # noqa: E402
+from bench.corpus import FOLLOWUP_PROMPTS  # noqa: E402
+from bench.procs import spawn  # noqa: E402
 from bench.record import bench_record  # noqa: E402
 
-PROMPTS = [
-    "My name is Ada and I work as a gardener. What should I plant in spring?",
-    "Which of those grows fastest?",
-    "How often should I water it?",
-    "I also keep bees. Is that plant good for them?",
-    "What about shade?",
-    "Anything else I should know?",
-    "Thanks. Summarise what we said.",
-    "What is my job?",
-]
-
 POOL = "bench-followup"
-
-
-def _turn(client, url: str, content: str) -> dict:
-    """POST one message and read its stream to the end; return the figures."""
-    from tests.sse import parse_frames
-
-    sent = time.monotonic()
-    response = client.post(
-        url,
-        data={"content": content},
-        headers={"X-CSRFToken": client.cookies["csrftoken"]},
-    )
-    if response.status_code != 201:
-        raise SystemExit(f"POST {url}: {response.status_code} {response.text[:300]}")
-    turn = response.json()
-    first = None
-    queue_ms = None
-    buffer = ""
-    status = "?"
-    with client.stream("GET", turn["assistant_message"]["stream_url"]) as stream:
-        for chunk in stream.iter_text():
-            buffer += chunk
-            events, _, buffer = parse_frames(buffer)
-            for event in events:
-                if event.event == "token" and first is None:
-                    first = time.monotonic()
-                elif event.event == "meta" and queue_ms is None:
-                    queue_ms = event.data.get("queue_ms")
-                elif event.event in ("done", "error"):
-                    status = event.event
-            if status != "?":
-                break
-    return {
-        "conversation": turn["conversation"]["id"],
-        "ttft_ms": (first - sent) * 1000 if first else float("nan"),
-        "queue_ms": queue_ms,
-        "status": status,
-    }
+PASSWORD = "bench-pass-123"
 
 
 def main() -> None:
-    import django
     import httpx
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--turns", type=int, default=8)
-    parser.add_argument("--think-s", type=float, default=1.0)
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser = option_parser(turns=8, think_s=1.0, max_tokens=64)
     parser.add_argument(
         "--no-background",
         action="store_true",
         help="no background jobs, no Celery: the floor the turns would have alone",
     )
     args = parser.parse_args()
-    os.environ.update(
+    django_start(
         {
             "CHAT_MAX_TOKENS": str(args.max_tokens),
             "INFERENCE_DEFAULT_POOL": POOL,
@@ -115,46 +60,25 @@ def main() -> None:
             "CHAT_BACKGROUND_JOBS": "0" if args.no_background else "1",
         }
     )
-    django.setup()
-    from django.contrib.auth import get_user_model
-
-    from gateway.models import ModelPool, Plan, Subscription
+    from bench.accounts import plan_user, pool_upsert
+    from bench.chat import login, turn_read
     from inference.connections import redis_sync
     from tests.stack import running_stack, stack_env
 
-    user, _ = get_user_model().objects.get_or_create(username="bench-followup")
-    user.set_password("bench-pass-123")
-    user.save()
-    pool, _ = ModelPool.objects.get_or_create(
-        name=POOL, defaults={"model": "SmolLM2-135M-Instruct.Q4_1"}
-    )
+    pool = pool_upsert(POOL, model="SmolLM2-135M-Instruct.Q4_1")
     # a plan of its own, no token limits: with bench/turn_latency.py's "bench" plan the
     # router could pick that bench's pool, which no worker serves here (a 503)
-    plan, _ = Plan.objects.get_or_create(name="bench-followup")
-    plan.allowed_pools.set([pool])
-    Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
+    plan_user(POOL, plan="bench-followup", pools=[pool], password=PASSWORD)
     redis = redis_sync()
     started = f"{int(time.time() * 1000)}-0"  # a stream entry id: epoch ms first
 
+    celery_argv = [ROOT / ".venv/bin/celery", "-A", "chatsite", "worker"]
+    celery_argv += ["--pool", "solo", "--loglevel", "WARNING", "--purge"]
+    env = stack_env(None, for_tests=False)
     celery = (
         None
         if args.no_background
-        else subprocess.Popen(
-            [
-                str(ROOT / ".venv/bin/celery"),
-                "-A",
-                "chatsite",
-                "worker",
-                "--pool",
-                "solo",
-                "--loglevel",
-                "WARNING",
-                "--purge",
-            ],
-            cwd=ROOT,
-            env=stack_env(None, for_tests=False),
-            stdout=subprocess.DEVNULL,
-        )
+        else spawn(celery_argv, cwd=ROOT, env=env, stderr=True)
     )
     rows = []
     try:
@@ -162,19 +86,18 @@ def main() -> None:
         embed = ["--engine", "sentence-transformers"]
         with running_stack(worker, for_tests=False, extra_workers=[embed]) as base:
             with httpx.Client(base_url=base, timeout=180) as client:
-                client.get("/login/")
-                client.post(
-                    "/login/",
-                    data={
-                        "username": "bench-followup",
-                        "password": "bench-pass-123",
-                        "csrfmiddlewaretoken": client.cookies["csrftoken"],
-                    },
-                )
+                login(client, username=POOL, password=PASSWORD)
                 url = "/c/messages/"
                 for i in range(args.turns):
-                    row = _turn(client, url, PROMPTS[i % len(PROMPTS)])
-                    url = f"/c/{row['conversation']}/messages/"
+                    read = turn_read(
+                        client, FOLLOWUP_PROMPTS[i % len(FOLLOWUP_PROMPTS)], url=url
+                    )
+                    row = {
+                        "ttft_ms": read.ttft_ms,
+                        "queue_ms": (read.meta or {}).get("queue_ms"),
+                        "status": read.end or "?",
+                    }
+                    url = f"/c/{read.body['conversation']['id']}/messages/"
                     rows.append(row)
                     print(
                         f"turn {i + 1:2d}: client TTFT {row['ttft_ms']:7.1f} ms  "

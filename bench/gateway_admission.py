@@ -22,24 +22,18 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
+from bench.boot import django_start, option_parser  # noqa: E402
 from bench.record import bench_record, pct  # noqa: E402
 
 
 def main() -> None:
-    import argparse
 
-    import django
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--threads", type=int, default=16)
+    parser = option_parser(n=2000, threads=16)
     args = parser.parse_args()
-    django.setup()
+    django_start()
     from django.contrib.auth import get_user_model
     from django.db import connection
 
@@ -62,6 +56,18 @@ def main() -> None:
         {"role": "system", "content": "You are helpful."},
         {"role": "user", "content": "What is the capital of France?"},
     ]
+
+    def admit_once() -> None:
+        job = uuid.uuid4().hex
+        generations.generation_admit(
+            user=user,
+            job_id=job,
+            messages=messages,
+            params={"max_tokens": 64},
+            surface=generations.Surface.API,
+        )
+        generations.generation_release(job_id=job)
+
     try:
         lua = []
         for _ in range(args.n):
@@ -72,30 +78,14 @@ def main() -> None:
             lua.append((time.perf_counter() - t0) * 1e6)
         admit = []
         for _ in range(args.n // 4):
-            job = uuid.uuid4().hex
             t0 = time.perf_counter()
-            generations.generation_admit(
-                user=user,
-                job_id=job,
-                messages=messages,
-                params={"max_tokens": 64},
-                surface=generations.Surface.API,
-            )
-            generations.generation_release(job_id=job)
+            admit_once()
             admit.append((time.perf_counter() - t0) * 1e6)
         per_thread = max(1, args.n // (4 * args.threads))
 
         def worker() -> None:
             for _ in range(per_thread):
-                job = uuid.uuid4().hex
-                generations.generation_admit(
-                    user=user,
-                    job_id=job,
-                    messages=messages,
-                    params={"max_tokens": 64},
-                    surface=generations.Surface.API,
-                )
-                generations.generation_release(job_id=job)
+                admit_once()
             connection.close()
 
         threads = [threading.Thread(target=worker) for _ in range(args.threads)]

@@ -36,13 +36,10 @@ threads only: the sync admission step runs in a worker thread).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,75 +47,22 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
-from bench.record import bench_record, pct  # noqa: E402
+from bench.boot import ROOT, django_start, option_parser  # noqa: E402
+from bench.procs import (  # noqa: E402
+    free_port,
+    http_wait,
+    processes_stop,
+    profiled,
+    spawn,
+    workers_wait,
+)
+from bench.record import figures_record, pct  # noqa: E402
 
 MODEL = "bench-fixed"
 POOL = "bench-api"
-
-UPSTREAM = """
-import asyncio, json, os, time
-from starlette.applications import Starlette
-from starlette.responses import StreamingResponse, JSONResponse
-from starlette.routing import Route
-
-TOKENS = int(os.environ["BENCH_TOKENS"])
-DELAY = float(os.environ["BENCH_TOKEN_MS"]) / 1000.0
-
-async def completions(request):
-    body = await request.json()
-    cid, created = "chatcmpl-up", int(time.time())
-    def chunk(delta, finish=None, usage=None):
-        return {"id": cid, "object": "chat.completion.chunk", "created": created,
-                "model": body.get("model", ""), "choices": [] if usage else
-                [{"index": 0, "delta": delta, "finish_reason": finish}],
-                **({"usage": usage} if usage else {})}
-    async def gen():
-        yield "data: " + json.dumps(chunk({"role": "assistant", "content": ""})) + "\\n\\n"
-        for i in range(TOKENS):
-            if DELAY:
-                await asyncio.sleep(DELAY)
-            yield "data: " + json.dumps(chunk({"content": f" tok{i}"})) + "\\n\\n"
-        yield "data: " + json.dumps(chunk({}, "stop")) + "\\n\\n"
-        yield "data: " + json.dumps(chunk({}, usage={"prompt_tokens": 10,
-            "completion_tokens": TOKENS, "total_tokens": 10 + TOKENS})) + "\\n\\n"
-        yield "data: [DONE]\\n\\n"
-    return StreamingResponse(gen(), media_type="text/event-stream")
-
-async def models(request):
-    return JSONResponse({"object": "list", "data": [{"id": "bench-fixed",
-        "object": "model", "created": 0, "owned_by": "bench"}]})
-
-app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"]),
-                        Route("/v1/models", models)])
-"""
-
-
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, procs: list[subprocess.Popen], timeout: float = 120) -> None:
-    """Wait until ``url`` answers (any status)."""
-    import httpx
-
-    deadline = time.time() + timeout
-    while True:
-        try:
-            httpx.get(url, timeout=2)
-            return
-        except httpx.HTTPError:
-            if time.time() > deadline or any(p.poll() is not None for p in procs):
-                raise RuntimeError(f"{url} did not come up") from None
-            time.sleep(0.3)
-
 
 # What one streamed completion gave: TTFT and total (ms), the completion id, and the
 # epoch times (s) the request was sent and its first content delta arrived.
@@ -254,40 +198,22 @@ async def run_levels(
 
 def setup_ours() -> str:
     """Create the bench user, an unlimited plan, the pool and a fresh API key."""
-    import django
-
-    django.setup()
-    from django.contrib.auth import get_user_model
-
+    django_start()
+    from bench.accounts import plan_user, pool_upsert
     from gateway import services
-    from gateway.models import ModelPool, Plan, Subscription
+    from gateway.models import ModelPool
 
-    user, _ = get_user_model().objects.get_or_create(username="bench-api")
-    pool, _ = ModelPool.objects.update_or_create(
-        name=POOL,
-        defaults={
-            "model": MODEL,
-            "engine": ModelPool.Engine.OPENAI,
-            "queue_threshold": 100_000,
-            "max_output_tokens": 4096,
-            "enabled": True,
-        },
+    pool = pool_upsert(
+        POOL,
+        model=MODEL,
+        engine=ModelPool.Engine.OPENAI,
+        queue_threshold=100_000,
+        max_output_tokens=4096,
+        enabled=True,
     )
-    plan, _ = Plan.objects.get_or_create(name="bench-api", defaults={"priority": 100})
-    plan.allowed_pools.set([pool])
-    Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
+    plan = {"priority": 100}
+    user = plan_user("bench-api", plan="bench-api", pools=[pool], plan_defaults=plan)
     return services.api_key_create(user=user, name="bench")[1]
-
-
-def _profiled(cmd: list, profile_dir: Path | None, name: str) -> list:
-    """``cmd`` run under cProfile into ``profile_dir/name.prof`` (written at exit)."""
-    if profile_dir is None:
-        return cmd
-    out = profile_dir / f"{name}.prof"
-    script = [str(part) for part in cmd]
-    if script[0] == sys.executable:  # ``python manage.py ...``: profile manage.py
-        script = script[1:]
-    return [sys.executable, "-m", "cProfile", "-o", str(out), *script]
 
 
 def _report(c: int, rows: dict, rounds: int) -> None:
@@ -295,6 +221,7 @@ def _report(c: int, rows: dict, rounds: int) -> None:
     base50 = pct(rows["direct"][0], 50)
     base99 = pct(rows["direct"][0], 99)
     overhead = {}
+    params = f"c={c}, {rounds} rounds"
     for name, (ttfts, rps, errors, _samples) in rows.items():
         p50, p99 = pct(ttfts, 50), pct(ttfts, 99)
         overhead[name] = (p50 - base50, p99 - base99)
@@ -306,21 +233,11 @@ def _report(c: int, rows: dict, rounds: int) -> None:
         for kind, count in errors.most_common(3):
             print(f"{'':>15} {count} x {kind}")
         if name != "direct":
-            params = f"c={c}, {rounds} rounds"
-            bench_record(
-                bench="gateway_overhead",
-                metric=f"{name} TTFT overhead p50",
-                value=p50 - base50,
-                unit="ms",
-                params=params,
-            )
-            bench_record(
-                bench="gateway_overhead",
-                metric=f"{name} errors",
-                value=sum(errors.values()),
-                params=params,
-                goal="0",
-            )
+            figures = [
+                (f"{name} TTFT overhead p50", p50 - base50, "ms", ""),
+                (f"{name} errors", sum(errors.values()), "", "0"),
+            ]
+            figures_record(bench="gateway_overhead", params=params, figures=figures)
     split = stages(rows["ours"][3])
     if split["admission"]:
         print(
@@ -337,27 +254,16 @@ def _report(c: int, rows: dict, rounds: int) -> None:
             f"{c:>5}    ours/litellm: overhead p50 {ratio50:.2f}, p99 {ratio99:.2f}; "
             f"requests/s {rps_ratio:.2f}x"
         )
-        params = f"c={c}, {rounds} rounds"
-        bench_record(
-            bench="gateway_overhead",
-            metric="overhead ratio ours/litellm p50",
-            value=ratio50,
-            params=params,
-            goal="<= 0.5" if c == 1 else "<= 0.3",
-        )
-        bench_record(
-            bench="gateway_overhead",
-            metric="requests/s ratio ours/litellm",
-            value=rps_ratio,
-            unit="x",
-            params=params,
-            goal=">= 2" if c > 1 else "",
-        )
+        goal = "<= 0.5" if c == 1 else "<= 0.3"
+        figures = [
+            ("overhead ratio ours/litellm p50", ratio50, "", goal),
+            ("requests/s ratio ours/litellm", rps_ratio, "x", ">= 2" if c > 1 else ""),
+        ]
+        figures_record(bench="gateway_overhead", params=params, figures=figures)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50])
+    parser = option_parser(concurrency=[1, 50])
     parser.add_argument(
         "--rounds",
         type=int,
@@ -397,109 +303,41 @@ def main() -> None:
     key = setup_ours()
     bin_dir = Path(sys.executable).parent
     tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
-    (tmp / "upstream.py").write_text(UPSTREAM)
     up_port, web_port, llm_port = free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}"
+    profile = args.profile
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+    worker = [sys.executable, "manage.py", "run_inference_worker"]
     procs: list[subprocess.Popen] = []
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    if args.profile is not None:
-        args.profile.mkdir(parents=True, exist_ok=True)
     try:
-        procs.append(
-            subprocess.Popen(
-                [bin_dir / "uvicorn", "upstream:app", "--port", str(up_port)]
-                + ["--log-level", "warning", "--no-access-log"],
-                cwd=tmp,
-                env=env,
-                **quiet,
-            )
-        )
-        procs.append(
-            subprocess.Popen(
-                _profiled(
-                    [bin_dir / "daphne", "-b", "127.0.0.1", "-p", str(web_port)]
-                    + ["chatsite.asgi:application"],
-                    args.profile,
-                    "web",
-                ),
-                cwd=ROOT,
-                env=env,
-                **quiet,
-            )
-        )
-        procs.append(
-            subprocess.Popen(
-                _profiled(
-                    [sys.executable, "manage.py", "run_inference_worker"]
-                    + ["--pool", POOL, "--engine", "openai", "--base-url", upstream]
-                    + ["--model", MODEL]
-                    + ["--concurrency", str(max(args.concurrency) + 8)],
-                    args.profile,
-                    "worker",
-                ),
-                cwd=ROOT,
-                env=env,
-                **quiet,
-            )
-        )
+        uvicorn = [bin_dir / "uvicorn", "bench.upstream:app", "--port", str(up_port)]
+        uvicorn += ["--log-level", "warning", "--no-access-log"]
+        procs.append(spawn(uvicorn, cwd=ROOT, env=env))
+        daphne = [bin_dir / "daphne", "-b", "127.0.0.1", "-p", str(web_port)]
+        daphne += ["chatsite.asgi:application"]
+        web_prof = profile / "web.prof" if profile else None
+        procs.append(spawn(profiled(daphne, web_prof), cwd=ROOT, env=env))
+        chat = [*worker, "--pool", POOL, "--engine", "openai", "--base-url", upstream]
+        chat += ["--model", MODEL, "--concurrency", str(max(args.concurrency) + 8)]
+        worker_prof = profile / "worker.prof" if profile else None
+        procs.append(spawn(profiled(chat, worker_prof), cwd=ROOT, env=env))
         if args.moderation == "on":
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "manage.py", "run_inference_worker"]
-                    + ["--pool", "embed", "--engine", "sentence-transformers"],
-                    cwd=ROOT,
-                    env=env,
-                    **quiet,
-                )
-            )
-        litellm_bin = ROOT / ".venv-litellm" / "bin" / "litellm"
-        have_litellm = litellm_bin.exists()
-        litellm_key = "sk-" + secrets.token_hex(32)
-        # no database for LiteLLM (our DATABASE_URL would make it start Prisma), and its
-        # bundled model cost map (no fetch)
-        litellm_env = {
-            k: v for k, v in env.items() if k not in ("DATABASE_URL", "REDIS_URL")
-        }
-        litellm_env.update(LITELLM_LOG="ERROR", LITELLM_LOCAL_MODEL_COST_MAP="True")
-        if have_litellm:
-            (tmp / "litellm.yaml").write_text(
-                "model_list:\n"
-                f"  - model_name: {MODEL}\n"
-                "    litellm_params:\n"
-                f"      model: openai/{MODEL}\n"
-                f"      api_base: {upstream}/v1\n"
-                "      api_key: none\n"
-                "litellm_settings:\n"
-                "  drop_params: true\n"
-                "general_settings:\n"
-                f"  master_key: {litellm_key}\n"
-            )
-            procs.append(
-                subprocess.Popen(
-                    [litellm_bin, "--config", tmp / "litellm.yaml"]
-                    + ["--port", str(llm_port), "--host", "127.0.0.1"],
-                    cwd=tmp,
-                    env=litellm_env,
-                    **quiet,
-                )
-            )
-        wait_http(upstream + "/v1/models", procs)
-        wait_http(f"http://127.0.0.1:{web_port}/login/", procs)
-        if have_litellm:
-            wait_http(f"http://127.0.0.1:{llm_port}/health/liveliness", procs)
-        from inference import client as inference_client
-
-        deadline = time.time() + 60
+            embed = [*worker, "--pool", "embed", "--engine", "sentence-transformers"]
+            procs.append(spawn(embed, cwd=ROOT, env=env))
+        litellm, litellm_key = litellm_start(tmp, env, port=llm_port, upstream=upstream)
+        procs += [litellm] if litellm else []
+        http_wait(upstream + "/v1/models", procs)
+        http_wait(f"http://127.0.0.1:{web_port}/login/", procs)
+        if litellm:
+            http_wait(f"http://127.0.0.1:{llm_port}/health/liveliness", procs)
         pools = [POOL] + (["embed"] if args.moderation == "on" else [])
-        while any(inference_client.workers_live(pool=p) == 0 for p in pools):
-            if time.time() > deadline:
-                raise RuntimeError("the workers did not start")
-            time.sleep(0.3)
+        workers_wait(pools, procs, timeout_s=60)
         targets = {
             "direct": (upstream + "/v1", "none"),
             "ours": (f"http://127.0.0.1:{web_port}/v1", key),
         }
-        if have_litellm:
+        if litellm:
             targets["litellm"] = (f"http://127.0.0.1:{llm_port}", litellm_key)
         print(
             f"upstream: {args.tokens} chunks, {args.token_ms} ms apart; input "
@@ -516,14 +354,41 @@ def main() -> None:
             _report(c, rows, rounds)
         print(f"load average after: {os.getloadavg()[0]:.2f}")
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        processes_stop(procs, timeout_s=20)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def litellm_start(
+    tmp: Path, env: dict[str, str], *, port: int, upstream: str
+) -> tuple[subprocess.Popen | None, str]:
+    """Start LiteLLM proxy on ``port`` with one model routed to ``upstream`` (its
+    config written in ``tmp``); return the process (None where the LiteLLM venv is
+    missing) and its master key."""
+    litellm_bin = ROOT / ".venv-litellm" / "bin" / "litellm"
+    key = "sk-" + secrets.token_hex(32)
+    if not litellm_bin.exists():
+        return None, key
+    # no database for LiteLLM (our DATABASE_URL would make it start Prisma), and its
+    # bundled model cost map (no fetch)
+    litellm_env = {
+        k: v for k, v in env.items() if k not in ("DATABASE_URL", "REDIS_URL")
+    }
+    litellm_env.update(LITELLM_LOG="ERROR", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    (tmp / "litellm.yaml").write_text(
+        "model_list:\n"
+        f"  - model_name: {MODEL}\n"
+        "    litellm_params:\n"
+        f"      model: openai/{MODEL}\n"
+        f"      api_base: {upstream}/v1\n"
+        "      api_key: none\n"
+        "litellm_settings:\n"
+        "  drop_params: true\n"
+        "general_settings:\n"
+        f"  master_key: {key}\n"
+    )
+    argv = [litellm_bin, "--config", tmp / "litellm.yaml"]
+    argv += ["--port", str(port), "--host", "127.0.0.1"]
+    return spawn(argv, cwd=tmp, env=litellm_env), key
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 RESULTS_ENV = "BENCH_RESULTS"
@@ -39,7 +40,7 @@ def bench_record(
 
     ``bench`` is the script's short name ("sse_fanout"), ``metric`` what was measured
     ("frame gap p99"), ``value`` the figure in ``unit`` ("ms", "streams", "req/s"),
-    ``params`` the run's shape ("N=1000, one daphne") and ``goal`` the issue's target
+    ``params`` the run's shape ("N=1000, one daphne") and ``goal`` the target
     for it, if any ("< 250 ms"). Floats are rounded to 3 significant decimals.
     """
     path = os.environ.get(RESULTS_ENV)
@@ -57,3 +58,17 @@ def bench_record(
     }
     with Path(path).open("a", encoding="utf-8") as out:
         out.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def figures_record(
+    *,
+    bench: str,
+    params: str,
+    figures: Iterable[tuple[str, float | int | str, str, str]],
+) -> None:
+    """Record each ``(metric, value, unit, goal)`` of ``figures`` with
+    :func:`bench_record`, all of one run's shape ``params``."""
+    for metric, value, unit, goal in figures:
+        bench_record(
+            bench=bench, metric=metric, value=value, unit=unit, params=params, goal=goal
+        )

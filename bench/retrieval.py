@@ -21,19 +21,15 @@ transaction that is rolled back at the end: nothing stays in the database.
 
 from __future__ import annotations
 
-import argparse
-import ast
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.boot import django_start, option_parser  # noqa: E402
+from bench.corpus import docstrings  # noqa: E402
 from bench.record import bench_record, pct  # noqa: E402
 
 # Seconds the corpus' embedding request may take (a busy 2-core machine embeds a
@@ -41,40 +37,12 @@ from bench.record import bench_record, pct  # noqa: E402
 EMBED_TIMEOUT_S = 300
 
 
-def passages(limit: int, min_chars: int = 81) -> list[str]:
-    """Return up to ``limit`` real English docstrings of at least ``min_chars``
-    characters from the installed Django."""
-    import django
-
-    out: list[str] = []
-    for path in sorted(Path(django.__file__).parent.rglob("*.py")):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(
-                node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef | ast.Module
-            ):
-                doc = ast.get_docstring(node)
-                if doc and len(doc) >= min_chars:
-                    out.append(doc)
-                    if len(out) >= limit:
-                        return out
-    return out
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--passages", type=int, default=1500)
-    parser.add_argument("--ef-search", type=int, nargs="+", default=[40, 100, 200])
+    parser = option_parser(
+        sizes=[10_000, 100_000], queries=200, passages=1500, ef_search=[40, 100, 200]
+    )
     args = parser.parse_args()
-
-    import django
-
-    django.setup()
+    django_start()
     import numpy as np
     from django.conf import settings
     from django.contrib.auth import get_user_model
@@ -86,7 +54,7 @@ def main() -> None:
     from memory.models import Document
     from tests.memory.factories import chunks_bulk_load, hnsw_index_build
 
-    texts = passages(args.passages)
+    texts = docstrings(args.passages, min_chars=81)
     chunks = [
         c.text
         for t in texts

@@ -21,43 +21,24 @@ rolled back at the end: nothing stays in the database.
 
 from __future__ import annotations
 
-import argparse
-import os
 import random
 import re
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.boot import django_start, option_parser  # noqa: E402
+from bench.corpus import CHAT_PHRASES, docstrings  # noqa: E402
 from bench.record import bench_record, pct  # noqa: E402
-
-CHAT_PHRASES = [
-    "Thanks, that helps a lot.",
-    "Can you explain that again more simply?",
-    "I tried it and it still fails with an error.",
-    "What would you recommend for a beginner?",
-    "Here is a short summary of the main points.",
-    "Let me know if you want an example.",
-    "My trip to Lisbon starts on Monday, any tips?",
-    "The recipe needs flour, butter, sugar and two eggs.",
-    "How long should I boil the potatoes?",
-    "Write a polite email to my landlord about the heating.",
-    "Compare the two options and list the trade-offs.",
-    "Translate this sentence into French, please.",
-]
 
 
 def sentences(limit: int) -> list[str]:
     """Return up to ``limit`` English sentences (30-300 characters) split from the
     installed Django's docstrings (bench/retrieval.py's corpus)."""
-    from retrieval import passages
-
     out: list[str] = []
-    for doc in passages(10**9, min_chars=1):  # until ``limit`` sentences
+    for doc in docstrings(10**9, min_chars=1):  # until ``limit`` sentences
         for s in re.split(r"(?<=[.?!])\s+", " ".join(doc.split())):
             if 30 <= len(s) <= 300:
                 out.append(s)
@@ -68,15 +49,10 @@ def sentences(limit: int) -> list[str]:
 
 def main() -> None:
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--users", type=int, default=50)
-    parser.add_argument("--queries", type=int, default=200)
+    parser = option_parser(messages=100_000, users=50, queries=200)
     args = parser.parse_args()
 
-    import django
-
-    django.setup()
+    django_start()
     from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.contrib.postgres.search import SearchQuery

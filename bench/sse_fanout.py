@@ -4,7 +4,7 @@ HAProxy (deploy/haproxy.cfg).
     .venv/bin/python bench/sse_fanout.py [--streams 250 500 1000 2000]
         [--targets one proxy] [--tokens 200] [--delay-ms 20] [--coalesce-ms 50]
 
-The default (200 streams, one daphne) is the quick run of ``make bench``; the issue's
+The default (200 streams, one daphne) is the quick run of ``make bench``; the full
 figures come from ``--streams 250 500 1000 2000 --targets one proxy``.
 
 Runs on the dev services (`make migrate` first). For each target and N:
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import resource
 import statistics
@@ -50,122 +49,36 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.boot import django_start, option_parser  # noqa: E402
 from bench.procstat import proc_cpu_s, proc_rss_mib, proc_threads  # noqa: E402
-from bench.record import bench_record, pct  # noqa: E402
-from bench.sse_wire import sse_frames, sse_open  # noqa: E402
+from bench.record import figures_record, pct  # noqa: E402
+from bench.sse_wire import StreamStats, stream_follow  # noqa: E402
 
 POOL = "ssebench"
 
 
-@dataclass
-class StreamStats:
-    """What one client stream saw (wall-clock seconds, ms)."""
-
-    opened: bool = False
-    done: bool = False
-    error: str = ""
-    frames: int = 0
-    first_token_lag_ms: float | None = None
-    lags_ms: list[float] = field(default_factory=list)
-    gaps_ms: list[float] = field(default_factory=list)
-    done_lag_ms: float | None = None
-
-
-def _entry_ms(event_id: str) -> int:
-    return int(event_id.split("-")[0])
-
-
-async def sse_client(
-    host: str,
-    port: int,
-    path: str,
-    cookie: str,
-    stats: StreamStats,
-    opened: asyncio.Event | None = None,
-) -> None:
-    """Read one SSE stream to its ``done``/``error`` frame, filling ``stats``."""
-    try:
-        reader, writer, status, headers = await sse_open(host, port, path, cookie)
-    except (OSError, ValueError, IndexError) as exc:
-        stats.error = f"connect: {exc}"
-        return
-    try:
-        if status != 200:
-            stats.error = f"status {status}"
-            return
-        last_frame_at = None
-        async for frame in sse_frames(reader, headers):
-            if frame.event is None:  # retry: / ping comments
-                if not stats.opened:
-                    stats.opened = True
-                    if opened is not None:
-                        opened.set()
-                continue
-            stats.frames += 1
-            if frame.event == "token" and frame.id:
-                if last_frame_at is not None:
-                    stats.gaps_ms.append((frame.mono - last_frame_at) * 1000)
-                last_frame_at = frame.mono
-                lag = frame.wall * 1000 - _entry_ms(frame.id)
-                stats.lags_ms.append(lag)
-                if stats.first_token_lag_ms is None:
-                    stats.first_token_lag_ms = lag
-            elif frame.event in ("done", "error"):
-                stats.done = frame.event == "done"
-                if last_frame_at is not None:
-                    stats.done_lag_ms = (frame.mono - last_frame_at) * 1000
-                # an error frame says why (its code), e.g. queue_timeout
-                data = frame.data
-                code = json.loads(data).get("code", "") if data else ""
-                stats.error = "" if stats.done else f"error frame {code}".strip()
-                return
-        stats.error = stats.error or "stream ended without done"
-    except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-        stats.error = f"{type(exc).__name__}: {exc}"
-    finally:
-        writer.close()
-
-
 def bench_setup(password: str) -> None:
     """The bench user, on a plan with no token limits, allowed the bench pool only."""
-    from django.contrib.auth import get_user_model
+    from bench.accounts import plan_user, pool_upsert
 
-    from gateway.models import ModelPool, Plan, Subscription
-
-    user, _ = get_user_model().objects.get_or_create(username="ssebench")
-    user.set_password(password)
-    user.save()
-    pool, _ = ModelPool.objects.update_or_create(
-        name=POOL,
-        defaults={"model": "scripted-1", "queue_threshold": 1_000_000},
-    )
-    plan, _ = Plan.objects.get_or_create(name="ssebench")
-    plan.allowed_pools.set([pool])
-    Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
+    pool = pool_upsert(POOL, model="scripted-1", queue_threshold=1_000_000)
+    plan_user("ssebench", plan="ssebench", pools=[pool], password=password)
 
 
 async def post_turns(base: str, password: str, n: int) -> tuple[str, list[str]]:
     """Sign in and POST ``n`` messages; return the Cookie header and stream paths."""
     import httpx
 
+    from bench.chat import login_form
+
     async with httpx.AsyncClient(base_url=base, timeout=120) as client:
         await client.get("/login/")
-        await client.post(
-            "/login/",
-            data={
-                "username": "ssebench",
-                "password": password,
-                "csrfmiddlewaretoken": client.cookies["csrftoken"],
-            },
-        )
+        form = login_form(client.cookies, username="ssebench", password=password)
+        await client.post("/login/", data=form)
         token = client.cookies["csrftoken"]
         gate = asyncio.Semaphore(8)
 
@@ -188,12 +101,13 @@ async def post_turns(base: str, password: str, n: int) -> tuple[str, list[str]]:
 def _profiled_web(env: dict, out: str) -> Iterator:
     """One daphne under cProfile (``python -m cProfile -o out``); the profile is
     written when daphne exits on SIGTERM. Read it with ``python -m pstats out``."""
+    from bench.procs import profiled
     from tests.stack import ASGI_APP, Web, _start, _stop, free_port, web_wait
 
     port = free_port()
     daphne = Path(sys.executable).parent / "daphne"
-    argv = [sys.executable, "-m", "cProfile", "-o", out, daphne]
-    web = _start([*argv, "-b", "127.0.0.1", "-p", str(port), ASGI_APP], env, "daphne")
+    argv = profiled([daphne, "-b", "127.0.0.1", "-p", str(port), ASGI_APP], out)
+    web = _start(argv, env, "daphne")
     base = f"http://127.0.0.1:{port}"
     try:
         web_wait(base, web)
@@ -238,7 +152,7 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
             opened = [asyncio.Event() for _ in paths]
             tasks = [
                 asyncio.create_task(
-                    sse_client(host, int(port), path, cookie, stats, ev)
+                    stream_follow(host, int(port), path, cookie, stats, ev)
                 )
                 for path, stats, ev in zip(paths, all_stats, opened, strict=True)
             ]
@@ -345,11 +259,13 @@ def _web_warnings(webs: list) -> dict[str, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--streams", type=int, nargs="+", default=[200])
-    parser.add_argument("--targets", nargs="+", default=["one"])
-    parser.add_argument("--tokens", type=int, default=200)
-    parser.add_argument("--delay-ms", type=float, default=20.0)
+    parser = option_parser(
+        __doc__.split("\n\n")[0],
+        streams=[200],
+        targets=["one"],
+        tokens=200,
+        delay_ms=20.0,
+    )
     parser.add_argument(
         "--coalesce-ms",
         type=float,
@@ -364,7 +280,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.coalesce_ms is not None:
         os.environ["SSE_COALESCE_MS"] = str(args.coalesce_ms)
-    os.environ.update(
+    # One socket per stream on each side (client, daphne, HAProxy).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    django_start(
         {
             "INFERENCE_DEFAULT_POOL": POOL,
             "CHAT_MAX_TOKENS": str(args.tokens),
@@ -380,12 +299,6 @@ def main() -> None:
             "LOG_LEVEL": "WARNING",
         }
     )
-    # One socket per stream on each side (client, daphne, HAProxy).
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    import django
-
-    django.setup()
     rows = [run_one(t, n, args) for n in args.streams for t in args.targets]
     print(
         f"\n{args.tokens} tokens per stream, {args.delay_ms:g} ms apart; "
@@ -439,15 +352,7 @@ def _record(r: dict, args: argparse.Namespace) -> None:
         ("web CPU per frame", r["cpu_us_per_frame"], "us", ""),
         ("web RSS per 1,000 open streams", r["rss_open_per_k"], "MiB", ""),
     ]
-    for metric, value, unit, goal in figures:
-        bench_record(
-            bench="sse_fanout",
-            metric=metric,
-            value=value,
-            unit=unit,
-            params=params,
-            goal=goal,
-        )
+    figures_record(bench="sse_fanout", params=params, figures=figures)
 
 
 if __name__ == "__main__":

@@ -2,15 +2,17 @@
 
 The benchmarks share two cores with what they measure, so they read streams with
 raw sockets (status line, headers, chunked decoding, frame boundaries) rather than
-httpx, and never JSON-decode token payloads.
+httpx, and never JSON-decode token payloads. On it, the chat page's turn
+(:func:`turn_streamed`, :func:`turn_two_requests`) as a signed-in :class:`Session`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -85,3 +87,186 @@ async def sse_frames(
                 elif line.startswith(b"data: "):
                     data = line[6:]
             yield Frame(event, event_id, data, wall, mono)
+
+
+class Session:
+    """A signed-in browser: its cookies (the session's and ``csrftoken``)."""
+
+    def __init__(self, cookies: dict[str, str]) -> None:
+        self.cookies = cookies
+
+    @property
+    def header(self) -> str:
+        """The Cookie header's value."""
+        return "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+
+
+async def form_post(
+    host: str, port: int, path: str, s: Session, form: str, accept: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Open a connection and send a form POST (``form`` url-encoded) as the chat page
+    does (session cookie, CSRF header); the caller reads the response and closes
+    ``writer``."""
+    reader, writer = await asyncio.open_connection(host, port)
+    body = form.encode()
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {s.header}\r\n"
+        f"X-CSRFToken: {s.cookies['csrftoken']}\r\nAccept: {accept}\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+    return reader, writer
+
+
+async def json_post(
+    host: str, port: int, path: str, s: Session, form: str
+) -> tuple[int, dict]:
+    """POST ``form`` asking for JSON; return the status and the decoded body (``raw``:
+    its first 300 characters when it is not JSON)."""
+    reader, writer = await form_post(host, port, path, s, form, "application/json")
+    try:
+        status, headers = await read_head(reader)
+        if "content-length" in headers:
+            raw = await reader.readexactly(int(headers["content-length"]))
+        else:
+            raw = await reader.read()
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, {"raw": raw[:300].decode(errors="replace")}
+    finally:
+        writer.close()
+
+
+async def first_token_of(
+    reader: asyncio.StreamReader, headers: dict[str, str]
+) -> tuple[float, int]:
+    """Read an open SSE body to its end; return (wall time of the first ``token``
+    frame, s; engine TTFT, ms, from the meta/token entry ids: a Redis stream entry id
+    is the XADD's millisecond clock). Raises RuntimeError without a token."""
+    first_at, meta_ms, token_ms = None, None, 0
+    async for frame in sse_frames(reader, headers):
+        entry = frame.id or "0-0"
+        if frame.event == "meta" and meta_ms is None:
+            meta_ms = int(entry.split("-")[0])
+        elif frame.event == "token" and first_at is None:
+            first_at, token_ms = frame.wall, int(entry.split("-")[0])
+        elif frame.event in ("done", "error"):
+            break
+    if first_at is None:
+        raise RuntimeError("the stream ended without a token")
+    return first_at, token_ms - meta_ms if meta_ms is not None else 0
+
+
+async def first_token(host: str, port: int, path: str, s: Session) -> tuple[float, int]:
+    """Open the SSE stream ``path`` (GET); as :func:`first_token_of`."""
+    reader, writer, status, headers = await sse_open(host, port, path, s.header)
+    try:
+        if status != 200:
+            raise RuntimeError(f"stream: status {status}")
+        return await first_token_of(reader, headers)
+    finally:
+        writer.close()
+
+
+async def turn_streamed(host: str, port: int, s: Session, form: str) -> dict:
+    """The chat page's turn: one POST whose 201 response is the answer's stream
+    (``Accept: text/event-stream``; its first frame the turn's JSON). Return the wall
+    times (s) it was ``sent``, ``posted`` (the 201's head read) and ``first_at`` (the
+    first token frame read) and the ``engine`` TTFT (ms)."""
+    sent = time.time()
+    reader, writer = await form_post(
+        host, port, "/c/messages/", s, form, "text/event-stream, application/json"
+    )
+    try:
+        status, headers = await read_head(reader)
+        posted = time.time()
+        if status != 201:
+            raise RuntimeError(f"POST: {status} {(await reader.read())[:300]!r}")
+        first_at, engine_ms = await first_token_of(reader, headers)
+    finally:
+        writer.close()
+    return {"sent": sent, "posted": posted, "first_at": first_at, "engine": engine_ms}
+
+
+async def turn_two_requests(host: str, port: int, s: Session, form: str) -> dict:
+    """A POST answered with the turn's JSON, then the GET of its stream URL; the same
+    figures as :func:`turn_streamed`."""
+    sent = time.time()
+    status, body = await json_post(host, port, "/c/messages/", s, form)
+    posted = time.time()
+    if status != 201:
+        raise RuntimeError(f"POST: {status} {body}")
+    first_at, engine_ms = await first_token(
+        host, port, body["assistant_message"]["stream_url"], s
+    )
+    return {"sent": sent, "posted": posted, "first_at": first_at, "engine": engine_ms}
+
+
+@dataclass
+class StreamStats:
+    """What one client stream saw (wall-clock seconds, ms)."""
+
+    opened: bool = False
+    done: bool = False
+    error: str = ""
+    frames: int = 0
+    first_token_lag_ms: float | None = None
+    lags_ms: list[float] = field(default_factory=list)
+    gaps_ms: list[float] = field(default_factory=list)
+    done_lag_ms: float | None = None
+
+
+async def stream_follow(
+    host: str,
+    port: int,
+    path: str,
+    cookie: str,
+    stats: StreamStats,
+    opened: asyncio.Event | None = None,
+) -> None:
+    """Read one SSE stream to its ``done``/``error`` frame, filling ``stats``: lags
+    from each token's Redis entry time (its id: the XADD's millisecond clock) to the
+    frame's read, gaps between token frames, the last token to ``done``. ``opened``
+    is set at the stream's first comment (the stream is open)."""
+    try:
+        reader, writer, status, headers = await sse_open(host, port, path, cookie)
+    except (OSError, ValueError, IndexError) as exc:
+        stats.error = f"connect: {exc}"
+        return
+    try:
+        if status != 200:
+            stats.error = f"status {status}"
+            return
+        last_frame_at = None
+        async for frame in sse_frames(reader, headers):
+            if frame.event is None:  # retry: / ping comments
+                if not stats.opened:
+                    stats.opened = True
+                    if opened is not None:
+                        opened.set()
+                continue
+            stats.frames += 1
+            if frame.event == "token" and frame.id:
+                if last_frame_at is not None:
+                    stats.gaps_ms.append((frame.mono - last_frame_at) * 1000)
+                last_frame_at = frame.mono
+                lag = frame.wall * 1000 - int(frame.id.split("-")[0])
+                stats.lags_ms.append(lag)
+                if stats.first_token_lag_ms is None:
+                    stats.first_token_lag_ms = lag
+            elif frame.event in ("done", "error"):
+                stats.done = frame.event == "done"
+                if last_frame_at is not None:
+                    stats.done_lag_ms = (frame.mono - last_frame_at) * 1000
+                # an error frame says why (its code), e.g. queue_timeout
+                data = frame.data
+                code = json.loads(data).get("code", "") if data else ""
+                stats.error = "" if stats.done else f"error frame {code}".strip()
+                return
+        stats.error = stats.error or "stream ended without done"
+    except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+        stats.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        writer.close()

@@ -32,11 +32,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.record import bench_record, pct  # noqa: E402
+from bench.boot import django_start, option_parser  # noqa: E402
+from bench.record import bench_record, figures_record, pct  # noqa: E402
 
 
 def _writer(
@@ -160,15 +159,15 @@ async def _subscribe_latency(tries: int = 20) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--streams", type=int, nargs="+", default=[200])
-    parser.add_argument("--tokens", type=int, default=50)
-    parser.add_argument("--delay-ms", type=float, default=20.0)
-    parser.add_argument("--modes", nargs="+", default=["per-stream", "hub"])
+    parser = option_parser(
+        __doc__.split("\n\n")[0],
+        streams=[200],
+        tokens=50,
+        delay_ms=20.0,
+        modes=["per-stream", "hub"],
+    )
     args = parser.parse_args()
-    import django
-
-    django.setup()
+    django_start()
     rows = [asyncio.run(_run(m, n, args)) for n in args.streams for m in args.modes]
     waits = asyncio.run(_subscribe_latency())
     load = os.getloadavg()[0]
@@ -186,20 +185,11 @@ def main() -> None:
             f"{r['lag_p50']:6.1f}/{r['lag_p99']:6.1f}  {r['rounds']:6d}"
         )
         params = f"N={r['n']}, {r['mode']}, load {load:.1f} on {os.cpu_count()} cores"
-        bench_record(
-            bench="stream_hub",
-            metric="loop CPU per event",
-            value=r["cpu_us_per_event"],
-            unit="us",
-            params=params,
-        )
-        bench_record(
-            bench="stream_hub",
-            metric="delivery lag p99",
-            value=r["lag_p99"],
-            unit="ms",
-            params=params,
-        )
+        figures = [
+            ("loop CPU per event", r["cpu_us_per_event"], "us", ""),
+            ("delivery lag p99", r["lag_p99"], "ms", ""),
+        ]
+        figures_record(bench="stream_hub", params=params, figures=figures)
     print(
         f"\nsubscribe while the hub's XREAD blocks (1 s): first event after "
         f"p50 {pct(waits, 50):.1f} ms, max {max(waits):.1f} ms ({len(waits)} tries)"

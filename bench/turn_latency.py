@@ -17,113 +17,51 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.boot import django_start, option_parser  # noqa: E402
+from bench.corpus import LATENCY_PROMPTS  # noqa: E402
 from bench.record import bench_record  # noqa: E402
 
-PROMPTS = [
-    "Name three colours.",
-    "What is the capital of France?",
-    "Give me a tip for writing clean Python code.",
-    "Explain what a CPU does in two sentences.",
-    "Write a haiku about the sea.",
-    "What is 12 times 12?",
-    "List three fruits that are red.",
-    "Why is the sky blue?",
-    "Suggest a name for a pet cat.",
-    "What does HTTP stand for?",
-    "Describe a rainbow.",
-    "How many days are in a leap year?",
-]
+PASSWORD = "bench-pass-123"
 
 
 def main() -> None:
-    import argparse
 
-    import django
     import httpx
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--turns", type=int, default=12)
-    parser.add_argument("--max-tokens", type=int, default=128)
+    parser = option_parser(turns=12, max_tokens=128)
     args = parser.parse_args()
-    os.environ["CHAT_MAX_TOKENS"] = str(args.max_tokens)
-    os.environ["INFERENCE_DEFAULT_POOL"] = (
-        "bench"  # a pool only this run's worker serves
+    django_start(
+        {
+            "CHAT_MAX_TOKENS": str(args.max_tokens),
+            "INFERENCE_DEFAULT_POOL": "bench",  # a pool only this run's worker serves
+            "LOG_LEVEL": "WARNING",
+        }
     )
-    os.environ["LOG_LEVEL"] = "WARNING"
-
-    django.setup()
-    from django.contrib.auth import get_user_model
-
+    from bench.accounts import plan_user, pool_upsert
+    from bench.chat import login, turn_read
     from conversations.models import Message
-    from tests.sse import parse_frames
     from tests.stack import running_stack
 
-    User = get_user_model()
-    user, _ = User.objects.get_or_create(username="bench")
-    user.set_password("bench-pass-123")
-    user.save()
-    from gateway.models import ModelPool, Plan, Subscription
-
-    pool, _ = ModelPool.objects.get_or_create(
-        name="bench", defaults={"model": "SmolLM2-135M-Instruct.Q4_1"}
-    )
-    plan, _ = Plan.objects.get_or_create(name="bench")  # no token limits
-    plan.allowed_pools.set([pool])
-    Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
+    pool = pool_upsert("bench", model="SmolLM2-135M-Instruct.Q4_1")
+    plan_user("bench", plan="bench", pools=[pool], password=PASSWORD)
 
     worker = ["--pool", "bench", "--engine", "llamacpp"]
     with running_stack(worker, for_tests=False) as base:
         rows = []
         with httpx.Client(base_url=base, timeout=120) as client:
-            client.get("/login/")
-            client.post(
-                "/login/",
-                data={
-                    "username": "bench",
-                    "password": "bench-pass-123",
-                    "csrfmiddlewaretoken": client.cookies["csrftoken"],
-                },
-            )
+            login(client, username="bench", password=PASSWORD)
             for i in range(args.turns):
-                prompt = PROMPTS[i % len(PROMPTS)]
-                sent = time.monotonic()
-                r = client.post(
-                    "/c/messages/",
-                    data={"content": prompt},
-                    headers={"X-CSRFToken": client.cookies["csrftoken"]},
-                )
-                r.raise_for_status()
-                turn = r.json()
-                first = done_at = None
-                buffer = ""
-                with client.stream(
-                    "GET", turn["assistant_message"]["stream_url"]
-                ) as stream:
-                    for chunk in stream.iter_text():
-                        buffer += chunk
-                        events, _, buffer = parse_frames(buffer)
-                        for e in events:
-                            if e.event == "token" and first is None:
-                                first = time.monotonic()
-                            if e.event in ("done", "error"):
-                                done_at = time.monotonic()
-                        if done_at:
-                            break
-                m = Message.objects.get(id=turn["assistant_message"]["id"])
+                read = turn_read(client, LATENCY_PROMPTS[i % len(LATENCY_PROMPTS)])
+                first, done_at = read.first_token, read.ended
+                m = Message.objects.get(id=read.body["assistant_message"]["id"])
                 decode_s = (done_at - first) if first and done_at else float("nan")
                 rows.append(
                     {
-                        "client_ttft_ms": (first - sent) * 1000
-                        if first
-                        else float("nan"),
+                        "client_ttft_ms": read.ttft_ms,
                         "server_ttft_ms": m.ttft_ms,
                         "tokens": m.token_count,
                         "tok_s": (m.token_count - 1) / decode_s

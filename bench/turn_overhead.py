@@ -1,5 +1,5 @@
 """What our path adds to a chat turn: POST of a message to the first token at the client,
-minus the engine's own time to first token (issue 13, "Load").
+minus the engine's own time to first token.
 
     .venv/bin/python bench/turn_overhead.py [--turns 20] [--users 100] [--rounds 1]
         [--think-s 10] [--active-s 30] [--cold-starts 1] [--cases plain memory]
@@ -50,22 +50,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.boot import django_start, option_parser  # noqa: E402
 from bench.record import bench_record, pct  # noqa: E402
-from bench.sse_wire import read_head, sse_frames, sse_open  # noqa: E402
+from bench.sse_wire import Session, turn_streamed, turn_two_requests  # noqa: E402
 
 POOL = "turn-bench"  # a pool only this run's worker serves
 PASSWORD = "turn-bench-pass-123"
@@ -80,123 +76,6 @@ GOALS = {
 }
 
 
-# --- a light HTTP/1.1 client ---------------------------------------------------------
-
-
-class Session:
-    """A signed-in browser: its cookies and CSRF token."""
-
-    def __init__(self, cookies: dict[str, str]) -> None:
-        self.cookies = cookies
-
-    @property
-    def header(self) -> str:
-        return "; ".join(f"{k}={v}" for k, v in self.cookies.items())
-
-
-async def _form_post(
-    host: str, port: int, path: str, s: Session, form: str, accept: str
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Open a connection and send a form POST as the chat page does (session cookie,
-    CSRF header); the caller reads the response and closes ``writer``."""
-    reader, writer = await asyncio.open_connection(host, port)
-    body = form.encode()
-    writer.write(
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {s.header}\r\n"
-        f"X-CSRFToken: {s.cookies['csrftoken']}\r\nAccept: {accept}\r\n"
-        "Content-Type: application/x-www-form-urlencoded\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-        + body
-    )
-    return reader, writer
-
-
-async def _post(
-    host: str, port: int, path: str, s: Session, form: str
-) -> tuple[int, dict]:
-    reader, writer = await _form_post(host, port, path, s, form, "application/json")
-    try:
-        status, headers = await read_head(reader)
-        if "content-length" in headers:
-            raw = await reader.readexactly(int(headers["content-length"]))
-        else:
-            raw = await reader.read()
-        try:
-            return status, json.loads(raw)
-        except ValueError:
-            return status, {"raw": raw[:300].decode(errors="replace")}
-    finally:
-        writer.close()
-
-
-def _engine_ms(meta_ms: int | None, token_ms: int) -> int:
-    return token_ms - meta_ms if meta_ms is not None else 0
-
-
-async def _first_token_of(
-    reader: asyncio.StreamReader, headers: dict[str, str]
-) -> tuple[float, int]:
-    """Read an open SSE body to its end; return (wall time of the first ``token``
-    frame, engine TTFT ms from the meta/token entry ids)."""
-    first_at, meta_ms, token_ms = None, None, 0
-    async for frame in sse_frames(reader, headers):
-        entry = frame.id or "0-0"
-        if frame.event == "meta" and meta_ms is None:
-            meta_ms = int(entry.split("-")[0])
-        elif frame.event == "token" and first_at is None:
-            first_at, token_ms = frame.wall, int(entry.split("-")[0])
-        elif frame.event in ("done", "error"):
-            break
-    if first_at is None:
-        raise RuntimeError("the stream ended without a token")
-    return first_at, _engine_ms(meta_ms, token_ms)
-
-
-async def _first_token(
-    host: str, port: int, path: str, s: Session
-) -> tuple[float, int]:
-    """Open the SSE stream (GET); as :func:`_first_token_of`."""
-    reader, writer, status, headers = await sse_open(host, port, path, s.header)
-    try:
-        if status != 200:
-            raise RuntimeError(f"stream: status {status}")
-        return await _first_token_of(reader, headers)
-    finally:
-        writer.close()
-
-
-async def _turn_streamed(host: str, port: int, s: Session, form: str) -> dict:
-    """The chat page's turn: one POST whose 201 response is the answer's stream
-    (``Accept: text/event-stream``; its first frame the turn's JSON)."""
-    sent = time.time()
-    reader, writer = await _form_post(
-        host, port, "/c/messages/", s, form, "text/event-stream, application/json"
-    )
-    try:
-        status, headers = await read_head(reader)
-        posted = time.time()
-        if status != 201:
-            raise RuntimeError(f"POST: {status} {(await reader.read())[:300]!r}")
-        first_at, engine_ms = await _first_token_of(reader, headers)
-    finally:
-        writer.close()
-    return {"sent": sent, "posted": posted, "first_at": first_at, "engine": engine_ms}
-
-
-async def _turn_two_requests(host: str, port: int, s: Session, form: str) -> dict:
-    """A POST answered with the turn's JSON, then the GET of its stream URL (the
-    chat page's turn before issue 13's streamed POST; ``--two-requests``)."""
-    sent = time.time()
-    status, body = await _post(host, port, "/c/messages/", s, form)
-    posted = time.time()
-    if status != 201:
-        raise RuntimeError(f"POST: {status} {body}")
-    first_at, engine_ms = await _first_token(
-        host, port, body["assistant_message"]["stream_url"], s
-    )
-    return {"sent": sent, "posted": posted, "first_at": first_at, "engine": engine_ms}
-
-
 TWO_REQUESTS = False  # --two-requests
 
 
@@ -207,7 +86,7 @@ async def turn(base: str, s: Session) -> dict[str, float]:
 
     parts = urlsplit(base)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    run = _turn_two_requests if TWO_REQUESTS else _turn_streamed
+    run = turn_two_requests if TWO_REQUESTS else turn_streamed
     t = await run(host, port, s, f"content={quote(QUESTION)}")
     return {
         "overhead": (t["first_at"] - t["sent"]) * 1000 - t["engine"],
@@ -223,49 +102,31 @@ def users_setup(count: int, *, memory: bool) -> list[Any]:
     """``count`` bench users on an unlimited plan for :data:`POOL` (made once, kept);
     with ``memory`` each has 5 facts and a ready document (the first user's are
     embedded by the embedding worker, the others' rows copied from them)."""
-    from django.contrib.auth import get_user_model
+    from bench.accounts import plan_user, pool_upsert
+    from gateway.models import ModelPool
 
-    from gateway.models import ModelPool, Plan, Subscription
-
-    pool, _ = ModelPool.objects.update_or_create(
-        name=POOL, defaults={"model": "scripted-1", "engine": ModelPool.Engine.SCRIPTED}
-    )
-    plan, _ = Plan.objects.get_or_create(name="turn-bench")  # no token limits
-    plan.allowed_pools.set([pool])
+    pool = pool_upsert(POOL, model="scripted-1", engine=ModelPool.Engine.SCRIPTED)
     kind = "memory" if memory else "plain"
     users = []
-    User = get_user_model()
     for i in range(count):
-        user, created = User.objects.get_or_create(username=f"turnbench-{kind}-{i}")
-        if created:
-            user.set_password(PASSWORD)
-            user.save()
-        Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
-        users.append(user)
+        name = f"turnbench-{kind}-{i}"
+        users.append(
+            plan_user(name, plan="turn-bench", pools=[pool], password=PASSWORD)
+        )
     if memory:
         memory_setup(users)
     return users
 
 
 def memory_setup(users: list[Any]) -> None:
-    from bench.embeddings import DOCUMENT, FACTS
-    from memory import services as memory_services
+    """Give ``users[0]`` the bench memory (:func:`bench.accounts.memory_add`) and
+    copy its facts and document rows, vectors included, to the others that have
+    none."""
+    from bench.accounts import memory_add
     from memory.models import Chunk, Document, MemoryFact
 
     first = users[0]
-    if not MemoryFact.objects.filter(user=first).exists():
-        for fact in FACTS:
-            memory_services.fact_add(user=first, text=fact)
-    doc = Document.objects.filter(user=first, status="ready").first()
-    if doc is None:
-        upload = memory_services.document_upload(
-            user=first,
-            name="greenhouse.md",
-            data=DOCUMENT.encode(),
-            ingest_on_commit=False,
-        )
-        doc = memory_services.document_ingest(document_id=upload.id)
-        assert doc.status == "ready", doc.error
+    doc = memory_add(first)
     facts = list(MemoryFact.objects.filter(user=first))
     chunks = list(Chunk.objects.filter(document=doc))
     for user in users[1:]:
@@ -304,17 +165,10 @@ def login_http(base: str, username: str) -> Session:
     """Sign in over HTTP, as a person would (GET and POST the login form)."""
     import httpx
 
+    from bench.chat import login
+
     with httpx.Client(base_url=base, timeout=60) as http:
-        http.get("/login/")
-        r = http.post(
-            "/login/",
-            data={
-                "username": username,
-                "password": PASSWORD,
-                "csrfmiddlewaretoken": http.cookies["csrftoken"],
-            },
-        )
-        assert r.status_code == 302, r.text[:300]
+        login(http, username=username, password=PASSWORD)
         return Session({k: v for k, v in http.cookies.items()})
 
 
@@ -444,11 +298,7 @@ def run_case(case: str, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--turns", type=int, default=20)
-    parser.add_argument("--users", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--cold-starts", type=int, default=1)
+    parser = option_parser(turns=20, users=100, rounds=1, cold_starts=1)
     parser.add_argument(
         "--think-s",
         type=float,
@@ -472,11 +322,7 @@ def main() -> None:
     args = parser.parse_args()
     global TWO_REQUESTS
     TWO_REQUESTS = args.two_requests
-    os.environ["INFERENCE_DEFAULT_POOL"] = POOL
-    os.environ["LOG_LEVEL"] = "WARNING"
-    import django
-
-    django.setup()
+    django_start({"INFERENCE_DEFAULT_POOL": POOL, "LOG_LEVEL": "WARNING"})
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()}")
     if args.profile:
         from bench.turn_profile import profile_run

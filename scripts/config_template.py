@@ -1,8 +1,9 @@
-"""Fill the ``{{ name }}`` placeholders of a file under deploy/ (scripts/haproxy_config.py,
-scripts/nginx_config.py)."""
+"""Fill the ``{{ name }}`` placeholders of a file under deploy/, and the command line
+its renderers share (scripts/haproxy_config.py, scripts/nginx_config.py)."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,3 +26,21 @@ def config_template_render(*, template: Path, values: Mapping[str, str]) -> str:
         return values[name]
 
     return _PLACEHOLDER.sub(fill, template.read_text())
+
+
+def config_parser(
+    doc: str, *, listen: str, listen_help: str
+) -> argparse.ArgumentParser:
+    """Return the command line the renderers share: ``--listen`` (default ``listen``,
+    described by ``listen_help``) and ``--web HOST:PORT``, given once per daphne web
+    process (at least once). ``doc``'s first paragraph heads ``--help``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--listen", default=listen, help=listen_help)
+    parser.add_argument(
+        "--web",
+        action="append",
+        required=True,
+        metavar="HOST:PORT",
+        help="a daphne web process (repeat for each)",
+    )
+    return parser

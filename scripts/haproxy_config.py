@@ -10,7 +10,6 @@ per web process). tests/test_scaleout.py and bench/sse_fanout.py render it the s
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 if not __package__:  # run as `python scripts/haproxy_config.py`: the repo root first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.config_template import DEPLOY, config_template_render  # noqa: E402
+from scripts.config_template import DEPLOY, config_parser, config_template_render  # noqa: E402
 
 TEMPLATE = DEPLOY / "haproxy.cfg"
 
@@ -47,17 +46,9 @@ def haproxy_config_render(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the rendered configuration (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--listen", default=":80", help="public bind address")
+    parser = config_parser(__doc__, listen=":80", listen_help="public bind address")
     parser.add_argument(
         "--stats", default="127.0.0.1:8404", help="stats page bind address (private)"
-    )
-    parser.add_argument(
-        "--web",
-        action="append",
-        required=True,
-        metavar="HOST:PORT",
-        help="a daphne web process (repeat for each)",
     )
     args = parser.parse_args(argv)
     sys.stdout.write(

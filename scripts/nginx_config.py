@@ -12,7 +12,6 @@ and run nginx as the current user). tests/test_scaleout_nginx.py renders it the 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 if not __package__:  # run as `python scripts/nginx_config.py`: the repo root first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.config_template import DEPLOY, config_template_render  # noqa: E402
+from scripts.config_template import DEPLOY, config_parser, config_template_render  # noqa: E402
 
 TEMPLATE = DEPLOY / "nginx.conf"
 # How long a web process that refused a connection stays out of rotation, s (nginx's
@@ -65,15 +64,7 @@ def nginx_config_render(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the rendered configuration (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--listen", default="80", help="nginx listen address")
-    parser.add_argument(
-        "--web",
-        action="append",
-        required=True,
-        metavar="HOST:PORT",
-        help="a daphne web process (repeat for each)",
-    )
+    parser = config_parser(__doc__, listen="80", listen_help="nginx listen address")
     args = parser.parse_args(argv)
     sys.stdout.write(nginx_config_render(listen=args.listen, backends=args.web))
     return 0
