@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-# A bench user's memory (bench/accounts.py memory_add) and questions about it.
+# A bench user's memory (bench/users.py memory_add) and questions about it.
 FACTS = [
     "I grow San Marzano tomatoes in my greenhouse.",
     "My greenhouse is in Porto and gets afternoon sun.",

@@ -113,7 +113,7 @@ def bench_user() -> Any:
 
     Needs a live embedding worker (facts and chunks are embedded by it).
     """
-    from bench.accounts import memory_add, plan_user, pool_upsert
+    from bench.users import memory_add, plan_user, pool_upsert
 
     pool = pool_upsert(CHAT_POOL, model="scripted-1")
     user = plan_user("bench", plan="bench", pools=[pool], password=PASSWORD)

@@ -60,8 +60,8 @@ def main() -> None:
             "CHAT_BACKGROUND_JOBS": "0" if args.no_background else "1",
         }
     )
-    from bench.accounts import plan_user, pool_upsert
     from bench.chat import login, turn_read
+    from bench.users import plan_user, pool_upsert
     from inference.connections import redis_sync
     from tests.stack import running_stack, stack_env
 

@@ -199,7 +199,7 @@ async def run_levels(
 def setup_ours() -> str:
     """Create the bench user, an unlimited plan, the pool and a fresh API key."""
     django_start()
-    from bench.accounts import plan_user, pool_upsert
+    from bench.users import plan_user, pool_upsert
     from gateway import services
     from gateway.models import ModelPool
 

@@ -63,7 +63,7 @@ POOL = "ssebench"
 
 def bench_setup(password: str) -> None:
     """The bench user, on a plan with no token limits, allowed the bench pool only."""
-    from bench.accounts import plan_user, pool_upsert
+    from bench.users import plan_user, pool_upsert
 
     pool = pool_upsert(POOL, model="scripted-1", queue_threshold=1_000_000)
     plan_user("ssebench", plan="ssebench", pools=[pool], password=password)

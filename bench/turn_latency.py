@@ -41,8 +41,8 @@ def main() -> None:
             "LOG_LEVEL": "WARNING",
         }
     )
-    from bench.accounts import plan_user, pool_upsert
     from bench.chat import login, turn_read
+    from bench.users import plan_user, pool_upsert
     from conversations.models import Message
     from tests.stack import running_stack
 

@@ -102,7 +102,7 @@ def users_setup(count: int, *, memory: bool) -> list[Any]:
     """``count`` bench users on an unlimited plan for :data:`POOL` (made once, kept);
     with ``memory`` each has 5 facts and a ready document (the first user's are
     embedded by the embedding worker, the others' rows copied from them)."""
-    from bench.accounts import plan_user, pool_upsert
+    from bench.users import plan_user, pool_upsert
     from gateway.models import ModelPool
 
     pool = pool_upsert(POOL, model="scripted-1", engine=ModelPool.Engine.SCRIPTED)
@@ -119,10 +119,10 @@ def users_setup(count: int, *, memory: bool) -> list[Any]:
 
 
 def memory_setup(users: list[Any]) -> None:
-    """Give ``users[0]`` the bench memory (:func:`bench.accounts.memory_add`) and
+    """Give ``users[0]`` the bench memory (:func:`bench.users.memory_add`) and
     copy its facts and document rows, vectors included, to the others that have
     none."""
-    from bench.accounts import memory_add
+    from bench.users import memory_add
     from memory.models import Chunk, Document, MemoryFact
 
     first = users[0]
