@@ -229,6 +229,3 @@ class UserPreferenceAdmin(admin.ModelAdmin):
     search_fields = ("user__username",)
     raw_id_fields = ("user",)
 
-
-# Evaluation sets, runs and their comparison (registers its ModelAdmins).
-from gateway.evaluation import admin as _evaluation_admin  # noqa: E402, F401

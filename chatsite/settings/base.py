@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "csp",
     "channels",
     "conversations",
+    "evaluation",
     "gateway",
     "memory",
     "safety",
@@ -250,7 +251,7 @@ GATEWAY_QUEUE_THRESHOLD = env.int("GATEWAY_QUEUE_THRESHOLD", default=32)
 # Under pressure the lowest-priority plan is admitted only below this share of a pool's
 # queue_threshold (shed first).
 GATEWAY_SHED_FRACTION = env.float("GATEWAY_SHED_FRACTION", default=0.5)
-# --- Evaluation runs (gateway.evaluation, DESIGN §11) ------------------------------------
+# --- Evaluation runs (evaluation, DESIGN §11) ------------------------------------
 # Eval requests go through the gateway as the service user EVAL_USERNAME on the plan
 # EVAL_PLAN_NAME, at most EVAL_CONCURRENCY at once per run, and are shed before any user:
 # admitted only below EVAL_SHED_FRACTION of a pool's queue_threshold. A shed request is

@@ -1,5 +1,7 @@
 """Evaluation data: sets of cases, runs of a set against a pool, one result per case
-run (DESIGN §11). Tables of the gateway app (imported by :mod:`gateway.models`).
+run (DESIGN §11). Each model names its table (``Meta.db_table``, ``gateway_eval*``):
+the tables were created by gateway/migrations/0007_evaluation.py and are used as
+they are (evaluation/migrations/0001_initial.py changes Django's state only).
 
 Times are milliseconds, token counts tokens, costs currency units (the pool's prices).
 """
@@ -21,6 +23,7 @@ class EvalSet(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        db_table = "gateway_evalset"
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -32,7 +35,7 @@ class EvalCase(models.Model):
 
     ``messages``: OpenAI chat messages (``[{"role", "content"}]``, ending with a user
     message); ``system_prompt`` is sent first when set. ``checks``: a list of
-    ``{"type": ..., "value": ...}`` (:data:`gateway.evaluation.checks.CHECK_TYPES`).
+    ``{"type": ..., "value": ...}`` (:data:`evaluation.checks.CHECK_TYPES`).
     ``params``: sampling parameters sent with it (``max_tokens``, ``temperature``...).
     ``judge_pool``/``rubric``: an optional judge model asked whether the answer meets
     the rubric (a ``judge`` check).
@@ -52,6 +55,7 @@ class EvalCase(models.Model):
     rubric = models.TextField(blank=True, default="")
 
     class Meta:
+        db_table = "gateway_evalcase"
         ordering = ["eval_set", "ordinal", "id"]
         constraints = [
             models.UniqueConstraint(
@@ -97,6 +101,7 @@ class EvalRun(models.Model):
     error = models.TextField(blank=True, default="")
 
     class Meta:
+        db_table = "gateway_evalrun"
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
@@ -137,6 +142,7 @@ class EvalResult(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = "gateway_evalresult"
         ordering = ["run", "case__ordinal", "case_id", "repeat_index"]
         constraints = [
             models.UniqueConstraint(

@@ -23,9 +23,9 @@ from redis.exceptions import RedisError
 from tqdm import tqdm
 
 from chatsite.errors import DomainError
-from gateway import tasks
-from gateway.evaluation import selectors, services
-from gateway.evaluation.models import EvalRun
+from evaluation import selectors, services, tasks
+from evaluation.runs import eval_run_create
+from evaluation.models import EvalRun
 from inference import client as inference_client
 
 POLL_S = 0.25
@@ -106,7 +106,7 @@ class Command(BaseCommand):
         try:
             with transaction.atomic():  # a refused command leaves no run behind
                 runs = [
-                    services.eval_run_create(
+                    eval_run_create(
                         set_name=opts["set"], pool=pool, repeat=opts["repeat"]
                     )
                     for pool in pools

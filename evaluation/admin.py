@@ -1,7 +1,5 @@
 """Admin of evaluation: sets (create, import JSONL, start runs), runs (progress,
 results, run again) and the side-by-side comparison of two runs.
-
-Registered by :mod:`gateway.admin` (which imports this module).
 """
 
 from __future__ import annotations
@@ -16,8 +14,9 @@ from django.urls import path, reverse
 
 from chatsite.errors import DomainError
 from gateway import selectors as gateway_selectors
-from gateway.evaluation import importing, selectors, services
-from gateway.evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet
+from evaluation import importing, selectors, tasks
+from evaluation.runs import MAX_REPEAT, eval_run_create
+from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet
 from gateway.models import ModelPool
 
 
@@ -46,7 +45,7 @@ class StartRunForm(forms.Form):
     """The pool and repeat count of the runs an admin action starts."""
 
     pool = forms.ChoiceField(choices=())
-    repeat = forms.IntegerField(min_value=1, max_value=services.MAX_REPEAT, initial=1)
+    repeat = forms.IntegerField(min_value=1, max_value=MAX_REPEAT, initial=1)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -66,7 +65,7 @@ class EvalSetAdmin(admin.ModelAdmin):
     search_fields = ("name", "description")
     inlines = [EvalCaseInline]
     actions = ["start_runs"]
-    change_list_template = "admin/gateway/evaluation/evalset_change_list.html"
+    change_list_template = "admin/evaluation/evalset_change_list.html"
 
     @admin.display(description="cases")
     def case_count(self, obj: EvalSet) -> int:
@@ -76,7 +75,7 @@ class EvalSetAdmin(admin.ModelAdmin):
         view = path(
             "import/",
             self.admin_site.admin_view(self.import_view),
-            name="gateway_evalset_import",
+            name="evaluation_evalset_import",
         )
         return [view, *super().get_urls()]
 
@@ -101,7 +100,7 @@ class EvalSetAdmin(admin.ModelAdmin):
                     request, f"Imported {count} case(s) into {eval_set.name}."
                 )
                 return HttpResponseRedirect(
-                    reverse("admin:gateway_evalset_change", args=[eval_set.pk])
+                    reverse("admin:evaluation_evalset_change", args=[eval_set.pk])
                 )
         context = {
             **self.admin_site.each_context(request),
@@ -110,7 +109,7 @@ class EvalSetAdmin(admin.ModelAdmin):
             "form": form,
         }
         return TemplateResponse(
-            request, "admin/gateway/evaluation/import.html", context
+            request, "admin/evaluation/import.html", context
         )
 
     @admin.action(description="Start a run of the selected sets on a pool")
@@ -120,7 +119,7 @@ class EvalSetAdmin(admin.ModelAdmin):
             started = []
             for eval_set in queryset:
                 try:
-                    run = services.eval_run_create(
+                    run = eval_run_create(
                         set_name=eval_set.name,
                         pool=form.cleaned_data["pool"],
                         repeat=form.cleaned_data["repeat"],
@@ -129,7 +128,7 @@ class EvalSetAdmin(admin.ModelAdmin):
                 except DomainError as exc:
                     self.message_user(request, exc.message, messages.ERROR)
                     continue
-                services.eval_run_enqueue(run=run)
+                tasks.eval_run_enqueue(run=run)
                 started.append(str(run.pk))
             if started:
                 self.message_user(
@@ -148,7 +147,7 @@ class EvalSetAdmin(admin.ModelAdmin):
             "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
         }
         return TemplateResponse(
-            request, "admin/gateway/evaluation/start_runs.html", context
+            request, "admin/evaluation/start_runs.html", context
         )
 
 
@@ -217,7 +216,7 @@ class EvalRunAdmin(admin.ModelAdmin):
         view = path(
             "compare/<int:a>/<int:b>/",
             self.admin_site.admin_view(self.compare_view),
-            name="gateway_evalrun_compare",
+            name="evaluation_evalrun_compare",
         )
         return [view, *super().get_urls()]
 
@@ -226,14 +225,14 @@ class EvalRunAdmin(admin.ModelAdmin):
         runs = {r.pk: r for r in EvalRun.objects.filter(pk__in=[a, b])}
         if a not in runs or b not in runs:
             self.message_user(request, "No such run.", messages.ERROR)
-            return HttpResponseRedirect(reverse("admin:gateway_evalrun_changelist"))
+            return HttpResponseRedirect(reverse("admin:evaluation_evalrun_changelist"))
         if runs[a].eval_set_id != runs[b].eval_set_id:
             self.message_user(
                 request,
                 "These runs are of different sets; compare two runs of the same set.",
                 messages.ERROR,
             )
-            return HttpResponseRedirect(reverse("admin:gateway_evalrun_changelist"))
+            return HttpResponseRedirect(reverse("admin:evaluation_evalrun_changelist"))
         sa, sb, diffs = selectors.runs_compare(a=runs[a], b=runs[b])
         context = {
             **self.admin_site.each_context(request),
@@ -245,7 +244,7 @@ class EvalRunAdmin(admin.ModelAdmin):
             "diffs": diffs,
         }
         return TemplateResponse(
-            request, "admin/gateway/evaluation/compare.html", context
+            request, "admin/evaluation/compare.html", context
         )
 
     @admin.action(description="Compare the two selected runs side by side")
@@ -254,13 +253,13 @@ class EvalRunAdmin(admin.ModelAdmin):
         if len(ids) != 2:
             self.message_user(request, "Select exactly two runs.", messages.ERROR)
             return None
-        return HttpResponseRedirect(reverse("admin:gateway_evalrun_compare", args=ids))
+        return HttpResponseRedirect(reverse("admin:evaluation_evalrun_compare", args=ids))
 
     @admin.action(description="Run the selected runs' set and pool again")
     def run_again(self, request: HttpRequest, queryset: Any) -> None:
         for old in queryset.select_related("eval_set"):
             try:
-                run = services.eval_run_create(
+                run = eval_run_create(
                     set_name=old.eval_set.name,
                     pool=old.pool,
                     repeat=old.repeat,
@@ -269,5 +268,5 @@ class EvalRunAdmin(admin.ModelAdmin):
             except DomainError as exc:
                 self.message_user(request, exc.message, messages.ERROR)
                 continue
-            services.eval_run_enqueue(run=run)
+            tasks.eval_run_enqueue(run=run)
             self.message_user(request, f"Started run {run.pk}.")

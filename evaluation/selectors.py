@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from gateway.evaluation.models import EvalResult, EvalRun
+from evaluation.models import EvalResult, EvalRun
 
 Z_95 = 1.96
 

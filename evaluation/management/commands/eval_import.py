@@ -1,9 +1,9 @@
 """`manage.py eval_import FILE [--name NAME] [--description TEXT] [--replace]`.
 
 Imports an evaluation set from a JSONL file (one case per line; see
-:func:`gateway.evaluation.importing.eval_cases_parse`). All or nothing: a bad line
+:func:`evaluation.importing.eval_cases_parse`). All or nothing: a bad line
 imports nothing and the command exits 1 naming the bad lines. The set's name defaults
-to the file's name without ``.jsonl`` (``gateway/evaluation/sets/basic.jsonl`` →
+to the file's name without ``.jsonl`` (``evaluation/sets/basic.jsonl`` →
 ``basic``).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chatsite.errors import DomainError
-from gateway.evaluation import importing
+from evaluation import importing
 
 
 class Command(BaseCommand):

@@ -1,12 +1,12 @@
-"""The checks of evaluation cases (gateway/evaluation/checks.py) and the statistics of
-the summaries (gateway/evaluation/selectors.py): pure functions."""
+"""The checks of evaluation cases (evaluation/checks.py) and the statistics of
+the summaries (evaluation/selectors.py): pure functions."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.evaluation import checks
-from gateway.evaluation.selectors import percentile, wilson_interval
+from evaluation import checks
+from evaluation.selectors import percentile, wilson_interval
 
 
 def verdict(check: dict, text: str, **kw) -> bool:

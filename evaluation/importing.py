@@ -1,5 +1,5 @@
 """Writes of evaluation sets: parse a JSONL file of cases and import it as an
-:class:`~gateway.evaluation.models.EvalSet`, all or nothing (a bad line imports nothing
+:class:`~evaluation.models.EvalSet`, all or nothing (a bad line imports nothing
 and is named in the error).
 """
 
@@ -17,8 +17,8 @@ from chatsite.errors import (
     Conflict,
     InvalidInput,
 )
-from gateway.evaluation import checks
-from gateway.evaluation.models import EvalCase, EvalSet
+from evaluation import checks
+from evaluation.models import EvalCase, EvalSet
 
 logger = logging.getLogger(__name__)
 

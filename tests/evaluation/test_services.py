@@ -1,4 +1,4 @@
-"""Evaluation runs (gateway/evaluation/services.py, run_eval, eval_import, the admin):
+"""Evaluation runs (evaluation/services.py, run_eval, eval_import, the admin):
 through the gateway's real lifecycle, a scripted worker, real PostgreSQL and Redis."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from django.urls import reverse
 
 from chatsite.errors import InvalidInput, PoolSaturated
 from gateway import generations, routing
-from gateway.evaluation import importing, services
-from gateway.evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet
+from evaluation import importing, runs, services
+from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet
 from gateway.models import Plan, UsageRecord
 from inference import protocol
 from inference.connections import redis_sync
@@ -28,7 +28,7 @@ from tests.gateway import factories
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BASIC = Path(settings.BASE_DIR) / "gateway" / "evaluation" / "sets" / "basic.jsonl"
+BASIC = Path(settings.BASE_DIR) / "evaluation" / "sets" / "basic.jsonl"
 
 
 def case_line(name: str, text: str, checks: list[dict], **extra) -> str:
@@ -116,7 +116,7 @@ def test_a_run_completes_through_the_gateway_with_one_result_per_case(start_work
             case_line("wrong", "Lyon.", [{"type": "exact", "value": "Paris."}]),
         ],
     )
-    run = services.eval_run_create(set_name="mini", pool="default", repeat=2)
+    run = runs.eval_run_create(set_name="mini", pool="default", repeat=2)
     run = services.eval_run_execute(run_id=run.pk)
     assert run.status == EvalRun.Status.COMPLETE
     assert (run.done, run.total) == (8, 8)
@@ -164,7 +164,7 @@ def test_a_run_never_has_more_than_eval_concurrency_requests_in_flight(
             for i in range(6)
         ],
     )
-    run = services.eval_run_create(set_name="slow", pool="default")
+    run = runs.eval_run_create(set_name="slow", pool="default")
     services.eval_run_execute(run_id=run.pk)
     spans = list(
         EvalResult.objects.filter(run=run).values_list("started_at", "finished_at")
@@ -189,7 +189,7 @@ def test_eval_requests_are_shed_before_users_when_the_pool_is_saturated(settings
     free = factories.plan("free-tier", priority=0, is_default=True)
     factories.plan("paid", priority=10)
     user = make_user("carol")
-    bot = services.eval_service_user()
+    bot = runs.eval_service_user()
     eval_plan = Plan.objects.get(name=settings.EVAL_PLAN_NAME)
     assert eval_plan.priority == free.priority  # the free tier stays the lowest
     fake_heartbeat("default")
@@ -222,7 +222,7 @@ def test_a_shed_case_waits_with_backoff_and_runs_once_capacity_returns(
         "patient",
         [case_line("c", "Paris", [{"type": "contains", "value": "Paris"}])],
     )
-    run = services.eval_run_create(set_name="patient", pool="default")
+    run = runs.eval_run_create(set_name="patient", pool="default")
     fake_heartbeat("default")
     queue_jobs("default", 3)  # users' backlog: eval is shed
 
@@ -253,7 +253,7 @@ def test_a_case_shed_for_longer_than_the_retry_limit_is_an_error_not_a_crash(set
     settings.EVAL_RETRY_MAX_S = 0.3
     factories.pool("default", queue_threshold=4)
     make_set("hopeless", [case_line("c", "x", [{"type": "contains", "value": "x"}])])
-    run = services.eval_run_create(set_name="hopeless", pool="default")
+    run = runs.eval_run_create(set_name="hopeless", pool="default")
     fake_heartbeat("default")
     queue_jobs("default", 3)
     run = services.eval_run_execute(run_id=run.pk)
@@ -322,7 +322,7 @@ def test_the_admin_imports_starts_and_compares_runs(admin_client, start_worker):
     upload = io.BytesIO(b"{broken\n")
     upload.name = "bad.jsonl"
     response = admin_client.post(
-        reverse("admin:gateway_evalset_import"), {"name": "web", "file": upload}
+        reverse("admin:evaluation_evalset_import"), {"name": "web", "file": upload}
     )
     assert response.status_code == 200
     assert "Nothing was imported" in response.content.decode()
@@ -332,14 +332,14 @@ def test_the_admin_imports_starts_and_compares_runs(admin_client, start_worker):
     )
     good.name = "good.jsonl"
     response = admin_client.post(
-        reverse("admin:gateway_evalset_import"), {"name": "web", "file": good}
+        reverse("admin:evaluation_evalset_import"), {"name": "web", "file": good}
     )
     assert response.status_code == 302
     eval_set = EvalSet.objects.get(name="web")
     # the action runs on Celery (eager in tests), after the commit
     for _ in range(2):
         admin_client.post(
-            reverse("admin:gateway_evalset_changelist"),
+            reverse("admin:evaluation_evalset_changelist"),
             {
                 "action": "start_runs",
                 "_selected_action": [eval_set.pk],
@@ -349,10 +349,10 @@ def test_the_admin_imports_starts_and_compares_runs(admin_client, start_worker):
         )
     runs = list(EvalRun.objects.order_by("pk"))
     assert [r.status for r in runs] == [EvalRun.Status.COMPLETE] * 2
-    listing = admin_client.get(reverse("admin:gateway_evalrun_changelist"))
+    listing = admin_client.get(reverse("admin:evaluation_evalrun_changelist"))
     assert "1/1" in listing.content.decode()
     page = admin_client.get(
-        reverse("admin:gateway_evalrun_compare", args=[runs[0].pk, runs[1].pk])
+        reverse("admin:evaluation_evalrun_compare", args=[runs[0].pk, runs[1].pk])
     )
     assert page.status_code == 200
     assert "both runs agree on every case" in page.content.decode()
@@ -361,10 +361,10 @@ def test_the_admin_imports_starts_and_compares_runs(admin_client, start_worker):
     )
     other.name = "other.jsonl"
     admin_client.post(
-        reverse("admin:gateway_evalset_import"), {"name": "other", "file": other}
+        reverse("admin:evaluation_evalset_import"), {"name": "other", "file": other}
     )
     admin_client.post(
-        reverse("admin:gateway_evalset_changelist"),
+        reverse("admin:evaluation_evalset_changelist"),
         {
             "action": "start_runs",
             "_selected_action": [EvalSet.objects.get(name="other").pk],
@@ -374,7 +374,7 @@ def test_the_admin_imports_starts_and_compares_runs(admin_client, start_worker):
     )
     third = EvalRun.objects.latest("pk")
     page = admin_client.get(
-        reverse("admin:gateway_evalrun_compare", args=[runs[0].pk, third.pk]),
+        reverse("admin:evaluation_evalrun_compare", args=[runs[0].pk, third.pk]),
         follow=True,
     )
     assert "runs are of different sets" in page.content.decode()
@@ -387,7 +387,7 @@ def test_a_case_whose_job_times_out_in_the_queue_is_retried_not_failed(
     settings.INFERENCE_QUEUE_TIMEOUT_S = 0.5
     factories.pool("default")
     make_set("late", [case_line("c", "Paris", [{"type": "contains", "value": "P"}])])
-    run = services.eval_run_create(set_name="late", pool="default")
+    run = runs.eval_run_create(set_name="late", pool="default")
     fake_heartbeat("default")  # looks served, but nobody takes the job in time
 
     def execute() -> None:

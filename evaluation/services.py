@@ -1,5 +1,5 @@
-"""Writes of evaluation: create runs and execute them through the gateway (sets are
-imported by :mod:`gateway.evaluation.importing`).
+"""Writes of evaluation: execute runs through the gateway (sets are imported by
+:mod:`evaluation.importing`, runs created by :mod:`evaluation.runs`).
 
 A run sends every case (× ``repeat``) through the gateway's one generation lifecycle
 (:func:`gateway.generations.generation_start` then
@@ -33,107 +33,24 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
-from django.db.models import F, Min
+from django.db.models import F
 from django.utils import timezone
 
 from chatsite.errors import (
     DomainError,
-    InvalidInput,
     ModerationBlocked,
     NotFound,
 )
-from gateway import generations, selectors
-from gateway.evaluation import checks
-from gateway.evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet
-from gateway.models import ModelPool, Plan, Subscription, UsageRecord
+from evaluation import checks
+from evaluation.models import EvalCase, EvalResult, EvalRun
+from evaluation import runs
+from gateway import generations
+from gateway.models import UsageRecord
 
 logger = logging.getLogger(__name__)
 
 RETRY_CAP_S = 30.0
-MAX_REPEAT = 100
-
-
-# --- runs ---------------------------------------------------------------------------
-
-
-def _pool_check(pool: str) -> None:
-    """Raise NotFound unless ``pool`` is an enabled chat pool (or, with no chat pool in
-    the database, the default pool)."""
-    config = selectors.gateway_config()
-    chat = config.pools_of(kind=ModelPool.Kind.CHAT)
-    if not chat:
-        if pool == settings.INFERENCE_DEFAULT_POOL:
-            return
-        raise NotFound(
-            f"No pool {pool!r}: none is defined, only the default pool "
-            f"{settings.INFERENCE_DEFAULT_POOL!r} serves."
-        )
-    if not any(p.name == pool and p.enabled for p in chat):
-        names = ", ".join(sorted(p.name for p in chat if p.enabled)) or "none"
-        raise NotFound(f"No enabled chat pool {pool!r} (enabled: {names}).")
-
-
-def eval_run_create(
-    *,
-    set_name: str,
-    pool: str,
-    repeat: int = 1,
-    created_by: AbstractBaseUser | None = None,
-) -> EvalRun:
-    """Create a pending run of set ``set_name`` on ``pool`` (each case ``repeat``
-    times, 1 to MAX_REPEAT). Raises NotFound (unknown set or pool) and InvalidInput
-    (bad repeat, empty set). Start it with :func:`eval_run_execute` (inline) or the
-    Celery task ``gateway.tasks.eval_run``."""
-    if not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
-        raise InvalidInput(f"repeat must be between 1 and {MAX_REPEAT}.")
-    try:
-        eval_set = EvalSet.objects.get(name=set_name)
-    except EvalSet.DoesNotExist as exc:
-        known = ", ".join(EvalSet.objects.values_list("name", flat=True)) or "none"
-        raise NotFound(
-            f"No eval set {set_name!r} (known: {known}; import one with "
-            "manage.py eval_import FILE)."
-        ) from exc
-    _pool_check(pool)
-    cases = eval_set.cases.count()
-    if not cases:
-        raise InvalidInput(f"The eval set {set_name!r} has no case.")
-    return EvalRun.objects.create(
-        eval_set=eval_set,
-        pool=pool,
-        repeat=repeat,
-        total=cases * repeat,
-        created_by=created_by if created_by and created_by.pk else None,
-    )
-
-
-def eval_service_user() -> AbstractBaseUser:
-    """Return the service user runs are sent as (EVAL_USERNAME), on the eval plan.
-
-    Created on first use: the user (no usable password: it cannot sign in) and the plan
-    EVAL_PLAN_NAME, without limits, at the lowest priority of the existing plans (so
-    the free tier stays the lowest user plan; the eval plan is shed by name, before
-    it). An admin may give the plan limits or pools; they are kept.
-    """
-    User = get_user_model()
-    with transaction.atomic():
-        user, created = User.objects.get_or_create(
-            username=settings.EVAL_USERNAME, defaults={"is_active": True}
-        )
-        if created:
-            user.set_unusable_password()
-            user.save(update_fields=["password"])
-        plan = Plan.objects.filter(name=settings.EVAL_PLAN_NAME).first()
-        if plan is None:
-            lowest = Plan.objects.aggregate(p=Min("priority"))["p"]
-            plan = Plan.objects.create(
-                name=settings.EVAL_PLAN_NAME, priority=lowest or 0
-            )
-        Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
-    return user
 
 
 def _progress(run_id: int) -> None:
@@ -391,7 +308,7 @@ def eval_run_execute(*, run_id: int) -> EvalRun:
         status=EvalRun.Status.RUNNING, started_at=run.started_at or timezone.now()
     )
     try:
-        user = eval_service_user()
+        user = runs.eval_service_user()
         cases = list(run.eval_set.cases.all())
         have = set(run.results.values_list("case_id", "repeat_index"))
         todo = [
@@ -420,10 +337,3 @@ def eval_run_execute(*, run_id: int) -> EvalRun:
     run.refresh_from_db()
     return run
 
-
-def eval_run_enqueue(*, run: EvalRun) -> None:
-    """Start ``run`` on a Celery worker once the current transaction commits."""
-    from gateway import tasks
-
-    run_id = run.pk
-    transaction.on_commit(lambda: tasks.eval_run.delay(run_id))
