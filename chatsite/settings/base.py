@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "csp",
     "channels",
+    "accounts",
     "conversations",
     "evaluation",
     "gateway",

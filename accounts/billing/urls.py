@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from gateway.billing import views
+from accounts.billing import views
 
 urlpatterns = [
     path("", views.console, name="billing-console"),

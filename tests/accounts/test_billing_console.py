@@ -1,4 +1,4 @@
-"""The billing console's admin pages (gateway/billing/views.py, charts.py): charts for
+"""The billing console's admin pages (accounts/billing/views.py, charts.py): charts for
 an empty range and with data, the tables, CSV export, the date filter, who may see it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from gateway.billing import charts
+from accounts.billing import charts
 from gateway.models import UsageRecord
 from tests.conftest import make_user
 from tests.gateway import factories

@@ -22,7 +22,8 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from chatsite.errors import InvalidInput
-from gateway.billing import charts, selectors
+from accounts.billing import charts
+from gateway.billing import selectors
 from gateway.billing.selectors import DateRange, PoolLoad, UsageRow, UserSpend
 
 # Models with the most cost shown in the per-model charts (the table lists all).

@@ -1,4 +1,4 @@
-"""The settings page (gateway/views.py) and the shared layout of every page: one-time
+"""The settings page (accounts/views.py, accounts/services.py) and the shared layout of every page: one-time
 display of a new API key after POST-redirect-GET, confirmation before every revoke and
 delete, profile / password / preferences forms, account deletion (every user-owned row
 and Redis key goes, another user's stay), and the error pages."""
@@ -19,8 +19,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts import services as account
 from conversations.models import Conversation, Feedback, Message
-from gateway import account, keys, selectors, services
+from gateway import keys, selectors, services
 from gateway.cache.exact import exact_store
 from gateway.models import (
     ApiKey,

@@ -1,5 +1,5 @@
 """Forms of the settings page: validation at the edge (CONVENTIONS §3); the writes are
-services' (:mod:`gateway.account`)."""
+services' (:mod:`accounts.services`)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from gateway import views
+from accounts import views
 
 urlpatterns = [
     path("", views.account_settings, name="account-settings"),
