@@ -7,8 +7,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from gateway.billing import services
-from gateway.management.commands._billing import domain_errors
-from safety.management.commands.suspend import command_actor, user_get
+from chatsite.commands import domain_errors
+from chatsite.commands import command_actor, user_get
 
 
 class Command(BaseCommand):

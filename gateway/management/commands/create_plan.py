@@ -9,8 +9,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from gateway.billing import services
-from gateway.management.commands._billing import domain_errors, token_limit
-from safety.management.commands.suspend import command_actor
+from chatsite.commands import domain_errors, token_limit
+from chatsite.commands import command_actor
 
 
 def _limit(value: int | None) -> str:

@@ -1,17 +1,38 @@
-"""Shared by the billing commands: parsing a token limit, turning a domain error into
-a CommandError (a message and exit status 1)."""
+"""Helpers shared by the management commands of every app: the audit log's actor of a
+command run, a user by name, parsing a token limit, turning a domain error into a
+CommandError (a message and exit status 1)."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from chatsite.errors import DomainError
 
 NO_LIMIT = ("none", "unlimited")
+
+
+def command_actor() -> str:
+    """The audit log's actor label of a command run: the OS user."""
+    try:
+        return f"command ({getpass.getuser()})"
+    except Exception:  # noqa: BLE001 - no login name in some containers
+        return "command"
+
+
+def user_get(username: str) -> Any:
+    """The user named ``username``; CommandError if there is none."""
+    User = get_user_model()
+    try:
+        return User.objects.get(**{User.USERNAME_FIELD: username})
+    except User.DoesNotExist as exc:
+        raise CommandError(f"No user named {username!r}.") from exc
 
 
 def token_limit(value: str) -> int | None:
