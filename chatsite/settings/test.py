@@ -14,7 +14,7 @@ os.environ.setdefault(
 
 from chatsite.settings.base import *  # noqa: E402, F403
 from chatsite.settings.base import REDIS_URL, env  # noqa: E402
-from inference.sentinel import (  # noqa: E402
+from chatsite.sentinel import (  # noqa: E402
     redis_cache_config,
     sentinel_celery_broker,
 )

@@ -184,7 +184,7 @@ def redis_cache_config(url: str, *, key_prefix: str) -> dict[str, Any]:
     }
     if sentinel_url_parse(url) is not None:
         config["LOCATION"] = [url]
-        config["OPTIONS"] = {"pool_class": "inference.sentinel.SentinelCachePool"}
+        config["OPTIONS"] = {"pool_class": "chatsite.sentinel.SentinelCachePool"}
     return config
 
 

@@ -1,4 +1,4 @@
-"""Redis Sentinel URLs (inference/sentinel.py) and a failover drill: every Redis client
+"""Redis Sentinel URLs (chatsite/sentinel.py) and a failover drill: every Redis client
 of the product follows the master a Sentinel names, before and after the master dies.
 """
 
@@ -16,7 +16,7 @@ from django_ratelimit.core import is_ratelimited
 from inference import client as inference_client
 from inference import protocol
 from inference.engines.scripted import ScriptedEngine
-from inference.sentinel import (
+from chatsite.sentinel import (
     SentinelUrl,
     redis_cache_config,
     sentinel_celery_broker,
@@ -67,7 +67,7 @@ def test_the_cache_of_a_sentinel_url_uses_the_sentinel_pool_and_one_location():
     config = redis_cache_config("redis+sentinel://a:1,b:2/m/0", key_prefix="c")
     # a string LOCATION would be split at the comma into two "servers"
     assert config["LOCATION"] == ["redis+sentinel://a:1,b:2/m/0"]
-    assert config["OPTIONS"] == {"pool_class": "inference.sentinel.SentinelCachePool"}
+    assert config["OPTIONS"] == {"pool_class": "chatsite.sentinel.SentinelCachePool"}
     assert "OPTIONS" not in redis_cache_config("redis://a:1/0", key_prefix="c")
 
 
