@@ -11,7 +11,7 @@ included") is decided as follows:
   person, and billing totals of closed periods are exported beforehand (``usage_report``,
   the billing console's CSV);
 - rows that only *mention* the user as a staff actor keep their text and lose the link
-  (``SET_NULL``): the safety audit log is append-only (it records staff actions, with the
+  (``SET_NULL``): the audit log is append-only (it records staff actions, with the
   actor's name in ``actor_label``), eval runs keep their results;
 - Redis: the user's quota counters, the exact-cache entries and cache material stored
   for them, and every per-job key of their generations (stream, final text, cancel and

@@ -23,7 +23,7 @@ from gateway.models import (
     UsageRecord,
     UserPreference,
 )
-from safety.audit import AuditedAdminMixin
+from audit.admin import AuditedAdminMixin
 
 CSV_COLUMNS = [
     "day",

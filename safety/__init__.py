@@ -1,1 +1,2 @@
-"""Safety: moderation, abuse limits and audit (DESIGN §10). Policy lands with its issue."""
+"""Safety: moderation, prompt-injection checks, abuse limits, suspensions and appeals
+(DESIGN §10). Staff actions on them are written to the audit log (:mod:`audit`)."""

@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "memory",
     "safety",
     "inference",
+    "audit",
 ]
 
 MIDDLEWARE = [

@@ -17,7 +17,7 @@ from django.db import connections
 from gateway import quota, selectors
 from gateway.management.commands import assign_plan
 from gateway.models import Plan, Subscription, UsageRecord
-from safety.models import AuditLogEntry
+from audit.models import AuditLogEntry
 from tests.conftest import make_user
 from tests.gateway import factories
 

@@ -16,7 +16,8 @@ from conversations.models import Conversation, Message
 from gateway import embeddings as gateway_embeddings
 from safety import selectors, suspensions
 from safety.management.commands.suspend import until_parse
-from safety.models import AuditLogEntry, ModerationEvent, Suspension
+from audit.models import AuditLogEntry
+from safety.models import ModerationEvent, Suspension
 from tests.conftest import make_user
 from tests.conversations.openai.helpers import no_reservations
 

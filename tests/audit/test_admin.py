@@ -1,4 +1,4 @@
-"""The audit log (safety/audit.py) and the moderation console's actions: every admin
+"""The audit log (audit/admin.py, audit/services.py) and the audited admins: every admin
 change on users, plans, pools, suspensions, policies and events is recorded before →
 after; the log itself cannot be added to, changed or deleted in admin."""
 
@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from gateway.models import Plan
 from safety import selectors, suspensions
-from safety.models import AuditLogEntry, CategoryPolicy, ModerationEvent, Suspension
+from audit.models import AuditLogEntry
+from safety.models import CategoryPolicy, ModerationEvent, Suspension
 from tests.conftest import make_user
 from tests.gateway import factories
 from tests.safety.factories import event
@@ -179,19 +180,19 @@ def test_the_audit_log_is_read_only_in_admin_even_for_superusers(admin_client, u
         actor_label="t",
     )
     entry = AuditLogEntry.objects.get()
-    changelist = admin_client.get(reverse("admin:safety_auditlogentry_changelist"))
+    changelist = admin_client.get(reverse("admin:audit_auditlogentry_changelist"))
     html = changelist.content.decode()
     assert changelist.status_code == 200
     assert 'name="action"' not in html  # no actions, no "delete selected"
-    assert reverse("admin:safety_auditlogentry_add") not in html
-    change_url = reverse("admin:safety_auditlogentry_change", args=[entry.pk])
+    assert reverse("admin:audit_auditlogentry_add") not in html
+    change_url = reverse("admin:audit_auditlogentry_change", args=[entry.pk])
     detail = admin_client.get(change_url).content.decode()
     assert "&lt;script&gt;alert(" in detail and "<script>alert(" not in detail
     assert 'type="submit"' not in detail.split('id="content-main"')[1]
     assert admin_client.post(change_url, {"actor_label": "me"}).status_code == 403
-    delete_url = reverse("admin:safety_auditlogentry_delete", args=[entry.pk])
+    delete_url = reverse("admin:audit_auditlogentry_delete", args=[entry.pk])
     assert admin_client.post(delete_url, {"post": "yes"}).status_code == 403
-    add_url = reverse("admin:safety_auditlogentry_add")
+    add_url = reverse("admin:audit_auditlogentry_add")
     assert admin_client.post(add_url, {}).status_code == 403
     entry.refresh_from_db()
     assert entry.actor_label == "t"
