@@ -88,4 +88,3 @@ def audit_record(
         before=before,
         after=after,
     )
-

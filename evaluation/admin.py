@@ -13,10 +13,10 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from chatsite.errors import DomainError
-from gateway import selectors as gateway_selectors
 from evaluation import importing, selectors, tasks
-from evaluation.runs import MAX_REPEAT, eval_run_create
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet
+from evaluation.runs import MAX_REPEAT, eval_run_create
+from gateway import selectors as gateway_selectors
 from gateway.models import ModelPool
 
 
@@ -108,9 +108,7 @@ class EvalSetAdmin(admin.ModelAdmin):
             "opts": self.model._meta,
             "form": form,
         }
-        return TemplateResponse(
-            request, "admin/evaluation/import.html", context
-        )
+        return TemplateResponse(request, "admin/evaluation/import.html", context)
 
     @admin.action(description="Start a run of the selected sets on a pool")
     def start_runs(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
@@ -146,9 +144,7 @@ class EvalSetAdmin(admin.ModelAdmin):
             "action": "start_runs",
             "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
         }
-        return TemplateResponse(
-            request, "admin/evaluation/start_runs.html", context
-        )
+        return TemplateResponse(request, "admin/evaluation/start_runs.html", context)
 
 
 class EvalResultInline(admin.TabularInline):
@@ -243,9 +239,7 @@ class EvalRunAdmin(admin.ModelAdmin):
             "b": runs[b],
             "diffs": diffs,
         }
-        return TemplateResponse(
-            request, "admin/evaluation/compare.html", context
-        )
+        return TemplateResponse(request, "admin/evaluation/compare.html", context)
 
     @admin.action(description="Compare the two selected runs side by side")
     def compare(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
@@ -253,7 +247,9 @@ class EvalRunAdmin(admin.ModelAdmin):
         if len(ids) != 2:
             self.message_user(request, "Select exactly two runs.", messages.ERROR)
             return None
-        return HttpResponseRedirect(reverse("admin:evaluation_evalrun_compare", args=ids))
+        return HttpResponseRedirect(
+            reverse("admin:evaluation_evalrun_compare", args=ids)
+        )
 
     @admin.action(description="Run the selected runs' set and pool again")
     def run_again(self, request: HttpRequest, queryset: Any) -> None:

@@ -42,9 +42,8 @@ from chatsite.errors import (
     ModerationBlocked,
     NotFound,
 )
-from evaluation import checks
+from evaluation import checks, runs
 from evaluation.models import EvalCase, EvalResult, EvalRun
-from evaluation import runs
 from gateway import generations
 from gateway.models import UsageRecord
 
@@ -336,4 +335,3 @@ def eval_run_execute(*, run_id: int) -> EvalRun:
     )
     run.refresh_from_db()
     return run
-

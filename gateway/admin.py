@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from audit.admin import AuditedAdminMixin
 from gateway import selectors, services
 from gateway.models import (
     ApiKey,
@@ -23,7 +24,6 @@ from gateway.models import (
     UsageRecord,
     UserPreference,
 )
-from audit.admin import AuditedAdminMixin
 
 CSV_COLUMNS = [
     "day",
@@ -228,4 +228,3 @@ class UserPreferenceAdmin(admin.ModelAdmin):
     list_filter = ("reuse_cached_answers",)
     search_fields = ("user__username",)
     raw_id_fields = ("user",)
-

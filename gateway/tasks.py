@@ -22,4 +22,3 @@ def sweep_quota_reservations() -> int:
     return quota.quota_reservations_sweep(
         older_than_s=settings.GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S
     )
-

@@ -17,8 +17,8 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.text import Truncator
 
-from safety import suspensions
 from audit.admin import AuditedAdminMixin
+from safety import suspensions
 from safety.models import CategoryPolicy, ModerationEvent, Suspension
 
 TEXT_PREVIEW_CHARS = 120

@@ -171,4 +171,3 @@ class Suspension(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} until {self.until:%Y-%m-%d %H:%M} UTC"
-

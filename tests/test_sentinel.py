@@ -13,15 +13,15 @@ from django.core.cache import cache
 from django.test import RequestFactory
 from django_ratelimit.core import is_ratelimited
 
-from inference import client as inference_client
-from inference import protocol
-from inference.engines.scripted import ScriptedEngine
 from chatsite.sentinel import (
     SentinelUrl,
     redis_cache_config,
     sentinel_celery_broker,
     sentinel_url_parse,
 )
+from inference import client as inference_client
+from inference import protocol
+from inference.engines.scripted import ScriptedEngine
 from tests.redis_sentinel import SentinelGroup
 
 ANSWER = "one two three"

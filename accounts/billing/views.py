@@ -21,8 +21,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from chatsite.errors import InvalidInput
 from accounts.billing import charts
+from chatsite.errors import InvalidInput
 from gateway.billing import selectors
 from gateway.billing.selectors import DateRange, PoolLoad, UsageRow, UserSpend
 

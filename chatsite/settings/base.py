@@ -6,8 +6,8 @@ All configuration comes from the environment through one django-environ `env`. W
 `scripts/services.py`); variables already in the environment always win.
 """
 
-from chatsite.settings.environment import BASE_DIR, VAR_DIR, env
 from chatsite.sentinel import redis_cache_config, sentinel_celery_broker
+from chatsite.settings.environment import BASE_DIR, VAR_DIR, env
 
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="dev-insecure-change-me")
 DEBUG = env.bool("DJANGO_DEBUG", default=False)

@@ -8,11 +8,11 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from audit.models import AuditLogEntry
+from audit.services import audit_record, audit_snapshot
 from chatsite.errors import Conflict, InvalidInput, NotFound
 from gateway import quota_reset
 from gateway.models import ModelPool, Plan, Subscription
-from audit.models import AuditLogEntry
-from audit.services import audit_record, audit_snapshot
 
 
 def _limit_check(value: int | None, *, name: str) -> None:

@@ -10,9 +10,9 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from audit.models import AuditLogEntry
 from gateway.models import Plan
 from safety import selectors, suspensions
-from audit.models import AuditLogEntry
 from safety.models import CategoryPolicy, ModerationEvent, Suspension
 from tests.conftest import make_user
 from tests.gateway import factories

@@ -16,9 +16,9 @@ from django.db import connection
 from django.urls import reverse
 
 from chatsite.errors import InvalidInput, PoolSaturated
-from gateway import generations, routing
 from evaluation import importing, runs, services
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet
+from gateway import generations, routing
 from gateway.models import Plan, UsageRecord
 from inference import protocol
 from inference.connections import redis_sync

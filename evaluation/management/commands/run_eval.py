@@ -24,8 +24,8 @@ from tqdm import tqdm
 
 from chatsite.errors import DomainError
 from evaluation import selectors, services, tasks
-from evaluation.runs import eval_run_create
 from evaluation.models import EvalRun
+from evaluation.runs import eval_run_create
 from inference import client as inference_client
 
 POLL_S = 0.25
