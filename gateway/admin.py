@@ -1,6 +1,7 @@
-"""Admin: the billing console (plans, subscriptions, pools, usage report + CSV, API keys),
-the semantic answer cache (read-only; delete entries to evict them) and users'
-gateway preferences."""
+"""Admin of the gateway's data: plans, subscriptions, pools, usage records (report +
+CSV), API keys, the semantic answer cache (read-only; delete entries to evict them)
+and users' gateway preferences. The billing console's pages are
+:mod:`accounts.billing`."""
 
 from __future__ import annotations
 
