@@ -4,9 +4,9 @@ from django.contrib import admin
 from django.urls import include, path
 
 urlpatterns = [
-    path("admin/billing/", include("gateway.billing.urls")),  # before the admin's
+    path("admin/billing/", include("accounts.billing.urls")),  # before the admin's
     path("admin/", admin.site.urls),
-    path("settings/", include("gateway.urls")),
+    path("settings/", include("accounts.urls")),
     path("", include("conversations.urls")),
     path("", include("memory.urls")),
     path("", include("inference.urls")),

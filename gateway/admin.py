@@ -1,6 +1,7 @@
-"""Admin: the billing console (plans, subscriptions, pools, usage report + CSV, API keys),
-the semantic answer cache (read-only; delete entries to evict them) and users'
-gateway preferences."""
+"""Admin of the gateway's data: plans, subscriptions, pools, usage records (report +
+CSV), API keys, the semantic answer cache (read-only; delete entries to evict them)
+and users' gateway preferences. The billing console's pages are
+:mod:`accounts.billing`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from audit.admin import AuditedAdminMixin
 from gateway import selectors, services
 from gateway.models import (
     ApiKey,
@@ -23,7 +25,6 @@ from gateway.models import (
     UsageRecord,
     UserPreference,
 )
-from safety.audit import AuditedAdminMixin
 
 CSV_COLUMNS = [
     "day",
@@ -228,7 +229,3 @@ class UserPreferenceAdmin(admin.ModelAdmin):
     list_filter = ("reuse_cached_answers",)
     search_fields = ("user__username",)
     raw_id_fields = ("user",)
-
-
-# Evaluation sets, runs and their comparison (registers its ModelAdmins).
-from gateway.evaluation import admin as _evaluation_admin  # noqa: E402, F401

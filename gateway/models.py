@@ -293,21 +293,8 @@ class SemanticCacheEntry(models.Model):
         return f"{self.user_id} {self.model}: {self.prompt[:40]}"
 
 
-# Evaluation tables live in their own module (gateway.evaluation) but belong to this
-# app: importing them here registers them with it.
-from gateway.evaluation.models import (  # noqa: E402
-    EvalCase,
-    EvalResult,
-    EvalRun,
-    EvalSet,
-)
-
 __all__ = [
     "ApiKey",
-    "EvalCase",
-    "EvalResult",
-    "EvalRun",
-    "EvalSet",
     "ModelPool",
     "Plan",
     "SemanticCacheEntry",

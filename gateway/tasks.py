@@ -22,12 +22,3 @@ def sweep_quota_reservations() -> int:
     return quota.quota_reservations_sweep(
         older_than_s=settings.GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S
     )
-
-
-@shared_task(name="gateway.tasks.eval_run", acks_late=True)
-def eval_run(run_id: int) -> str:
-    """Execute evaluation run ``run_id`` (idempotent: finished case runs are skipped,
-    so a redelivered task completes the rest); return its final status."""
-    from gateway.evaluation import services as evaluation
-
-    return evaluation.eval_run_execute(run_id=run_id).status

@@ -2,7 +2,7 @@
 
 The sync client is shared by the process (redis-py pools are thread-safe). Async clients
 are bound to an event loop, so one is kept per running loop. A ``redis+sentinel://`` URL
-gives clients of the master that a Sentinel names (inference/sentinel.py), which follow
+gives clients of the master that a Sentinel names (chatsite/sentinel.py), which follow
 it through a failover.
 """
 
@@ -18,7 +18,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
-from inference.sentinel import (
+from chatsite.sentinel import (
     sentinel_master_async,
     sentinel_master_sync,
     sentinel_url_parse,
@@ -92,7 +92,7 @@ def redis_async_new(
     :mod:`inference.streams`, every open SSE stream held one connection in a
     blocking XREAD), so a busy process needs more than the default. Commands are
     retried on a fresh connection (COMMAND_RETRIES). ``url`` may be a Sentinel URL
-    (inference/sentinel.py).
+    (chatsite/sentinel.py).
     """
     options = {
         "decode_responses": True,

@@ -1,10 +1,9 @@
 """Admin: the per-category moderation policies (editable), the moderation events
 (read-only list for review, with the actions confirm / dismiss / suspend user / lift
-suspension; the offending text is shown escaped, never as HTML), suspensions, the
-users (re-registered audited) and the append-only audit log (read-only).
+suspension; the offending text is shown escaped, never as HTML) and suspensions.
 
-Every change staff make here goes to the audit log: ModelAdmins mix in
-:class:`safety.audit.AuditedAdminMixin`, the actions call audited services.
+Every change staff make here goes to the audit log (:mod:`audit`): ModelAdmins mix in
+:class:`audit.admin.AuditedAdminMixin`, the actions call audited services.
 """
 
 from __future__ import annotations
@@ -13,16 +12,14 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.auth import get_user_model
-from django.contrib.auth.admin import UserAdmin
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.text import Truncator
 
+from audit.admin import AuditedAdminMixin
 from safety import suspensions
-from safety.audit import REDACTED, AuditedAdminMixin, audit_record
-from safety.models import AuditLogEntry, CategoryPolicy, ModerationEvent, Suspension
+from safety.models import CategoryPolicy, ModerationEvent, Suspension
 
 TEXT_PREVIEW_CHARS = 120
 
@@ -201,71 +198,3 @@ class SuspensionAdmin(AuditedAdminMixin, admin.ModelAdmin):
     @admin.action(description="Lift selected suspensions", permissions=["change"])
     def lift(self, request: HttpRequest, queryset: QuerySet) -> None:
         _suspensions_lift(self, request, queryset)
-
-
-@admin.register(AuditLogEntry)
-class AuditLogEntryAdmin(admin.ModelAdmin):
-    """Read-only for everyone, superusers included (append-only log)."""
-
-    list_display = (
-        "created_at",
-        "actor_label",
-        "action",
-        "object_type",
-        "object_id",
-        "object_repr",
-    )
-    list_filter = ("action", "object_type", ("created_at", admin.DateFieldListFilter))
-    search_fields = ("actor_label", "object_repr", "object_id")
-    date_hierarchy = "created_at"
-    readonly_fields = (
-        "created_at",
-        "actor",
-        "actor_label",
-        "action",
-        "object_type",
-        "object_id",
-        "object_repr",
-        "before",
-        "after",
-    )
-
-    def get_actions(self, request: HttpRequest) -> dict:
-        return {}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-
-User = get_user_model()
-
-
-class AuditedUserAdmin(AuditedAdminMixin, UserAdmin):
-    """Django's user admin, every add / change / delete audited, password changes
-    too (recorded as changed, never the hash)."""
-
-    def user_change_password(
-        self, request: HttpRequest, id: str, form_url: str = ""
-    ) -> HttpResponse:
-        response = super().user_change_password(request, id, form_url)
-        if request.method == "POST" and response.status_code == 302:
-            user = User._default_manager.get(pk=id)
-            audit_record(
-                actor=request.user,
-                action=AuditLogEntry.Verb.CHANGE,
-                obj=user,
-                before={"password": REDACTED},
-                after={"password": f"{REDACTED} (changed)"},
-            )
-        return response
-
-
-if admin.site.is_registered(User):
-    admin.site.unregister(User)
-admin.site.register(User, AuditedUserAdmin)

@@ -1,6 +1,6 @@
 """Writes of the safety app for staff and abuse limits (DESIGN §10): the decaying
 per-user abuse score, suspensions (automatic and by staff) and the review of moderation
-events; every staff write is audited (:mod:`safety.audit`).
+events; every staff write is audited (:mod:`audit`).
 
 Moderation itself (screening text, recording events) is in :mod:`safety.services`,
 which calls :func:`abuse_record` when it blocks an input.
@@ -19,9 +19,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from safety.audit import audit_record, audit_snapshot
+from audit.models import AuditLogEntry
+from audit.services import audit_record, audit_snapshot
 from safety.categories import Category
-from safety.models import AuditLogEntry, ModerationEvent, Suspension
+from safety.models import ModerationEvent, Suspension
 from safety.selectors import suspension_active
 
 __all__ = [

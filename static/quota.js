@@ -1,5 +1,5 @@
 // Tokens left without a reload: after each answer the sidebar's "Tokens left" panel
-// (#quota, rendered by gateway/_quota.html) is fetched again from its data-url, so it
+// (#quota, rendered by accounts/_quota.html) is fetched again from its data-url, so it
 // counts the answer just settled. A failed fetch leaves the old figures; the next
 // page load shows the new ones.
 (function () {

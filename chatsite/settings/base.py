@@ -6,8 +6,8 @@ All configuration comes from the environment through one django-environ `env`. W
 `scripts/services.py`); variables already in the environment always win.
 """
 
+from chatsite.sentinel import redis_cache_config, sentinel_celery_broker
 from chatsite.settings.environment import BASE_DIR, VAR_DIR, env
-from inference.sentinel import redis_cache_config, sentinel_celery_broker
 
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="dev-insecure-change-me")
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
@@ -26,11 +26,14 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "csp",
     "channels",
+    "accounts",
     "conversations",
+    "evaluation",
     "gateway",
     "memory",
     "safety",
     "inference",
+    "audit",
 ]
 
 MIDDLEWARE = [
@@ -158,7 +161,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # One Redis for queues, streams, quotas, the cache, rate limits and the Celery broker:
 # redis://HOST:PORT/DB, or a Sentinel URL for failover,
 # redis+sentinel://[:PASSWORD@]SENTINEL:PORT[,SENTINEL:PORT...]/SERVICE/DB
-# (inference/sentinel.py; deploy/README.md "Redis failover").
+# (chatsite/sentinel.py; deploy/README.md "Redis failover").
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # Connections one process's async Redis client may open (inference/connections.py): one
 # per open stream (blocking XREAD) in the web tier. Redis itself accepts 10,000 clients.
@@ -250,20 +253,6 @@ GATEWAY_QUEUE_THRESHOLD = env.int("GATEWAY_QUEUE_THRESHOLD", default=32)
 # Under pressure the lowest-priority plan is admitted only below this share of a pool's
 # queue_threshold (shed first).
 GATEWAY_SHED_FRACTION = env.float("GATEWAY_SHED_FRACTION", default=0.5)
-# --- Evaluation runs (gateway.evaluation, DESIGN §11) ------------------------------------
-# Eval requests go through the gateway as the service user EVAL_USERNAME on the plan
-# EVAL_PLAN_NAME, at most EVAL_CONCURRENCY at once per run, and are shed before any user:
-# admitted only below EVAL_SHED_FRACTION of a pool's queue_threshold. A shed request is
-# retried with exponential backoff (EVAL_RETRY_BASE_S doubling up to 30 s) for up to
-# EVAL_RETRY_MAX_S seconds before its case is recorded as an error.
-EVAL_PLAN_NAME = env("EVAL_PLAN_NAME", default="eval")
-EVAL_USERNAME = env("EVAL_USERNAME", default="eval-bot")
-EVAL_CONCURRENCY = env.int("EVAL_CONCURRENCY", default=2)
-EVAL_SHED_FRACTION = env.float("EVAL_SHED_FRACTION", default=0.25)
-EVAL_RETRY_BASE_S = env.float("EVAL_RETRY_BASE_S", default=1.0)
-EVAL_RETRY_MAX_S = env.float("EVAL_RETRY_MAX_S", default=600.0)
-# max_tokens of a case that sets none (tokens).
-EVAL_MAX_TOKENS = env.int("EVAL_MAX_TOKENS", default=256)
 # Retry-After (s) of a 503 when every pool that could answer is saturated.
 GATEWAY_SATURATED_RETRY_AFTER_S = env.int("GATEWAY_SATURATED_RETRY_AFTER_S", default=5)
 # Difficulty heuristic: a last user message up to this many characters (and 3 lines, no
@@ -398,6 +387,9 @@ GATEWAY_STREAM_POLICIES = env.list(
     "GATEWAY_STREAM_POLICIES",
     default=["gateway.generations.moderation.OutputModeration"],
 )
+
+# Evaluation runs (evaluation/): chatsite/settings/evaluation.py
+from chatsite.settings.evaluation import *  # noqa: E402, F403
 
 # Safety (moderation, documents screening, abuse limits): chatsite/settings/safety.py
 from chatsite.settings.safety import *  # noqa: E402, F403

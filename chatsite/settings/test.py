@@ -12,12 +12,12 @@ os.environ.setdefault(
     ),
 )
 
-from chatsite.settings.base import *  # noqa: E402, F403
-from chatsite.settings.base import REDIS_URL, env  # noqa: E402
-from inference.sentinel import (  # noqa: E402
+from chatsite.sentinel import (  # noqa: E402
     redis_cache_config,
     sentinel_celery_broker,
 )
+from chatsite.settings.base import *  # noqa: E402, F403
+from chatsite.settings.base import REDIS_URL, env  # noqa: E402
 
 # Tests own Redis database 15 of the same server and flush it between tests.
 REDIS_URL = env("TEST_REDIS_URL", default=REDIS_URL.rsplit("/", 1)[0] + "/15")

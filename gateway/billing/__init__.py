@@ -1,4 +1,4 @@
-"""The billing console (issue 12): operators' reads of usage and money
-(:mod:`.selectors`), the staff writes behind the commands (:mod:`.services`), the
-server-side SVG charts (:mod:`.charts`) and the admin pages (:mod:`.views`, mounted at
-``/admin/billing/``)."""
+"""Billing reads and writes of the gateway: usage and money per day, model, user and
+pool (:mod:`.selectors`, read by the billing console and ``manage.py usage_report``)
+and the staff writes behind the plan commands (:mod:`.services`). The console's pages
+are :mod:`accounts.billing`."""

@@ -1,5 +1,5 @@
 """Staff writes of the billing console: create a plan, put a user on a plan, give a
-user their quota back. Each appends to the audit log (safety.audit) like the admin's
+user their quota back. Each appends to the audit log (:mod:`audit`) like the admin's
 edits, with the actor (a staff user, or ``actor_label`` for a command)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from audit.models import AuditLogEntry
+from audit.services import audit_record, audit_snapshot
 from chatsite.errors import Conflict, InvalidInput, NotFound
 from gateway import quota_reset
 from gateway.models import ModelPool, Plan, Subscription
-from safety.audit import audit_record, audit_snapshot
-from safety.models import AuditLogEntry
 
 
 def _limit_check(value: int | None, *, name: str) -> None:

@@ -64,7 +64,7 @@ def exact_store(
     GATEWAY_CACHE_TTL_S seconds, replacing an earlier one.
 
     ``user_id``, the owner, is stored in the entry so that deleting an account can find
-    its entries (:func:`gateway.account.account_redis_purge`); lookups ignore it.
+    its entries (:func:`accounts.services.account_redis_purge`); lookups ignore it.
     """
     entry: dict[str, Any] = {
         "text": answer,

@@ -14,10 +14,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connections
 
+from audit.models import AuditLogEntry
 from gateway import quota, selectors
 from gateway.management.commands import assign_plan
 from gateway.models import Plan, Subscription, UsageRecord
-from safety.models import AuditLogEntry
 from tests.conftest import make_user
 from tests.gateway import factories
 

@@ -11,12 +11,13 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
+from audit.models import AuditLogEntry
 from chatsite.errors import Suspended
 from conversations.models import Conversation, Message
 from gateway import embeddings as gateway_embeddings
 from safety import selectors, suspensions
 from safety.management.commands.suspend import until_parse
-from safety.models import AuditLogEntry, ModerationEvent, Suspension
+from safety.models import ModerationEvent, Suspension
 from tests.conftest import make_user
 from tests.conversations.openai.helpers import no_reservations
 

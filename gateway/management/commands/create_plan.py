@@ -8,9 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from chatsite.commands import command_actor, domain_errors, token_limit
 from gateway.billing import services
-from gateway.management.commands._billing import domain_errors, token_limit
-from safety.management.commands.suspend import command_actor
 
 
 def _limit(value: int | None) -> str:

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from chatsite.commands import command_actor, user_get
 from gateway.billing import services
-from safety.management.commands.suspend import command_actor, user_get
 
 
 class Command(BaseCommand):

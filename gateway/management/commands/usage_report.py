@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from chatsite.commands import domain_errors
 from gateway.billing import selectors
-from gateway.management.commands._billing import domain_errors
 
 COLUMNS = ["requests", "prompt_tokens", "completion_tokens", "total_tokens", "cost"]
 

@@ -3,15 +3,14 @@ a user from the command line (audited like the admin's action)."""
 
 from __future__ import annotations
 
-import getpass
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from chatsite.commands import command_actor, user_get
 from safety import suspensions
 
 DURATION = re.compile(r"^(\d+)\s*([mhdw])$")
@@ -33,23 +32,6 @@ def until_parse(value: str, *, now: datetime | None = None) -> datetime:
             "duration such as 30m, 2h, 3d or 1w."
         ) from exc
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def command_actor() -> str:
-    """The audit log's actor label of a command run: the OS user."""
-    try:
-        return f"command ({getpass.getuser()})"
-    except Exception:  # noqa: BLE001 - no login name in some containers
-        return "command"
-
-
-def user_get(username: str) -> Any:
-    """The user named ``username``; CommandError if there is none."""
-    User = get_user_model()
-    try:
-        return User.objects.get(**{User.USERNAME_FIELD: username})
-    except User.DoesNotExist as exc:
-        raise CommandError(f"No user named {username!r}.") from exc
 
 
 class Command(BaseCommand):
