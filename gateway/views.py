@@ -18,8 +18,14 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from chatsite.errors import DomainError, QuotaExceeded
-from chatsite.http import error_page, error_response
+from chatsite.errors import (
+    DomainError,
+    PageNotFound,
+    QuotaExceeded,
+    error_page,
+    error_render,
+    error_response,
+)
 from gateway import account, ratelimits, selectors, services
 from gateway.forms import AccountDeleteForm, ProfileForm, SettingsPasswordForm
 from memory import selectors as memory_selectors
@@ -31,7 +37,9 @@ NEW_KEY_SESSION = "gateway.new_api_key"
 def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
     """Answer a request django-ratelimit blocked: 429, ``Retry-After``, a clear message.
 
-    JSON (``{"error": {"code", "message"}}``) for JSON clients, a short page otherwise.
+    A refused chat message gets the chat's JSON (the same answer as
+    :mod:`chatsite.asgi` gives the session's next ones); a refused sign-in JSON for
+    JSON clients, the 429 page otherwise (:func:`chatsite.errors.error_render`).
     Wired as RATELIMIT_VIEW (django_ratelimit's middleware calls it). A refused chat
     message marks its session, so the next ones are refused before Django runs until
     the window ends (:func:`gateway.ratelimits.refusal_remember`).
@@ -48,15 +56,9 @@ def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
         f"Too many sign-in attempts (the limit is {ratelimits.rate_describe(rate)}). "
         f"Please wait up to {retry_s} seconds and try again."
     )
-    if "application/json" in request.headers.get("Accept", ""):
-        return error_response(
-            QuotaExceeded(message, code="rate_limited", retry_after_s=retry_s)
-        )
-    response = render(
-        request, "gateway/ratelimited.html", {"message": message}, status=429
+    return error_render(
+        request, QuotaExceeded(message, code="rate_limited", retry_after_s=retry_s)
     )
-    response["Retry-After"] = str(retry_s)
-    return response
 
 
 @never_cache
@@ -168,7 +170,7 @@ def api_key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     keys = selectors.api_key_list(user=request.user)
     key = keys.filter(pk=key_id).first()
     if key is None:
-        return error_page(request, status=404)
+        return error_page(request, PageNotFound())
     if request.method == "GET":
         return render(
             request,
