@@ -19,8 +19,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts import services
 from accounts.forms import AccountDeleteForm, ProfileForm, SettingsPasswordForm
-from chatsite.errors import DomainError
-from chatsite.http import error_page
+from chatsite.errors import DomainError, PageNotFound, error_page
 from gateway import selectors
 from gateway import services as gateway_services
 from memory import selectors as memory_selectors
@@ -138,7 +137,7 @@ def api_key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     keys = selectors.api_key_list(user=request.user)
     key = keys.filter(pk=key_id).first()
     if key is None:
-        return error_page(request, status=404)
+        return error_page(request, PageNotFound())
     if request.method == "GET":
         return render(
             request,

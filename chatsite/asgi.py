@@ -29,8 +29,8 @@ from django.test.utils import override_settings
 from django.urls import Resolver404, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, RoutePattern
 
+from chatsite.errors import error_response
 from chatsite.health import HEALTH_PATH, health_app
-from chatsite.http import error_response
 from chatsite.warmup import services_warm_start, web_warm
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")

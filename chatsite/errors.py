@@ -1,10 +1,35 @@
-"""Domain exceptions shared by every app (CONVENTIONS §3).
+"""Domain exceptions shared by every app, and the one place that renders them
+(CONVENTIONS §3).
 
-Services raise these; :mod:`chatsite.http` maps them to HTTP in one place and the SSE
-relay maps them to ``error`` events. Every message is written for the person who sees it.
+Services raise a :class:`DomainError` (a status, a stable ``code``, a message written
+for the person who sees it, retry fields and headers). Every surface shows it through
+the renderer below, in one of four shapes with the same code, message and status:
+
+- :func:`error_json` / :func:`error_response`: the chat's JSON
+  ``{"error": {"code", "message"}}``;
+- the same with ``openai=True``: OpenAI's ``{"error": {"message", "type", "param",
+  "code"}}``, a superset of the chat's, with the headers OpenAI's clients read;
+- :func:`error_sse`: the SSE ``error`` frame ``{"code", "message", ...,
+  "retryable", "retry_after_s"}``;
+- :func:`error_page`: the HTML page ``templates/errors/<status>.html``.
+
+:func:`wants_json` decides between JSON and a page, and :func:`error_render` applies
+it (Django's error handlers in :mod:`chatsite.http` and the rate limit's 429 use it).
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.template import loader
+
+from chatsite.sse import sse_frame
+
+# The name of the SSE event that carries an error (inference.protocol.EVENT_ERROR, the
+# worker's event of the same name).
+SSE_ERROR = "error"
 
 
 class DomainError(Exception):
@@ -124,3 +149,153 @@ class Suspended(Forbidden):
 
     code = "account_suspended"
     message = "Your account is suspended."
+
+
+class PageNotFound(NotFound):
+    """The address or the object a page shows does not exist, or it is someone
+    else's (404, never 403: no leak)."""
+
+    message = "This page does not exist, or it is not yours."
+
+
+class MethodNotAllowed(DomainError):
+    """The address does not take the request's method (405). Raisers name the
+    methods it takes in the message and in an ``Allow`` header."""
+
+    status = 405
+    code = "method_not_allowed"
+
+
+class InvalidApiKey(DomainError):
+    """A missing, unknown or revoked API key (401; the OpenAI shape adds
+    ``WWW-Authenticate: Bearer``)."""
+
+    status = 401
+    code = "invalid_api_key"
+    message = (
+        "Incorrect or missing API key. Send `Authorization: Bearer sk-...` with a key "
+        "from your settings page."
+    )
+
+
+# --- the renderer ----------------------------------------------------------------------
+
+
+def wants_json(request: HttpRequest) -> bool:
+    """Whether to answer ``request`` in JSON rather than with a page: a request to the
+    API (a path under ``/v1/`` or a URL named ``api-*``), or a client whose ``Accept``
+    header names ``application/json`` (the chat page's fetch calls)."""
+    match = getattr(request, "resolver_match", None)
+    if match is not None and (match.url_name or "").startswith("api-"):
+        return True
+    return request.path.startswith("/v1/") or "application/json" in (
+        request.headers.get("Accept", "")
+    )
+
+
+def _openai_type(exc: DomainError) -> str:
+    """OpenAI's ``type`` of ``exc``, from its status (and a 429's code): the official
+    clients pick their exception class from the status, and ``type`` is shown."""
+    if exc.status == 429:
+        return "tokens" if exc.code == "quota_minute" else "insufficient_quota"
+    if exc.status >= 500:
+        return "server_error"
+    if exc.status == 403:
+        return "permission_error"
+    return "invalid_request_error"
+
+
+def error_json(exc: DomainError, *, openai: bool = False) -> dict[str, Any]:
+    """Return the JSON body of ``exc``.
+
+    The chat's shape is ``{"error": {"code", "message"}}``. With ``openai``, OpenAI's
+    ``{"error": {"message", "type", "param", "code"}}``: ``type`` from the status,
+    ``param`` the request field the error is about when the raiser named one (an
+    optional ``param`` attribute, e.g. :class:`ModerationBlocked`), else None.
+    """
+    if not openai:
+        return {"error": {"code": exc.code, "message": exc.message}}
+    return {
+        "error": {
+            "message": exc.message,
+            "type": _openai_type(exc),
+            "param": getattr(exc, "param", None),
+            "code": exc.code,
+        }
+    }
+
+
+def _headers_set(response: HttpResponse, exc: DomainError, *, openai: bool) -> None:
+    """Copy ``exc.headers`` (``Retry-After``, ``Allow``, ``x-ratelimit-*``) onto
+    ``response``; with ``openai``, add what OpenAI's clients read: ``WWW-Authenticate:
+    Bearer`` on a 401, and ``x-should-retry: false`` on a 429 that retrying cannot fix
+    (``exc.retryable`` false: the request alone is over the limit)."""
+    for name, value in exc.headers.items():
+        response[name] = value
+    if openai and exc.status == 401:
+        response["WWW-Authenticate"] = "Bearer"
+    if openai and exc.status == 429 and not exc.retryable:
+        response["x-should-retry"] = "false"
+
+
+def error_response(exc: DomainError, *, openai: bool = False) -> JsonResponse:
+    """Return ``exc`` as a JSON response: :func:`error_json`'s body (the chat's shape,
+    or OpenAI's with ``openai``), the error's status and its headers."""
+    response = JsonResponse(error_json(exc, openai=openai), status=exc.status)
+    _headers_set(response, exc, openai=openai)
+    return response
+
+
+def error_sse(exc: DomainError, *, event_id: str | None = None, **fields: Any) -> str:
+    """Return the SSE ``error`` frame of ``exc`` (:func:`chatsite.sse.sse_frame`).
+
+    Data: ``{"code", "message", **fields, "retryable", "retry_after_s"}``
+    (``retry_after_s`` in seconds, or None). ``fields`` are the event's other keys:
+    the answer's ``message_id``, or the whole stored answer of a failed one
+    (:mod:`conversations.events` states the schema).
+    """
+    data = {
+        "code": exc.code,
+        "message": exc.message,
+        **fields,
+        "retryable": exc.retryable,
+        "retry_after_s": exc.retry_after_s,
+    }
+    return sse_frame(SSE_ERROR, data, event_id)
+
+
+# The statuses that have a page of their own (templates/errors/<status>.html); any
+# other 4xx/5xx is shown with the 400 or the 500 one.
+ERROR_PAGES = frozenset({400, 403, 404, 405, 429, 500, 503})
+
+
+def error_page(request: HttpRequest | None, exc: DomainError) -> HttpResponse:
+    """Return the HTML error page of ``exc``: its status's page (:data:`ERROR_PAGES`;
+    else the 400 page for a 4xx, the 500 one otherwise) showing ``exc.message``, with
+    the error's status and headers.
+
+    With a ``request``, the page is in the site's layout (the signed-in user's
+    sidebar). Without one (None), no context processor runs, so rendering needs
+    neither the database nor the session: the page for when either has failed.
+    """
+    status = exc.status
+    name = status if status in ERROR_PAGES else (400 if status < 500 else 500)
+    template = f"errors/{name}.html"
+    context = {"message": exc.message}
+    if request is None:
+        response = HttpResponse(
+            loader.render_to_string(template, context), status=status
+        )
+    else:
+        response = render(request, template, context, status=status)
+    _headers_set(response, exc, openai=False)
+    return response
+
+
+def error_render(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    """Answer ``request`` with ``exc``: JSON in OpenAI's shape when the client
+    :func:`wants_json` (the shape the API needs; the chat page reads its ``code`` and
+    ``message``), otherwise the :func:`error_page` in the site's layout."""
+    if wants_json(request):
+        return error_response(exc, openai=True)
+    return error_page(request, exc)

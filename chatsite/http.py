@@ -1,36 +1,39 @@
-"""The one place that turns domain errors into HTTP responses (CONVENTIONS §3)."""
+"""Django's error handlers and the JSON views' decorator: each turns what went wrong
+into a :class:`~chatsite.errors.DomainError` and renders it through
+:mod:`chatsite.errors` (JSON for JSON clients, the site's page otherwise).
+
+Wired in ``chatsite/urls.py`` (handler400/403/404/500), as ``CSRF_FAILURE_VIEW`` and
+by :func:`chatsite.middleware.method_not_allowed_pages` (the 405 page).
+"""
 
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
-from django.template import loader
+from django.http import HttpRequest, HttpResponse
 
 from chatsite.errors import (
     DomainError,
+    Forbidden,
     InvalidInput,
+    MethodNotAllowed,
+    PageNotFound,
     PayloadTooLarge,
     ServiceUnavailable,
+    error_page,
+    error_render,
+    error_response,
+    wants_json,
 )
 
 
-def error_response(exc: DomainError) -> JsonResponse:
-    """Return ``{"error": {"code", "message"}}`` with the error's status and headers."""
-    response = JsonResponse(
-        {"error": {"code": exc.code, "message": exc.message}}, status=exc.status
-    )
-    for name, value in exc.headers.items():
-        response[name] = value
-    return response
-
-
 def json_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Decorate a sync JSON view so that a raised :class:`DomainError` becomes its response."""
+    """Decorate a sync JSON view so that a raised :class:`DomainError` becomes its
+    response (:func:`chatsite.errors.error_response`, the chat's shape)."""
 
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -45,48 +48,29 @@ def json_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
 def bad_request(
     request: HttpRequest, exception: Exception | None = None
 ) -> HttpResponse:
-    """handler400: a request body over DATA_UPLOAD_MAX_MEMORY_SIZE is a clear 413.
-
-    Other bad requests get a plain 400. JSON for the API and for clients that asked
-    for JSON (the chat page's fetch calls do; :func:`_json_error`), otherwise a short
-    text page.
-    """
+    """handler400: a request body over DATA_UPLOAD_MAX_MEMORY_SIZE is a clear 413;
+    other bad requests a plain 400 (:func:`chatsite.errors.error_render`)."""
     from django.core.exceptions import RequestDataTooBig
 
     if isinstance(exception, RequestDataTooBig):
-        error = PayloadTooLarge(
+        error: DomainError = PayloadTooLarge(
             "The request is too large. Messages can be at most "
             f"{settings.CHAT_MAX_MESSAGE_CHARS:,} characters.",
             code="request_too_large",
         )
     else:
         error = InvalidInput("The request could not be understood.", code="bad_request")
-    if _wants_json(request):
-        return _json_error(error, "invalid_request_error")
-    return error_page(request, status=error.status, message=error.message)
-
-
-def _json_error(error: DomainError, error_type: str) -> JsonResponse:
-    """Return ``error`` in OpenAI's shape ``{"error": {"message", "type", "param",
-    "code"}}`` (a superset of the chat's ``{"code", "message"}``), with its headers."""
-    body = {
-        "error": {
-            "message": error.message,
-            "type": error_type,
-            "param": None,
-            "code": error.code,
-        }
-    }
-    response = JsonResponse(body, status=error.status)
-    for name, value in error.headers.items():
-        response[name] = value
-    return response
+    return error_render(request, error)
 
 
 # Failures of a backing service that a retry can fix: PostgreSQL down or restarting
 # (psycopg's errors, as Django wraps them, and the pool's timeout), Redis down or
 # restarting. Anything else stays a 500.
 _UNAVAILABLE_RETRY_AFTER_S = 5
+
+SERVER_ERROR_MESSAGE = (
+    "Something broke on our side. It has been logged; please try again in a moment."
+)
 
 
 def _unavailable_error(exc: BaseException | None) -> ServiceUnavailable | None:
@@ -112,36 +96,11 @@ def _unavailable_error(exc: BaseException | None) -> ServiceUnavailable | None:
     return None
 
 
-def _wants_json(request: HttpRequest) -> bool:
-    """Whether to answer ``request`` in JSON: the API, or a client that asked for it."""
-    match = getattr(request, "resolver_match", None)
-    if match is not None and (match.url_name or "").startswith("api-"):
-        return True
-    return request.path.startswith("/v1/") or "application/json" in (
-        request.headers.get("Accept", "")
-    )
-
-
-# The status codes that have a page of their own (templates/errors/<status>.html);
-# any other 4xx/5xx is shown with the 400 or 500 one.
-ERROR_PAGES = {400, 403, 404, 405, 429, 500, 503}
-
-
-def error_page(request: HttpRequest, *, status: int, message: str = "") -> HttpResponse:
-    """Render the error page of ``status`` in the site's layout.
-
-    ``message`` replaces the page's default explanation. Statuses without a page of
-    their own (ERROR_PAGES) use the 400 page for 4xx and the 500 one otherwise.
-    """
-    name = status if status in ERROR_PAGES else (400 if status < 500 else 500)
-    return render(request, f"errors/{name}.html", {"message": message}, status=status)
-
-
 def permission_denied(
     request: HttpRequest, exception: Exception | None = None
 ) -> HttpResponse:
-    """handler403: the 403 page (a CSRF failure has its own view, below)."""
-    return error_page(request, status=403)
+    """handler403: a 403 (a CSRF failure has its own view, below)."""
+    return error_render(request, Forbidden("You do not have access to this page."))
 
 
 CSRF_MESSAGE = (
@@ -151,85 +110,54 @@ CSRF_MESSAGE = (
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
-    """CSRF_FAILURE_VIEW: a 403 in the site's layout, or JSON for JSON clients.
+    """CSRF_FAILURE_VIEW: a 403 ``csrf_failed`` in the site's layout, or JSON for
+    JSON clients.
 
     Django's own view shows its debug page whenever DEBUG is on (as under ``make
     run``), which tells a person nothing they can act on; ``reason`` (Django's words
     for developers) is left out for the same reason.
     """
-    error = DomainError(CSRF_MESSAGE, code="csrf_failed", status=403)
-    if _wants_json(request):
-        return _json_error(error, "invalid_request_error")
-    return error_page(request, status=403, message=CSRF_MESSAGE)
+    return error_render(request, Forbidden(CSRF_MESSAGE, code="csrf_failed"))
 
 
 def method_not_allowed(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     """Give the empty 405 of Django's ``require_http_methods`` a body a person can read.
 
     The page (or JSON for JSON clients) says which methods the address takes; the
-    ``Allow`` header stays. Called by :func:`chatsite.middleware.method_not_allowed_pages`.
+    ``Allow`` header of ``response`` stays. Called by
+    :func:`chatsite.middleware.method_not_allowed_pages`.
     """
     allowed = response.headers.get("Allow", "")
-    error = DomainError(
+    error = MethodNotAllowed(
         "This address can't be opened this way "
         f"(it accepts {allowed or 'other methods'}). Go back and use the page's "
         "button or form.",
-        code="method_not_allowed",
-        status=405,
+        headers={"Allow": allowed} if allowed else None,
     )
-    page = (
-        _json_error(error, "invalid_request_error")
-        if _wants_json(request)
-        else error_page(request, status=405, message=error.message)
-    )
-    if allowed:
-        page["Allow"] = allowed
-    return page
+    return error_render(request, error)
 
 
 def page_not_found(
     request: HttpRequest, exception: Exception | None = None
 ) -> HttpResponse:
-    """handler404: the 404 page, or a JSON error for JSON clients."""
-    if "application/json" in request.headers.get("Accept", ""):
-        return JsonResponse(
-            {"error": {"code": "not_found", "message": "Not found."}}, status=404
-        )
-    return error_page(request, status=404)
+    """handler404: the 404 page, or a JSON error for the API and JSON clients."""
+    return error_render(request, PageNotFound())
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
     """handler500: an outage of PostgreSQL or Redis is a clear 503 with Retry-After;
-    any other unhandled error is Django's 500.
+    any other unhandled error is a 500.
 
     Django calls this inside its ``except`` block (``handle_uncaught_exception``), so
     ``sys.exc_info()`` is the exception, wherever it was raised: a view, a middleware
-    (the session or the rate limiter's cache) or the URL resolver. JSON for the API
-    and JSON clients: ``{"error": {"message", "type", "param", "code"}}`` (OpenAI's
-    shape, a superset of the chat's ``{"code", "message"}``); otherwise a short page
-    rendered without the request, so rendering it needs neither the database (no
-    session, no messages) nor Redis.
+    (the session or the rate limiter's cache) or the URL resolver. JSON (OpenAI's
+    shape) for the API and JSON clients; otherwise the page rendered without the
+    request, so rendering it needs neither the database (no session, no messages) nor
+    Redis.
     """
-    import sys
-
-    from django.template.loader import render_to_string
-
-    error = _unavailable_error(sys.exc_info()[1])
-    if error is None:
-        if _wants_json(request):
-            error = DomainError(
-                "Something went wrong on our side. Please try again.",
-                code="server_error",
-                status=500,
-            )
-        else:
-            # the 500 page without the request's context: no context processor runs,
-            # so it needs neither the database nor the user (either may have failed)
-            return HttpResponse(loader.render_to_string("errors/500.html"), status=500)
-    if _wants_json(request):
-        return _json_error(error, "server_error")
-    html = render_to_string("errors/unavailable.html", {"message": error.message})
-    response = HttpResponse(html, status=error.status)
-    for name, value in error.headers.items():
-        response[name] = value
-    return response
+    error = _unavailable_error(sys.exc_info()[1]) or DomainError(
+        SERVER_ERROR_MESSAGE, code="server_error", status=500
+    )
+    if wants_json(request):
+        return error_response(error, openai=True)
+    return error_page(None, error)

@@ -12,14 +12,15 @@ from the ``Last-Event-ID`` header (or ``?last_event_id=``) onwards and writes:
   free worker (1 = next; 0 = a worker is taking it), none once the answer runs
 - ``event: done``  ``{"message_id", "status", "finish_reason", "usage", "html", "cache",
   ...}`` (``cache``: the message's ``cache_kind``, "" when generated)
-- ``event: error`` ``{"code", "message", "message_id", "html"}``
+- ``event: error`` ``{"code", "message", "message_id", "retryable", "retry_after_s"}``
+  (+ the stored answer's fields for a failed answer): :func:`chatsite.errors.error_sse`
 - ``: ping`` comment every SSE_HEARTBEAT_S seconds
 
 The chat page's message POST, sent with ``Accept: text/event-stream``, is answered
 with the same stream (:func:`turn_stream_response`), after a first ``event: turn``
 frame carrying the started turn's JSON: the answer's first text then needs no second
-request (the stream GET's session, user and message reads were a third of what our
-path added to a turn: docs/benchmarks.md). The GET stays for reconnects and page loads.
+request (the stream GET's session, user and message reads: about 10 of a turn's 27
+ms, bench/turn_overhead.py). The GET stays for reconnects and page loads.
 
 Every frame's ``id:`` is the Redis entry id of its last event, so a reconnect resumes
 exactly after it. On the terminal event the relay finalises the message. While a client
@@ -30,7 +31,6 @@ INFERENCE_DETACH_GRACE_S unless a client re-attaches.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -41,8 +41,8 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 
 from chatsite.db import connection_release, db_brief
-from chatsite.errors import DomainError, InvalidInput
-from chatsite.http import error_response
+from chatsite.errors import DomainError, InvalidInput, error_response, error_sse
+from chatsite.sse import frame_json, sse_frame
 from conversations import selectors, services
 from conversations.events import SSE_QUEUE, SSE_TURN
 from conversations.models import Message
@@ -50,22 +50,11 @@ from conversations.rendering import answer_to_html
 from gateway import generations
 from inference import protocol
 
-# One encoder for every frame: json.dumps(..., ensure_ascii=False) builds a new
-# JSONEncoder per call, a measurable share of a frame's cost at thousands of frames a
-# second.
-_JSON = json.JSONEncoder(ensure_ascii=False)
-
-
-def sse_frame(event: str, data: dict[str, Any], event_id: str | None = None) -> str:
-    """Return one SSE frame (``id``, ``event``, single-line JSON ``data``)."""
-    head = f"id: {event_id}\n" if event_id else ""
-    return f"{head}event: {event}\ndata: {_JSON.encode(data)}\n\n"
-
 
 def token_frame(text: str, event_id: str) -> str:
     """Return the ``token`` frame of ``text`` (data ``{"t": text}``): the hot path,
-    the same bytes as :func:`sse_frame` without building a dict per frame."""
-    return f'id: {event_id}\nevent: token\ndata: {{"t": {_JSON.encode(text)}}}\n\n'
+    the same bytes as :func:`chatsite.sse.sse_frame` without building a dict per frame."""
+    return f'id: {event_id}\nevent: token\ndata: {{"t": {frame_json(text)}}}\n\n'
 
 
 def message_payload(message: Message) -> dict[str, Any]:
@@ -110,21 +99,6 @@ def message_payload(message: Message) -> dict[str, Any]:
     }
 
 
-def sse_error(exc: DomainError, *, message_id: Any, event_id: str | None = None) -> str:
-    """Return the SSE ``error`` frame of ``exc`` (the one SSE error mapper).
-
-    Data: ``{"code", "message", "message_id", "retryable", "retry_after_s"}``.
-    """
-    payload = {
-        "code": exc.code,
-        "message": exc.message,
-        "message_id": str(message_id),
-        "retryable": exc.retryable,
-        "retry_after_s": exc.retry_after_s,
-    }
-    return sse_frame(protocol.EVENT_ERROR, payload, event_id)
-
-
 def _message_final(message_id: Any) -> tuple[Message, dict[str, Any]]:
     """The answer and its :func:`message_payload`, in one brief database step."""
     message = Message.objects.select_related("conversation").get(id=message_id)
@@ -137,15 +111,10 @@ async def _final_frame(message_id: Any, event_id: str | None) -> str:
     try:
         message, payload = await db_brief(_message_final)(message_id)
     except DomainError as exc:
-        return sse_error(exc, message_id=message_id, event_id=event_id)
+        return error_sse(exc, event_id=event_id, message_id=str(message_id))
     if message.status == Message.Status.ERROR:
-        payload.update(
-            code="generation_failed",
-            message=message.error,
-            retryable=True,
-            retry_after_s=None,
-        )
-        return sse_frame(protocol.EVENT_ERROR, payload, event_id)
+        failed = DomainError(message.error, code="generation_failed", retryable=True)
+        return error_sse(failed, event_id=event_id, **payload)
     return sse_frame(protocol.EVENT_DONE, payload, event_id)
 
 
@@ -201,7 +170,7 @@ async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
                 yield await _final_frame(message.id, item.event_id)
                 return
             elif isinstance(item, generations.Broken):
-                yield sse_error(item.error, message_id=message.id)
+                yield error_sse(item.error, message_id=str(message.id))
                 return
             last_sent = time.monotonic()
 

@@ -1,7 +1,8 @@
 """Chat UI views: thin (CONVENTIONS §2) — validate, call one service, render or serialise.
 
 JSON endpoints answer errors as ``{"error": {"code", "message"}}`` via
-:func:`chatsite.http.json_errors`; every object is looked up by owner (404 otherwise).
+:func:`chatsite.http.json_errors` (:func:`chatsite.errors.error_response`), pages with
+:func:`chatsite.errors.error_page`; every object is looked up by owner (404 otherwise).
 """
 
 from __future__ import annotations
@@ -20,8 +21,14 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from chatsite.errors import DomainError, InvalidInput
-from chatsite.http import error_response, json_errors
+from chatsite.errors import (
+    DomainError,
+    InvalidInput,
+    error_page,
+    error_response,
+    wants_json,
+)
+from chatsite.http import json_errors
 from conversations import selectors, services, sse
 from conversations.models import Feedback
 from conversations.services import Turn
@@ -114,8 +121,8 @@ def conversation_detail(request: HttpRequest, conversation_id: Any) -> HttpRespo
         conversation = selectors.conversation_get(
             user=request.user, conversation_id=conversation_id
         )
-    except DomainError:
-        return render(request, "chat/not_found.html", status=404)
+    except DomainError as exc:
+        return error_page(request, exc)
     return _chat_page(request, conversation)
 
 
@@ -265,7 +272,7 @@ def message_feedback(
 @require_POST
 def conversation_rename(request: HttpRequest, conversation_id: Any) -> HttpResponse:
     """Rename a conversation (form post; JSON when asked with Accept: application/json)."""
-    wants_json = "application/json" in request.headers.get("Accept", "")
+    as_json = wants_json(request)
     try:
         conversation = services.conversation_rename(
             user=request.user,
@@ -273,11 +280,11 @@ def conversation_rename(request: HttpRequest, conversation_id: Any) -> HttpRespo
             title=request.POST.get("title"),
         )
     except DomainError as exc:
-        if wants_json or exc.status == 404:
+        if as_json or exc.status == 404:
             return error_response(exc)
         flash.error(request, exc.message)
         return redirect("conversation-detail", conversation_id)
-    if wants_json:
+    if as_json:
         return JsonResponse({"id": str(conversation.id), "title": conversation.title})
     return redirect("conversation-detail", conversation.id)
 
@@ -287,7 +294,7 @@ def conversation_documents(request: HttpRequest, conversation_id: Any) -> HttpRe
     """Set which documents the conversation's answers search (``doc_scope``
     all/none/some, ``documents`` ids for some). JSON when asked with Accept:
     application/json, else a redirect back to the conversation (POST-redirect-GET)."""
-    wants_json = "application/json" in request.headers.get("Accept", "")
+    as_json = wants_json(request)
     try:
         conversation = services.conversation_scope_set(
             user=request.user,
@@ -296,11 +303,11 @@ def conversation_documents(request: HttpRequest, conversation_id: Any) -> HttpRe
             document_ids=request.POST.getlist("documents"),
         )
     except DomainError as exc:
-        if wants_json or exc.status == 404:
+        if as_json or exc.status == 404:
             return error_response(exc)
         flash.error(request, exc.message)
         return redirect("conversation-detail", conversation_id)
-    if not wants_json:
+    if not as_json:
         return redirect("conversation-detail", conversation.id)
     return JsonResponse(
         {
@@ -335,8 +342,8 @@ def conversation_delete(request: HttpRequest, conversation_id: Any) -> HttpRespo
             )
             flash.success(request, f"Deleted “{conversation.title}”.")
             return redirect("chat-home")
-    except DomainError:
-        return render(request, "chat/not_found.html", status=404)
+    except DomainError as exc:
+        return error_page(request, exc)
     return render(request, "chat/confirm_delete.html", {"conversation": conversation})
 
 

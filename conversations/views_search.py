@@ -14,8 +14,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods
 
-from chatsite.errors import DomainError, InvalidInput
-from chatsite.http import error_response
+from chatsite.errors import DomainError, InvalidInput, error_page, error_response
 from conversations import exports, selectors, services
 from conversations.search import conversation_search
 
@@ -70,7 +69,7 @@ def _export(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
             )
     except DomainError as exc:
         if exc.status == 404:
-            return render(request, "chat/not_found.html", status=404)
+            return error_page(request, exc)
         return error_response(exc)
     response = HttpResponse(body, content_type=_CONTENT_TYPES[kind])
     response["Content-Disposition"] = content_disposition_header(

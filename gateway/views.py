@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
 
-from chatsite.errors import QuotaExceeded
-from chatsite.http import error_response
+from chatsite.errors import QuotaExceeded, error_render, error_response
 from gateway import ratelimits
 
 
 def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
     """Answer a request django-ratelimit blocked: 429, ``Retry-After``, a clear message.
 
-    JSON (``{"error": {"code", "message"}}``) for JSON clients, a short page otherwise.
+    A refused chat message gets the chat's JSON (the same answer as
+    :mod:`chatsite.asgi` gives the session's next ones); a refused sign-in JSON for
+    JSON clients, the 429 page otherwise (:func:`chatsite.errors.error_render`).
     Wired as RATELIMIT_VIEW (django_ratelimit's middleware calls it). A refused chat
     message marks its session, so the next ones are refused before Django runs until
     the window ends (:func:`gateway.ratelimits.refusal_remember`).
@@ -31,12 +31,6 @@ def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
         f"Too many sign-in attempts (the limit is {ratelimits.rate_describe(rate)}). "
         f"Please wait up to {retry_s} seconds and try again."
     )
-    if "application/json" in request.headers.get("Accept", ""):
-        return error_response(
-            QuotaExceeded(message, code="rate_limited", retry_after_s=retry_s)
-        )
-    response = render(
-        request, "gateway/ratelimited.html", {"message": message}, status=429
+    return error_render(
+        request, QuotaExceeded(message, code="rate_limited", retry_after_s=retry_s)
     )
-    response["Retry-After"] = str(retry_s)
-    return response

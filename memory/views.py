@@ -11,13 +11,18 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from chatsite.errors import DomainError, InvalidInput
-from chatsite.http import error_page
+from chatsite.errors import (
+    DomainError,
+    InvalidInput,
+    PageNotFound,
+    error_page,
+    wants_json,
+)
 from memory import selectors, services
 
 
 def _not_found(request: HttpRequest) -> HttpResponse:
-    return error_page(request, status=404)
+    return error_page(request, PageNotFound())
 
 
 def _confirm(
@@ -41,7 +46,7 @@ def _confirm(
 def document_list(request: HttpRequest) -> HttpResponse:
     """The Documents page: the user's documents with their ingest status, and an upload form."""
     documents = selectors.document_list(user=request.user)
-    if "application/json" in request.headers.get("Accept", ""):
+    if wants_json(request):
         return JsonResponse(
             {
                 "documents": [

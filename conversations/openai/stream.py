@@ -19,9 +19,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
-from chatsite.errors import NotFound
+from chatsite.errors import NotFound, error_json
 from conversations.openai import chunks
-from conversations.openai.errors import error_body
 from conversations.openai.requests import CompletionRequest
 from gateway import generations
 from gateway import selectors as gateway_selectors
@@ -144,12 +143,12 @@ async def completion_stream(
             if isinstance(item, generations.Delta):
                 yield chunks.data_line(chunk({"content": item.text}))
             elif isinstance(item, generations.Broken):
-                yield chunks.data_line(error_body(item.error))
+                yield chunks.data_line(error_json(item.error, openai=True))
                 return
             elif isinstance(item, generations.Ended):
                 outcome = item.outcome
                 if outcome.error is not None:
-                    yield chunks.data_line(error_body(outcome.error))
+                    yield chunks.data_line(error_json(outcome.error, openai=True))
                     return
                 generation.model = outcome.model or generation.model
                 yield chunks.data_line(chunk({}, outcome.openai_finish_reason))

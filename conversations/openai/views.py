@@ -20,13 +20,8 @@ from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from chatsite.db import db_brief
-from chatsite.errors import DomainError
+from chatsite.errors import DomainError, InvalidApiKey, MethodNotAllowed, error_response
 from conversations.openai import chunks
-from conversations.openai.errors import (
-    InvalidApiKey,
-    error_response,
-    method_not_allowed,
-)
 from conversations.openai.requests import (
     CompletionRequest,
     EmbeddingRequest,
@@ -46,6 +41,14 @@ from gateway import services as gateway
 
 # Response header naming the cache that answered ("exact" / "semantic"); absent: a model.
 CACHE_HEADER = "x-chatsite-cache"
+
+
+def _wrong_method(allowed: str) -> JsonResponse:
+    """The 405 of an endpoint that takes only the ``allowed`` method (with ``Allow``)."""
+    exc = MethodNotAllowed(
+        f"Use {allowed} on this endpoint.", headers={"Allow": allowed}
+    )
+    return error_response(exc, openai=True)
 
 
 def _bearer(request: HttpRequest) -> str:
@@ -76,14 +79,14 @@ def _authenticate_and_start(
 async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     """``POST /v1/chat/completions``: an OpenAI chat completion, streamed or not."""
     if request.method != "POST":
-        return method_not_allowed("POST")
+        return _wrong_method("POST")
     # A disconnect cancels this view, but not the sync step (it runs on in its thread):
     # shielded, its result is still ours, and what it enqueued is cancelled and settled.
     admission = asyncio.ensure_future(db_brief(_authenticate_and_start)(request))
     try:
         generation, req = await asyncio.shield(admission)
     except DomainError as exc:
-        return error_response(exc)
+        return error_response(exc, openai=True)
     except asyncio.CancelledError:
         await admission_abandon(admission)
         raise
@@ -92,7 +95,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
         try:
             response = JsonResponse(await completion_collect(generation))
         except DomainError as exc:
-            response = error_response(exc)
+            response = error_response(exc, openai=True)
     else:
         response = StreamingHttpResponse(
             completion_stream(generation, req.include_usage),
@@ -121,11 +124,11 @@ async def models_list(request: HttpRequest) -> HttpResponse:
     """``GET /v1/models``: the enabled pools the key's user may use (ids = pool names),
     each with its ``kind`` (``chat`` or ``embedding``)."""
     if request.method != "GET":
-        return method_not_allowed("GET")
+        return _wrong_method("GET")
     try:
         models = await db_brief(_models)(request)
     except DomainError as exc:
-        return error_response(exc)
+        return error_response(exc, openai=True)
     return JsonResponse(chunks.model_list_json(models))
 
 
@@ -147,7 +150,7 @@ def _authenticate_and_admit(
 async def embeddings(request: HttpRequest) -> HttpResponse:
     """``POST /v1/embeddings``: one vector per input text, OpenAI's shape."""
     if request.method != "POST":
-        return method_not_allowed("POST")
+        return _wrong_method("POST")
     # As for completions: a disconnect during the sync step does not stop it, so its
     # reservation is given back once it ends (a later one is given back by the
     # gateway's embedding_create itself).
@@ -155,7 +158,7 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
     try:
         admission, req = await asyncio.shield(admitting)
     except DomainError as exc:
-        return error_response(exc)
+        return error_response(exc, openai=True)
     except asyncio.CancelledError:
         await _admission_release(admitting)
         raise
@@ -164,7 +167,7 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
             admission=admission, texts=req.texts
         )
     except DomainError as exc:
-        return error_response(exc)
+        return error_response(exc, openai=True)
     return JsonResponse(
         chunks.embedding_list_json(
             vectors=result.vectors,

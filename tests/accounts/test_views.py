@@ -398,11 +398,11 @@ def test_500_page_renders_without_database_or_user(rf, django_assert_num_queries
 
 @pytest.mark.parametrize("status", [400, 403, 404, 429, 500, 503])
 def test_every_error_status_has_a_page_of_its_own(rf, user, status):
-    from chatsite.http import error_page
+    from chatsite.errors import DomainError, error_page
 
     request = rf.get("/")
     request.user = user
-    response = error_page(request, status=status, message="Explained here.")
+    response = error_page(request, DomainError("Explained here.", status=status))
     assert response.status_code == status
     html = response.content.decode()
     assert "Explained here." in html and "<main" in html and "site.css" in html

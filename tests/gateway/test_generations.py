@@ -15,11 +15,10 @@ from django.test import Client
 from django.urls import reverse
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from chatsite.errors import DomainError
+from chatsite.errors import DomainError, error_response
 from conversations import services as chat
 from conversations.models import Message
 from conversations.openai import stream as api
-from conversations.openai.errors import error_response
 from gateway import generations, quota
 from gateway import services as gateway_services
 from gateway.generations import policy
@@ -243,7 +242,7 @@ async def _api_outcome(user: Any, case: Case, *, stream: bool) -> dict[str, Any]
         try:
             response = JsonResponse(await api.completion_collect(generation))
         except DomainError as exc:
-            response = error_response(exc)
+            response = error_response(exc, openai=True)
         body = json.loads(response.content)
         out["http_status"] = response.status_code
         if response.status_code == 200:

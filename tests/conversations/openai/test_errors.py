@@ -1,5 +1,5 @@
-"""OpenAI's error shape, statuses and headers (conversations/openai/errors.py): through
-the views and directly."""
+"""The API's errors in OpenAI's shape, statuses and headers (chatsite.errors with
+``openai=True``): through the views and directly."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from chatsite.errors import QuotaExceeded
-from conversations.openai.errors import InvalidApiKey, error_response
+from chatsite.errors import InvalidApiKey, QuotaExceeded, error_response
 from gateway import services
 from gateway.generations.outcome import generation_failed
 from gateway.models import ApiKey, UsageRecord
@@ -120,7 +119,7 @@ async def test_dead_pooled_connections_fail_at_most_one_request_quickly(api_key)
 def test_a_429_says_x_should_retry_false_exactly_when_it_is_not_retryable(retryable):
     """Read from the structured field: the same message either way."""
     exc = QuotaExceeded("Over the limit.", code="quota_minute", retryable=retryable)
-    response = error_response(exc)
+    response = error_response(exc, openai=True)
     assert response.status_code == 429
     assert response.has_header("x-should-retry") is not retryable
     assert json.loads(response.content)["error"] == {
@@ -132,7 +131,7 @@ def test_a_429_says_x_should_retry_false_exactly_when_it_is_not_retryable(retrya
 
 
 def test_a_401_asks_for_a_bearer_key():
-    response = error_response(InvalidApiKey())
+    response = error_response(InvalidApiKey(), openai=True)
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == "Bearer"
     assert json.loads(response.content)["error"]["type"] == "invalid_request_error"
@@ -151,7 +150,7 @@ def test_a_failed_generation_maps_its_error_code_to_a_status(
     code, status, retry_after, settings
 ):
     exc = generation_failed(code=code, message="It failed.")
-    response = error_response(exc)
+    response = error_response(exc, openai=True)
     assert (response.status_code, exc.code) == (status, code)
     assert response.has_header("Retry-After") is retry_after
     if retry_after:
