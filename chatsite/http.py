@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.template import loader
 
@@ -29,11 +30,13 @@ def error_response(exc: DomainError) -> JsonResponse:
     return response
 
 
-def json_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def json_errors(
+    view: Callable[..., HttpResponseBase],
+) -> Callable[..., HttpResponseBase]:
     """Decorate a sync JSON view so that a raised :class:`DomainError` becomes its response."""
 
     @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
             return view(request, *args, **kwargs)
         except DomainError as exc:
@@ -53,6 +56,7 @@ def bad_request(
     """
     from django.core.exceptions import RequestDataTooBig
 
+    error: DomainError
     if isinstance(exception, RequestDataTooBig):
         error = PayloadTooLarge(
             "The request is too large. Messages can be at most "
@@ -214,7 +218,7 @@ def server_error(request: HttpRequest) -> HttpResponse:
 
     from django.template.loader import render_to_string
 
-    error = _unavailable_error(sys.exc_info()[1])
+    error: DomainError | None = _unavailable_error(sys.exc_info()[1])
     if error is None:
         if _wants_json(request):
             error = DomainError(

@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from chatsite.auth import AuthenticatedRequest
 from chatsite.errors import DomainError, InvalidInput
 from chatsite.http import error_page
 from memory import selectors, services
@@ -38,7 +39,7 @@ def _confirm(
 
 
 @require_GET
-def document_list(request: HttpRequest) -> HttpResponse:
+def document_list(request: AuthenticatedRequest) -> HttpResponse:
     """The Documents page: the user's documents with their ingest status, and an upload form."""
     documents = selectors.document_list(user=request.user)
     if "application/json" in request.headers.get("Accept", ""):
@@ -69,7 +70,7 @@ def document_list(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def document_upload(request: HttpRequest) -> HttpResponse:
+def document_upload(request: AuthenticatedRequest) -> HttpResponse:
     """Upload a .txt/.md/.pdf; it is processed in the background (status on the page)."""
     upload = request.FILES.get("file")
     try:
@@ -78,7 +79,7 @@ def document_upload(request: HttpRequest) -> HttpResponse:
         limit = settings.MEMORY_UPLOAD_MAX_BYTES
         data = upload.read(limit + 1)
         document = services.document_upload(
-            user=request.user, name=upload.name, data=data
+            user=request.user, name=upload.name or "", data=data
         )
     except DomainError as exc:
         flash.error(request, exc.message)
@@ -88,7 +89,7 @@ def document_upload(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-def document_detail(request: HttpRequest, document_id: int) -> HttpResponse:
+def document_detail(request: AuthenticatedRequest, document_id: int) -> HttpResponse:
     """One document's passages, each with an anchor (``#p<ord>``) that citations link to."""
     try:
         document = selectors.document_get(user=request.user, document_id=document_id)
@@ -101,7 +102,7 @@ def document_detail(request: HttpRequest, document_id: int) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def document_delete(request: HttpRequest, document_id: int) -> HttpResponse:
+def document_delete(request: AuthenticatedRequest, document_id: int) -> HttpResponse:
     """GET: ask for confirmation. POST: delete a document with its chunks and vectors."""
     try:
         document = selectors.document_get(user=request.user, document_id=document_id)
@@ -122,7 +123,7 @@ def document_delete(request: HttpRequest, document_id: int) -> HttpResponse:
 
 
 @require_GET
-def memory_page(request: HttpRequest) -> HttpResponse:
+def memory_page(request: AuthenticatedRequest) -> HttpResponse:
     """The Memory page: what the assistant remembers, with edit/delete and an on/off switch."""
     return render(
         request,
@@ -147,7 +148,7 @@ def _memory_action(request: HttpRequest, action: Any, done: str) -> HttpResponse
 
 
 @require_POST
-def fact_add(request: HttpRequest) -> HttpResponse:
+def fact_add(request: AuthenticatedRequest) -> HttpResponse:
     """Add a fact by hand."""
     return _memory_action(
         request,
@@ -157,7 +158,7 @@ def fact_add(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def fact_edit(request: HttpRequest, fact_id: int) -> HttpResponse:
+def fact_edit(request: AuthenticatedRequest, fact_id: int) -> HttpResponse:
     """Edit a fact."""
     return _memory_action(
         request,
@@ -169,7 +170,7 @@ def fact_edit(request: HttpRequest, fact_id: int) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def fact_delete(request: HttpRequest, fact_id: int) -> HttpResponse:
+def fact_delete(request: AuthenticatedRequest, fact_id: int) -> HttpResponse:
     """GET: ask for confirmation. POST: forget a fact."""
     if request.method == "GET":
         try:
@@ -191,7 +192,7 @@ def fact_delete(request: HttpRequest, fact_id: int) -> HttpResponse:
 
 
 @require_POST
-def memory_toggle(request: HttpRequest) -> HttpResponse:
+def memory_toggle(request: AuthenticatedRequest) -> HttpResponse:
     """Switch memory on (``enabled=1``) or off."""
     enabled = request.POST.get("enabled") == "1"
     return _memory_action(

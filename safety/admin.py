@@ -20,6 +20,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.text import Truncator
 
+from chatsite.auth import request_user
 from safety import suspensions
 from safety.audit import REDACTED, AuditedAdminMixin, audit_record
 from safety.models import AuditLogEntry, CategoryPolicy, ModerationEvent, Suspension
@@ -34,7 +35,7 @@ def _suspensions_lift(
     suspensions: anything with a ``user``), each user once, audited by the service."""
     users = {row.user_id: row.user for row in queryset.select_related("user")}
     lifted = sum(
-        len(suspensions.suspension_lift(user=u, actor=request.user))
+        len(suspensions.suspension_lift(user=u, actor=request_user(request)))
         for u in users.values()
     )
     model_admin.message_user(
@@ -126,7 +127,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
         changed = suspensions.event_review(
             events=queryset,
             status=ModerationEvent.Status.CONFIRMED,
-            actor=request.user,
+            actor=request_user(request),
         )
         self.message_user(request, f"{changed} event(s) confirmed.", messages.SUCCESS)
 
@@ -135,7 +136,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
         changed = suspensions.event_review(
             events=queryset,
             status=ModerationEvent.Status.DISMISSED,
-            actor=request.user,
+            actor=request_user(request),
         )
         self.message_user(request, f"{changed} event(s) dismissed.", messages.SUCCESS)
 
@@ -156,7 +157,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
                 user=events[0].user,
                 until=until,
                 reason=f"Content policy violations reviewed by staff ({named}).",
-                actor=request.user,
+                actor=request_user(request),
             )
         self.message_user(
             request,
@@ -173,7 +174,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Suspension)
-class SuspensionAdmin(AuditedAdminMixin, admin.ModelAdmin):
+class SuspensionAdmin(AuditedAdminMixin[Suspension], admin.ModelAdmin):
     list_display = ("user", "until", "active", "reason", "created_by", "created_at")
     list_filter = (("until", admin.DateFieldListFilter), "lifted_at")
     list_select_related = ("user", "created_by")
@@ -191,7 +192,7 @@ class SuspensionAdmin(AuditedAdminMixin, admin.ModelAdmin):
         self, request: HttpRequest, obj: Suspension, form: object, change: bool
     ) -> None:
         if not change:
-            obj.created_by = request.user
+            obj.created_by = request_user(request)
         super().save_model(request, obj, form, change)  # type: ignore[arg-type]
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
@@ -257,7 +258,7 @@ class AuditedUserAdmin(AuditedAdminMixin, UserAdmin):
         if request.method == "POST" and response.status_code == 302:
             user = User._default_manager.get(pk=id)
             audit_record(
-                actor=request.user,
+                actor=request_user(request),
                 action=AuditLogEntry.Verb.CHANGE,
                 obj=user,
                 before={"password": REDACTED},

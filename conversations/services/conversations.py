@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from chatsite.errors import InvalidInput
@@ -117,7 +118,7 @@ def conversation_summarize(*, conversation_id: Any) -> bool:
 
 
 def conversation_rename(
-    *, user: AbstractBaseUser, conversation_id: Any, title: Any
+    *, user: User, conversation_id: Any, title: Any
 ) -> Conversation:
     """Rename the user's conversation.
 
@@ -140,7 +141,7 @@ def conversation_rename(
     return conversation
 
 
-def conversation_delete(*, user: AbstractBaseUser, conversation_id: Any) -> None:
+def conversation_delete(*, user: User, conversation_id: Any) -> None:
     """Delete the user's conversation and its messages; a streaming answer is cancelled."""
     conversation = selectors.conversation_get(
         user=user, conversation_id=conversation_id
@@ -150,4 +151,6 @@ def conversation_delete(*, user: AbstractBaseUser, conversation_id: Any) -> None
     ]
     conversation.delete()
     for job_id in streaming:
-        transaction.on_commit(lambda j=job_id: generations.generation_abandon(job_id=j))
+        transaction.on_commit(
+            functools.partial(generations.generation_abandon, job_id=job_id)
+        )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -56,7 +56,7 @@ def _generation_params(params: dict[str, Any] | None) -> dict[str, Any]:
 
 def _prompt_context(
     *,
-    user: AbstractBaseUser,
+    user: User,
     conversation: Conversation | None,
     max_tokens: int,
     query: TextVector,
@@ -174,7 +174,7 @@ def _assistant_create(
     return answer
 
 
-def _remember_on_commit(*, user: AbstractBaseUser, message: Message) -> None:
+def _remember_on_commit(*, user: User, message: Message) -> None:
     """Queue storing the fact of a "remember that …" message (after commit)."""
     fact = memory_services.remember_request_parse(message.content)
     if fact:
@@ -186,7 +186,7 @@ def _remember_on_commit(*, user: AbstractBaseUser, message: Message) -> None:
 
 def _turn_run(
     *,
-    user: AbstractBaseUser,
+    user: User,
     conversation: Conversation | None,
     params: dict[str, Any] | None,
     model: str | None,
@@ -315,7 +315,7 @@ def _turn_run(
 
 def turn_start(
     *,
-    user: AbstractBaseUser,
+    user: User,
     content: Any,
     conversation_id: Any = None,
     params: dict[str, Any] | None = None,
@@ -363,7 +363,7 @@ def turn_start(
 
 def turn_regenerate(
     *,
-    user: AbstractBaseUser,
+    user: User,
     conversation_id: Any,
     message_id: Any = None,
     params: dict[str, Any] | None = None,
@@ -388,7 +388,7 @@ def turn_regenerate(
             raise InvalidInput(
                 "Only an answer can be regenerated.", code="not_regenerable"
             )
-        question = Message.objects.get(id=answer.parent_id)
+        question: Message | None = Message.objects.get(id=answer.parent_id)
     else:
         path = selectors.message_tree(conversation=conversation).current_path(
             conversation
@@ -409,9 +409,7 @@ def turn_regenerate(
     )
 
 
-def turn_stop(
-    *, user: AbstractBaseUser, conversation_id: Any, message_id: Any
-) -> Message:
+def turn_stop(*, user: User, conversation_id: Any, message_id: Any) -> Message:
     """Ask the worker to stop a streaming answer; the partial text is kept as ``cancelled``.
 
     The answer is finalised when the worker's terminal event arrives (within a decode

@@ -33,8 +33,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import F, Min
 from django.utils import timezone
@@ -81,7 +80,7 @@ def eval_run_create(
     set_name: str,
     pool: str,
     repeat: int = 1,
-    created_by: AbstractBaseUser | None = None,
+    created_by: User | None = None,
 ) -> EvalRun:
     """Create a pending run of set ``set_name`` on ``pool`` (each case ``repeat``
     times, 1 to MAX_REPEAT). Raises NotFound (unknown set or pool) and InvalidInput
@@ -110,7 +109,7 @@ def eval_run_create(
     )
 
 
-def eval_service_user() -> AbstractBaseUser:
+def eval_service_user() -> User:
     """Return the service user runs are sent as (EVAL_USERNAME), on the eval plan.
 
     Created on first use: the user (no usable password: it cannot sign in) and the plan
@@ -118,7 +117,6 @@ def eval_service_user() -> AbstractBaseUser:
     the free tier stays the lowest user plan; the eval plan is shed by name, before
     it). An admin may give the plan limits or pools; they are kept.
     """
-    User = get_user_model()
     with transaction.atomic():
         user, created = User.objects.get_or_create(
             username=settings.EVAL_USERNAME, defaults={"is_active": True}
@@ -194,7 +192,7 @@ async def _follow(generation: generations.Generation) -> tuple[_Answer, bool]:
 
 async def _generate(
     *,
-    user: AbstractBaseUser,
+    user: User,
     pool: str,
     messages: list[dict[str, str]],
     params: dict[str, Any],
@@ -246,9 +244,7 @@ def _case_params(case: EvalCase) -> dict[str, Any]:
     return params
 
 
-async def _judge(
-    *, user: AbstractBaseUser, case: EvalCase, answer: str
-) -> checks.CheckResult:
+async def _judge(*, user: User, case: EvalCase, answer: str) -> checks.CheckResult:
     question = case.messages[-1]["content"]
     verdict = await _generate(
         user=user,
@@ -313,7 +309,7 @@ def _result_store(
 async def _case_run(
     *,
     run: EvalRun,
-    user: AbstractBaseUser,
+    user: User,
     case: EvalCase,
     repeat_index: int,
     slots: asyncio.Semaphore,
@@ -354,9 +350,7 @@ async def _case_run(
         )
 
 
-async def _execute(
-    run: EvalRun, user: AbstractBaseUser, todo: list[tuple[EvalCase, int]]
-) -> None:
+async def _execute(run: EvalRun, user: User, todo: list[tuple[EvalCase, int]]) -> None:
     slots = asyncio.Semaphore(max(1, settings.EVAL_CONCURRENCY))
     async with asyncio.TaskGroup() as group:
         for case, repeat_index in todo:

@@ -14,7 +14,7 @@ import json
 import uuid
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from chatsite.errors import InvalidInput, PayloadTooLarge
@@ -102,7 +102,7 @@ def _tree_check(conversation: ImportedConversation, where: str) -> None:
 
 
 def _store(
-    *, user: AbstractBaseUser, conversations: list[ImportedConversation]
+    *, user: User, conversations: list[ImportedConversation]
 ) -> list[Conversation]:
     """Create the rows (bulk, four inserts per kind at most); return the conversations."""
     chunk_ids = {
@@ -168,7 +168,7 @@ def _store(
     return rows
 
 
-def conversations_import(*, user: AbstractBaseUser, data: bytes) -> list[Conversation]:
+def conversations_import(*, user: User, data: bytes) -> list[Conversation]:
     """Import every conversation of the file ``data`` (bytes) for ``user``, in one
     transaction; return them in the file's order.
 
