@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,13 +74,13 @@ class SharedEngine(Engine):
         self.model = inner.model
         self.max_concurrency = inner.max_concurrency
 
-    def generate(self, job):  # type: ignore[override]
+    def generate(self, job: protocol.Job) -> AsyncIterator[Delta | Finish]:
         return self.inner.generate(job)
 
     def abort(self, job_id: str) -> None:
         self.inner.abort(job_id)
 
-    def count_tokens(self, messages):  # type: ignore[override]
+    def count_tokens(self, messages: list[dict[str, str]]) -> int:
         return self.inner.count_tokens(messages)
 
 

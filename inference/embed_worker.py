@@ -83,7 +83,7 @@ class EmbedWorker(Worker):
         options.pop("concurrency", None)
         super().__init__(
             pool=pool,
-            engine=engine,  # type: ignore[arg-type]
+            engine=engine,  # type: ignore[arg-type]  # the Worker only starts, aborts, closes it
             redis_url=redis_url,
             concurrency=1,
             stream_ttl_s=stream_ttl_s,

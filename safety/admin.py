@@ -16,6 +16,7 @@ from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.text import Truncator
@@ -189,11 +190,15 @@ class SuspensionAdmin(AuditedAdminMixin[Suspension], admin.ModelAdmin):
         return obj.lifted_at is None and obj.until > timezone.now()
 
     def save_model(
-        self, request: HttpRequest, obj: Suspension, form: object, change: bool
+        self,
+        request: HttpRequest,
+        obj: Suspension,
+        form: ModelForm[Suspension],
+        change: bool,
     ) -> None:
         if not change:
             obj.created_by = request_user(request)
-        super().save_model(request, obj, form, change)  # type: ignore[arg-type]
+        super().save_model(request, obj, form, change)
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         # lift a suspension instead: its record stays

@@ -117,7 +117,7 @@ class AuditedAdminMixin(_AdminBase[_M]):
             if change and obj.pk is not None
             else None
         )
-        obj._audit_before = (stored, audit_snapshot(stored))  # type: ignore[attr-defined]
+        obj._audit_before = (stored, audit_snapshot(stored))  # type: ignore[attr-defined]  # for save_related
         super().save_model(request, obj, form, change)
 
     def save_related(

@@ -60,7 +60,11 @@ def conversation_title_generate(*, conversation_id: Any) -> str | None:
             pool=settings.MEMORY_SMALL_POOL,
             timeout_s=settings.MEMORY_GENERATION_TIMEOUT_S,
         )
-    if not title or not title_acceptable(title, answer=answer.content):  # type: ignore[union-attr]
+    if (
+        not title
+        or answer is None
+        or not title_acceptable(title, answer=answer.content)
+    ):
         title = default  # the first-message title stays
     title = title[:200].strip() or default
     updated = Conversation.objects.filter(id=conversation.id, title=default).update(

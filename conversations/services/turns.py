@@ -211,7 +211,12 @@ def _turn_run(
     generation_params = _generation_params(params)
     in_force = scope if scope is not None else _scope_current(conversation)
     # The question is embedded at most once, on first need, for everyone who needs it.
-    query = TextVector(content if content is not None else question.content)  # type: ignore[union-attr]
+    if content is not None:
+        asked_text = content
+    else:
+        assert question is not None  # a turn has new content or a question to answer
+        asked_text = question.content
+    query = TextVector(asked_text)
     built = _prompt_context(
         user=user,
         conversation=conversation,

@@ -24,6 +24,7 @@ from conversations.services.imports.chatgpt import chatgpt_parse
 from conversations.services.imports.native import native_parse
 from conversations.services.imports.records import (
     ImportedConversation,
+    conversations_count_check,
     fail,
     limits_check,
 )
@@ -59,10 +60,8 @@ def import_file_parse(*, data: bytes) -> list[ImportedConversation]:
     elif isinstance(document, list) or (
         isinstance(document, dict) and "mapping" in document
     ):
-        if isinstance(document, list) and len(document) > (
-            settings.CHAT_IMPORT_MAX_CONVERSATIONS
-        ):
-            limits_check([None] * len(document))  # type: ignore[list-item]
+        if isinstance(document, list):
+            conversations_count_check(len(document))
         conversations = chatgpt_parse(document)
     else:
         raise InvalidInput(
