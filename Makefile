@@ -62,6 +62,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # Debian's Chromium for the browser tests (Playwright drives it; no browser download).
 browser:

@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from audit.admin import AuditedAdminMixin
 from audit.models import AuditLogEntry
 from audit.services import REDACTED, audit_record
+from chatsite.auth import request_user
 
 User = get_user_model()
 
@@ -27,7 +28,7 @@ class AuditedUserAdmin(AuditedAdminMixin, UserAdmin):
         if request.method == "POST" and response.status_code == 302:
             user = User._default_manager.get(pk=id)
             audit_record(
-                actor=request.user,
+                actor=request_user(request),
                 action=AuditLogEntry.Verb.CHANGE,
                 obj=user,
                 before={"password": REDACTED},

@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import PasswordChangeForm
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 
 class ProfileForm(forms.ModelForm):
@@ -52,7 +52,7 @@ class AccountDeleteForm(forms.Form):
         widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}),
     )
 
-    def __init__(self, *args: Any, user: AbstractBaseUser, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, user: User, **kwargs: Any) -> None:
         """Bind the form to the signed-in ``user`` whose password it checks."""
         super().__init__(*args, **kwargs)
         self.user = user

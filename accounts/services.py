@@ -26,8 +26,7 @@ import json
 import logging
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -46,7 +45,7 @@ _SCAN_COUNT = 500
 
 def preferences_save(
     *,
-    user: AbstractBaseUser,
+    user: User,
     reuse_cached_answers: bool,
     memory_enabled: bool,
     default_model: str,
@@ -75,16 +74,14 @@ def preferences_save(
     return preference
 
 
-def profile_update(
-    *, user: AbstractBaseUser, username: str, email: str
-) -> AbstractBaseUser:
+def profile_update(*, user: User, username: str, email: str) -> User:
     """Change the user's username and e-mail address (validated by the caller's form).
 
     Raises InvalidInput when the username was taken meanwhile (the unique index decides,
     not a check-then-act); nothing is changed then.
     """
-    user.username = username  # type: ignore[attr-defined]
-    user.email = email  # type: ignore[attr-defined]
+    user.username = username
+    user.email = email
     try:
         with transaction.atomic():
             user.save(update_fields=["username", "email"])
@@ -96,7 +93,7 @@ def profile_update(
     return user
 
 
-def account_delete(*, user: AbstractBaseUser) -> dict[str, int]:
+def account_delete(*, user: User) -> dict[str, int]:
     """Delete the user and all their data (see the module docstring for what goes).
 
     Rows go in one transaction; the Redis keys after it commits (a rollback leaves
@@ -107,7 +104,7 @@ def account_delete(*, user: AbstractBaseUser) -> dict[str, int]:
         UsageRecord.objects.filter(user_id=user_id).values_list("job_id", flat=True)
     )
     with transaction.atomic():
-        _total, per_model = get_user_model().objects.filter(pk=user_id).delete()
+        _total, per_model = User.objects.filter(pk=user_id).delete()
         transaction.on_commit(
             lambda: account_redis_purge(user_id=user_id, job_ids=job_ids)
         )

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.contrib import messages as flash
 from django.contrib.auth import logout, update_session_auth_hash
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
@@ -19,6 +19,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts import services
 from accounts.forms import AccountDeleteForm, ProfileForm, SettingsPasswordForm
+from chatsite.auth import AuthenticatedRequest
 from chatsite.errors import DomainError, PageNotFound, error_page
 from gateway import selectors
 from gateway import services as gateway_services
@@ -30,7 +31,7 @@ NEW_KEY_SESSION = "accounts.new_api_key"
 
 @never_cache
 @require_http_methods(["GET", "HEAD"])
-def quota_panel(request: HttpRequest) -> HttpResponse:
+def quota_panel(request: AuthenticatedRequest) -> HttpResponse:
     """The "Tokens left" panel alone (HTML), for the chat page to refresh after each
     answer (static/quota.js); the signed-in user's own windows only."""
     return render(
@@ -41,7 +42,7 @@ def quota_panel(request: HttpRequest) -> HttpResponse:
 
 
 def _settings_page(
-    request: HttpRequest, *, status: int = 200, **forms: Any
+    request: AuthenticatedRequest, *, status: int = 200, **forms: Any
 ) -> HttpResponse:
     """Render the settings page; ``forms`` replace the blank ones (to show errors)."""
     user = request.user
@@ -62,7 +63,7 @@ def _settings_page(
 
 @never_cache
 @require_http_methods(["GET", "POST"])
-def account_settings(request: HttpRequest) -> HttpResponse:
+def account_settings(request: AuthenticatedRequest) -> HttpResponse:
     """GET: the settings page. POST: create an API key, then redirect to the page,
     which shows its secret once (kept in the session only until then)."""
     if request.method == "POST":
@@ -75,7 +76,7 @@ def account_settings(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def preferences_update(request: HttpRequest) -> HttpResponse:
+def preferences_update(request: AuthenticatedRequest) -> HttpResponse:
     """Store the preferences form (an unticked box turns its setting off)."""
     post = request.POST
     reuse = post.get("reuse_cached_answers", "").lower() in {"on", "true", "1"}
@@ -98,7 +99,7 @@ def preferences_update(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def profile_update(request: HttpRequest) -> HttpResponse:
+def profile_update(request: AuthenticatedRequest) -> HttpResponse:
     """Change the username and e-mail address."""
     form = ProfileForm(request.POST, instance=request.user)
     if not form.is_valid():
@@ -118,7 +119,7 @@ def profile_update(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def password_change(request: HttpRequest) -> HttpResponse:
+def password_change(request: AuthenticatedRequest) -> HttpResponse:
     """Change the password (Django's PasswordChangeForm: old password, validators);
     this session stays signed in, the user's other sessions end."""
     form = SettingsPasswordForm(request.user, request.POST)
@@ -131,7 +132,7 @@ def password_change(request: HttpRequest) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def api_key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
+def api_key_revoke(request: AuthenticatedRequest, key_id: int) -> HttpResponse:
     """GET: ask for confirmation. POST: revoke one of the user's API keys (another
     user's key is a 404)."""
     keys = selectors.api_key_list(user=request.user)
@@ -159,7 +160,7 @@ def api_key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
 
 @never_cache
 @require_http_methods(["GET", "POST"])
-def account_delete(request: HttpRequest) -> HttpResponse:
+def account_delete(request: AuthenticatedRequest) -> HttpResponse:
     """GET: the deletion page (what goes; type your password). POST: delete the
     account and everything in it, sign out, and go to the sign-in page."""
     form = AccountDeleteForm(request.POST or None, user=request.user)

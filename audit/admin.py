@@ -5,57 +5,67 @@ everyone (superusers included).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from django.contrib import admin
 from django.db import models, transaction
 from django.db.models import QuerySet
-from django.forms import Form
+from django.forms import ModelForm
 from django.http import HttpRequest
 
 from audit.models import AuditLogEntry
 from audit.services import audit_record, audit_snapshot, redacted_changes
+from chatsite.auth import request_user
+
+_M = TypeVar("_M", bound=models.Model)
+
+if TYPE_CHECKING:
+    # To the type checker the mixin is the ModelAdmin it is mixed into, so that its
+    # super() calls are checked; at run time it is a plain generic class.
+    _AdminBase = admin.ModelAdmin
+else:
+    _AdminBase = Generic
 
 
-class AuditedAdminMixin:
+class AuditedAdminMixin(_AdminBase[_M]):
     """Mix into a ModelAdmin (before ``admin.ModelAdmin``): every add, change (form or
     list_editable, many-to-many included) and delete (one or "delete selected") is
     appended to the audit log with the values before and after."""
 
     def save_model(
-        self, request: HttpRequest, obj: models.Model, form: Form, change: bool
+        self, request: HttpRequest, obj: _M, form: ModelForm[_M], change: bool
     ) -> None:
         stored = (
             type(obj)._default_manager.filter(pk=obj.pk).first()
             if change and obj.pk is not None
             else None
         )
-        obj._audit_before = (stored, audit_snapshot(stored))  # type: ignore[attr-defined]
-        super().save_model(request, obj, form, change)  # type: ignore[misc]
+        obj._audit_before = (stored, audit_snapshot(stored))  # type: ignore[attr-defined]  # for save_related
+        super().save_model(request, obj, form, change)
 
     def save_related(
-        self, request: HttpRequest, form: Form, formsets: Any, change: bool
+        self, request: HttpRequest, form: ModelForm[_M], formsets: Any, change: bool
     ) -> None:
-        super().save_related(request, form, formsets, change)  # type: ignore[misc]
+        super().save_related(request, form, formsets, change)
         obj = form.instance
         stored, before = getattr(obj, "_audit_before", (None, None))
         after = audit_snapshot(obj)
         if after is not None and before is not None:
             after.update(redacted_changes(stored, obj))
         audit_record(
-            actor=request.user,
+            actor=request_user(request),
             action=AuditLogEntry.Verb.CHANGE if change else AuditLogEntry.Verb.ADD,
             obj=obj,
             before=before,
             after=after,
         )
 
-    def delete_model(self, request: HttpRequest, obj: models.Model) -> None:
+    def delete_model(self, request: HttpRequest, obj: _M) -> None:
         before, pk = audit_snapshot(obj), obj.pk
         with transaction.atomic():
-            super().delete_model(request, obj)  # type: ignore[misc]
+            super().delete_model(request, obj)
             audit_record(
-                actor=request.user,
+                actor=request_user(request),
                 action=AuditLogEntry.Verb.DELETE,
                 obj=obj,
                 before=before,
@@ -63,13 +73,13 @@ class AuditedAdminMixin:
                 object_id=pk,
             )
 
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[_M]) -> None:
         doomed = [(obj, audit_snapshot(obj), obj.pk) for obj in queryset]
         with transaction.atomic():
-            super().delete_queryset(request, queryset)  # type: ignore[misc]
+            super().delete_queryset(request, queryset)
             for obj, before, pk in doomed:
                 audit_record(
-                    actor=request.user,
+                    actor=request_user(request),
                     action=AuditLogEntry.Verb.DELETE,
                     obj=obj,
                     before=before,

@@ -61,7 +61,7 @@ class AuditLogEntry(models.Model):
         """Insert the entry; an entry once stored is never changed."""
         if self.pk is not None:
             raise ValueError("Audit log entries are append-only.")
-        super().save(*args, **kwargs)  # type: ignore[arg-type]
+        super().save(*args, **kwargs)
 
     def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
         """Refuse: audit log entries are append-only."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 
@@ -59,14 +59,14 @@ def redacted_changes(
     return changed
 
 
-def actor_label_for(user: AbstractBaseUser | None) -> str:
+def actor_label_for(user: User | None) -> str:
     """How an actor is named in the log (their username; "system" for nobody)."""
     return user.get_username() if user is not None else "system"
 
 
 def audit_record(
     *,
-    actor: AbstractBaseUser | None,
+    actor: User | None,
     action: str,
     obj: models.Model,
     before: dict[str, Any] | None,

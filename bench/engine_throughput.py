@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -69,13 +70,13 @@ class SharedEngine(Engine):
         self.model = inner.model
         self.max_concurrency = inner.max_concurrency
 
-    def generate(self, job):  # type: ignore[override]
+    def generate(self, job: protocol.Job) -> AsyncIterator[Delta | Finish]:
         return self.inner.generate(job)
 
     def abort(self, job_id: str) -> None:
         self.inner.abort(job_id)
 
-    def count_tokens(self, messages):  # type: ignore[override]
+    def count_tokens(self, messages: list[dict[str, str]]) -> int:
         return self.inner.count_tokens(messages)
 
 

@@ -67,7 +67,7 @@ def main() -> None:
     counts: dict[str, int] = {}
     for w in words:
         counts[w] = counts.get(w, 0) + 1
-    vocabulary = sorted(counts, key=counts.get, reverse=True)  # type: ignore[arg-type]
+    vocabulary = sorted(counts, key=lambda w: counts[w], reverse=True)
     frequent, rare = vocabulary[:300], vocabulary[300:]
     print(
         f"corpus: {len(pool):,} sentences, {len(vocabulary):,} distinct words "

@@ -25,6 +25,7 @@ from django.core.asgi import get_asgi_application
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpResponse
+from django.http.response import HttpResponseBase
 from django.test.utils import override_settings
 from django.urls import Resolver404, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, RoutePattern
@@ -175,7 +176,7 @@ class SyncChainASGIHandler(ASGIHandler):
         # not ASGIHandler.__init__: it builds the async chain
         self.load_middleware(is_async=False)
 
-    async def get_response_async(self, request: Any) -> HttpResponse:
+    async def get_response_async(self, request: Any) -> HttpResponseBase:
         """Run the sync chain (:meth:`get_response`) in the request's sync thread."""
         return await sync_to_async(self.get_response, thread_sensitive=True)(request)
 

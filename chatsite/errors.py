@@ -41,6 +41,8 @@ class DomainError(Exception):
     # Whether the same request can succeed later (a client may retry it after
     # ``retry_after_s`` seconds). Surfaces read these fields, never the message text.
     retryable = False
+    # The request field the error is about (OpenAI's ``error.param``), where one is.
+    param: str | None = None
 
     def __init__(
         self,

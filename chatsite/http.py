@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 
 from chatsite.errors import (
     DomainError,
@@ -31,12 +32,14 @@ from chatsite.errors import (
 )
 
 
-def json_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def json_errors(
+    view: Callable[..., HttpResponseBase],
+) -> Callable[..., HttpResponseBase]:
     """Decorate a sync JSON view so that a raised :class:`DomainError` becomes its
     response (:func:`chatsite.errors.error_response`, the chat's shape)."""
 
     @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
             return view(request, *args, **kwargs)
         except DomainError as exc:
@@ -52,8 +55,9 @@ def bad_request(
     other bad requests a plain 400 (:func:`chatsite.errors.error_render`)."""
     from django.core.exceptions import RequestDataTooBig
 
+    error: DomainError
     if isinstance(exception, RequestDataTooBig):
-        error: DomainError = PayloadTooLarge(
+        error = PayloadTooLarge(
             "The request is too large. Messages can be at most "
             f"{settings.CHAT_MAX_MESSAGE_CHARS:,} characters.",
             code="request_too_large",

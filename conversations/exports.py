@@ -15,7 +15,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from chatsite.errors import InvalidInput
@@ -87,7 +87,7 @@ def _message_json(
 
 
 def conversations_export_json(
-    *, user: AbstractBaseUser, conversation_id: Any = None
+    *, user: User, conversation_id: Any = None
 ) -> dict[str, Any]:
     """Return the export document of one conversation of the user (NotFound if not
     theirs) or, with ``conversation_id`` None, of all their conversations (newest
@@ -163,9 +163,7 @@ def _conversation_markdown(conversation: Conversation) -> str:
     return "\n".join(lines) + "\n"
 
 
-def conversations_export_markdown(
-    *, user: AbstractBaseUser, conversation_id: Any = None
-) -> str:
+def conversations_export_markdown(*, user: User, conversation_id: Any = None) -> str:
     """Return one conversation (NotFound if not the user's) or all of the user's,
     newest first, as Markdown: a heading per conversation, then the displayed thread
     (one answer per question: the shown version), each message under a heading with

@@ -16,7 +16,7 @@ from html import unescape as html_unescape
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank
 from django.db.models import F, Value
 from django.db.models.functions import Replace
@@ -112,7 +112,7 @@ class _Marks:
 
 
 def conversation_search(
-    *, user: AbstractBaseUser, query: Any, limit: int | None = None
+    *, user: User, query: Any, limit: int | None = None
 ) -> list[SearchResult]:
     """Return the user's matches for ``query`` (web-search syntax), best first.
 

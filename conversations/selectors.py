@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Count, Prefetch, Q, QuerySet
 from django.db.models.functions import TruncDate
 
@@ -23,14 +23,14 @@ def _as_uuid(value: Any) -> uuid.UUID:
         raise NotFound() from exc
 
 
-def conversation_list(*, user: AbstractBaseUser) -> QuerySet[Conversation]:
+def conversation_list(*, user: User) -> QuerySet[Conversation]:
     """Return the user's conversations, most recently active first."""
     return Conversation.objects.filter(user=user, archived=False).order_by(
         "-updated_at"
     )
 
 
-def conversation_get(*, user: AbstractBaseUser, conversation_id: Any) -> Conversation:
+def conversation_get(*, user: User, conversation_id: Any) -> Conversation:
     """Return the user's conversation; raises NotFound for unknown or others' ids."""
     try:
         return Conversation.objects.get(id=_as_uuid(conversation_id), user=user)
@@ -38,9 +38,7 @@ def conversation_get(*, user: AbstractBaseUser, conversation_id: Any) -> Convers
         raise NotFound("This conversation does not exist.") from exc
 
 
-def message_get(
-    *, user: AbstractBaseUser, conversation_id: Any, message_id: Any
-) -> Message:
+def message_get(*, user: User, conversation_id: Any, message_id: Any) -> Message:
     """Return a message of the user's conversation; raises NotFound otherwise."""
     try:
         return Message.objects.select_related("conversation").get(

@@ -32,14 +32,16 @@ INFERENCE_DETACH_GRACE_S unless a client re-attaches.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.urls import reverse
 
+from chatsite.auth import AuthenticatedRequest
 from chatsite.db import connection_release, db_brief
 from chatsite.errors import DomainError, InvalidInput, error_response, error_sse
 from chatsite.sse import frame_json, sse_frame
@@ -63,7 +65,7 @@ def message_payload(message: Message) -> dict[str, Any]:
     Sync (reads the answer's citations): call it through ``chatsite.db.db_brief``. Each citation
     is ``{"number", "title", "passage", "url"}`` (passage numbers start at 1).
     """
-    citations = [
+    citations: list[dict[str, Any]] = [
         {
             "number": c.number,
             "title": c.chunk.document.title,
@@ -133,7 +135,7 @@ def _resume_point(request: HttpRequest) -> str:
     return last
 
 
-async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
+async def relay_events(message: Message, after: str) -> AsyncGenerator[str, None]:
     """Yield the SSE frames of ``message``'s generation after stream id ``after``.
 
     A thin adapter over :func:`gateway.generations.generation_follow` (resumable: a
@@ -176,7 +178,7 @@ async def relay_events(message: Message, after: str) -> AsyncIterator[str]:
 
 
 def _stream_target(
-    request: HttpRequest, conversation_id: Any, message_id: Any
+    request: AuthenticatedRequest, conversation_id: Any, message_id: Any
 ) -> Message:
     """The signed-in user's message to stream (NotFound for anyone else's).
 
@@ -192,8 +194,8 @@ def _stream_target(
 
 
 async def message_stream(
-    request: HttpRequest, conversation_id: Any, message_id: Any
-) -> HttpResponse:
+    request: AuthenticatedRequest, conversation_id: Any, message_id: Any
+) -> HttpResponseBase:
     """Stream an answer as Server-Sent Events (owner only: another user's id is a 404)."""
     try:
         message = await db_brief(_stream_target)(request, conversation_id, message_id)
@@ -207,7 +209,9 @@ async def message_stream(
     return _event_stream(relay_events(message, after))
 
 
-def _event_stream(frames: AsyncIterator[str], status: int = 200) -> HttpResponse:
+def _event_stream(
+    frames: AsyncIterator[str], status: int = 200
+) -> StreamingHttpResponse:
     response = StreamingHttpResponse(
         frames, content_type="text/event-stream", status=status
     )
@@ -234,7 +238,9 @@ async def _turn_events(payload: dict[str, Any], message: Message) -> AsyncIterat
             yield frame
 
 
-def turn_stream_response(payload: dict[str, Any], message: Message) -> HttpResponse:
+def turn_stream_response(
+    payload: dict[str, Any], message: Message
+) -> StreamingHttpResponse:
     """A 201 whose body is the answer's SSE stream: ``event: turn`` with ``payload``
     (the started turn's JSON), then the frames of :func:`relay_events` from the start
     of ``message``'s generation. A client that loses it resumes with the GET of the

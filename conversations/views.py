@@ -15,12 +15,15 @@ from django.contrib import messages as flash
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.forms import UserCreationForm
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from chatsite.auth import AuthenticatedRequest
 from chatsite.errors import (
     DomainError,
     InvalidInput,
@@ -66,7 +69,7 @@ def _turn_json(turn: Turn) -> dict[str, Any]:
     }
 
 
-def _chat_page(request: HttpRequest, conversation: Any = None) -> HttpResponse:
+def _chat_page(request: AuthenticatedRequest, conversation: Any = None) -> HttpResponse:
     suspension = safety_selectors.suspension_active(user=request.user)
     context = {
         "suspension_notice": safety_selectors.suspension_message(suspension)
@@ -93,7 +96,7 @@ def _down_reasons() -> list[tuple[str, str]]:
     return [(r.value, r.label) for r in Feedback.Reason if r in allowed]
 
 
-def _scope_context(request: HttpRequest, conversation: Any) -> dict[str, Any]:
+def _scope_context(request: AuthenticatedRequest, conversation: Any) -> dict[str, Any]:
     """The document scope control's data: the user's ready documents, the scope in
     force (a new chat: CHAT_DOCUMENT_SCOPE_DEFAULT) and the chosen ids."""
     if conversation is None:
@@ -109,13 +112,15 @@ def _scope_context(request: HttpRequest, conversation: Any) -> dict[str, Any]:
 
 
 @require_GET
-def chat_home(request: HttpRequest) -> HttpResponse:
+def chat_home(request: AuthenticatedRequest) -> HttpResponse:
     """The chat page with a new, empty conversation."""
     return _chat_page(request)
 
 
 @require_GET
-def conversation_detail(request: HttpRequest, conversation_id: Any) -> HttpResponse:
+def conversation_detail(
+    request: AuthenticatedRequest, conversation_id: Any
+) -> HttpResponse:
     """The chat page showing one of the user's conversations."""
     try:
         conversation = selectors.conversation_get(
@@ -129,7 +134,9 @@ def conversation_detail(request: HttpRequest, conversation_id: Any) -> HttpRespo
 @require_POST
 @message_ratelimit
 @json_errors
-def message_send(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
+def message_send(
+    request: AuthenticatedRequest, conversation_id: Any = None
+) -> HttpResponseBase:
     """Start a turn: store the message, queue the answer; 201 with its stream URL, or,
     asked with ``Accept: text/event-stream``, with the answer's stream itself (its
     first frame the same JSON: :func:`conversations.sse.turn_stream_response`)."""
@@ -150,7 +157,7 @@ def message_send(request: HttpRequest, conversation_id: Any = None) -> HttpRespo
 @message_ratelimit
 @json_errors
 def message_regenerate(
-    request: HttpRequest, conversation_id: Any, message_id: Any = None
+    request: AuthenticatedRequest, conversation_id: Any, message_id: Any = None
 ) -> JsonResponse:
     """Answer again: a new version of the answer ``message_id`` (default: the answer
     to the last question shown), made current; earlier versions stay switchable."""
@@ -164,7 +171,7 @@ def message_regenerate(
 @message_ratelimit
 @json_errors
 def message_edit(
-    request: HttpRequest, conversation_id: Any, message_id: Any
+    request: AuthenticatedRequest, conversation_id: Any, message_id: Any
 ) -> JsonResponse:
     """Send an edited version of a user message (``content``): a new branch with a new
     answer, made current; 201 with its stream URL."""
@@ -178,7 +185,7 @@ def message_edit(
     return JsonResponse(_turn_json(turn), status=201)
 
 
-def _thread_html(request: HttpRequest, conversation_id: Any) -> str:
+def _thread_html(request: AuthenticatedRequest, conversation_id: Any) -> str:
     conversation = selectors.conversation_get(
         user=request.user, conversation_id=conversation_id
     )
@@ -192,7 +199,7 @@ def _thread_html(request: HttpRequest, conversation_id: Any) -> str:
 @require_POST
 @json_errors
 def message_switch(
-    request: HttpRequest, conversation_id: Any, message_id: Any
+    request: AuthenticatedRequest, conversation_id: Any, message_id: Any
 ) -> JsonResponse:
     """Show the branch through a message version: its newest leaf becomes current
     (stored); answers ``{"leaf_id", "html"}``, the branch's messages rendered."""
@@ -206,7 +213,9 @@ def message_switch(
 
 @require_GET
 @json_errors
-def conversation_thread(request: HttpRequest, conversation_id: Any) -> HttpResponse:
+def conversation_thread(
+    request: AuthenticatedRequest, conversation_id: Any
+) -> HttpResponse:
     """The current branch's messages as an HTML fragment (the page's thread)."""
     return HttpResponse(_thread_html(request, conversation_id))
 
@@ -214,7 +223,7 @@ def conversation_thread(request: HttpRequest, conversation_id: Any) -> HttpRespo
 @require_POST
 @json_errors
 def message_stop(
-    request: HttpRequest, conversation_id: Any, message_id: Any
+    request: AuthenticatedRequest, conversation_id: Any, message_id: Any
 ) -> JsonResponse:
     """Stop a streaming answer; 202 — the stream ends with a ``done`` (cancelled) frame."""
     message = services.turn_stop(
@@ -241,7 +250,7 @@ def _body_fields(request: HttpRequest) -> dict[str, Any]:
 @require_http_methods(["POST", "DELETE"])
 @json_errors
 def message_feedback(
-    request: HttpRequest, conversation_id: Any, message_id: Any
+    request: AuthenticatedRequest, conversation_id: Any, message_id: Any
 ) -> JsonResponse:
     """POST: rate an answer (``rating`` up/down, optional ``reason``, ``comment``;
     form fields or a JSON object), replacing an earlier rating. DELETE: remove it."""
@@ -270,7 +279,9 @@ def message_feedback(
 
 
 @require_POST
-def conversation_rename(request: HttpRequest, conversation_id: Any) -> HttpResponse:
+def conversation_rename(
+    request: AuthenticatedRequest, conversation_id: Any
+) -> HttpResponse:
     """Rename a conversation (form post; JSON when asked with Accept: application/json)."""
     as_json = wants_json(request)
     try:
@@ -290,7 +301,9 @@ def conversation_rename(request: HttpRequest, conversation_id: Any) -> HttpRespo
 
 
 @require_POST
-def conversation_documents(request: HttpRequest, conversation_id: Any) -> HttpResponse:
+def conversation_documents(
+    request: AuthenticatedRequest, conversation_id: Any
+) -> HttpResponse:
     """Set which documents the conversation's answers search (``doc_scope``
     all/none/some, ``documents`` ids for some). JSON when asked with Accept:
     application/json, else a redirect back to the conversation (POST-redirect-GET)."""
@@ -320,7 +333,9 @@ def conversation_documents(request: HttpRequest, conversation_id: Any) -> HttpRe
 
 @require_GET
 @json_errors
-def conversation_title(request: HttpRequest, conversation_id: Any) -> JsonResponse:
+def conversation_title(
+    request: AuthenticatedRequest, conversation_id: Any
+) -> JsonResponse:
     """The conversation's current title as JSON ``{"id", "title"}`` (the chat page
     polls it after the first answer, while the title is written in the background)."""
     conversation = selectors.conversation_get(
@@ -330,7 +345,9 @@ def conversation_title(request: HttpRequest, conversation_id: Any) -> JsonRespon
 
 
 @require_http_methods(["GET", "POST"])
-def conversation_delete(request: HttpRequest, conversation_id: Any) -> HttpResponse:
+def conversation_delete(
+    request: AuthenticatedRequest, conversation_id: Any
+) -> HttpResponse:
     """GET: ask for confirmation. POST: delete the conversation and its messages."""
     try:
         conversation = selectors.conversation_get(
@@ -353,7 +370,7 @@ def signup(request: HttpRequest) -> HttpResponse:
     """Create an account and sign in."""
     if request.user.is_authenticated:
         return redirect("chat-home")
-    form = UserCreationForm(request.POST or None)
+    form: UserCreationForm[User] = UserCreationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         user = form.save()
         login(request, user)

@@ -9,11 +9,12 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages as flash
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods
 
+from chatsite.auth import AuthenticatedRequest
 from chatsite.errors import DomainError, InvalidInput, error_page, error_response
 from conversations import exports, selectors, services
 from conversations.search import conversation_search
@@ -25,7 +26,7 @@ _CONTENT_TYPES = {
 
 
 @require_GET
-def search_page(request: HttpRequest) -> HttpResponse:
+def search_page(request: AuthenticatedRequest) -> HttpResponse:
     """The search results page (``?q=``, web-search syntax); 400 with the reason for
     an empty or too long query."""
     query = request.GET.get("q", "")
@@ -47,7 +48,7 @@ def search_page(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _export(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
+def _export(request: AuthenticatedRequest, conversation_id: Any = None) -> HttpResponse:
     try:
         kind = exports.export_kind_clean(request.GET.get("format"))
         title = None
@@ -79,20 +80,22 @@ def _export(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
 
 
 @require_GET
-def conversation_export(request: HttpRequest, conversation_id: Any) -> HttpResponse:
+def conversation_export(
+    request: AuthenticatedRequest, conversation_id: Any
+) -> HttpResponse:
     """Download one conversation: ``?format=json`` (every branch, importable) or
     ``?format=md`` (the displayed thread)."""
     return _export(request, conversation_id)
 
 
 @require_GET
-def conversations_export(request: HttpRequest) -> HttpResponse:
+def conversations_export(request: AuthenticatedRequest) -> HttpResponse:
     """Download all of the user's conversations as one ``json`` or ``md`` file."""
     return _export(request)
 
 
 @require_http_methods(["GET", "POST"])
-def conversations_import_page(request: HttpRequest) -> HttpResponse:
+def conversations_import_page(request: AuthenticatedRequest) -> HttpResponse:
     """GET: the import form. POST: import the uploaded file (all or nothing), then
     redirect (POST-redirect-GET) to the conversation imported, or back here."""
     if request.method == "POST":

@@ -4,14 +4,16 @@ results, run again) and the side-by-side comparison of two runs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from chatsite.auth import request_user
 from chatsite.errors import DomainError
 from evaluation import importing, selectors, tasks
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet
@@ -49,7 +51,7 @@ class StartRunForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["pool"].choices = _pool_choices()
+        cast(forms.ChoiceField, self.fields["pool"]).choices = _pool_choices()
 
 
 class EvalCaseInline(admin.TabularInline):
@@ -121,7 +123,7 @@ class EvalSetAdmin(admin.ModelAdmin):
                         set_name=eval_set.name,
                         pool=form.cleaned_data["pool"],
                         repeat=form.cleaned_data["repeat"],
-                        created_by=request.user,
+                        created_by=request_user(request),
                     )
                 except DomainError as exc:
                     self.message_user(request, exc.message, messages.ERROR)
@@ -142,7 +144,7 @@ class EvalSetAdmin(admin.ModelAdmin):
             "form": form,
             "queryset": queryset,
             "action": "start_runs",
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         }
         return TemplateResponse(request, "admin/evaluation/start_runs.html", context)
 
@@ -259,7 +261,7 @@ class EvalRunAdmin(admin.ModelAdmin):
                     set_name=old.eval_set.name,
                     pool=old.pool,
                     repeat=old.repeat,
-                    created_by=request.user,
+                    created_by=request_user(request),
                 )
             except DomainError as exc:
                 self.message_user(request, exc.message, messages.ERROR)

@@ -107,7 +107,7 @@ def check_validate(check: Any) -> dict[str, Any]:
             f"unknown check type {kind!r}; use one of: {', '.join(CHECK_TYPES)}"
         )
     if kind in VALUE_CHECKS:
-        value = check.get("value")
+        value: Any = check.get("value")  # JSON: validated below
         values = value if isinstance(value, list) else [value]
         if not values or not all(isinstance(v, str) and v for v in values):
             raise CheckError(f'a {kind} check needs a non-empty text "value"')
@@ -149,7 +149,8 @@ def check_run(
     Raises CheckError for a malformed check.
     """
     check_validate(check)
-    kind, value = check["type"], check.get("value")
+    kind = check["type"]
+    value: Any = check.get("value")  # its shape per kind: check_validate
     if kind in ("contains", "not_contains"):
         wanted = value if isinstance(value, list) else [value]
         low = _normalise(text)

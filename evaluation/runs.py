@@ -6,8 +6,7 @@ Runs are executed by :func:`evaluation.services.eval_run_execute`.
 from __future__ import annotations
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Min
 
@@ -42,7 +41,7 @@ def eval_run_create(
     set_name: str,
     pool: str,
     repeat: int = 1,
-    created_by: AbstractBaseUser | None = None,
+    created_by: User | None = None,
 ) -> EvalRun:
     """Create a pending run of set ``set_name`` on ``pool`` (each case ``repeat``
     times, 1 to MAX_REPEAT). Raises NotFound (unknown set or pool) and InvalidInput
@@ -72,7 +71,7 @@ def eval_run_create(
     )
 
 
-def eval_service_user() -> AbstractBaseUser:
+def eval_service_user() -> User:
     """Return the service user runs are sent as (EVAL_USERNAME), on the eval plan.
 
     Created on first use: the user (no usable password: it cannot sign in) and the plan
@@ -80,7 +79,6 @@ def eval_service_user() -> AbstractBaseUser:
     the free tier stays the lowest user plan; the eval plan is shed by name, before
     it). An admin may give the plan limits or pools; they are kept.
     """
-    User = get_user_model()
     with transaction.atomic():
         user, created = User.objects.get_or_create(
             username=settings.EVAL_USERNAME, defaults={"is_active": True}

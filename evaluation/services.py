@@ -33,7 +33,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import F
 from django.utils import timezone
 
@@ -110,7 +110,7 @@ async def _follow(generation: generations.Generation) -> tuple[_Answer, bool]:
 
 async def _generate(
     *,
-    user: AbstractBaseUser,
+    user: User,
     pool: str,
     messages: list[dict[str, str]],
     params: dict[str, Any],
@@ -162,9 +162,7 @@ def _case_params(case: EvalCase) -> dict[str, Any]:
     return params
 
 
-async def _judge(
-    *, user: AbstractBaseUser, case: EvalCase, answer: str
-) -> checks.CheckResult:
+async def _judge(*, user: User, case: EvalCase, answer: str) -> checks.CheckResult:
     question = case.messages[-1]["content"]
     verdict = await _generate(
         user=user,
@@ -229,7 +227,7 @@ def _result_store(
 async def _case_run(
     *,
     run: EvalRun,
-    user: AbstractBaseUser,
+    user: User,
     case: EvalCase,
     repeat_index: int,
     slots: asyncio.Semaphore,
@@ -270,9 +268,7 @@ async def _case_run(
         )
 
 
-async def _execute(
-    run: EvalRun, user: AbstractBaseUser, todo: list[tuple[EvalCase, int]]
-) -> None:
+async def _execute(run: EvalRun, user: User, todo: list[tuple[EvalCase, int]]) -> None:
     slots = asyncio.Semaphore(max(1, settings.EVAL_CONCURRENCY))
     async with asyncio.TaskGroup() as group:
         for case, repeat_index in todo:

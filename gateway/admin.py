@@ -186,7 +186,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
     readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
     actions = ["revoke"]
 
-    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool):
+    def save_model(
+        self, request: HttpRequest, obj: ApiKey, form: Any, change: bool
+    ) -> None:
         if change:
             super().save_model(request, obj, form, change)
             return

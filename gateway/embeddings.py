@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from chatsite.db import db_brief
 from chatsite.errors import InvalidInput, ServiceUnavailable
@@ -129,7 +129,7 @@ def _unavailable(
 
 def embedding_admit(
     *,
-    user: AbstractBaseUser,
+    user: User,
     texts: list[str],
     model: str,
     dimensions: int | None = None,

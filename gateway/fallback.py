@@ -84,11 +84,12 @@ def generation_retry(
     if failed is None or failed.fallback_id is None:
         return None
     raw = redis_sync().get(keys.job_key(job_id))
-    if raw is None:
+    fallback = failed.fallback
+    if raw is None or fallback is None:
         return None
     try:
         # the request was admitted already: its retry is never shed
-        target = routing.pool_admit(pool=failed.fallback, plan=_RETRY_PLAN)
+        target = routing.pool_admit(pool=fallback, plan=_RETRY_PLAN)
     except DomainError:
         return None
     if target.name == pool:

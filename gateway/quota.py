@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from chatsite.errors import QuotaExceeded
 from gateway import keys
@@ -336,7 +336,7 @@ def quota_reservations_sweep(
         job_ids = client.zrangebyscore(
             keys.UNSUBMITTED_RESERVATIONS_KEY, "-inf", cutoff, start=0, num=batch
         )
-        for job_id in job_ids:
+        for job_id in cast(list[str], job_ids):  # decoded members (no scores)
             reserved = client.eval(
                 _SETTLE_LUA,
                 2,

@@ -24,8 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.http.cookie import parse_cookie
+from django.http.response import HttpResponseBase
 from django.urls import Resolver404, get_resolver
 from django.utils.deprecation import MiddlewareMixin
 from django_ratelimit.core import get_usage
@@ -57,7 +58,9 @@ def message_rate(group: str, request: HttpRequest) -> str:
     return settings.CHAT_MESSAGE_RATE
 
 
-def message_ratelimit(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def message_ratelimit(
+    view: Callable[..., HttpResponseBase],
+) -> Callable[..., HttpResponseBase]:
     """Limit ``view`` to CHAT_MESSAGE_RATE per user (django-ratelimit, group
     :data:`MESSAGE_GROUP`) and mark it, so that a session refused there is refused at
     the ASGI router until the window ends (see the module docstring)."""

@@ -172,7 +172,7 @@ def queue_waiting(*, pool: str) -> int:
     if group.get("lag") is not None:
         return int(group["lag"])
     last = group.get("last-delivered-id", "0-0")
-    return len(client.xrange(key, f"({last}", "+"))
+    return len(client.xrange(key, f"({last}", "+") or [])
 
 
 def pool_saturated(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDate
 
@@ -94,7 +94,7 @@ def gateway_config() -> GatewayConfig:
     return config
 
 
-def _subscription_plan_id(user: AbstractBaseUser) -> int | None:
+def _subscription_plan_id(user: User) -> int | None:
     """The user's subscribed plan id: from the subscription loaded with the user
     (``select_related("user__subscription")``, as API-key authentication does: no
     query), else one query."""
@@ -109,7 +109,7 @@ def _subscription_plan_id(user: AbstractBaseUser) -> int | None:
     )
 
 
-def plan_for_user(*, user: AbstractBaseUser) -> Plan:
+def plan_for_user(*, user: User) -> Plan:
     """Return the user's plan: their subscription's, else the default plan.
 
     With no default plan in the database (e.g. an empty test database) an unsaved,
@@ -171,7 +171,7 @@ _LABELS = {
 }
 
 
-def quota_status(*, user: AbstractBaseUser) -> list[QuotaLine]:
+def quota_status(*, user: User) -> list[QuotaLine]:
     """Return the user's limited windows with tokens used and left (reservations count)."""
     plan = plan_for_user(user=user)
     lines = []
@@ -234,7 +234,7 @@ def usage_for_message(*, message_id: Any) -> UsageRecord | None:
 
 
 def pool_choices(
-    *, user: AbstractBaseUser, kind: str | None = ModelPool.Kind.CHAT
+    *, user: User, kind: str | None = ModelPool.Kind.CHAT
 ) -> list[ModelPool]:
     """Return the enabled pools of ``kind`` the user's plan allows, by name.
 
@@ -245,9 +245,7 @@ def pool_choices(
     return sorted(pools, key=lambda p: (p.kind != ModelPool.Kind.CHAT, p.name))
 
 
-def api_key_list(
-    *, user: AbstractBaseUser, include_revoked: bool = False
-) -> QuerySet[ApiKey]:
+def api_key_list(*, user: User, include_revoked: bool = False) -> QuerySet[ApiKey]:
     """Return the user's API keys, newest first; revoked ones only if asked (the
     settings page hides them)."""
     keys = ApiKey.objects.filter(user=user)
@@ -256,7 +254,7 @@ def api_key_list(
     return keys.order_by("-created_at")
 
 
-def user_preference_get(*, user: AbstractBaseUser) -> UserPreference:
+def user_preference_get(*, user: User) -> UserPreference:
     """Return the user's gateway preferences; an unsaved row of defaults if none is stored.
 
     One query. Defaults: ``reuse_cached_answers`` False (see :class:`UserPreference`).
@@ -265,7 +263,7 @@ def user_preference_get(*, user: AbstractBaseUser) -> UserPreference:
     return preference or UserPreference(user_id=user.pk)
 
 
-def cache_opt_in(*, user: AbstractBaseUser) -> bool:
+def cache_opt_in(*, user: User) -> bool:
     """True if the user chose to reuse cached answers (gateway.cache opt-in; off by
     default). One query; read by the chat turn before admission."""
     return bool(
@@ -302,12 +300,13 @@ def usage_by_user_day_model(
         "cached_tokens": Sum("cached_tokens"),
         "cost": Sum("cost"),
     }
-    rows = list(
-        records.annotate(day=TruncDate("created_at", tzinfo=dt.UTC))
+    rows: list[dict[str, Any]] = [
+        dict(row)
+        for row in records.annotate(day=TruncDate("created_at", tzinfo=dt.UTC))
         .values("user__username", "day", "model")
         .annotate(**sums)
         .order_by("-day", "user__username", "model")
-    )
+    ]
     for row in rows:
         row["username"] = row.pop("user__username")
     totals = records.aggregate(**sums)
@@ -315,7 +314,7 @@ def usage_by_user_day_model(
 
 
 def default_model(
-    *, user: AbstractBaseUser, preference: UserPreference | None = None
+    *, user: User, preference: UserPreference | None = None
 ) -> str | None:
     """Return the pool name the user chose as their default model (Settings), or None.
 

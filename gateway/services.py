@@ -10,7 +10,7 @@ import hashlib
 import secrets
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from chatsite.errors import NotFound
@@ -24,7 +24,7 @@ def _key_hash(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def api_key_create(*, user: AbstractBaseUser, name: str = "") -> tuple[ApiKey, str]:
+def api_key_create(*, user: User, name: str = "") -> tuple[ApiKey, str]:
     """Create an API key for ``user``; return it and the secret, shown only this once.
 
     The secret is ``sk-`` + 43 URL-safe characters (256 random bits); only its SHA-256
@@ -37,7 +37,7 @@ def api_key_create(*, user: AbstractBaseUser, name: str = "") -> tuple[ApiKey, s
     return key, raw
 
 
-def api_key_revoke(*, key_id: Any, user: AbstractBaseUser | None = None) -> ApiKey:
+def api_key_revoke(*, key_id: Any, user: User | None = None) -> ApiKey:
     """Revoke a key (idempotent). With ``user``, only that user's key (else NotFound)."""
     keys = ApiKey.objects.all() if user is None else ApiKey.objects.filter(user=user)
     try:
@@ -57,7 +57,7 @@ def api_key_revoke(*, key_id: Any, user: AbstractBaseUser | None = None) -> ApiK
 API_KEY_LAST_USED_RESOLUTION_S = 60
 
 
-def api_key_authenticate(*, raw: str) -> AbstractBaseUser | None:
+def api_key_authenticate(*, raw: str) -> User | None:
     """Return the active user owning the secret ``raw``, or None.
 
     Stamps ``last_used_at`` when it is older than API_KEY_LAST_USED_RESOLUTION_S
@@ -91,9 +91,7 @@ def api_key_authenticate(*, raw: str) -> AbstractBaseUser | None:
     return key.user
 
 
-def user_preference_set(
-    *, user: AbstractBaseUser, reuse_cached_answers: bool
-) -> UserPreference:
+def user_preference_set(*, user: User, reuse_cached_answers: bool) -> UserPreference:
     """Store the user's gateway preferences (creates the row on first use); return it.
 
     ``reuse_cached_answers`` True opts the user's chat turns in to the answer caches

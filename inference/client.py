@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 
@@ -122,7 +122,8 @@ def generation_fail(*, job_id: str, code: str, message: str, ttl_s: int = 3600) 
 def generation_events(*, job_id: str) -> list[protocol.Event]:
     """Return a generation's events up to and including its first terminal event."""
     events: list[protocol.Event] = []
-    for entry_id, fields in redis_sync().xrange(protocol.gen_key(job_id)):
+    entries = redis_sync().xrange(protocol.gen_key(job_id))
+    for entry_id, fields in cast(list[protocol.StreamEntry], entries):
         event = protocol.event_parse(entry_id, fields)
         events.append(event)
         if event.is_terminal:
@@ -140,8 +141,11 @@ async def agen_read(
 ) -> list[protocol.Event]:
     """Block up to ``block_ms`` for events after entry id ``after``; return them in order."""
     client: aioredis.Redis = redis_async()
-    result = await client.xread(
-        {protocol.gen_key(job_id): after}, count=count, block=block_ms
+    result = cast(
+        protocol.StreamRead,
+        await client.xread(
+            {protocol.gen_key(job_id): after}, count=count, block=block_ms
+        ),
     )
     if not result:
         return []
@@ -319,7 +323,10 @@ def _generation_attempt(
     parts: list[str] = []
     while True:
         block_ms = max(1, int(min(1.0, deadline - time.time()) * 1000))
-        result = client.xread({key: last}, count=1024, block=block_ms)
+        result = cast(
+            protocol.StreamRead,
+            client.xread({key: last}, count=1024, block=block_ms),
+        )
         for _key, entries in result or []:
             for entry_id, fields in entries:
                 last = entry_id

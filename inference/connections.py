@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from typing import Any
 
 import redis
 import redis.asyncio as aioredis
@@ -94,7 +95,7 @@ def redis_async_new(
     retried on a fresh connection (COMMAND_RETRIES). ``url`` may be a Sentinel URL
     (chatsite/sentinel.py).
     """
-    options = {
+    options: dict[str, Any] = {
         "decode_responses": True,
         "max_connections": max_connections or settings.REDIS_ASYNC_MAX_CONNECTIONS,
         "client_name": client_name,

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
@@ -83,7 +83,7 @@ class EmbedWorker(Worker):
         options.pop("concurrency", None)
         super().__init__(
             pool=pool,
-            engine=engine,  # type: ignore[arg-type]
+            engine=engine,  # type: ignore[arg-type]  # the Worker only starts, aborts, closes it
             redis_url=redis_url,
             concurrency=1,
             stream_ttl_s=stream_ttl_s,
@@ -114,7 +114,7 @@ class EmbedWorker(Worker):
     def _busy(self) -> int:
         return self._batch_jobs
 
-    def _heartbeat_fields(self) -> dict[str, Any]:
+    def _heartbeat_fields(self) -> protocol.RedisFields:
         return {"dim": self.embedder.dim, "max_batch": self.max_batch}
 
     async def _read(
@@ -128,12 +128,15 @@ class EmbedWorker(Worker):
         the worker.
         """
         try:
-            result = await self.redis.xreadgroup(
-                protocol.GROUP,
-                self.worker_id,
-                {queue: ">" for queue in queues},
-                count=count,
-                block=block_ms,
+            result = cast(
+                protocol.StreamRead,
+                await self.redis.xreadgroup(
+                    protocol.GROUP,
+                    self.worker_id,
+                    {queue: ">" for queue in queues},
+                    count=count,
+                    block=block_ms,
+                ),
             )
         except ResponseError as exc:
             if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):

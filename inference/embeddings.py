@@ -135,7 +135,7 @@ class _Answers:
         self.results: dict[str, Embeddings] = {}
         self.keys = {protocol.gen_key(job.job_id): job for job in jobs}
 
-    def streams(self) -> dict[str, str]:
+    def streams(self) -> protocol.StreamOffsets:
         """The result streams still awaited (XREAD argument)."""
         return {
             key: protocol.STREAM_START

@@ -49,7 +49,6 @@ PREEMPT_POLL_MS = 100
 class JobIntake:
     """Take jobs from a pool's two lanes; the subclass provides the attributes used."""
 
-    redis: aioredis.Redis
     pool: str
     engine: Engine
     concurrency: int
@@ -60,6 +59,10 @@ class JobIntake:
     # job ids of running jobs taken from the background lane / stopped for another job
     _background: set[str]
     _preempted: set[str]
+
+    @property
+    def redis(self) -> aioredis.Redis:  # pragma: no cover - the Worker's
+        raise NotImplementedError
 
     # Provided by other bases of the Worker (declared here for readers and type
     # checkers only: a stub here would shadow them, this class comes first):
@@ -131,7 +134,7 @@ class JobIntake:
             self._start_job(entry_id, fields, slot_freed, interactive)
 
     async def _requeue(
-        self, entry_id: str, fields: dict[str, Any], queue: str | None = None
+        self, entry_id: str, fields: protocol.RedisFields, queue: str | None = None
     ) -> None:
         """Put a delivered entry back on its queue (as a new entry) and drop ours;
         ``queue`` defaults to the pool's queue."""
@@ -145,7 +148,7 @@ class JobIntake:
     def _start_job(
         self,
         entry_id: str,
-        fields: dict[str, Any],
+        fields: protocol.RedisFields,
         slot_freed: asyncio.Event,
         queue: str,
     ) -> None:
@@ -180,7 +183,7 @@ class JobIntake:
             await pipe.execute()
 
 
-def _entries_of(result: Any, queue: str) -> list[tuple[str, dict[str, Any]]]:
+def _entries_of(result: Any, queue: str) -> list[tuple[str, protocol.RedisFields]]:
     """The entries of ``queue`` in an XREADGROUP reply (list of ``[key, entries]``)."""
     for key, entries in result or []:
         if (key.decode() if isinstance(key, bytes) else key) == queue:

@@ -38,19 +38,22 @@ REDIS_RETRY_S = 0.5
 REDIS_WRITE_WAIT_S = 30.0
 
 # One entry a worker wrote to a generation stream: (entry id, fields).
-JournalEntry = tuple[str, dict[str, str]]
+JournalEntry = tuple[str, protocol.RedisFields]
 
 
 class RedisOutageTolerance:
     """Read jobs through Redis restarts; the subclass provides the attributes used."""
 
-    redis: aioredis.Redis
     worker_id: str
     pool: str
     block_ms: int
     stream_ttl_s: int
     # job id -> the entries this worker wrote to its stream, oldest first
     _journals: dict[str, list[JournalEntry]]
+
+    @property
+    def redis(self) -> aioredis.Redis:  # pragma: no cover - the Worker's
+        raise NotImplementedError
 
     async def _ensure_group(self) -> None:  # pragma: no cover - the Worker's
         raise NotImplementedError
@@ -101,7 +104,9 @@ class RedisOutageTolerance:
             if fields["e"] == protocol.EVENT_TOKEN
         )
 
-    async def _publish_batch(self, job_id: str, batch: list[dict[str, str]]) -> None:
+    async def _publish_batch(
+        self, job_id: str, batch: list[protocol.RedisFields]
+    ) -> None:
         """Append events to a running job's stream in order, in one round trip.
 
         Each is an XADD NOMKSTREAM in one pipeline: when the stream is gone (Redis
@@ -145,7 +150,7 @@ class RedisOutageTolerance:
             await self._stream_restore(job_id, None)
 
     async def _stream_restore(
-        self, job_id: str, fields: dict[str, str] | None
+        self, job_id: str, fields: protocol.RedisFields | None
     ) -> str | None:
         """Write a lost stream back from the journal (original entry ids), then
         ``fields`` (a new event, auto id), in one MULTI; return the new entry's id.

@@ -68,6 +68,20 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from redis.typing import EncodableT, FieldT, KeyT, StreamIdT
+
+# The fields of a stream entry or a hash as redis-py's writes (XADD, HSET) take them: a
+# dict of its own key and value unions. dict is invariant, so a ``dict[str, str]`` is
+# refused there; what we write is typed as this instead.
+RedisFields = dict[FieldT, EncodableT]
+# What XREAD / XREADGROUP take: stream key -> the last entry id read (the same reason).
+StreamOffsets = dict[KeyT, StreamIdT]
+# Stream entries as our clients read them: ``decode_responses=True`` over RESP2
+# (inference.connections), so ids, names and values are ``str``. redis-py types its
+# replies for every protocol and encoding; a read is cast to these where it is unpacked.
+StreamEntry = tuple[str, dict[str, str]]
+StreamRead = list[tuple[str, list[StreamEntry]]]  # XREAD / XREADGROUP: per stream
+
 GROUP = "workers"
 
 EVENT_META = "meta"
@@ -258,7 +272,7 @@ class Job:
     kind: str = KIND_GENERATE
     input: list[str] = field(default_factory=list)
 
-    def to_fields(self) -> dict[str, str]:
+    def to_fields(self) -> RedisFields:
         """Serialise to the fields of a queue stream entry."""
         return {"job": json.dumps(asdict(self), ensure_ascii=False)}
 
@@ -390,13 +404,13 @@ def event_validate(event_type: str, payload: dict[str, Any]) -> None:
     schema_validate(event_type, schema, payload)
 
 
-def event_fields(event_type: str, payload: dict[str, Any]) -> dict[str, str]:
+def event_fields(event_type: str, payload: dict[str, Any]) -> RedisFields:
     """Validate and serialise an event to stream-entry fields (``e``, ``d``)."""
     event_validate(event_type, payload)
     return {"e": event_type, "d": json.dumps(payload, ensure_ascii=False)}
 
 
-def token_fields(text: str) -> dict[str, str]:
+def token_fields(text: str) -> RedisFields:
     """Serialise a ``token`` event (hot path: skips the generic validation)."""
     return {"e": EVENT_TOKEN, "d": json.dumps({"t": text}, ensure_ascii=False)}
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
@@ -42,7 +42,6 @@ class CrashRecovery:
     in the heartbeat, so tests and operators can see that scans happen).
     """
 
-    redis: aioredis.Redis
     pool: str
     worker_id: str
     worker_ttl_s: float
@@ -53,13 +52,19 @@ class CrashRecovery:
     _closing: bool
     engine: Engine
 
-    queue_keys: list[str]
+    @property
+    def redis(self) -> aioredis.Redis:  # pragma: no cover - the Worker's
+        raise NotImplementedError
+
+    @property
+    def queue_keys(self) -> list[str]:  # pragma: no cover - the Worker's
+        raise NotImplementedError
 
     async def _ack(self, entry_id: str, queue: str | None = None) -> None:
         raise NotImplementedError
 
     async def _requeue(
-        self, entry_id: str, fields: dict[str, Any], queue: str | None = None
+        self, entry_id: str, fields: protocol.RedisFields, queue: str | None = None
     ) -> None:
         raise NotImplementedError
 
@@ -158,7 +163,9 @@ class CrashRecovery:
                 min_idle_time=500,
                 message_ids=[entry["message_id"]],
             )
-            for entry_id, fields in claimed:
+            # an entry deleted meanwhile comes back with no fields
+            reply = cast(list[tuple[str, dict[str, str] | None]], claimed)
+            for entry_id, fields in reply:
                 if fields is None:  # deleted meanwhile
                     await self._ack(entry_id, queue)
                     continue
@@ -178,7 +185,10 @@ class CrashRecovery:
         if await self.redis.exists(protocol.final_key(job.job_id)):
             await self._ack(entry_id, queue)  # it ended; only the ack was lost
             return
-        head = await self.redis.xrange(protocol.gen_key(job.job_id), count=8)
+        head = cast(
+            list[protocol.StreamEntry],
+            await self.redis.xrange(protocol.gen_key(job.job_id), count=8),
+        )
         emitted = any(f.get("e") == protocol.EVENT_TOKEN for _id, f in head)
         if not emitted:
             attempts = await self.redis.incr(protocol.attempts_key(job.job_id))
@@ -202,7 +212,10 @@ class CrashRecovery:
         logger.warning("job %s lost worker %s mid-answer", job.job_id, dead)
         streamed = 0
         if emitted:
-            events = await self.redis.xrange(protocol.gen_key(job.job_id))
+            events = cast(
+                list[protocol.StreamEntry],
+                await self.redis.xrange(protocol.gen_key(job.job_id)),
+            )
             streamed = sum(f.get("e") == protocol.EVENT_TOKEN for _id, f in events)
         await self._terminal(
             job.job_id,

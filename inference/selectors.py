@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
@@ -100,8 +100,9 @@ def pool_status(*, pool: str, worker_ttl_s: float = WORKER_TTL_S) -> PoolStatus:
     beats = client.zrangebyscore(
         protocol.workers_key(pool), local_now - worker_ttl_s, "+inf", withscores=True
     )
-    for worker_id, beat in beats:
-        info = client.hgetall(protocol.worker_key(worker_id))
+    # decoded replies (inference.connections): (member, score) pairs, a str hash
+    for worker_id, beat in cast(list[tuple[str, float]], beats):
+        info = cast(dict[str, str], client.hgetall(protocol.worker_key(worker_id)))
         worker = WorkerStatus(
             worker_id=worker_id,
             engine=info.get("engine", ""),
@@ -123,13 +124,17 @@ def pool_status(*, pool: str, worker_ttl_s: float = WORKER_TTL_S) -> PoolStatus:
         return status  # no queue yet
     group = next((g for g in groups if g["name"] == protocol.GROUP), None)
     length = client.xlen(queue)
+    first: list[protocol.StreamEntry]
     if group is None:
         status.waiting = length
-        first = client.xrange(queue, count=1)
+        first = cast(list[protocol.StreamEntry], client.xrange(queue, count=1))
     else:
         status.running = int(group["pending"])
         status.waiting = max(0, length - status.running)
-        first = client.xrange(queue, min=f"({group['last-delivered-id']}", count=1)
+        after = f"({group['last-delivered-id']}"
+        first = cast(
+            list[protocol.StreamEntry], client.xrange(queue, min=after, count=1)
+        )
     if first and status.waiting:
         entry_ms = int(first[0][0].split("-")[0])
         status.oldest_waiting_s = round(max(0.0, now - entry_ms / 1000), 3)

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from inference import protocol
 
 # Writes a job's events in order in one round trip: (job id, events' fields) -> None.
-Publish = Callable[[str, list[dict[str, str]]], Awaitable[None]]
+Publish = Callable[[str, list[protocol.RedisFields]], Awaitable[None]]
 
 
 class TokenWriter:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from inference import protocol
@@ -41,7 +41,7 @@ _answers: weakref.WeakKeyDictionary[
 
 
 async def _shared(
-    what: str, pool: str, ask: Callable[[], Awaitable[Any]], max_age_s: float
+    what: str, pool: str, ask: Callable[[], Coroutine[Any, Any, Any]], max_age_s: float
 ) -> Any:
     """Return ``ask()``'s answer for (``what``, ``pool``), asking at most once per
     ``max_age_s`` seconds on this event loop; concurrent callers share one pending

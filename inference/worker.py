@@ -106,7 +106,7 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
         self._aborted: set[str] = set()
         self._background: set[str] = set()
         self._preempted: set[str] = set()
-        self._journals: dict[str, list[tuple[str, dict[str, str]]]] = {}
+        self._journals = {}  # typed in RedisOutageTolerance
         self._stopping = asyncio.Event()
         self._closing = False
         self._redis: aioredis.Redis | None = None
@@ -128,7 +128,7 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
     async def _engine_ready(self) -> None:  # noqa: B027 - optional hook
         """Check the started engine before serving (raise to refuse to start)."""
 
-    def _heartbeat_fields(self) -> dict[str, Any]:
+    def _heartbeat_fields(self) -> protocol.RedisFields:
         """What this kind of worker adds to its heartbeat hash (none for chat)."""
         return {}
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -30,7 +29,6 @@ logger = logging.getLogger(__name__)
 class WorkerLoops:
     """Heartbeat and cancel-poll loops; the subclass provides the attributes used."""
 
-    redis: aioredis.Redis
     engine: Engine
     worker_id: str
     pool: str
@@ -45,10 +43,16 @@ class WorkerLoops:
     _stopping: asyncio.Event
     _closing: bool
 
+    @property
+    def redis(self) -> aioredis.Redis:  # pragma: no cover - the Worker's
+        raise NotImplementedError
+
     def _busy(self) -> int:  # pragma: no cover - the Worker's
         raise NotImplementedError
 
-    def _heartbeat_fields(self) -> dict[str, Any]:  # pragma: no cover - the Worker's
+    def _heartbeat_fields(
+        self,
+    ) -> protocol.RedisFields:  # pragma: no cover - the Worker's
         raise NotImplementedError
 
     async def _heartbeat(self) -> None:

@@ -6,6 +6,10 @@ value it renders that is not marked safe) and the document one click away; the
 Documents list shows how many passages of each were flagged.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from django.contrib import admin
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
@@ -14,6 +18,9 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 
 from memory.models import Chunk, Document, MemoryFact
+
+if TYPE_CHECKING:
+    from memory.selectors import DocumentWithFlags
 
 
 @admin.register(Document)
@@ -39,7 +46,7 @@ class DocumentAdmin(admin.ModelAdmin):
         )
 
     @admin.display(description="flagged passages", ordering="flagged_chunks")
-    def flagged_passages(self, obj: Document) -> str:
+    def flagged_passages(self, obj: DocumentWithFlags) -> str:
         """The number of flagged chunks, linked to them in the chunk list."""
         if not obj.flagged_chunks:
             return "0"

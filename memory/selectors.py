@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.db.models import Count, Exists, Q, QuerySet
 from pgvector.django import CosineDistance
@@ -23,8 +23,24 @@ from pgvector.django import CosineDistance
 from chatsite.errors import NotFound
 from memory.models import Chunk, Document, MemoryFact, MemorySettings
 
+if TYPE_CHECKING:
+    from typing import TypedDict
 
-def document_list(*, user: AbstractBaseUser) -> QuerySet[Document]:
+    from django_stubs_ext import WithAnnotations
+
+    class FlaggedCount(TypedDict):
+        flagged_chunks: int  # passages that screening flagged
+
+    # A document read with its ``flagged_chunks`` count (:func:`document_list`).
+    DocumentWithFlags = WithAnnotations[Document, FlaggedCount]
+
+
+def user_id_of(user: User | int) -> int:
+    """Return the id of ``user``, given as a user or as its id."""
+    return user if isinstance(user, int) else user.pk
+
+
+def document_list(*, user: User) -> QuerySet[DocumentWithFlags]:
     """Return the user's documents, newest first (text deferred), each annotated with
     ``flagged_chunks``: how many of its passages screening flagged (not retrieved)."""
     return (
@@ -35,7 +51,7 @@ def document_list(*, user: AbstractBaseUser) -> QuerySet[Document]:
     )
 
 
-def document_get(*, user: AbstractBaseUser, document_id: Any) -> Document:
+def document_get(*, user: User, document_id: Any) -> Document:
     """Return the user's document; raises NotFound for unknown or others' ids."""
     try:
         return Document.objects.get(id=int(document_id), user=user)
@@ -43,10 +59,10 @@ def document_get(*, user: AbstractBaseUser, document_id: Any) -> Document:
         raise NotFound("This document does not exist.") from exc
 
 
-def documents_owned(*, user: AbstractBaseUser | int, ids: list[int]) -> list[int]:
+def documents_owned(*, user: User | int, ids: list[int]) -> list[int]:
     """Return which of ``ids`` are the user's documents (others' and unknown ids are
     left out), in ascending order."""
-    user_id = getattr(user, "pk", user)
+    user_id = user_id_of(user)
     return sorted(
         Document.objects.filter(user_id=user_id, id__in=ids).values_list(
             "id", flat=True
@@ -54,7 +70,7 @@ def documents_owned(*, user: AbstractBaseUser | int, ids: list[int]) -> list[int
     )
 
 
-def document_choices(*, user: AbstractBaseUser) -> QuerySet[Document]:
+def document_choices(*, user: User) -> QuerySet[Document]:
     """Return the user's ready documents (id and title only), by title: what a chat's
     document scope can choose from."""
     return (
@@ -80,7 +96,7 @@ def _iterative_scan(ef_search: int) -> None:
 
 def chunks_search(
     *,
-    user: AbstractBaseUser | int,
+    user: User | int,
     vector: list[float],
     k: int,
     max_distance: float | None = None,
@@ -97,7 +113,7 @@ def chunks_search(
     limits the search to those documents (a conversation's document scope); None
     searches all of the user's documents, an empty collection none (returns []).
     """
-    user_id = getattr(user, "pk", user)
+    user_id = user_id_of(user)
     if include_flagged is None:
         include_flagged = settings.MEMORY_RETRIEVE_FLAGGED
     if document_ids is not None and not document_ids:
@@ -126,19 +142,19 @@ def chunks_search(
     return hits
 
 
-def user_has_documents(*, user: AbstractBaseUser | int) -> bool:
+def user_has_documents(*, user: User | int) -> bool:
     """True if the user has at least one chunk to search."""
-    return Chunk.objects.filter(user_id=getattr(user, "pk", user)).exists()
+    return Chunk.objects.filter(user_id=user_id_of(user)).exists()
 
 
-def memory_sources(*, user: AbstractBaseUser | int) -> tuple[bool, bool]:
+def memory_sources(*, user: User | int) -> tuple[bool, bool]:
     """Return ``(facts, documents)``: whether a turn should search the user's facts
     (memory on and at least one fact) and their documents (at least one chunk).
 
     One query (three EXISTS subqueries on the user's row), not three round trips
     (:func:`memory_enabled`, a fact, :func:`user_has_documents`): every turn asks.
     """
-    user_id = getattr(user, "pk", user)
+    user_id = user_id_of(user)
     row = (
         get_user_model()
         .objects.filter(pk=user_id)
@@ -158,18 +174,18 @@ def memory_sources(*, user: AbstractBaseUser | int) -> tuple[bool, bool]:
     return has_facts and not memory_off, has_chunks
 
 
-def memory_enabled(*, user: AbstractBaseUser | int) -> bool:
+def memory_enabled(*, user: User | int) -> bool:
     """Whether long-term memory is on for the user (on unless they switched it off)."""
-    row = MemorySettings.objects.filter(user_id=getattr(user, "pk", user)).first()
+    row = MemorySettings.objects.filter(user_id=user_id_of(user)).first()
     return row.enabled if row else True
 
 
-def fact_list(*, user: AbstractBaseUser) -> QuerySet[MemoryFact]:
+def fact_list(*, user: User) -> QuerySet[MemoryFact]:
     """Return the user's remembered facts, newest first."""
     return MemoryFact.objects.filter(user=user).defer("embedding").order_by("-created")
 
 
-def fact_get(*, user: AbstractBaseUser, fact_id: Any) -> MemoryFact:
+def fact_get(*, user: User, fact_id: Any) -> MemoryFact:
     """Return one of the user's facts; raises NotFound otherwise."""
     try:
         return MemoryFact.objects.get(id=int(fact_id), user=user)
@@ -179,7 +195,7 @@ def fact_get(*, user: AbstractBaseUser, fact_id: Any) -> MemoryFact:
 
 def facts_search(
     *,
-    user: AbstractBaseUser | int,
+    user: User | int,
     vector: list[float],
     k: int,
     max_distance: float | None = None,
@@ -188,7 +204,7 @@ def facts_search(
 
     Only this user's facts are ever searched. ``max_distance`` (cosine) drops far ones.
     """
-    user_id = getattr(user, "pk", user)
+    user_id = user_id_of(user)
     with transaction.atomic():
         _iterative_scan(40)
         rows = list(
@@ -198,7 +214,9 @@ def facts_search(
             .order_by("distance")[:k]
         )
         transaction.set_rollback(True)  # read-only: end the SET LOCALs here
-    hits = sorted(((f, float(f.distance)) for f in rows), key=lambda h: h[1])
+    hits: list[tuple[MemoryFact, float]] = sorted(
+        ((f, float(f.distance)) for f in rows), key=lambda h: h[1]
+    )
     if max_distance is not None:
         hits = [h for h in hits if h[1] <= max_distance]
     return hits

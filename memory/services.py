@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils.module_loading import import_string
 
@@ -79,7 +79,7 @@ def _chunks_screen(
 
 def document_upload(
     *,
-    user: AbstractBaseUser,
+    user: User,
     name: str,
     data: bytes,
     conversation_id: Any = None,
@@ -199,7 +199,7 @@ def document_ingest(*, document_id: int, progress: Progress | None = None) -> Do
     return document
 
 
-def document_delete(*, user: AbstractBaseUser, document_id: Any) -> None:
+def document_delete(*, user: User, document_id: Any) -> None:
     """Delete the user's document with its chunks and vectors. Raises NotFound."""
     document = selectors.document_get(user=user, document_id=document_id)
     document.delete()
@@ -248,7 +248,7 @@ def _fact_vector(text: str) -> list[float]:
 
 
 def fact_add(
-    *, user: AbstractBaseUser | int, text: Any, source_message_id: Any = None
+    *, user: User | int, text: Any, source_message_id: Any = None
 ) -> MemoryFact | None:
     """Remember a fact about the user; return it, or None when memory is off.
 
@@ -256,7 +256,7 @@ def fact_add(
     user is merged into it (the newer wording wins). Raises InvalidInput (empty, over
     500 characters), ServiceUnavailable (no embedding worker).
     """
-    user_id = getattr(user, "pk", user)
+    user_id = selectors.user_id_of(user)
     text = _fact_clean(text)
     if not selectors.memory_enabled(user=user_id):
         return None
@@ -280,7 +280,7 @@ def fact_add(
     )
 
 
-def fact_update(*, user: AbstractBaseUser, fact_id: Any, text: Any) -> MemoryFact:
+def fact_update(*, user: User, fact_id: Any, text: Any) -> MemoryFact:
     """Edit one of the user's facts (re-embedded). Raises NotFound, InvalidInput,
     ServiceUnavailable (no embedding worker; the fact is left as it was)."""
     fact = selectors.fact_get(user=user, fact_id=fact_id)
@@ -290,12 +290,12 @@ def fact_update(*, user: AbstractBaseUser, fact_id: Any, text: Any) -> MemoryFac
     return fact
 
 
-def fact_delete(*, user: AbstractBaseUser, fact_id: Any) -> None:
+def fact_delete(*, user: User, fact_id: Any) -> None:
     """Forget one of the user's facts. Raises NotFound."""
     selectors.fact_get(user=user, fact_id=fact_id).delete()
 
 
-def memory_enabled_set(*, user: AbstractBaseUser, enabled: bool) -> None:
+def memory_enabled_set(*, user: User, enabled: bool) -> None:
     """Switch the user's long-term memory on or off (off: facts are neither stored nor
     used; the stored ones are kept until deleted)."""
     MemorySettings.objects.update_or_create(user=user, defaults={"enabled": enabled})

@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from chatsite.auth import AuthenticatedRequest
 from chatsite.errors import (
     DomainError,
     InvalidInput,
@@ -43,7 +44,7 @@ def _confirm(
 
 
 @require_GET
-def document_list(request: HttpRequest) -> HttpResponse:
+def document_list(request: AuthenticatedRequest) -> HttpResponse:
     """The Documents page: the user's documents with their ingest status, and an upload form."""
     documents = selectors.document_list(user=request.user)
     if wants_json(request):
@@ -74,7 +75,7 @@ def document_list(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def document_upload(request: HttpRequest) -> HttpResponse:
+def document_upload(request: AuthenticatedRequest) -> HttpResponse:
     """Upload a .txt/.md/.pdf; it is processed in the background (status on the page)."""
     upload = request.FILES.get("file")
     try:
@@ -83,7 +84,7 @@ def document_upload(request: HttpRequest) -> HttpResponse:
         limit = settings.MEMORY_UPLOAD_MAX_BYTES
         data = upload.read(limit + 1)
         document = services.document_upload(
-            user=request.user, name=upload.name, data=data
+            user=request.user, name=upload.name or "", data=data
         )
     except DomainError as exc:
         flash.error(request, exc.message)
@@ -93,7 +94,7 @@ def document_upload(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-def document_detail(request: HttpRequest, document_id: int) -> HttpResponse:
+def document_detail(request: AuthenticatedRequest, document_id: int) -> HttpResponse:
     """One document's passages, each with an anchor (``#p<ord>``) that citations link to."""
     try:
         document = selectors.document_get(user=request.user, document_id=document_id)
@@ -106,7 +107,7 @@ def document_detail(request: HttpRequest, document_id: int) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def document_delete(request: HttpRequest, document_id: int) -> HttpResponse:
+def document_delete(request: AuthenticatedRequest, document_id: int) -> HttpResponse:
     """GET: ask for confirmation. POST: delete a document with its chunks and vectors."""
     try:
         document = selectors.document_get(user=request.user, document_id=document_id)
@@ -127,7 +128,7 @@ def document_delete(request: HttpRequest, document_id: int) -> HttpResponse:
 
 
 @require_GET
-def memory_page(request: HttpRequest) -> HttpResponse:
+def memory_page(request: AuthenticatedRequest) -> HttpResponse:
     """The Memory page: what the assistant remembers, with edit/delete and an on/off switch."""
     return render(
         request,
@@ -152,7 +153,7 @@ def _memory_action(request: HttpRequest, action: Any, done: str) -> HttpResponse
 
 
 @require_POST
-def fact_add(request: HttpRequest) -> HttpResponse:
+def fact_add(request: AuthenticatedRequest) -> HttpResponse:
     """Add a fact by hand."""
     return _memory_action(
         request,
@@ -162,7 +163,7 @@ def fact_add(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def fact_edit(request: HttpRequest, fact_id: int) -> HttpResponse:
+def fact_edit(request: AuthenticatedRequest, fact_id: int) -> HttpResponse:
     """Edit a fact."""
     return _memory_action(
         request,
@@ -174,7 +175,7 @@ def fact_edit(request: HttpRequest, fact_id: int) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def fact_delete(request: HttpRequest, fact_id: int) -> HttpResponse:
+def fact_delete(request: AuthenticatedRequest, fact_id: int) -> HttpResponse:
     """GET: ask for confirmation. POST: forget a fact."""
     if request.method == "GET":
         try:
@@ -196,7 +197,7 @@ def fact_delete(request: HttpRequest, fact_id: int) -> HttpResponse:
 
 
 @require_POST
-def memory_toggle(request: HttpRequest) -> HttpResponse:
+def memory_toggle(request: AuthenticatedRequest) -> HttpResponse:
     """Switch memory on (``enabled=1``) or off."""
     enabled = request.POST.get("enabled") == "1"
     return _memory_action(

@@ -13,11 +13,13 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.text import Truncator
 
 from audit.admin import AuditedAdminMixin
+from chatsite.auth import request_user
 from safety import suspensions
 from safety.models import CategoryPolicy, ModerationEvent, Suspension
 
@@ -31,7 +33,7 @@ def _suspensions_lift(
     suspensions: anything with a ``user``), each user once, audited by the service."""
     users = {row.user_id: row.user for row in queryset.select_related("user")}
     lifted = sum(
-        len(suspensions.suspension_lift(user=u, actor=request.user))
+        len(suspensions.suspension_lift(user=u, actor=request_user(request)))
         for u in users.values()
     )
     model_admin.message_user(
@@ -123,7 +125,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
         changed = suspensions.event_review(
             events=queryset,
             status=ModerationEvent.Status.CONFIRMED,
-            actor=request.user,
+            actor=request_user(request),
         )
         self.message_user(request, f"{changed} event(s) confirmed.", messages.SUCCESS)
 
@@ -132,7 +134,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
         changed = suspensions.event_review(
             events=queryset,
             status=ModerationEvent.Status.DISMISSED,
-            actor=request.user,
+            actor=request_user(request),
         )
         self.message_user(request, f"{changed} event(s) dismissed.", messages.SUCCESS)
 
@@ -153,7 +155,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
                 user=events[0].user,
                 until=until,
                 reason=f"Content policy violations reviewed by staff ({named}).",
-                actor=request.user,
+                actor=request_user(request),
             )
         self.message_user(
             request,
@@ -170,7 +172,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Suspension)
-class SuspensionAdmin(AuditedAdminMixin, admin.ModelAdmin):
+class SuspensionAdmin(AuditedAdminMixin[Suspension], admin.ModelAdmin):
     list_display = ("user", "until", "active", "reason", "created_by", "created_at")
     list_filter = (("until", admin.DateFieldListFilter), "lifted_at")
     list_select_related = ("user", "created_by")
@@ -185,11 +187,15 @@ class SuspensionAdmin(AuditedAdminMixin, admin.ModelAdmin):
         return obj.lifted_at is None and obj.until > timezone.now()
 
     def save_model(
-        self, request: HttpRequest, obj: Suspension, form: object, change: bool
+        self,
+        request: HttpRequest,
+        obj: Suspension,
+        form: ModelForm[Suspension],
+        change: bool,
     ) -> None:
         if not change:
-            obj.created_by = request.user
-        super().save_model(request, obj, form, change)  # type: ignore[arg-type]
+            obj.created_by = request_user(request)
+        super().save_model(request, obj, form, change)
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         # lift a suspension instead: its record stays

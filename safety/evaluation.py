@@ -136,19 +136,21 @@ def evaluate(classifier: Classifier, examples: Sequence[Example]) -> Report:
             counts["harm"][1] += 1
             if not example.labels & flagged:
                 report_miss.append((example, verdict))
+    # (hits, total) per group
+    pairs = {key: (hits, total) for key, (hits, total) in counts.items()}
     return Report(
         backend=classifier.name,
         categories=list(scores.values()),
-        benign=tuple(counts["benign"]),  # type: ignore[arg-type]
-        sensitive=tuple(counts["sensitive"]),  # type: ignore[arg-type]
-        support=tuple(counts["support"]),  # type: ignore[arg-type]
-        everyday=tuple(counts["everyday"]),  # type: ignore[arg-type]
-        harmful_detected=tuple(counts["harm"]),  # type: ignore[arg-type]
+        benign=pairs["benign"],
+        sensitive=pairs["sensitive"],
+        support=pairs["support"],
+        everyday=pairs["everyday"],
+        harmful_detected=pairs["harm"],
         latencies_ms=latencies,
         false_positives=report_fp,
         misses=report_miss,
-        benign_blocked=tuple(counts["benign_blocked"]),  # type: ignore[arg-type]
-        everyday_blocked=tuple(counts["everyday_blocked"]),  # type: ignore[arg-type]
+        benign_blocked=pairs["benign_blocked"],
+        everyday_blocked=pairs["everyday_blocked"],
     )
 
 

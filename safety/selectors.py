@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -103,7 +103,7 @@ def suspension_in_force(*, user_ref: str) -> Exists:
     )
 
 
-def suspension_active(*, user: AbstractBaseUser) -> Suspension | None:
+def suspension_active(*, user: User) -> Suspension | None:
     """The user's suspension in force now (the one ending last), or None.
 
     One query on the partial index ``suspension_open`` (the user's unlifted
@@ -133,7 +133,7 @@ def suspension_message(suspension: Suspension) -> str:
     )
 
 
-def suspension_check(*, user: AbstractBaseUser) -> None:
+def suspension_check(*, user: User) -> None:
     """Raise :class:`Suspended` (403 ``account_suspended``) when ``user`` is suspended.
 
     Admission (chat, API, embeddings) calls this first, before anything is moderated,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from chatsite.errors import ModerationBlocked
 from inference.embeddings import EmbeddingUnavailable, TextVector
@@ -107,7 +107,7 @@ def _verdict(*, text: str, query: TextVector | None) -> Verdict:
 
 def input_moderate(
     *,
-    user: AbstractBaseUser,
+    user: User,
     text: str,
     surface: str,
     query: TextVector | None = None,
@@ -146,7 +146,7 @@ def input_moderate(
 
 def _decide(
     *,
-    user: AbstractBaseUser,
+    user: User,
     judged: Sequence[tuple[str, Verdict]],
     surface: str,
     conversation_id: uuid.UUID | str | None,
@@ -250,7 +250,7 @@ def _verdicts(*, texts: list[str], query: TextVector | None) -> list[Verdict]:
 
 def messages_moderate(
     *,
-    user: AbstractBaseUser,
+    user: User,
     messages: Sequence[dict[str, str]],
     surface: str,
     query: TextVector | None = None,

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -45,7 +45,7 @@ def _duration_words(seconds: float) -> str:
     return f"{max(1, round(seconds / 60))} minutes"
 
 
-def abuse_score(*, user: AbstractBaseUser, now: datetime | None = None) -> float:
+def abuse_score(*, user: User, now: datetime | None = None) -> float:
     """The user's abuse score now: each blocked input counts 1, halved every
     SAFETY_ABUSE_HALF_LIFE_S seconds since it happened.
 
@@ -78,7 +78,7 @@ def abuse_score(*, user: AbstractBaseUser, now: datetime | None = None) -> float
     return sum(0.5 ** (max(0.0, (now - t).total_seconds()) / half_life) for t in times)
 
 
-def abuse_record(*, user: AbstractBaseUser) -> str:
+def abuse_record(*, user: User) -> str:
     """Weigh a blocked input just recorded: suspend the user when their
     :func:`abuse_score` reaches SAFETY_ABUSE_SUSPEND_SCORE (for SAFETY_ABUSE_SUSPEND_S
     seconds, the reason naming the violations); return the sentence the block message
@@ -128,10 +128,10 @@ def abuse_record(*, user: AbstractBaseUser) -> str:
 
 def suspension_create(
     *,
-    user: AbstractBaseUser,
+    user: User,
     until: datetime,
     reason: str,
-    actor: AbstractBaseUser | None,
+    actor: User | None,
     actor_label: str | None = None,
 ) -> Suspension:
     """Suspend ``user`` until ``until`` (aware datetime) for ``reason``; audited.
@@ -159,8 +159,8 @@ def suspension_create(
 
 def suspension_lift(
     *,
-    user: AbstractBaseUser,
-    actor: AbstractBaseUser | None,
+    user: User,
+    actor: User | None,
     actor_label: str | None = None,
 ) -> list[Suspension]:
     """Lift every suspension of ``user`` in force now; return them (empty: none).
@@ -193,7 +193,7 @@ def event_review(
     *,
     events: Iterable[ModerationEvent],
     status: str,
-    actor: AbstractBaseUser | None,
+    actor: User | None,
     actor_label: str | None = None,
 ) -> int:
     """Set staff's review ``status`` (confirmed / dismissed) on ``events``; audited

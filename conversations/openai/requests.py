@@ -47,7 +47,7 @@ class CompletionRequest:
 
 def _with_param(exc: DomainError, param: str | None) -> DomainError:
     """Name the request field ``exc`` is about (OpenAI's ``error.param``)."""
-    exc.param = param  # type: ignore[attr-defined]
+    exc.param = param
     return exc
 
 

@@ -17,7 +17,7 @@ from contextlib import aclosing
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from chatsite.errors import NotFound, error_json
 from conversations.openai import chunks
@@ -74,7 +74,7 @@ def _cache_policy(
     )
 
 
-def generation_start(*, user: AbstractBaseUser, req: CompletionRequest) -> Generation:
+def generation_start(*, user: User, req: CompletionRequest) -> Generation:
     """Admit, reserve and enqueue the request's generation; nothing stays reserved if
     it raises. A cache hit is served by the gateway without a job. Raises the gateway's
     DomainErrors (ModerationBlocked, ModerationUnavailable, ContextOverflow,

@@ -14,7 +14,7 @@ import asyncio
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_not_required
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
@@ -56,7 +56,7 @@ def _bearer(request: HttpRequest) -> str:
     return raw.strip() if scheme.lower() == "bearer" else ""
 
 
-def _api_user(request: HttpRequest) -> AbstractBaseUser:
+def _api_user(request: HttpRequest) -> User:
     """Return the user of the request's API key; raise InvalidApiKey (401)."""
     user = gateway.api_key_authenticate(raw=_bearer(request))
     if user is None:

@@ -9,6 +9,7 @@ settles first (the SSE relay, or the reaper).
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.conf import settings
@@ -112,7 +113,7 @@ def streaming_messages_reap(*, older_than_s: float = 5.0) -> int:
     :func:`gateway.generations.generation_sweep` (settle if ended, else the watchdog,
     else lost after REAPER_STALE_AFTER_S). Returns how many were settled.
     """
-    cutoff = timezone.now() - timezone.timedelta(seconds=older_than_s)
+    cutoff = timezone.now() - dt.timedelta(seconds=older_than_s)
     done = 0
     for message in Message.objects.select_related("conversation").filter(
         status=Message.Status.STREAMING, created_at__lt=cutoff

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from chatsite.errors import InvalidInput
@@ -59,7 +60,11 @@ def conversation_title_generate(*, conversation_id: Any) -> str | None:
             pool=settings.MEMORY_SMALL_POOL,
             timeout_s=settings.MEMORY_GENERATION_TIMEOUT_S,
         )
-    if not title or not title_acceptable(title, answer=answer.content):  # type: ignore[union-attr]
+    if (
+        not title
+        or answer is None
+        or not title_acceptable(title, answer=answer.content)
+    ):
         title = default  # the first-message title stays
     title = title[:200].strip() or default
     updated = Conversation.objects.filter(id=conversation.id, title=default).update(
@@ -117,7 +122,7 @@ def conversation_summarize(*, conversation_id: Any) -> bool:
 
 
 def conversation_rename(
-    *, user: AbstractBaseUser, conversation_id: Any, title: Any
+    *, user: User, conversation_id: Any, title: Any
 ) -> Conversation:
     """Rename the user's conversation.
 
@@ -140,7 +145,7 @@ def conversation_rename(
     return conversation
 
 
-def conversation_delete(*, user: AbstractBaseUser, conversation_id: Any) -> None:
+def conversation_delete(*, user: User, conversation_id: Any) -> None:
     """Delete the user's conversation and its messages; a streaming answer is cancelled."""
     conversation = selectors.conversation_get(
         user=user, conversation_id=conversation_id
@@ -150,4 +155,6 @@ def conversation_delete(*, user: AbstractBaseUser, conversation_id: Any) -> None
     ]
     conversation.delete()
     for job_id in streaming:
-        transaction.on_commit(lambda j=job_id: generations.generation_abandon(job_id=j))
+        transaction.on_commit(
+            functools.partial(generations.generation_abandon, job_id=job_id)
+        )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -42,9 +42,7 @@ REASONS_BY_RATING: dict[str, frozenset[str]] = {
 }
 
 
-def _answer_get(
-    *, user: AbstractBaseUser, conversation_id: Any, message_id: Any
-) -> Message:
+def _answer_get(*, user: User, conversation_id: Any, message_id: Any) -> Message:
     message = selectors.message_get(
         user=user, conversation_id=conversation_id, message_id=message_id
     )
@@ -87,7 +85,7 @@ def _validated(rating: Any, reason: Any, comment: Any) -> tuple[str, str, str]:
 
 def feedback_set(
     *,
-    user: AbstractBaseUser,
+    user: User,
     conversation_id: Any,
     message_id: Any,
     rating: Any,
@@ -142,9 +140,7 @@ def feedback_set(
     return feedback
 
 
-def feedback_delete(
-    *, user: AbstractBaseUser, conversation_id: Any, message_id: Any
-) -> bool:
+def feedback_delete(*, user: User, conversation_id: Any, message_id: Any) -> bool:
     """Remove the user's rating of one of their answers; True if there was one.
 
     Raises NotFound for another user's message or an unknown id.

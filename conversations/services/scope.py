@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from chatsite.errors import InvalidInput, NotFound
@@ -40,9 +40,7 @@ class Scope:
         return list(self.document_ids)
 
 
-def scope_parse(
-    *, user: AbstractBaseUser, kind: Any, document_ids: Iterable[Any]
-) -> Scope:
+def scope_parse(*, user: User, kind: Any, document_ids: Iterable[Any]) -> Scope:
     """Validate a scope sent by the user; return it.
 
     ``kind`` is "all", "none" or "some"; ``document_ids`` (ids of the user's documents)
@@ -85,7 +83,7 @@ def scope_store(*, conversation: Conversation, scope: Scope) -> None:
 
 def conversation_scope_set(
     *,
-    user: AbstractBaseUser,
+    user: User,
     conversation_id: Any,
     kind: Any,
     document_ids: Iterable[Any],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from chatsite.errors import Conflict, InvalidInput
@@ -27,7 +27,7 @@ SWITCH_BUSY_MESSAGE = (
 
 def turn_edit(
     *,
-    user: AbstractBaseUser,
+    user: User,
     conversation_id: Any,
     message_id: Any,
     content: Any,
@@ -67,9 +67,7 @@ def turn_edit(
     )
 
 
-def thread_switch(
-    *, user: AbstractBaseUser, conversation_id: Any, message_id: Any
-) -> Message:
+def thread_switch(*, user: User, conversation_id: Any, message_id: Any) -> Message:
     """Make the branch through ``message_id`` current: its newest leaf (descending by
     the latest child) becomes ``current_leaf``; return that leaf.
 

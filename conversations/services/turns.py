@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -56,7 +56,7 @@ def _generation_params(params: dict[str, Any] | None) -> dict[str, Any]:
 
 def _prompt_context(
     *,
-    user: AbstractBaseUser,
+    user: User,
     conversation: Conversation | None,
     max_tokens: int,
     query: TextVector,
@@ -174,7 +174,7 @@ def _assistant_create(
     return answer
 
 
-def _remember_on_commit(*, user: AbstractBaseUser, message: Message) -> None:
+def _remember_on_commit(*, user: User, message: Message) -> None:
     """Queue storing the fact of a "remember that …" message (after commit)."""
     fact = memory_services.remember_request_parse(message.content)
     if fact:
@@ -186,7 +186,7 @@ def _remember_on_commit(*, user: AbstractBaseUser, message: Message) -> None:
 
 def _turn_run(
     *,
-    user: AbstractBaseUser,
+    user: User,
     conversation: Conversation | None,
     params: dict[str, Any] | None,
     model: str | None,
@@ -211,7 +211,12 @@ def _turn_run(
     generation_params = _generation_params(params)
     in_force = scope if scope is not None else _scope_current(conversation)
     # The question is embedded at most once, on first need, for everyone who needs it.
-    query = TextVector(content if content is not None else question.content)  # type: ignore[union-attr]
+    if content is not None:
+        asked_text = content
+    else:
+        assert question is not None  # a turn has new content or a question to answer
+        asked_text = question.content
+    query = TextVector(asked_text)
     built = _prompt_context(
         user=user,
         conversation=conversation,
@@ -315,7 +320,7 @@ def _turn_run(
 
 def turn_start(
     *,
-    user: AbstractBaseUser,
+    user: User,
     content: Any,
     conversation_id: Any = None,
     params: dict[str, Any] | None = None,
@@ -363,7 +368,7 @@ def turn_start(
 
 def turn_regenerate(
     *,
-    user: AbstractBaseUser,
+    user: User,
     conversation_id: Any,
     message_id: Any = None,
     params: dict[str, Any] | None = None,
@@ -388,7 +393,7 @@ def turn_regenerate(
             raise InvalidInput(
                 "Only an answer can be regenerated.", code="not_regenerable"
             )
-        question = Message.objects.get(id=answer.parent_id)
+        question: Message | None = Message.objects.get(id=answer.parent_id)
     else:
         path = selectors.message_tree(conversation=conversation).current_path(
             conversation
@@ -409,9 +414,7 @@ def turn_regenerate(
     )
 
 
-def turn_stop(
-    *, user: AbstractBaseUser, conversation_id: Any, message_id: Any
-) -> Message:
+def turn_stop(*, user: User, conversation_id: Any, message_id: Any) -> Message:
     """Ask the worker to stop a streaming answer; the partial text is kept as ``cancelled``.
 
     The answer is finalised when the worker's terminal event arrives (within a decode

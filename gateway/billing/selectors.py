@@ -9,6 +9,7 @@ UTC days, except the remaining quota, which is read from the Redis counters of
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
@@ -134,7 +135,7 @@ class UsageRow:
         return self.prompt_tokens + self.completion_tokens
 
 
-def _row(key: str, sums: dict[str, Any]) -> UsageRow:
+def _row(key: str, sums: Mapping[str, Any]) -> UsageRow:
     return UsageRow(
         key=key,
         requests=sums["requests"],
@@ -262,7 +263,8 @@ def top_users_by_spend(*, period: DateRange, limit: int = 20) -> list[UserSpend]
     Queries: one aggregate, one for the users with their subscriptions; Redis: two
     reads per user.
     """
-    rows = list(
+    # Mapping: the stubs' row type lacks the keys annotated from **_SUMS
+    rows: list[Mapping[str, Any]] = list(
         _records(period)
         .values("user_id", "user__username")
         .annotate(**_SUMS)
@@ -330,7 +332,7 @@ def pool_load(*, period: DateRange) -> list[PoolLoad]:
     """Per pool (by name; ``"(none)"`` for records without one) over ``period``:
     requests, errors, tokens and TTFT p50/p99 (PostgreSQL ``percentile_cont``), by
     pool name. One query."""
-    rows = (
+    rows: Iterable[Mapping[str, Any]] = (
         _records(period)
         .values("pool")
         .annotate(

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from chatsite.errors import InvalidInput
 from gateway import cache, quota, routing, selectors
@@ -97,7 +97,7 @@ def last_user_text(messages: list[dict[str, str]]) -> str:
 
 def input_check(
     *,
-    user: AbstractBaseUser,
+    user: User,
     job_id: str,
     messages: list[dict[str, str]],
     surface: str,
@@ -139,7 +139,7 @@ def input_check(
 
 def generation_admit(
     *,
-    user: AbstractBaseUser,
+    user: User,
     job_id: str,
     messages: list[dict[str, str]],
     params: dict[str, Any],

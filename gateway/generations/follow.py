@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,7 +206,7 @@ async def generation_follow(
     message_id: Any = None,
     resumable: bool = False,
     report_queue: bool = False,
-) -> AsyncIterator[Item]:
+) -> AsyncGenerator[Item, None]:
     """Yield a generation's items after stream id ``after`` until it ends (see module).
 
     ``recorder`` stores the outcome on the surface's side (the chat's answer message);

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from gateway import cache, fallback, quota
@@ -118,7 +118,7 @@ def generation_submit(
 
 def generation_start(
     *,
-    user: AbstractBaseUser,
+    user: User,
     messages: list[dict[str, str]],
     params: dict[str, Any],
     surface: str,

@@ -48,7 +48,8 @@ class Verdict:
         *,
         thresholds: Mapping[Category, float],
         backend: str,
-        **extra: object,
+        hazards: tuple[str, ...] = (),
+        detail: dict[str, object] | None = None,
     ) -> Verdict:
         """Build a verdict flagging each category whose score >= its threshold."""
         full = {c: float(scores.get(c, 0.0)) for c in Category}
@@ -58,7 +59,13 @@ class Verdict:
                 key=lambda c: -full[c],
             )
         )
-        return cls(scores=full, flagged=flagged, backend=backend, **extra)  # type: ignore[arg-type]
+        return cls(
+            scores=full,
+            flagged=flagged,
+            backend=backend,
+            hazards=hazards,
+            detail=detail or {},
+        )
 
     @property
     def is_flagged(self) -> bool:

@@ -94,7 +94,7 @@ def gate_weights(harmful: np.ndarray, everyday: np.ndarray) -> np.ndarray:
 def _fit_all(
     x: np.ndarray, y: np.ndarray, everyday: np.ndarray
 ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
-    harmful = y.any(axis=1)
+    harmful = np.asarray(y.any(axis=1))  # an array, as numpy's stubs cannot tell
     gate_w, gate_b = _fit(
         x, harmful.astype(int), GATE_C, gate_weights(harmful, everyday)
     )

@@ -529,6 +529,34 @@ def test_chatgpt_current_node_is_parsed_to_the_kept_leaf():
     assert picture.current_leaf_key == "pa"
 
 
+def test_chatgpt_roles_and_finish_types_that_are_not_text_are_skipped_or_ignored():
+    odd = {
+        "title": "Odd values",
+        "create_time": BASE,
+        "current_node": "a",
+        "mapping": {
+            "r": node("r", None, ["u"]),
+            "u": node("u", "r", ["x"], "user", "Hello", create_time=BASE + 1),
+            "x": node("x", "u", ["a"], ["user"], "a list for a role"),
+            "a": node(
+                "a",
+                "x",
+                [],
+                "assistant",
+                "Hi.",
+                create_time=BASE + 2,
+                metadata={"finish_details": {"type": ["stop"]}},
+            ),
+        },
+    }
+    (conversation,) = services.imports.import_file_parse(
+        data=json.dumps([odd]).encode()
+    )
+    kept = [(m.role, m.content) for m in conversation.messages]
+    assert kept == [("user", "Hello"), ("assistant", "Hi.")]
+    assert conversation.messages[1].finish_reason == ""
+
+
 # --- import: bad files -------------------------------------------------------------------
 
 

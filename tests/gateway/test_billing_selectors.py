@@ -119,7 +119,7 @@ def test_usage_per_model_and_user_is_ordered_by_cost():
     users = selectors.usage_by(period=NOVEMBER, by="user")
     assert [(u.key, u.requests) for u in users] == [("bob", 2), ("ann", 1)]
     with pytest.raises(ValueError):
-        selectors.usage_by(period=NOVEMBER, by="pool")  # type: ignore[arg-type]
+        selectors.usage_by(period=NOVEMBER, by="pool")  # type: ignore[arg-type]  # a bad `by` on purpose
 
 
 def test_top_users_by_spend_with_plan_and_remaining_quota():

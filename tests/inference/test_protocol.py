@@ -136,5 +136,5 @@ def test_an_embed_job_round_trips_and_a_bad_input_is_refused():
         protocol.Job.from_fields(bad)
     with pytest.raises(ValueError, match="list of strings"):
         protocol.Job.from_fields(
-            protocol.Job(job_id="j", messages=[], input=[1]).to_fields()  # type: ignore[list-item]
+            protocol.Job(job_id="j", messages=[], input=[1]).to_fields()  # type: ignore[list-item]  # a bad input on purpose
         )

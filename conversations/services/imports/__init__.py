@@ -14,7 +14,7 @@ import json
 import uuid
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from chatsite.errors import InvalidInput, PayloadTooLarge
@@ -24,6 +24,7 @@ from conversations.services.imports.chatgpt import chatgpt_parse
 from conversations.services.imports.native import native_parse
 from conversations.services.imports.records import (
     ImportedConversation,
+    conversations_count_check,
     fail,
     limits_check,
 )
@@ -59,10 +60,8 @@ def import_file_parse(*, data: bytes) -> list[ImportedConversation]:
     elif isinstance(document, list) or (
         isinstance(document, dict) and "mapping" in document
     ):
-        if isinstance(document, list) and len(document) > (
-            settings.CHAT_IMPORT_MAX_CONVERSATIONS
-        ):
-            limits_check([None] * len(document))  # type: ignore[list-item]
+        if isinstance(document, list):
+            conversations_count_check(len(document))
         conversations = chatgpt_parse(document)
     else:
         raise InvalidInput(
@@ -102,7 +101,7 @@ def _tree_check(conversation: ImportedConversation, where: str) -> None:
 
 
 def _store(
-    *, user: AbstractBaseUser, conversations: list[ImportedConversation]
+    *, user: User, conversations: list[ImportedConversation]
 ) -> list[Conversation]:
     """Create the rows (bulk, four inserts per kind at most); return the conversations."""
     chunk_ids = {
@@ -168,7 +167,7 @@ def _store(
     return rows
 
 
-def conversations_import(*, user: AbstractBaseUser, data: bytes) -> list[Conversation]:
+def conversations_import(*, user: User, data: bytes) -> list[Conversation]:
     """Import every conversation of the file ``data`` (bytes) for ``user``, in one
     transaction; return them in the file's order.
 

@@ -64,7 +64,8 @@ def _dict(value: Any, where: str, name: str) -> dict[str, Any]:
 def _kept_text(message: dict[str, Any], where: str) -> tuple[str, str] | None:
     """Return ``(role, text)`` of a message to keep, or None for one to skip."""
     author = _dict(message.get("author"), where, "author")
-    role = _ROLES.get(author.get("role"))  # type: ignore[arg-type]
+    name = author.get("role")
+    role = _ROLES.get(name) if isinstance(name, str) else None
     content = _dict(message.get("content"), where, "content")
     metadata = message.get("metadata") or {}
     if (
@@ -93,7 +94,9 @@ def _message(
     model = metadata.get("model_slug")
     finish = metadata.get("finish_details")
     kind = finish.get("type") if isinstance(finish, dict) else None
-    finish_reason, status = _FINISH.get(kind, ("", Message.Status.COMPLETE))  # type: ignore[arg-type]
+    if not isinstance(kind, str):
+        kind = ""
+    finish_reason, status = _FINISH.get(kind, ("", Message.Status.COMPLETE))
     return {
         "key": node_id,
         "role": role,

@@ -17,7 +17,7 @@ from conversations.services.imports.records import (
 )
 
 # A message still streaming when it was exported has stopped for good in the copy.
-_STATUS_ON_IMPORT = {Message.Status.STREAMING: Message.Status.CANCELLED}
+_STATUS_ON_IMPORT: dict[str, str] = {Message.Status.STREAMING: Message.Status.CANCELLED}
 _SHORT = 200  # characters of model, pool, finish reason and other short fields
 
 

@@ -91,6 +91,18 @@ def count_field(value: Any, where: str, name: str) -> int | None:
     return value
 
 
+def conversations_count_check(count: int) -> None:
+    """Raise InvalidInput when ``count`` conversations are more than
+    CHAT_IMPORT_MAX_CONVERSATIONS (checked before parsing a large file, too)."""
+    most = settings.CHAT_IMPORT_MAX_CONVERSATIONS
+    if count > most:
+        raise InvalidInput(
+            f"The file holds {count:,} conversations; at most {most:,} "
+            "can be imported at once. Nothing was imported.",
+            code="import_too_large",
+        )
+
+
 def limits_check(conversations: list[ImportedConversation]) -> None:
     """Raise InvalidInput when the file holds no conversation, or more conversations
     or messages than CHAT_IMPORT_MAX_CONVERSATIONS / CHAT_IMPORT_MAX_MESSAGES."""
@@ -98,13 +110,7 @@ def limits_check(conversations: list[ImportedConversation]) -> None:
         raise InvalidInput(
             "The file holds no conversation to import.", code="invalid_import"
         )
-    most = settings.CHAT_IMPORT_MAX_CONVERSATIONS
-    if len(conversations) > most:
-        raise InvalidInput(
-            f"The file holds {len(conversations):,} conversations; at most {most:,} "
-            "can be imported at once. Nothing was imported.",
-            code="import_too_large",
-        )
+    conversations_count_check(len(conversations))
     total = sum(len(c.messages) for c in conversations)
     most = settings.CHAT_IMPORT_MAX_MESSAGES
     if total > most:

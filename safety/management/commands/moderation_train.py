@@ -80,7 +80,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"  {category.value:18} {model.thresholds[j]:9.2f} {recall:7.2f}"
             )
-        flagged = (model.oof_scores >= model.thresholds).any(axis=1)
+        flagged = np.asarray((model.oof_scores >= model.thresholds).any(axis=1))
         self.stdout.write(
             f"  benign flagged (out of fold, without rules): {flagged[benign].mean():.1%}"
         )
