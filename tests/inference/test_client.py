@@ -11,6 +11,8 @@ from inference import client as inference_client
 from inference import protocol, waiting
 from inference.connections import redis_sync
 
+USAGE = {"prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0}
+DONE = {"finish_reason": "stop", "usage": USAGE, "ttft_ms": 1, "latency_ms": 2}
 WATCH = inference_client.Watch(
     job_id="j1", pool="p1", enqueued_at=100.0, queue_timeout_s=30, no_worker_grace_s=5
 )
@@ -66,16 +68,7 @@ async def test_a_generation_that_already_ended_is_left_as_it_is():
             redis_sync(),
             job_id=job_id,
             event_type=protocol.EVENT_DONE,
-            payload={
-                "finish_reason": "stop",
-                "usage": {
-                    "prompt_tokens": 1,
-                    "completion_tokens": 1,
-                    "cached_tokens": 0,
-                },
-                "ttft_ms": 1,
-                "latency_ms": 2,
-            },
+            payload=DONE,
             ttl_s=60,
         )
     assert (
