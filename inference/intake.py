@@ -35,7 +35,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from inference import protocol
+from inference import protocol, redis_types
 from inference.engines.base import Engine
 
 logger = logging.getLogger("inference.worker")
@@ -134,7 +134,7 @@ class JobIntake:
             self._start_job(entry_id, fields, slot_freed, interactive)
 
     async def _requeue(
-        self, entry_id: str, fields: protocol.RedisFields, queue: str | None = None
+        self, entry_id: str, fields: redis_types.RedisFields, queue: str | None = None
     ) -> None:
         """Put a delivered entry back on its queue (as a new entry) and drop ours;
         ``queue`` defaults to the pool's queue."""
@@ -148,7 +148,7 @@ class JobIntake:
     def _start_job(
         self,
         entry_id: str,
-        fields: protocol.RedisFields,
+        fields: redis_types.RedisFields,
         slot_freed: asyncio.Event,
         queue: str,
     ) -> None:
@@ -183,7 +183,7 @@ class JobIntake:
             await pipe.execute()
 
 
-def _entries_of(result: Any, queue: str) -> list[tuple[str, protocol.RedisFields]]:
+def _entries_of(result: Any, queue: str) -> list[tuple[str, redis_types.RedisFields]]:
     """The entries of ``queue`` in an XREADGROUP reply (list of ``[key, entries]``)."""
     for key, entries in result or []:
         if (key.decode() if isinstance(key, bytes) else key) == queue:

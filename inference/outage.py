@@ -27,7 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from inference import protocol
+from inference import protocol, redis_types
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ REDIS_RETRY_S = 0.5
 REDIS_WRITE_WAIT_S = 30.0
 
 # One entry a worker wrote to a generation stream: (entry id, fields).
-JournalEntry = tuple[str, protocol.RedisFields]
+JournalEntry = tuple[str, redis_types.RedisFields]
 
 
 class RedisOutageTolerance:
@@ -105,7 +105,7 @@ class RedisOutageTolerance:
         )
 
     async def _publish_batch(
-        self, job_id: str, batch: list[protocol.RedisFields]
+        self, job_id: str, batch: list[redis_types.RedisFields]
     ) -> None:
         """Append events to a running job's stream in order, in one round trip.
 
@@ -150,7 +150,7 @@ class RedisOutageTolerance:
             await self._stream_restore(job_id, None)
 
     async def _stream_restore(
-        self, job_id: str, fields: protocol.RedisFields | None
+        self, job_id: str, fields: redis_types.RedisFields | None
     ) -> str | None:
         """Write a lost stream back from the journal (original entry ids), then
         ``fields`` (a new event, auto id), in one MULTI; return the new entry's id.

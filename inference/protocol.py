@@ -68,19 +68,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from redis.typing import EncodableT, FieldT, KeyT, StreamIdT
-
-# The fields of a stream entry or a hash as redis-py's writes (XADD, HSET) take them: a
-# dict of its own key and value unions. dict is invariant, so a ``dict[str, str]`` is
-# refused there; what we write is typed as this instead.
-RedisFields = dict[FieldT, EncodableT]
-# What XREAD / XREADGROUP take: stream key -> the last entry id read (the same reason).
-StreamOffsets = dict[KeyT, StreamIdT]
-# Stream entries as our clients read them: ``decode_responses=True`` over RESP2
-# (inference.connections), so ids, names and values are ``str``. redis-py types its
-# replies for every protocol and encoding; a read is cast to these where it is unpacked.
-StreamEntry = tuple[str, dict[str, str]]
-StreamRead = list[tuple[str, list[StreamEntry]]]  # XREAD / XREADGROUP: per stream
+from inference.redis_types import RedisFields
+from inference.schemas import Optional, optional_int, schema_validate
 
 GROUP = "workers"
 
@@ -320,17 +309,6 @@ def _is_usage(value: Any) -> bool:
     )
 
 
-def _optional_int(value: Any) -> bool:
-    return value is None or isinstance(value, int)
-
-
-@dataclass(frozen=True)
-class Optional:
-    """Marks a schema field that may be absent; when present it must pass ``check``."""
-
-    check: Any
-
-
 EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
     EVENT_META: {
         "model": str,
@@ -342,7 +320,7 @@ EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
     EVENT_DONE: {
         "finish_reason": lambda v: v in FINISH_REASONS,
         "usage": _is_usage,
-        "ttft_ms": _optional_int,
+        "ttft_ms": optional_int,
         "latency_ms": int,
     },
     EVENT_ERROR: {
@@ -361,36 +339,6 @@ EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
         "latency_ms": int,
     },
 }
-
-
-def schema_validate(what: str, schema: dict[str, Any], payload: Any) -> None:
-    """Check ``payload`` (a dict) against ``schema`` (field name -> type or predicate).
-
-    Every field is required except those marked :class:`Optional` (absent is fine,
-    present must be valid); a nested dict schema checks a nested object. ``bool`` is
-    not an ``int`` here. Raises ``ValueError`` naming ``what`` and the first missing,
-    extra or ill-typed field. Used for every payload that crosses a process or network
-    boundary: worker events here, browser SSE and OpenAI objects in ``conversations``.
-    """
-    if not isinstance(payload, dict):
-        raise ValueError(f"{what}: expected an object, got {payload!r}")
-    extra = set(payload) - set(schema)
-    if extra:
-        raise ValueError(f"{what}: unexpected fields {sorted(extra)}")
-    for name, check in schema.items():
-        if isinstance(check, Optional):
-            if name not in payload:
-                continue
-            check = check.check
-        elif name not in payload:
-            raise ValueError(f"{what}: missing field {name!r}")
-        value = payload[name]
-        if isinstance(check, dict):
-            schema_validate(f"{what}.{name}", check, value)
-            continue
-        ok = isinstance(value, check) if isinstance(check, type) else check(value)
-        if not ok or (check is int and isinstance(value, bool)):
-            raise ValueError(f"{what}: bad value for {name!r}: {value!r}")
 
 
 def event_validate(event_type: str, payload: dict[str, Any]) -> None:

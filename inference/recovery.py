@@ -27,7 +27,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from inference import metrics, protocol
+from inference import metrics, protocol, redis_types
 from inference.engines.base import Engine
 
 logger = logging.getLogger("inference.worker")
@@ -64,7 +64,7 @@ class CrashRecovery:
         raise NotImplementedError
 
     async def _requeue(
-        self, entry_id: str, fields: protocol.RedisFields, queue: str | None = None
+        self, entry_id: str, fields: redis_types.RedisFields, queue: str | None = None
     ) -> None:
         raise NotImplementedError
 
@@ -186,7 +186,7 @@ class CrashRecovery:
             await self._ack(entry_id, queue)  # it ended; only the ack was lost
             return
         head = cast(
-            list[protocol.StreamEntry],
+            list[redis_types.StreamEntry],
             await self.redis.xrange(protocol.gen_key(job.job_id), count=8),
         )
         emitted = any(f.get("e") == protocol.EVENT_TOKEN for _id, f in head)
@@ -213,7 +213,7 @@ class CrashRecovery:
         streamed = 0
         if emitted:
             events = cast(
-                list[protocol.StreamEntry],
+                list[redis_types.StreamEntry],
                 await self.redis.xrange(protocol.gen_key(job.job_id)),
             )
             streamed = sum(f.get("e") == protocol.EVENT_TOKEN for _id, f in events)

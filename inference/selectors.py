@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
-from inference import protocol
+from inference import protocol, redis_types
 from inference.client import WORKER_TTL_S
 from inference.connections import redis_sync
 
@@ -124,16 +124,16 @@ def pool_status(*, pool: str, worker_ttl_s: float = WORKER_TTL_S) -> PoolStatus:
         return status  # no queue yet
     group = next((g for g in groups if g["name"] == protocol.GROUP), None)
     length = client.xlen(queue)
-    first: list[protocol.StreamEntry]
+    first: list[redis_types.StreamEntry]
     if group is None:
         status.waiting = length
-        first = cast(list[protocol.StreamEntry], client.xrange(queue, count=1))
+        first = cast(list[redis_types.StreamEntry], client.xrange(queue, count=1))
     else:
         status.running = int(group["pending"])
         status.waiting = max(0, length - status.running)
         after = f"({group['last-delivered-id']}"
         first = cast(
-            list[protocol.StreamEntry], client.xrange(queue, min=after, count=1)
+            list[redis_types.StreamEntry], client.xrange(queue, min=after, count=1)
         )
     if first and status.waiting:
         entry_ms = int(first[0][0].split("-")[0])

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from inference import protocol
+from inference import protocol, redis_types
 
 # Writes a job's events in order in one round trip: (job id, events' fields) -> None.
-Publish = Callable[[str, list[protocol.RedisFields]], Awaitable[None]]
+Publish = Callable[[str, list[redis_types.RedisFields]], Awaitable[None]]
 
 
 class TokenWriter:

@@ -39,7 +39,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from redis.exceptions import RedisError
 
-from inference import protocol
+from inference import protocol, redis_types
 from inference.connections import redis_async, redis_async_new
 
 logger = logging.getLogger(__name__)
@@ -262,9 +262,9 @@ class StreamHub:
         except RedisError as exc:  # the XREAD fails too, or ends within its block
             logger.warning("stream hub wake-up failed: %r", exc)
 
-    def _streams(self) -> tuple[protocol.StreamOffsets, dict[str, tuple[int, int]]]:
+    def _streams(self) -> tuple[redis_types.StreamOffsets, dict[str, tuple[int, int]]]:
         """The XREAD's ``{key: id}`` (each key from its lowest subscription)."""
-        streams: protocol.StreamOffsets = {}
+        streams: redis_types.StreamOffsets = {}
         asked: dict[str, tuple[int, int]] = {}
         for key, subs in self._keys.items():
             first = subs[0] if len(subs) == 1 else min(subs, key=lambda s: s._pos)
@@ -320,7 +320,7 @@ class StreamHub:
         ``min_round_s`` at ``full_pace_keys`` keys or more, in proportion below."""
         return self.min_round_s * min(1.0, keys / self.full_pace_keys)
 
-    async def _read(self, streams: protocol.StreamOffsets) -> Any:
+    async def _read(self, streams: redis_types.StreamOffsets) -> Any:
         """One XREAD round: up to ``count`` entries per key, blocking ``block_ms``."""
         return await self._client.xread(streams, count=self.count, block=self.block_ms)
 

@@ -23,11 +23,11 @@ from typing import Any
 
 from inference import protocol
 from inference.client import (
-    NO_WORKER_MESSAGE,
     QUEUE_POSITION_SCAN_MAX,
-    QUEUE_TIMEOUT_MESSAGE,
-    WORKER_TTL_S,
-    terminal_append,
+    WATCHDOG_MESSAGES,
+    Watch,
+    generation_fail_on,
+    workers_live_on,
 )
 from inference.connections import redis_async
 
@@ -61,12 +61,11 @@ async def _shared(
 
 
 async def aworkers_live(*, pool: str, max_age_s: float = SHARED_ANSWER_S) -> int:
-    """Return how many workers of ``pool`` sent a heartbeat in the last WORKER_TTL_S
-    seconds (:func:`inference.client.workers_live`), at most ``max_age_s`` old."""
+    """Return how many workers of ``pool`` are live
+    (:func:`inference.client.workers_live_on`), an answer at most ``max_age_s`` old."""
 
     async def ask() -> int:
-        key = protocol.workers_key(pool)
-        return int(await redis_async().zcount(key, time.time() - WORKER_TTL_S, "+inf"))
+        return int(await workers_live_on(redis_async(), pool=pool))
 
     return await _shared("live", pool, ask, max_age_s)
 
@@ -137,42 +136,19 @@ async def aqueue_position_shared(
     return _place(waiting, job_id)
 
 
-async def agen_fail(*, job_id: str, code: str, message: str, ttl_s: int = 3600) -> bool:
-    """:func:`inference.client.generation_fail` on the event loop: end the generation
-    with an ``error`` event (unless it ended) and set its cancel flag; False if it had
-    already ended."""
-    client = redis_async()
-    written = await terminal_append(
-        client,
-        job_id=job_id,
-        event_type=protocol.EVENT_ERROR,
-        payload={"code": code, "message": message, "usage": None},
-        ttl_s=ttl_s,
-    )
-    await client.set(protocol.cancel_key(job_id), "1", ex=ttl_s)
-    return bool(written)
-
-
 async def agen_watchdog(
-    *,
-    job_id: str,
-    pool: str,
-    enqueued_at: float,
-    queue_timeout_s: float,
-    no_worker_grace_s: float,
-    started: bool,
-    last_event_at: float,
+    watch: Watch, *, started: bool, last_event_at: float
 ) -> str | None:
     """:func:`inference.client.generation_watchdog` on the event loop: the same rules
-    and result (the error code written, or None), but no Redis call until a deadline
-    passed, and then the pool's shared liveness (:func:`aworkers_live`).
-    ``enqueued_at`` and ``last_event_at`` are epoch seconds."""
-    now = time.time()
-    if not started and now - enqueued_at > queue_timeout_s:
-        code, message = protocol.ERROR_QUEUE_TIMEOUT, QUEUE_TIMEOUT_MESSAGE
-    elif now - last_event_at > no_worker_grace_s and not await aworkers_live(pool=pool):
-        code, message = protocol.ERROR_NO_WORKER, NO_WORKER_MESSAGE
-    else:
+    (:meth:`Watch.due`) and result (the error code written, or None), with no Redis
+    call until a deadline passed, and then the pool's shared liveness
+    (:func:`aworkers_live`). ``last_event_at`` is epoch seconds."""
+    code = watch.due(now=time.time(), started=started, last_event_at=last_event_at)
+    if code is None or (
+        code == protocol.ERROR_NO_WORKER and await aworkers_live(pool=watch.pool)
+    ):
         return None
-    written = await agen_fail(job_id=job_id, code=code, message=message)
+    written, _cancelled = await generation_fail_on(
+        redis_async(), job_id=watch.job_id, code=code, message=WATCHDOG_MESSAGES[code]
+    )
     return code if written else None

@@ -32,7 +32,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from inference import metrics, protocol
+from inference import metrics, protocol, redis_types
 from inference.client import WORKER_TTL_S, terminal_append
 from inference.connections import redis_async_new
 from inference.engines.base import Delta, Engine, EngineError, Finish
@@ -128,7 +128,7 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
     async def _engine_ready(self) -> None:  # noqa: B027 - optional hook
         """Check the started engine before serving (raise to refuse to start)."""
 
-    def _heartbeat_fields(self) -> protocol.RedisFields:
+    def _heartbeat_fields(self) -> redis_types.RedisFields:
         """What this kind of worker adds to its heartbeat hash (none for chat)."""
         return {}
 

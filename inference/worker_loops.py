@@ -20,7 +20,7 @@ import time
 
 import redis.asyncio as aioredis
 
-from inference import metrics, protocol
+from inference import metrics, protocol, redis_types
 from inference.engines.base import Engine
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class WorkerLoops:
 
     def _heartbeat_fields(
         self,
-    ) -> protocol.RedisFields:  # pragma: no cover - the Worker's
+    ) -> redis_types.RedisFields:  # pragma: no cover - the Worker's
         raise NotImplementedError
 
     async def _heartbeat(self) -> None:

@@ -22,6 +22,7 @@ from chatsite.sentinel import (
 from inference import client as inference_client
 from inference import protocol
 from inference.engines.scripted import ScriptedEngine
+from inference.jobs import GenerationEnd
 from tests.redis_sentinel import SentinelGroup
 
 ANSWER = "one two three"
@@ -85,7 +86,7 @@ def sentinel_group(tmp_path, settings) -> Iterator[SentinelGroup]:
         group.stop()
 
 
-def _generate() -> inference_client.GenerationResult:
+def _generate() -> GenerationEnd:
     """One generation through the sync client, read again through the async one."""
     result = inference_client.generation_run(
         pool="default",

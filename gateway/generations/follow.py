@@ -39,8 +39,6 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import DatabaseError
-from redis.exceptions import RedisError
 
 from chatsite.db import db_brief
 from chatsite.errors import DomainError, ServiceUnavailable
@@ -48,16 +46,16 @@ from gateway import quota
 from gateway.generations.outcome import Outcome
 from gateway.generations.policy import PolicyChain, policies_for
 from gateway.generations.settle import (
+    BACKEND_ERRORS,
     Recorder,
-    Settlement,
-    agen_watchdog,
-    generation_settle,
+    asettle_retrying,
+    generation_watch,
     outcome_settle,
 )
 from gateway.generations.start import Generation, generation_cancel
 from gateway.models import UsageRecord
 from inference import client as inference_client
-from inference import protocol, streams, waiting
+from inference import jobs, protocol, streams, waiting
 
 logger = logging.getLogger(__name__)
 
@@ -129,9 +127,6 @@ def _stream_broken(exc: BaseException) -> ServiceUnavailable:
     )
 
 
-_BACKEND_ERRORS = (RedisError, DatabaseError, OSError, ServiceUnavailable)
-
-
 def coalesce_interval_s(open_streams: int) -> float:
     """The time between two :class:`Delta` items of one stream (seconds) while the
     process follows ``open_streams`` streams: SSE_COALESCE_MS, or longer under load so
@@ -143,41 +138,15 @@ def coalesce_interval_s(open_streams: int) -> float:
     return max(floor_s, min(shared_s, settings.SSE_COALESCE_MAX_MS / 1000))
 
 
-async def _settle_retrying(
-    generation: Generation, recorder: Recorder | None, message_id: Any
-) -> Settlement:
-    """:func:`generation_settle`, retried while the database or Redis come back
-    (a restart or failover takes seconds), for up to GATEWAY_SETTLE_RETRY_S seconds."""
-    deadline = time.monotonic() + settings.GATEWAY_SETTLE_RETRY_S
-    delay = 0.1
-    while True:
-        try:
-            return await db_brief(generation_settle)(
-                generation=generation, recorder=recorder, message_id=message_id
-            )
-        except _BACKEND_ERRORS:
-            if time.monotonic() + delay > deadline:
-                raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-
 def _quota_settle_from(
     terminal: protocol.Event, generation: Generation, *, tokens_seen: int
 ) -> None:
     """Last resort when a generation cannot be recorded (the database stayed down):
-    settle its reservation in Redis to the engine's usage so no budget stays held.
-
-    An error after ``tokens_seen`` token events (those this follower read) bills its
-    reported prompt tokens plus those, as
-    :func:`gateway.generations.outcome.error_usage` does."""
-    usage = protocol.Usage.from_dict(terminal.data.get("usage"))
-    if generation.cache_kind:
-        billable = 0
-    elif terminal.type == protocol.EVENT_DONE:
-        billable = usage.total_tokens
-    else:
-        billable = usage.prompt_tokens + tokens_seen if tokens_seen else 0
+    settle its reservation in Redis to what the generation spent
+    (:func:`inference.jobs.usage_spent` of its ``terminal`` event and the
+    ``tokens_seen`` token events this follower read), so no budget stays held."""
+    spent = jobs.usage_spent(terminal, tokens=tokens_seen)
+    billable = 0 if generation.cache_kind else spent.total_tokens
     quota.quota_settle(job_id=generation.job_id, tokens=billable)
 
 
@@ -224,7 +193,7 @@ async def generation_follow(
             await inference_client.astream_attach(job_id=job_id)
         if chain is not None and after != protocol.STREAM_START:
             await _policy_prime(chain, generation, after)
-    except _BACKEND_ERRORS as exc:
+    except BACKEND_ERRORS as exc:
         yield Broken(_stream_broken(exc))
         return
     started = after != protocol.STREAM_START
@@ -242,7 +211,7 @@ async def generation_follow(
                 if hold > 0:  # let the tokens of the next frame gather
                     await asyncio.sleep(hold)
                 events = await subscription.next(timeout_s=READ_BLOCK_MS / 1000)
-            except _BACKEND_ERRORS as exc:
+            except BACKEND_ERRORS as exc:
                 yield Broken(_stream_broken(exc))
                 return
             if task is not None and task.cancelling():
@@ -258,12 +227,12 @@ async def generation_follow(
                             pool=generation.pool, job_id=job_id
                         )
                         yield Queued(position)
-                    await agen_watchdog(
-                        generation=generation,
+                    await waiting.agen_watchdog(
+                        generation_watch(generation),
                         started=started,
                         last_event_at=last_event_at,
                     )
-                except _BACKEND_ERRORS as exc:
+                except BACKEND_ERRORS as exc:
                     yield Broken(_stream_broken(exc))
                     return
                 continue
@@ -278,7 +247,7 @@ async def generation_follow(
                 if pending:
                     try:
                         delta, cut_now = await pending.release(chain)
-                    except _BACKEND_ERRORS as exc:
+                    except BACKEND_ERRORS as exc:
                         yield Broken(_stream_broken(exc))
                         return
                     tokens_seen += pending.tokens
@@ -300,16 +269,16 @@ async def generation_follow(
                 if chain is not None and not cut:
                     try:
                         tail = await chain.afinish()
-                    except _BACKEND_ERRORS as exc:
+                    except BACKEND_ERRORS as exc:
                         yield Broken(_stream_broken(exc))
                         return
                     if tail.text:
                         yield Delta(tail.text, event.id)
                 try:
-                    settlement = await _settle_retrying(
+                    settlement = await asettle_retrying(
                         generation, recorder, message_id
                     )
-                except _BACKEND_ERRORS as exc:
+                except BACKEND_ERRORS as exc:
                     if recorder is None:
                         await sync_to_async(_quota_settle_from)(
                             event, generation, tokens_seen=tokens_seen
@@ -334,7 +303,7 @@ async def generation_follow(
                 await inference_client.astream_detach(
                     job_id=job_id, grace_s=settings.INFERENCE_DETACH_GRACE_S
                 )
-            except _BACKEND_ERRORS:  # Redis is gone: the worker's own TTLs apply
+            except BACKEND_ERRORS:  # Redis is gone: the worker's own TTLs apply
                 logger.warning("could not detach from generation %s", job_id)
         elif not settled:
             await generation_leave(
@@ -391,7 +360,7 @@ async def generation_leave(
             if events:
                 after = events[-1].id
             if any(e.is_terminal for e in events):
-                settlement = await _settle_retrying(generation, recorder, None)
+                settlement = await asettle_retrying(generation, recorder, None)
                 if settlement.state != "retried":
                     return
                 after = protocol.STREAM_START
@@ -404,5 +373,5 @@ async def generation_leave(
         await db_brief(outcome_settle)(
             generation=generation, outcome=cancelled, recorder=recorder
         )
-    except _BACKEND_ERRORS:
+    except BACKEND_ERRORS:
         logger.exception("could not settle abandoned generation %s", generation.job_id)

@@ -1,26 +1,18 @@
-"""The one map from a generation's terminal event to its outcome.
+"""A generation's outcome, as every surface stores, shows and bills it.
 
 Every surface (the chat's answer, the OpenAI-compatible API, the reaper) reads how a
 generation ended from :func:`outcome_from_events`, so the stored status, the finish
-reason shown to a client and the tokens billed never differ between surfaces.
+reason shown to a client and the tokens billed never differ between surfaces. The
+events are read by :func:`inference.jobs.events_fold` and mapped by its one
+finish-reason map (:data:`inference.jobs.FINISH_MAP`: status and OpenAI finish
+reason), as background generations are.
 
-| terminal event                    | status      | finish_reason  | OpenAI finish  | billed |
-|-----------------------------------|-------------|----------------|----------------|--------|
-| ``done`` finish ``stop``          | complete    | stop           | stop           | usage  |
-| ``done`` finish ``length``        | complete    | length         | length         | usage  |
-| ``done`` finish ``cancelled``     | cancelled   | cancelled      | stop           | usage  |
-| ``done`` finish ``content_filter``| filtered    | content_filter | content_filter | usage  |
-| ``error`` before the first token  | error       | error          | — (an error)   | 0      |
-| ``error`` after tokens            | error       | error          | — (an error)   | spent  |
-
-"spent" (:func:`error_usage`): an answer that failed midway (its worker killed, the
-engine failing) is billed what was generated for it, as a stopped answer is: the
-prompt tokens the worker reported in the ``error`` event's ``usage`` (0 when none did,
-e.g. the web tier's watchdog ended it) plus one completion token per ``token`` event on
-the stream (each is one engine delta: the text the user received). An error before any
-token, fallback restarts included, bills nothing: no answer reached anyone.
-A cache hit bills 0 whatever its event says (no engine processed a token). Statuses
-are :class:`gateway.models.UsageRecord.Status` values; the chat's
+Billed: a ``done`` event's usage; an answer that failed midway (its worker killed,
+the engine failing) what was generated for it (:func:`inference.jobs.usage_spent`:
+the prompt tokens the ``error`` event reports plus one completion token per ``token``
+event); an error before any token, fallback restarts included, nothing: no answer
+reached anyone. A cache hit bills 0 whatever its event says (no engine processed a
+token). Statuses are :class:`gateway.models.UsageRecord.Status` values; the chat's
 ``Message.Status`` uses the same strings.
 """
 
@@ -32,16 +24,7 @@ from django.conf import settings
 
 from chatsite.errors import DomainError
 from gateway.models import UsageRecord
-from inference import protocol
-
-# status and OpenAI finish reason, by the worker's finish reason
-_BY_FINISH = {
-    protocol.FINISH_STOP: (UsageRecord.Status.COMPLETE, "stop"),
-    protocol.FINISH_LENGTH: (UsageRecord.Status.COMPLETE, "length"),
-    protocol.FINISH_CANCELLED: (UsageRecord.Status.CANCELLED, "stop"),
-    protocol.FINISH_CONTENT_FILTER: (UsageRecord.Status.FILTERED, "content_filter"),
-}
-FINISH_ERROR = "error"
+from inference import jobs, protocol
 
 # HTTP status of a failed generation, by its error code (default 500); the retryable
 # ones can succeed when sent again (capacity came back).
@@ -101,23 +84,7 @@ class Outcome:
         """OpenAI's ``finish_reason`` (None for an error: the API sends an error)."""
         if self.error is not None:
             return None
-        return _BY_FINISH[self.finish_reason][1]
-
-
-def error_usage(events: list[protocol.Event]) -> protocol.Usage:
-    """Return what a generation that ended with an ``error`` (the last of ``events``)
-    bills: nothing before its first ``token`` event; after it, the prompt (and cached)
-    tokens of the error's ``usage`` (0 if it has none) plus one completion token per
-    ``token`` event (see the module's table)."""
-    streamed = sum(1 for e in events if e.type == protocol.EVENT_TOKEN)
-    if not streamed:
-        return protocol.Usage()
-    reported = protocol.Usage.from_dict(events[-1].data.get("usage"))
-    return protocol.Usage(
-        prompt_tokens=reported.prompt_tokens,
-        completion_tokens=streamed,
-        cached_tokens=reported.cached_tokens,
-    )
+        return jobs.FINISH_MAP[self.finish_reason][1]
 
 
 def outcome_from_events(
@@ -131,35 +98,21 @@ def outcome_from_events(
     """
     if not events or not events[-1].is_terminal:
         raise ValueError("the generation has not ended")
-    terminal = events[-1]
-    meta = next((e.data for e in events if e.type == protocol.EVENT_META), {})
-    text = "".join(e.data["t"] for e in events if e.type == protocol.EVENT_TOKEN)
-    cache_kind = meta.get("cache") or cache_kind
-    model = meta.get("model") or model
-    if terminal.type == protocol.EVENT_ERROR:
-        return Outcome(
-            status=UsageRecord.Status.ERROR,
-            finish_reason=FINISH_ERROR,
-            text=text,
-            usage=protocol.Usage() if cache_kind else error_usage(events),
-            model=model,
-            cache_kind=cache_kind,
-            error=generation_failed(
-                code=terminal.data.get("code") or protocol.ERROR_ENGINE,
-                message=terminal.data.get("message") or "",
-            ),
-        )
-    finish = terminal.data["finish_reason"]
-    usage = protocol.Usage.from_dict(terminal.data.get("usage"))
+    end = jobs.events_fold(events)
+    cache_kind = end.meta.get("cache") or cache_kind
+    error = None
+    if end.error_code:
+        error = generation_failed(code=end.error_code, message=end.error_message)
     return Outcome(
-        status=_BY_FINISH[finish][0],
-        finish_reason=finish,
-        text=text,
-        usage=protocol.Usage() if cache_kind else usage,
-        model=model,
+        status=UsageRecord.Status(end.status),
+        finish_reason=end.finish_reason,
+        text=end.text,
+        usage=protocol.Usage() if cache_kind else end.usage,
+        model=end.meta.get("model") or model,
         cache_kind=cache_kind,
-        ttft_ms=terminal.data.get("ttft_ms"),
-        latency_ms=terminal.data.get("latency_ms"),
+        ttft_ms=end.ttft_ms,
+        latency_ms=end.latency_ms,
+        error=error,
     )
 
 

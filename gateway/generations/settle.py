@@ -13,6 +13,7 @@ failed pool's fallback (:mod:`gateway.fallback`) and settled when the retry ends
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -20,11 +21,13 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
+from redis.exceptions import RedisError
 
+from chatsite.db import db_brief
+from chatsite.errors import ServiceUnavailable
 from gateway import cache, fallback, quota, selectors
 from gateway.generations.outcome import (
-    FINISH_ERROR,
     Outcome,
     generation_failed,
     outcome_filtered,
@@ -34,7 +37,8 @@ from gateway.generations.policy import chain_replay, policies_for
 from gateway.generations.start import Generation
 from gateway.models import ModelPool, UsageRecord
 from inference import client as inference_client
-from inference import protocol, waiting
+from inference import protocol
+from inference.jobs import FINISH_ERROR
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +105,7 @@ def usage_settle(
 
     ``status`` is a :class:`UsageRecord.Status`; ``usage`` is what is billed, whatever
     the status: an ``error`` bills what its outcome says (nothing before the first
-    token, the tokens spent after it: :func:`gateway.generations.outcome.error_usage`);
+    token, the tokens spent after it: :func:`inference.jobs.usage_spent`);
     a ``cache_hit`` costs nothing (zero tokens, cost 0). The quota counters move after
     the surrounding transaction commits; then the answer (``answer`` text,
     ``finish_reason``) is stored
@@ -256,40 +260,43 @@ def generation_settle(
     return Settlement("settled" if settled else "already", outcome)
 
 
-def generation_watchdog(
-    *, generation: Generation, started: bool, last_event_at: float
-) -> str | None:
-    """End ``generation`` if it can no longer finish (queue timeout, no live worker).
+# What a failing database or Redis raise: a settlement that meets one is retried
+# (:func:`asettle_retrying`), a follower that meets one reports a broken stream.
+BACKEND_ERRORS = (RedisError, DatabaseError, OSError, ServiceUnavailable)
 
-    Returns the error code written to its stream, or None. ``last_event_at`` is epoch
-    seconds. Rules: :func:`inference.client.generation_watchdog` with
-    INFERENCE_QUEUE_TIMEOUT_S and INFERENCE_NO_WORKER_GRACE_S.
-    """
-    return inference_client.generation_watchdog(
+
+async def asettle_retrying(
+    generation: Generation, recorder: Recorder | None, message_id: Any
+) -> Settlement:
+    """:func:`generation_settle` from the event loop, retried while the database or
+    Redis come back (a restart or failover takes seconds), for up to
+    GATEWAY_SETTLE_RETRY_S seconds; then raises the last of :data:`BACKEND_ERRORS`."""
+    deadline = time.monotonic() + settings.GATEWAY_SETTLE_RETRY_S
+    delay = 0.1
+    while True:
+        try:
+            return await db_brief(generation_settle)(
+                generation=generation, recorder=recorder, message_id=message_id
+            )
+        except BACKEND_ERRORS:
+            if time.monotonic() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def generation_watch(generation: Generation) -> inference_client.Watch:
+    """Return what the watchdog checks of ``generation``: its pool (default
+    INFERENCE_DEFAULT_POOL), INFERENCE_QUEUE_TIMEOUT_S and INFERENCE_NO_WORKER_GRACE_S
+    (the rules: :meth:`inference.client.Watch.due`). The follower runs it on the
+    event loop (:func:`inference.waiting.agen_watchdog`), the reaper sync
+    (:func:`inference.client.generation_watchdog`)."""
+    return inference_client.Watch(
         job_id=generation.job_id,
         pool=generation.pool or settings.INFERENCE_DEFAULT_POOL,
         enqueued_at=generation.enqueued_at,
         queue_timeout_s=settings.INFERENCE_QUEUE_TIMEOUT_S,
         no_worker_grace_s=settings.INFERENCE_NO_WORKER_GRACE_S,
-        started=started,
-        last_event_at=last_event_at,
-    )
-
-
-async def agen_watchdog(
-    *, generation: Generation, started: bool, last_event_at: float
-) -> str | None:
-    """:func:`generation_watchdog` on the event loop (what a follower runs each idle
-    second): no thread hop, and no Redis call until a deadline passed
-    (:func:`inference.waiting.agen_watchdog`)."""
-    return await waiting.agen_watchdog(
-        job_id=generation.job_id,
-        pool=generation.pool or settings.INFERENCE_DEFAULT_POOL,
-        enqueued_at=generation.enqueued_at,
-        queue_timeout_s=settings.INFERENCE_QUEUE_TIMEOUT_S,
-        no_worker_grace_s=settings.INFERENCE_NO_WORKER_GRACE_S,
-        started=started,
-        last_event_at=last_event_at,
     )
 
 
@@ -336,8 +343,8 @@ def generation_sweep(
             message_id=message_id,
         )
     last_event_at = _entry_time(events[-1].id) if events else generation.enqueued_at
-    if generation_watchdog(
-        generation=generation, started=started, last_event_at=last_event_at
+    if inference_client.generation_watchdog(
+        generation_watch(generation), started=started, last_event_at=last_event_at
     ):
         settled = generation_settle(
             generation=generation, recorder=recorder, message_id=message_id

@@ -35,7 +35,7 @@ from gateway.generations.admission import (
     reservation_guard,
 )
 from inference import client as inference_client
-from inference import protocol
+from inference import jobs, protocol
 from inference.connections import redis_sync
 from inference.embeddings import TextVector
 
@@ -96,13 +96,13 @@ def generation_submit(
     if cache_hit is not None:
         cache.cache_serve(job_id=job_id, hit=cache_hit, enqueued_at=now)
         return now
-    job = protocol.Job(
+    job = jobs.job_build(
         job_id=job_id,
         messages=messages,
         params=params,
         user_ref=user_ref,
         enqueued_at=now,
-        deadline=now + settings.INFERENCE_QUEUE_TIMEOUT_S,
+        timeout_s=settings.INFERENCE_QUEUE_TIMEOUT_S,
     )
     # One MULTI/EXEC, one round trip: the job is kept for a fallback retry, enqueued
     # and its reservation marked submitted all at once or not at all (a crash can

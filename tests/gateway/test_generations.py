@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.http import JsonResponse
 from django.test import Client
 from django.urls import reverse
@@ -493,3 +496,83 @@ async def test_every_token_billed_is_charged_to_the_quota_whichever_way_it_ends(
 
     billed, charged = await sync_to_async(totals)()
     assert billed > 0 and charged == billed
+
+
+def _serve_one(pool: str, case: Case) -> None:
+    """Take the one job of ``pool``'s queue and write ``case``'s events for it, as a
+    worker does."""
+    client = redis_sync()
+    deadline = time.time() + 10
+    while not (entries := client.xrange(protocol.queue_key(pool))):
+        assert time.time() < deadline, "no job was enqueued"
+        time.sleep(0.01)
+    _write_generation(protocol.Job.from_fields(entries[0][1]).job_id, case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_a_background_generation_reads_each_terminal_event_as_the_gateway_does(
+    case: Case,
+):
+    pool = f"background-{case.name}"
+    worker = threading.Thread(target=_serve_one, args=(pool, case))
+    worker.start()
+    end = inference_client.generation_run(
+        pool=pool,
+        messages=[{"role": "user", "content": "Say hello"}],
+        params={"max_tokens": 16},
+        timeout_s=10,
+    )
+    worker.join()
+    outcome = generations.outcome_from_events(
+        inference_client.generation_events(job_id=end.job_id)
+    )
+    assert end.status == outcome.status == case.status
+    assert end.finish_reason == outcome.finish_reason == case.finish_reason
+    assert end.text == outcome.text == "".join(case.tokens)
+    assert end.usage.total_tokens == outcome.usage.total_tokens == case.billed
+    assert end.error_code == (outcome.error.code if outcome.error else "")
+    assert end.error_code == case.terminal[1].get("code", "")
+    assert outcome.openai_finish_reason == case.openai
+    assert end.complete == (case.name == "stop")
+
+
+def test_gateway_and_background_generations_enqueue_the_same_job():
+    messages = [{"role": "user", "content": "Say hello"}]
+    params = {"max_tokens": 16, "temperature": 0.2}
+    generations.generation_submit(
+        job_id="gateway-job",
+        messages=messages,
+        params=params,
+        user_ref="7",
+        pool="gateway-pool",
+    )
+    end = inference_client.generation_run(
+        pool="background-pool",
+        messages=messages,
+        params=params,
+        user_ref="7",
+        timeout_s=0.3,
+    )
+    assert end.error_code == protocol.ERROR_QUEUE_TIMEOUT  # nobody served it
+    jobs = {}
+    for pool in ("gateway-pool", "background-pool"):
+        [(_entry_id, fields)] = redis_sync().xrange(protocol.queue_key(pool))
+        jobs[pool] = protocol.Job.from_fields(fields)
+    gateway_job, background_job = jobs["gateway-pool"], jobs["background-pool"]
+    assert gateway_job.job_id == "gateway-job"
+    assert background_job.job_id == end.job_id
+
+    def fields(job: protocol.Job) -> dict[str, Any]:
+        return {
+            k: v
+            for k, v in asdict(job).items()
+            if k not in ("job_id", "enqueued_at", "deadline")
+        }
+
+    assert fields(gateway_job) == fields(background_job)
+    assert gateway_job.deadline - gateway_job.enqueued_at == pytest.approx(
+        settings.INFERENCE_QUEUE_TIMEOUT_S
+    )
+    assert background_job.deadline - background_job.enqueued_at == pytest.approx(
+        0.3, abs=0.05
+    )

@@ -1,0 +1,95 @@
+"""The watchdog (inference/client.py): one rule, the same result sync and async."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from inference import client as inference_client
+from inference import protocol, waiting
+from inference.connections import redis_sync
+
+USAGE = {"prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0}
+DONE = {"finish_reason": "stop", "usage": USAGE, "ttft_ms": 1, "latency_ms": 2}
+WATCH = inference_client.Watch(
+    job_id="j1", pool="p1", enqueued_at=100.0, queue_timeout_s=30, no_worker_grace_s=5
+)
+
+
+def test_a_job_not_started_in_time_is_a_queue_timeout():
+    assert WATCH.due(now=131, started=False, last_event_at=100) == "queue_timeout"
+    assert WATCH.due(now=129, started=False, last_event_at=128) is None
+    # a started job never times out in the queue
+    assert WATCH.due(now=131, started=True, last_event_at=130) is None
+
+
+def test_a_stream_quiet_past_the_grace_asks_whether_the_pool_lives():
+    assert WATCH.due(now=106, started=True, last_event_at=100) == "worker_unavailable"
+    assert WATCH.due(now=104, started=True, last_event_at=100) is None
+
+
+def _watch(job_id: str, *, enqueued_at: float) -> inference_client.Watch:
+    return inference_client.Watch(
+        job_id=job_id,
+        pool="pool",
+        enqueued_at=enqueued_at,
+        queue_timeout_s=30,
+        no_worker_grace_s=1,
+    )
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["no-worker", "worker"])
+async def test_the_sync_and_async_watchdogs_end_the_same_generations(live):
+    if live:
+        redis_sync().zadd(protocol.workers_key("pool"), {"w1": time.time()})
+    quiet = time.time() - 10  # nothing arrived for 10 s: past the 1 s grace
+    results = [
+        await sync_to_async(inference_client.generation_watchdog)(
+            _watch("sync", enqueued_at=quiet), started=True, last_event_at=quiet
+        ),
+        await waiting.agen_watchdog(
+            _watch("async", enqueued_at=quiet), started=True, last_event_at=quiet
+        ),
+    ]
+    expected = None if live else protocol.ERROR_NO_WORKER
+    assert results == [expected, expected]
+    for job_id in ("sync", "async"):
+        events = inference_client.generation_events(job_id=job_id)
+        assert [e.data["code"] for e in events] == ([] if live else [expected])
+        assert bool(redis_sync().exists(protocol.cancel_key(job_id))) == (not live)
+
+
+async def test_a_generation_that_already_ended_is_left_as_it_is():
+    old = time.time() - 60  # queued 60 s ago, past the 30 s queue timeout
+    for job_id in ("sync", "async"):
+        inference_client.terminal_append(
+            redis_sync(),
+            job_id=job_id,
+            event_type=protocol.EVENT_DONE,
+            payload=DONE,
+            ttl_s=60,
+        )
+    assert (
+        await sync_to_async(inference_client.generation_watchdog)(
+            _watch("sync", enqueued_at=old), started=False, last_event_at=old
+        )
+        is None
+    )
+    assert (
+        await waiting.agen_watchdog(
+            _watch("async", enqueued_at=old), started=False, last_event_at=old
+        )
+        is None
+    )
+    for job_id in ("sync", "async"):
+        [event] = inference_client.generation_events(job_id=job_id)
+        assert event.type == protocol.EVENT_DONE
+
+
+async def test_sync_and_async_liveness_count_recent_heartbeats_only():
+    now = time.time()
+    redis_sync().zadd(protocol.workers_key("p"), {"fresh": now, "gone": now - 60})
+    assert await sync_to_async(inference_client.workers_live)(pool="p") == 1
+    assert await waiting.aworkers_live(pool="p", max_age_s=0) == 1
