@@ -62,6 +62,12 @@ def main() -> None:
         {"role": "system", "content": "You are helpful."},
         {"role": "user", "content": "What is the capital of France?"},
     ]
+    request = generations.GenerationRequest(
+        user=user,
+        messages=messages,
+        params={"max_tokens": 64},
+        surface=generations.Surface.API,
+    )
     try:
         lua = []
         for _ in range(args.n):
@@ -74,13 +80,7 @@ def main() -> None:
         for _ in range(args.n // 4):
             job = uuid.uuid4().hex
             t0 = time.perf_counter()
-            generations.generation_admit(
-                user=user,
-                job_id=job,
-                messages=messages,
-                params={"max_tokens": 64},
-                surface=generations.Surface.API,
-            )
+            generations.generation_admit(request, job_id=job)
             generations.generation_release(job_id=job)
             admit.append((time.perf_counter() - t0) * 1e6)
         per_thread = max(1, args.n // (4 * args.threads))
@@ -88,13 +88,7 @@ def main() -> None:
         def worker() -> None:
             for _ in range(per_thread):
                 job = uuid.uuid4().hex
-                generations.generation_admit(
-                    user=user,
-                    job_id=job,
-                    messages=messages,
-                    params={"max_tokens": 64},
-                    surface=generations.Surface.API,
-                )
+                generations.generation_admit(request, job_id=job)
                 generations.generation_release(job_id=job)
             connection.close()
 
