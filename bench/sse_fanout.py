@@ -188,18 +188,27 @@ async def post_turns(base: str, password: str, n: int) -> tuple[str, list[str]]:
 def _profiled_web(env: dict, out: str) -> Iterator:
     """One daphne under cProfile (``python -m cProfile -o out``); the profile is
     written when daphne exits on SIGTERM. Read it with ``python -m pstats out``."""
-    from tests.stack import ASGI_APP, Web, _start, _stop, free_port, web_wait
+    from tests.stack import (
+        ASGI_APP,
+        Web,
+        free_port,
+        process_start,
+        processes_stop,
+        web_wait,
+    )
 
     port = free_port()
     daphne = Path(sys.executable).parent / "daphne"
     argv = [sys.executable, "-m", "cProfile", "-o", out, daphne]
-    web = _start([*argv, "-b", "127.0.0.1", "-p", str(port), ASGI_APP], env, "daphne")
+    web = process_start(
+        [*argv, "-b", "127.0.0.1", "-p", str(port), ASGI_APP], env, "daphne"
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         web_wait(base, web)
         yield Web(base=base, process=web)
     finally:
-        _stop([web])
+        processes_stop([web])
 
 
 def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
