@@ -56,16 +56,16 @@ def main() -> None:
         {"role": "system", "content": "You are helpful."},
         {"role": "user", "content": "What is the capital of France?"},
     ]
+    request = generations.GenerationRequest(
+        user=user,
+        messages=messages,
+        params={"max_tokens": 64},
+        surface=generations.Surface.API,
+    )
 
     def admit_once() -> None:
         job = uuid.uuid4().hex
-        generations.generation_admit(
-            user=user,
-            job_id=job,
-            messages=messages,
-            params={"max_tokens": 64},
-            surface=generations.Surface.API,
-        )
+        generations.generation_admit(request, job_id=job)
         generations.generation_release(job_id=job)
 
     try:

@@ -65,12 +65,14 @@ async def _one(prompt: str, *, pool: str, max_tokens: int, user) -> dict:
 
     submitted = time.monotonic()
     started = await sync_to_async(generations.generation_start)(
-        user=user,
-        messages=[{"role": "user", "content": prompt}],
-        # greedy: SmolLM2 writes the same answer in every mode, so times compare
-        params={"max_tokens": max_tokens, "temperature": 0},
-        surface=generations.Surface.API,
-        model=pool,
+        generations.GenerationRequest(
+            user=user,
+            messages=[{"role": "user", "content": prompt}],
+            # greedy: SmolLM2 writes the same answer in every mode, so times compare
+            params={"max_tokens": max_tokens, "temperature": 0},
+            surface=generations.Surface.API,
+            model=pool,
+        )
     )
     first = None
     text = ""

@@ -102,18 +102,25 @@ def _profiled_web(env: dict, out: str) -> Iterator:
     """One daphne under cProfile (``python -m cProfile -o out``); the profile is
     written when daphne exits on SIGTERM. Read it with ``python -m pstats out``."""
     from bench.procs import profiled
-    from tests.stack import ASGI_APP, Web, _start, _stop, free_port, web_wait
+    from tests.stack import (
+        ASGI_APP,
+        Web,
+        free_port,
+        process_start,
+        processes_stop,
+        web_wait,
+    )
 
     port = free_port()
     daphne = Path(sys.executable).parent / "daphne"
     argv = profiled([daphne, "-b", "127.0.0.1", "-p", str(port), ASGI_APP], out)
-    web = _start(argv, env, "daphne")
+    web = process_start(argv, env, "daphne")
     base = f"http://127.0.0.1:{port}"
     try:
         web_wait(base, web)
         yield Web(base=base, process=web)
     finally:
-        _stop([web])
+        processes_stop([web])
 
 
 def run_one(target: str, n: int, args: argparse.Namespace) -> dict:

@@ -36,13 +36,13 @@ from typing import Any
 STAGES: list[tuple[str, str, str]] = [
     # (label, module, attribute): the attribute is replaced by a timed wrapper
     ("turn_start (the view's service)", "conversations.services", "turn_start"),
-    ("  context: _prompt_context", "conversations.services.turns", "_prompt_context"),
+    ("  context: prompt_build", "conversations.services.turns.run", "prompt_build"),
     ("    history selectors", "conversations.selectors", "history_and_summary"),
-    ("    memory: turn_context", "conversations.services.turns", "turn_context"),
+    ("    memory: turn_context", "conversations.services.turns.prompt", "turn_context"),
     ("      context_build (counting)", "memory.context", "context_build"),
     (
         "  generation_start",
-        "conversations.services.turns.generations",
+        "conversations.services.turns.run.generations",
         "generation_start",
     ),
     (
@@ -73,12 +73,12 @@ STAGES: list[tuple[str, str, str]] = [
     ),
     (
         "  default_model",
-        "conversations.services.turns.gateway_selectors",
+        "conversations.services.turns.run.gateway_selectors",
         "default_model",
     ),
     (
         "  cache_opt_in",
-        "conversations.services.turns.gateway_selectors",
+        "conversations.services.turns.run.gateway_selectors",
         "cache_opt_in",
     ),
 ]

@@ -119,20 +119,21 @@ async def _generate(
     """One request through the gateway's lifecycle (start, then follow to its end),
     retried with backoff while it is shed at admission or times out in the queue."""
     start = sync_to_async(generations.generation_start)
+    request = generations.GenerationRequest(
+        user=user,
+        messages=messages,
+        params=params,
+        surface=generations.Surface.API,
+        model=pool,
+        fallback=False,
+    )
     deadline = time.monotonic() + settings.EVAL_RETRY_MAX_S
     delay = settings.EVAL_RETRY_BASE_S
     attempts = 0
     while True:
         attempts += 1
         try:
-            started = await start(
-                user=user,
-                messages=messages,
-                params=params,
-                surface=generations.Surface.API,
-                model=pool,
-                fallback=False,
-            )
+            started = await start(request)
         except DomainError as exc:
             if isinstance(exc, ModerationBlocked):
                 return _Answer(

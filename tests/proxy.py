@@ -26,7 +26,7 @@ import httpx
 
 from scripts.haproxy_config import haproxy_config_render
 from scripts.nginx_config import nginx_config_render
-from tests.stack import Process, _start, _stop, free_port
+from tests.stack import Process, free_port, process_start, processes_stop
 
 # /usr/sbin is not on every user's PATH
 HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
@@ -94,7 +94,9 @@ def haproxy_process(backends: Sequence[str]) -> Iterator[Proxy]:
         path = Path(folder) / "haproxy.cfg"
         path.write_text(config)
         # -db: foreground, no daemon; the configuration's log goes to our stdout
-        process = _start([HAPROXY, "-db", "-f", path], dict(os.environ), "haproxy")
+        process = process_start(
+            [HAPROXY, "-db", "-f", path], dict(os.environ), "haproxy"
+        )
         proxy = Proxy(
             base=f"http://127.0.0.1:{port}",
             stats=f"http://127.0.0.1:{stats_port}",
@@ -104,7 +106,7 @@ def haproxy_process(backends: Sequence[str]) -> Iterator[Proxy]:
             proxy.wait(all_up)
             yield proxy
         finally:
-            _stop([process])
+            processes_stop([process])
 
 
 @dataclass
@@ -176,7 +178,7 @@ def nginx_process(backends: Sequence[str], *, extra: str = "") -> Iterator[Nginx
         path = nginx_render_private(
             listen=f"127.0.0.1:{port}", backends=backends, folder=folder, extra=extra
         )
-        process = _start(nginx_argv(path), dict(os.environ), "nginx")
+        process = process_start(nginx_argv(path), dict(os.environ), "nginx")
         proxy = Nginx(
             base=f"http://127.0.0.1:{port}", config=path.read_text(), process=process
         )
@@ -193,4 +195,4 @@ def nginx_process(backends: Sequence[str], *, extra: str = "") -> Iterator[Nginx
                     time.sleep(0.05)
             yield proxy
         finally:
-            _stop([process])
+            processes_stop([process])

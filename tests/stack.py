@@ -95,7 +95,9 @@ class Process:
         return self.stderr.read().decode(errors="replace")[-chars:]
 
 
-def _start(argv: Sequence[str | Path], env: dict, what: str) -> Process:
+def process_start(argv: Sequence[str | Path], env: dict, what: str) -> Process:
+    """Start ``argv`` in the repository root with ``env``; its stderr is kept for
+    :meth:`Process.stderr_tail`, its stdout dropped. ``what`` names it in errors."""
     stderr = tempfile.TemporaryFile()
     popen = subprocess.Popen(
         [str(a) for a in argv],
@@ -107,7 +109,7 @@ def _start(argv: Sequence[str | Path], env: dict, what: str) -> Process:
     return Process(popen=popen, what=what, stderr=stderr)
 
 
-def _stop(processes: Sequence[Process]) -> None:
+def processes_stop(processes: Sequence[Process]) -> None:
     """SIGTERM all (workers drain), then wait up to 20 s each; kill what is left."""
     for p in processes:
         if p.popen.poll() is None:
@@ -152,13 +154,13 @@ def web_process(
     daphne = Path(sys.executable).parent / "daphne"
     endpoint = f"tcp:port={port}:interface=127.0.0.1:backlog={WEB_BACKLOG}"
     argv = [daphne, "-e", endpoint, *daphne_args, app]
-    web = _start(argv, env, "daphne")
+    web = process_start(argv, env, "daphne")
     base = f"http://127.0.0.1:{port}"
     try:
         web_wait(base, web)
         yield Web(base=base, process=web)
     finally:
-        _stop([web])
+        processes_stop([web])
 
 
 def web_wait(base: str, web: Process, timeout_s: float = START_TIMEOUT_S) -> None:
@@ -179,7 +181,7 @@ def web_wait(base: str, web: Process, timeout_s: float = START_TIMEOUT_S) -> Non
 
 def _workers_start(commands: Sequence[Sequence[str]], env: dict) -> list[Process]:
     return [
-        _start(
+        process_start(
             [sys.executable, "manage.py", "run_inference_worker", *args],
             env,
             f"run_inference_worker {' '.join(args)}",
@@ -200,7 +202,7 @@ def worker_processes(
         workers_wait(procs, [_worker_pool(args) for args in commands])
         yield procs
     finally:
-        _stop(procs)
+        processes_stop(procs)
 
 
 def workers_wait(
@@ -252,7 +254,7 @@ def running_processes(
         # Start the workers first (they take longest to load), wait for them last.
         commands = [list(worker_args), *map(list, extra_workers)]
         procs = _workers_start(commands, full_env)
-        stack.callback(_stop, procs)
+        stack.callback(processes_stop, procs)
         web = stack.enter_context(web_process(full_env, app=app))
         workers_wait(procs, [_worker_pool(args) for args in commands])
         yield Stack(web=web, workers=procs)

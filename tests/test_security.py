@@ -22,7 +22,7 @@ from memory.models import Chunk, Document
 from tests import stack
 from tests.conftest import make_user
 from tests.stack import ROOT
-from tests.test_url_ownership import _state, owned  # noqa: F401 - a fixture
+from tests.test_url_ownership import owned, owned_state  # noqa: F401 - a fixture
 from tests.urlwalk import routes, url_fill
 
 pytestmark = pytest.mark.django_db
@@ -106,7 +106,7 @@ def test_every_state_changing_request_without_a_csrf_token_is_a_403(owned):  # n
     with 403 and changes nothing."""
     client = Client(enforce_csrf_checks=True, raise_request_exception=False)
     client.force_login(owned["user"])
-    before = _state(owned)
+    before = owned_state(owned)
     messages_before = Message.objects.count()
     checked = 0
     for route in routes():
@@ -118,7 +118,7 @@ def test_every_state_changing_request_without_a_csrf_token_is_a_403(owned):  # n
             assert response.status_code == 403, f"{method.upper()} {path}"
             checked += 1
     assert checked > 100
-    assert _state(owned) == before
+    assert owned_state(owned) == before
     assert Message.objects.count() == messages_before
 
 

@@ -91,7 +91,7 @@ def owned() -> dict[str, Any]:
     }
 
 
-def _state(owned: dict[str, Any]) -> dict[str, Any]:
+def owned_state(owned: dict[str, Any]) -> dict[str, Any]:
     """What user A owns, to compare before and after the walk."""
     conv = Conversation.objects.get(id=owned["conversation"].id)
     return {
@@ -145,7 +145,7 @@ def test_another_user_gets_404_for_every_url_and_method_with_the_first_users_ids
     405 for a method the URL does not take; the admin sends non-staff to its login
     page), never A's data, never a 500; afterwards A's objects are unchanged."""
     bob = make_user("bob")
-    before = _state(owned)
+    before = owned_state(owned)
     client = Client(REMOTE_ADDR=OUTSIDE, raise_request_exception=False)
     seen: list[str] = []
     for route in routes():
@@ -172,14 +172,14 @@ def test_another_user_gets_404_for_every_url_and_method_with_the_first_users_ids
             if response.streaming:
                 response.close()
     assert len(seen) == len(routes()) * len(METHODS)
-    assert _state(owned) == before
+    assert owned_state(owned) == before
 
 
 def test_anonymous_clients_get_the_login_page_or_a_401_never_data(owned):
     """Signed out: every page and form sends to the login page, the API answers 401
     with its JSON error, /metrics 403 from outside; no response holds A's data."""
     client = Client(REMOTE_ADDR=OUTSIDE, raise_request_exception=False)
-    before = _state(owned)
+    before = owned_state(owned)
     public = {"login", "signup", "logout", *ADMIN_PUBLIC}
     for route in routes():
         path = url_fill(route, owned["values"])
@@ -204,7 +204,7 @@ def test_anonymous_clients_get_the_login_page_or_a_401_never_data(owned):
                 # a method the view refuses before the login check, or the admin's
                 # catch-all
                 assert code in (404, 405), f"{where}: {code}"
-    assert _state(owned) == before
+    assert owned_state(owned) == before
 
 
 def test_an_api_key_of_another_user_reads_only_its_own_user(owned):

@@ -2,9 +2,10 @@
 
 Bearer API keys (``Authorization: Bearer sk-...``, :func:`gateway.services.api_key_authenticate`);
 no session, no CSRF. A request takes the same gateway path as a chat turn: routing,
-token reservation and admission (:func:`gateway.services.generation_admit`) before
-anything is enqueued (429 with ``Retry-After`` and ``x-ratelimit-*`` headers; 503 when
-every pool that could answer is saturated), then :func:`gateway.services.generation_submit`.
+token reservation and admission (:func:`gateway.generations.generation_start` with a
+:class:`gateway.generations.GenerationRequest`) before anything is enqueued (429 with
+``Retry-After`` and ``x-ratelimit-*`` headers; 503 when every pool that could answer is
+saturated).
 The generation's Redis stream is relayed as ``chat.completion.chunk`` SSE lines
 (``data: [DONE]`` at the end) or collected into one ``chat.completion``. Its usage is
 settled exactly once (one :class:`gateway.models.UsageRecord`) when the terminal event
@@ -13,7 +14,8 @@ conversations.
 
 One module per job:
 
-- :mod:`.requests`: parse and validate the request body (pure).
+- :mod:`.requests`, :mod:`.embedding_requests`: parse and validate the request
+  bodies (pure).
 - :mod:`.errors`: the one mapping of domain errors to OpenAI's error shape and HTTP.
 - :mod:`.stream`: admit, enqueue and follow a generation; settle its usage once.
 - :mod:`.chunks`: render completion objects and SSE lines (pure).

@@ -1,5 +1,5 @@
-"""Parse and validate ``/v1/chat/completions`` and ``/v1/embeddings`` bodies (pure: no
-I/O).
+"""Parse and validate ``/v1/chat/completions`` bodies, and the field checks every API
+body shares (pure: no I/O; ``/v1/embeddings`` bodies: :mod:`.embedding_requests`).
 
 Errors are :class:`~chatsite.errors.InvalidInput` (400) or
 :class:`~chatsite.errors.PayloadTooLarge` (413) with a message naming the field; the
@@ -51,13 +51,29 @@ def _with_param(exc: DomainError, param: str | None) -> DomainError:
     return exc
 
 
-def _bad(
+def invalid_input(
     message: str, code: str = "invalid_request", *, param: str | None = None
 ) -> DomainError:
+    """Return an InvalidInput (400) about the request field ``param`` (None: the body)."""
     return _with_param(InvalidInput(message, code=code), param)
 
 
-def _unicode_check(text: str, where: str, *, param: str) -> None:
+def json_object(body: bytes) -> dict[str, Any]:
+    """Return the JSON object of a request body (UTF-8 bytes); raise InvalidInput
+    (``invalid_json``) when it is not valid JSON or not an object."""
+    try:
+        data = json.loads(body or b"null")
+    # RecursionError: nested deeper than the interpreter allows (100,000 "[")
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise invalid_input(
+            "The request body is not valid JSON.", "invalid_json"
+        ) from exc
+    if not isinstance(data, dict):
+        raise invalid_input("The request body must be a JSON object.", "invalid_json")
+    return data
+
+
+def unicode_check(text: str, where: str, *, param: str) -> None:
     """Raise InvalidInput if ``text`` holds an unpaired UTF-16 surrogate.
 
     JSON may escape one (``"\\ud800"``) and Python decodes it into a str that UTF-8
@@ -69,7 +85,7 @@ def _unicode_check(text: str, where: str, *, param: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise _bad(
+        raise invalid_input(
             f"{where} contains an unpaired UTF-16 surrogate (\\ud800-\\udfff); send "
             "valid Unicode text.",
             "invalid_character",
@@ -86,38 +102,38 @@ def _content_text(content: Any, index: int, role: str) -> str:
         parts = []
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text":
-                raise _bad(
+                raise invalid_input(
                     f"messages[{index}].content: only text parts are supported "
                     '({"type": "text", "text": "..."}).',
                     "unsupported_content",
                     param="messages",
                 )
             if not isinstance(part.get("text"), str):
-                raise _bad(
+                raise invalid_input(
                     f"messages[{index}].content: a text part needs a string.",
                     param="messages",
                 )
             parts.append(part["text"])
         text = "".join(parts)
     else:
-        raise _bad(
+        raise invalid_input(
             f"messages[{index}].content must be a string or a list of text parts.",
             "invalid_content",
             param="messages",
         )
     if "\x00" in text:
-        raise _bad(
+        raise invalid_input(
             f"messages[{index}].content contains a NUL character.",
             "invalid_character",
             param="messages",
         )
-    _unicode_check(text, f"messages[{index}].content", param="messages")
+    unicode_check(text, f"messages[{index}].content", param="messages")
     return text
 
 
 def _messages(raw: Any) -> list[dict[str, str]]:
     if not isinstance(raw, list) or not raw:
-        raise _bad(
+        raise invalid_input(
             "`messages` must be a non-empty list of messages.",
             "invalid_messages",
             param="messages",
@@ -125,7 +141,7 @@ def _messages(raw: Any) -> list[dict[str, str]]:
     messages: list[dict[str, str]] = []
     for i, message in enumerate(raw):
         if not isinstance(message, dict):
-            raise _bad(
+            raise invalid_input(
                 f"messages[{i}] must be an object.",
                 "invalid_messages",
                 param="messages",
@@ -133,7 +149,7 @@ def _messages(raw: Any) -> list[dict[str, str]]:
         role = message.get("role")
         # a list or object is unhashable: `in ROLES` itself would raise (a 500)
         if not isinstance(role, str) or role not in ROLES:
-            raise _bad(
+            raise invalid_input(
                 f"messages[{i}].role {role!r} is not supported: use system, developer, "
                 "user or assistant.",
                 "invalid_role",
@@ -142,7 +158,7 @@ def _messages(raw: Any) -> list[dict[str, str]]:
         text = _content_text(message.get("content"), i, role)
         messages.append({"role": ROLES[role], "content": text})
     if not any(m["role"] == "user" and m["content"].strip() for m in messages):
-        raise _bad(
+        raise invalid_input(
             "`messages` needs at least one non-empty user message.",
             "no_prompt",
             param="messages",
@@ -165,9 +181,11 @@ def _number(body: dict[str, Any], name: str, lo: float, hi: float) -> float | No
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _bad(f"`{name}` must be a number.", "invalid_parameter", param=name)
+        raise invalid_input(
+            f"`{name}` must be a number.", "invalid_parameter", param=name
+        )
     if not lo <= value <= hi:
-        raise _bad(
+        raise invalid_input(
             f"`{name}` must be between {lo:g} and {hi:g}.",
             "invalid_parameter",
             param=name,
@@ -182,7 +200,7 @@ def _params(body: dict[str, Any]) -> dict[str, Any]:
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise _bad(
+            raise invalid_input(
                 f"`{name}` must be a positive integer.", "invalid_parameter", param=name
             )
         params.setdefault("max_tokens", value)
@@ -200,17 +218,19 @@ def _params(body: dict[str, Any]) -> dict[str, Any]:
             or len(stops) > 4
             or not all(isinstance(s, str) and s for s in stops)
         ):
-            raise _bad(
+            raise invalid_input(
                 "`stop` must be a string or a list of up to 4 non-empty strings.",
                 "invalid_parameter",
                 param="stop",
             )
         for stop_text in stops:
-            _unicode_check(stop_text, "`stop`", param="stop")
+            unicode_check(stop_text, "`stop`", param="stop")
         if stops:
             params["stop"] = stops
     if body.get("n") not in (None, 1):
-        raise _bad("Only `n` = 1 is supported.", "invalid_parameter", param="n")
+        raise invalid_input(
+            "Only `n` = 1 is supported.", "invalid_parameter", param="n"
+        )
     return params
 
 
@@ -220,50 +240,46 @@ def completion_request_parse(body: bytes) -> CompletionRequest:
     Raises InvalidInput (400) or PayloadTooLarge (413, over API_MAX_PROMPT_CHARS
     characters of message content), naming the field in the message and in ``param``.
     """
-    try:
-        data = json.loads(body or b"null")
-    # RecursionError: nested deeper than the interpreter allows (100,000 "[")
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise _bad("The request body is not valid JSON.", "invalid_json") from exc
-    if not isinstance(data, dict):
-        raise _bad("The request body must be a JSON object.", "invalid_json")
+    data = json_object(body)
     model = data.get("model")
     if not isinstance(model, str) or not model.strip():
-        raise _bad(
+        raise invalid_input(
             "`model` is required (see GET /v1/models).", "missing_model", param="model"
         )
     stream = data.get("stream", False)
     if stream is None:
         stream = False
     if not isinstance(stream, bool):
-        raise _bad(
+        raise invalid_input(
             "`stream` must be true or false.", "invalid_parameter", param="stream"
         )
     options = data.get("stream_options")
     include_usage = False
     if options is not None:
         if not stream:
-            raise _bad(
+            raise invalid_input(
                 "`stream_options` is only allowed when `stream` is true.",
                 "invalid_parameter",
                 param="stream_options",
             )
         if not isinstance(options, dict):
-            raise _bad(
+            raise invalid_input(
                 "`stream_options` must be an object.",
                 "invalid_parameter",
                 param="stream_options",
             )
         include_usage = options.get("include_usage", False)
         if not isinstance(include_usage, bool):
-            raise _bad(
+            raise invalid_input(
                 "`stream_options.include_usage` must be true or false.",
                 "invalid_parameter",
                 param="stream_options.include_usage",
             )
     cache = data.get("cache")
     if cache is not None and not isinstance(cache, bool):
-        raise _bad("`cache` must be true or false.", "invalid_parameter", param="cache")
+        raise invalid_input(
+            "`cache` must be true or false.", "invalid_parameter", param="cache"
+        )
     return CompletionRequest(
         model=model.strip(),
         messages=_messages(data.get("messages")),
@@ -271,148 +287,4 @@ def completion_request_parse(body: bytes) -> CompletionRequest:
         stream=stream,
         include_usage=include_usage,
         cache=cache,
-    )
-
-
-ENCODING_FORMATS = ("float", "base64")
-
-
-@dataclass
-class EmbeddingRequest:
-    """A validated ``/v1/embeddings`` body.
-
-    ``texts``: the inputs, one string per vector wanted (a single string becomes a
-    list of one); ``encoding_format``: ``float`` (lists of numbers) or ``base64``
-    (each vector as the base64 of its little-endian float32 values, what the official
-    client asks for by default); ``dimensions``: the vector length asked for (None:
-    the model's own); ``user``: the caller's end-user id (accepted, not used).
-    """
-
-    model: str
-    texts: list[str]
-    encoding_format: str = "float"
-    dimensions: int | None = None
-    user: str | None = None
-
-
-def _is_token_ids(value: Any) -> bool:
-    """True for OpenAI's token-id input: a list of ints, or a list of such lists."""
-    if not isinstance(value, list) or not value:
-        return False
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return True
-    return all(
-        isinstance(row, list)
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in row)
-        for row in value
-    )
-
-
-def _embedding_input(raw: Any) -> list[str]:
-    """Return the texts of ``input``; raise InvalidInput (param ``input``).
-
-    Limits: at most API_EMBEDDING_MAX_INPUTS texts, each non-empty and at most
-    API_EMBEDDING_MAX_INPUT_CHARS characters, API_EMBEDDING_MAX_TOTAL_CHARS in all.
-    Token ids are refused: a pool's tokenizer is its worker's business.
-    """
-    if raw is None:
-        raise _bad(
-            "`input` is required: a string, or a list of strings.",
-            "missing_input",
-            param="input",
-        )
-    if _is_token_ids(raw):
-        raise _bad(
-            "`input` as token ids is not supported: send the text itself (a string "
-            "or a list of strings).",
-            "unsupported_input",
-            param="input",
-        )
-    texts = [raw] if isinstance(raw, str) else raw
-    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-        raise _bad(
-            "`input` must be a string or a list of strings.",
-            "invalid_input",
-            param="input",
-        )
-    if not texts:
-        raise _bad("`input` must not be an empty list.", "invalid_input", param="input")
-    most = settings.API_EMBEDDING_MAX_INPUTS
-    if len(texts) > most:
-        raise _bad(
-            f"`input` holds {len(texts):,} texts; the limit is {most:,} per request.",
-            "too_many_inputs",
-            param="input",
-        )
-    longest = settings.API_EMBEDDING_MAX_INPUT_CHARS
-    for i, text in enumerate(texts):
-        where = "`input`" if isinstance(raw, str) else f"input[{i}]"
-        if not text:
-            raise _bad(f"{where} is an empty string.", "invalid_input", param="input")
-        if len(text) > longest:
-            raise _bad(
-                f"{where} holds {len(text):,} characters; the limit is {longest:,}.",
-                "input_too_long",
-                param="input",
-            )
-        _unicode_check(text, where, param="input")
-    total = sum(len(t) for t in texts)
-    if total > settings.API_EMBEDDING_MAX_TOTAL_CHARS:
-        raise _bad(
-            f"`input` holds {total:,} characters in all; the limit is "
-            f"{settings.API_EMBEDDING_MAX_TOTAL_CHARS:,} per request.",
-            "input_too_long",
-            param="input",
-        )
-    return texts
-
-
-def embedding_request_parse(body: bytes) -> EmbeddingRequest:
-    """Validate a ``/v1/embeddings`` JSON body (UTF-8 bytes).
-
-    Raises InvalidInput (400) naming the field in the message and in ``param``. Whether
-    ``dimensions`` fits the model is the gateway's to say (it depends on the pool).
-    """
-    try:
-        data = json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise _bad("The request body is not valid JSON.", "invalid_json") from exc
-    if not isinstance(data, dict):
-        raise _bad("The request body must be a JSON object.", "invalid_json")
-    model = data.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise _bad(
-            "`model` is required (see GET /v1/models for embedding models).",
-            "missing_model",
-            param="model",
-        )
-    encoding_format = data.get("encoding_format")
-    if encoding_format is None:
-        encoding_format = "float"
-    if encoding_format not in ENCODING_FORMATS:
-        raise _bad(
-            '`encoding_format` must be "float" or "base64".',
-            "invalid_parameter",
-            param="encoding_format",
-        )
-    dimensions = data.get("dimensions")
-    if dimensions is not None and (
-        isinstance(dimensions, bool)
-        or not isinstance(dimensions, int)
-        or dimensions < 1
-    ):
-        raise _bad(
-            "`dimensions` must be a positive integer.",
-            "invalid_parameter",
-            param="dimensions",
-        )
-    user = data.get("user")
-    if user is not None and not isinstance(user, str):
-        raise _bad("`user` must be a string.", "invalid_parameter", param="user")
-    return EmbeddingRequest(
-        model=model.strip(),
-        texts=_embedding_input(data.get("input")),
-        encoding_format=encoding_format,
-        dimensions=dimensions,
-        user=user,
     )

@@ -1,6 +1,6 @@
 """Start and follow an API generation: thin adapters over the gateway's lifecycle.
 
-:func:`generation_start` admits and enqueues through
+:func:`completion_start` admits and enqueues a completion's generation through
 :func:`gateway.generations.generation_start` (the chat turn's path); the answer is
 followed with :func:`gateway.generations.generation_follow` (not resumable: a client
 that leaves has its job cancelled and settled once) and rendered as OpenAI chunks
@@ -74,11 +74,11 @@ def _cache_policy(
     )
 
 
-def generation_start(*, user: User, req: CompletionRequest) -> Generation:
-    """Admit, reserve and enqueue the request's generation; nothing stays reserved if
-    it raises. A cache hit is served by the gateway without a job. Raises the gateway's
-    DomainErrors (ModerationBlocked, ModerationUnavailable, ContextOverflow,
-    NotFound, Forbidden, QuotaExceeded, PoolSaturated).
+def completion_start(*, user: User, req: CompletionRequest) -> Generation:
+    """Admit, reserve and enqueue the generation of the completion ``req``; nothing
+    stays reserved if it raises. A cache hit is served by the gateway without a job.
+    Raises the gateway's DomainErrors (ModerationBlocked, ModerationUnavailable,
+    ContextOverflow, NotFound, Forbidden, QuotaExceeded, PoolSaturated).
 
     The client wrote every message, so input moderation screens them all
     (``client_authored``); the last user message is embedded at most once, shared by
@@ -87,7 +87,7 @@ def generation_start(*, user: User, req: CompletionRequest) -> Generation:
     _model_check(req.model)
     counted = prompt_tokens_count(req.messages)
     query = TextVector(generations.last_user_text(req.messages))
-    started = generations.generation_start(
+    request = generations.GenerationRequest(
         user=user,
         messages=req.messages,
         # reserved: never below the character estimate (a pool serving another
@@ -101,6 +101,7 @@ def generation_start(*, user: User, req: CompletionRequest) -> Generation:
         model=req.model,
         cache_policy=_cache_policy(req, query=query),
     )
+    started = generations.generation_start(request)
     generation = started.generation
     generation.model = started.admission.model or req.model
     return generation

@@ -22,18 +22,17 @@ from django.views.decorators.csrf import csrf_exempt
 from chatsite.db import db_brief
 from chatsite.errors import DomainError, InvalidApiKey, MethodNotAllowed, error_response
 from conversations.openai import chunks
-from conversations.openai.requests import (
-    CompletionRequest,
+from conversations.openai.embedding_requests import (
     EmbeddingRequest,
-    completion_request_parse,
     embedding_request_parse,
 )
+from conversations.openai.requests import CompletionRequest, completion_request_parse
 from conversations.openai.stream import (
     Generation,
     admission_abandon,
     completion_collect,
+    completion_start,
     completion_stream,
-    generation_start,
 )
 from gateway import embeddings as gateway_embeddings
 from gateway import selectors as gateway_selectors
@@ -71,7 +70,7 @@ def _authenticate_and_start(
     hop, one pooled connection) for the whole admission path."""
     user = _api_user(request)
     req = completion_request_parse(request.body)
-    return generation_start(user=user, req=req), req
+    return completion_start(user=user, req=req), req
 
 
 @csrf_exempt

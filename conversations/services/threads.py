@@ -17,7 +17,7 @@ from chatsite.errors import Conflict, InvalidInput
 from conversations import selectors
 from conversations.models import Conversation, Message
 from conversations.services.text import validate_content
-from conversations.services.turns import Turn, _idle_check, _turn_run
+from conversations.services.turns import Turn, TurnRequest, idle_check, turn_run
 
 SWITCH_BUSY_MESSAGE = (
     "An answer is still being written in this conversation. Stop it or wait for it "
@@ -51,20 +51,16 @@ def turn_edit(
     if edited.role != Message.Role.USER:
         raise InvalidInput("Only your own messages can be edited.", code="not_editable")
     conversation = edited.conversation
-    _idle_check(conversation)
+    idle_check(conversation)
     parent = (
         Message.objects.filter(id=edited.parent_id).first()
         if edited.parent_id
         else None
     )
-    return _turn_run(
-        user=user,
-        conversation=conversation,
-        content=content,
-        after=parent,
-        params=params,
-        model=model,
+    turn = TurnRequest(
+        user=user, conversation=conversation, content=content, after=parent
     )
+    return turn_run(turn, params=params, model=model)
 
 
 def thread_switch(*, user: User, conversation_id: Any, message_id: Any) -> Message:

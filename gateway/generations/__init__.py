@@ -4,7 +4,8 @@ Every surface that makes the model write — the chat turn, the OpenAI-compatibl
 goes through these three steps, so a policy added here (quotas, caches, fallback,
 output moderation) applies to all of them and none can skip it:
 
-- **start** (:mod:`.start`, :mod:`.admission`): admit (input moderation, route,
+- **start** (:mod:`.start`, :mod:`.admission`): the surface builds a
+  :class:`GenerationRequest` (:mod:`.request`); admit it (input moderation, route,
   reserve tokens, caches, admission control), store the surface's rows, submit the job;
 - **follow** (:mod:`.follow`): the only async reader of a generation's Redis stream
   (resume, coalescing, stream policies, watchdog, fallback restart, settlement);
@@ -38,6 +39,7 @@ from gateway.generations.follow import (
 )
 from gateway.generations.outcome import GenerationFailed, Outcome, outcome_from_events
 from gateway.generations.policy import Release, StreamPolicy
+from gateway.generations.request import GenerationRequest
 from gateway.generations.settle import (
     Recorder,
     Settlement,
@@ -64,6 +66,7 @@ __all__ = [
     "Ended",
     "Generation",
     "GenerationFailed",
+    "GenerationRequest",
     "Idle",
     "Meta",
     "Outcome",

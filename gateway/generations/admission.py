@@ -22,12 +22,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import User
 
 from chatsite.errors import InvalidInput
 from gateway import cache, quota, routing, selectors
-from gateway.cache import CacheHit, CachePolicy
-from inference.embeddings import TextVector
+from gateway.cache import CacheHit
+from gateway.generations.request import GenerationRequest
 from safety import selectors as safety_selectors
 from safety import services as safety_services
 from safety.models import ModerationEvent
@@ -95,85 +94,58 @@ def last_user_text(messages: list[dict[str, str]]) -> str:
     return ""
 
 
-def input_check(
-    *,
-    user: User,
-    job_id: str,
-    messages: list[dict[str, str]],
-    surface: str,
-    query: TextVector | None = None,
-    conversation_id: Any = None,
-    message_id: Any = None,
-    client_authored: bool = False,
-) -> None:
-    """Moderate the user's text of a request (SAFETY_INPUT_ENABLED; off: no-op).
+def input_check(request: GenerationRequest, *, job_id: str) -> None:
+    """Moderate the user's text of ``request`` (SAFETY_INPUT_ENABLED; off: no-op).
 
-    ``client_authored`` (the API): the client wrote every message of ``messages``
-    (system prompt and earlier turns too), so every one is screened
+    ``request.client_authored`` (the API): the client wrote every message (system
+    prompt and earlier turns too), so every one is screened
     (:func:`safety.services.messages_moderate`, one batch, unchanged history served
     from the verdict cache). Otherwise (the chat turn, whose history was screened
-    when it was sent) the text is ``query.text`` (the turn's own message, whose shared
-    vector the classifier reads) or else the last user message of ``messages``.
+    when it was sent) the text is ``request.query.text`` (the turn's own message,
+    whose shared vector the classifier reads) or else the last user message.
+    ``job_id`` is what a moderation event refers to.
     Raises ModerationBlocked (400) or, failing closed, ModerationUnavailable (503).
     """
     if not settings.SAFETY_INPUT_ENABLED:
         return
-    if client_authored:
+    query = request.query
+    if request.client_authored:
         safety_services.messages_moderate(
-            user=user, messages=messages, surface=surface, query=query, job_id=job_id
+            user=request.user,
+            messages=request.messages,
+            surface=request.surface,
+            query=query,
+            job_id=job_id,
         )
         return
-    text = query.text if query is not None else last_user_text(messages)
+    text = query.text if query is not None else last_user_text(request.messages)
     if not text.strip():
         return
     safety_services.input_moderate(
-        user=user,
+        user=request.user,
         text=text,
         query=query,
-        surface=surface,
-        conversation_id=conversation_id,
-        message_id=message_id,
+        surface=request.surface,
+        conversation_id=request.conversation_id,
+        message_id=request.message_id,
         job_id=job_id,
     )
 
 
-def generation_admit(
-    *,
-    user: User,
-    job_id: str,
-    messages: list[dict[str, str]],
-    params: dict[str, Any],
-    surface: str,
-    model: str | None = None,
-    cache_policy: CachePolicy | None = None,
-    prompt_tokens: int | None = None,
-    context_tokens: int | None = None,
-    query: TextVector | None = None,
-    conversation_id: Any = None,
-    message_id: Any = None,
-    client_authored: bool = False,
-    fallback: bool = True,
-) -> Admission:
-    """Moderate, route, reserve quota and admit a request; call before storing anything.
+def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
+    """Moderate, route, reserve quota and admit ``request`` as job ``job_id``; call
+    before storing anything (the fields are described on :class:`GenerationRequest`).
 
-    First the user's text is moderated (:func:`input_check`; ``surface`` a
-    :data:`Surface` value, ``query`` the shared :class:`TextVector` of the user's
-    message when the caller has one, ``conversation_id``/``message_id`` what a
-    moderation event refers to, ``client_authored`` that the client wrote every
-    message, so all are screened): a blocked request raises before anything below runs.
-
-    ``messages`` are the OpenAI chat messages to send; ``params["max_tokens"]`` is in
-    tokens; ``params["cache"]`` true opts in to cached answers (it is never enqueued);
-    ``model`` an explicit pool/model choice. ``cache_policy`` (None: no cache) lets the
-    request use the answer caches: after the reservation the routed pool's caches are
-    looked up; on a hit the reservation is released and the admission carries
-    ``cache_hit`` (a saturated pool does not matter then). ``prompt_tokens``: the
-    prompt's tokens counted with the serving model's tokenizer and chat template, when
-    the caller has them; else :func:`prompt_tokens_estimate`. A reservation below the
-    real prompt would let concurrent requests spend past a limit. ``context_tokens``:
-    the prompt's tokens by the serving tokenizer, checked against the routed pool's
-    ``max_context`` (None: not checked). ``fallback`` False: a saturated pool is
-    refused rather than replaced by its fallback (evaluation runs pin their pool).
+    First the user's text is moderated (:func:`input_check`): a blocked request
+    raises before anything below runs. Then the plan's routing picks a pool (or
+    ``request.model``), the prompt is checked against its window
+    (``context_tokens``), and ``prompt_tokens`` (else :func:`prompt_tokens_estimate`)
+    + ``max_tokens`` are reserved; a reservation below the real prompt would let
+    concurrent requests spend past a limit. With a ``cache_policy`` the routed pool's
+    caches are looked up after the reservation; on a hit the reservation is released
+    and the admission carries ``cache_hit`` (a saturated pool does not matter then).
+    ``params["cache"]`` true opts in to cached answers (it is never enqueued).
+    ``fallback`` False: a saturated pool is refused rather than replaced.
 
     Raises Suspended (403 ``account_suspended``, checked before anything else),
     ModerationBlocked (400, the content policy; an event is recorded, nothing
@@ -183,27 +155,21 @@ def generation_admit(
     PoolSaturated (503, the reservation is given back). On success the caller owns the
     reservation: it ends in settlement, :func:`generation_release`, or the sweep.
     """
+    user, messages = request.user, request.messages
     safety_selectors.suspension_check(user=user)
-    input_check(
-        user=user,
-        job_id=job_id,
-        messages=messages,
-        surface=surface,
-        query=query,
-        conversation_id=conversation_id,
-        message_id=message_id,
-        client_authored=client_authored,
-    )
+    input_check(request, job_id=job_id)
     plan = selectors.plan_for_user(user=user)
-    pool = routing.pool_choose(plan=plan, messages=messages, requested=model)
+    pool = routing.pool_choose(plan=plan, messages=messages, requested=request.model)
+    context_tokens = request.context_tokens
     if context_tokens is not None and context_tokens >= pool.max_context:
         raise ContextOverflow.for_prompt(
             prompt_tokens=context_tokens, window=pool.max_context
         )
-    params = dict(params)
+    params = dict(request.params)
     opt_in = bool(params.pop(cache.CACHE_PARAM, False))
     max_tokens = int(params.get("max_tokens") or settings.CHAT_MAX_TOKENS)
     params["max_tokens"] = max(1, min(max_tokens, pool.max_output_tokens))
+    prompt_tokens = request.prompt_tokens
     if prompt_tokens is None:
         prompt_tokens = prompt_tokens_estimate(messages)
     reserved = prompt_tokens + params["max_tokens"]
@@ -217,6 +183,7 @@ def generation_admit(
         seed=lambda windows: quota_windows_seed(user_id=user.pk, windows=windows),
     )
     material = None
+    cache_policy = request.cache_policy
     try:
         if cache_policy is not None:
             if opt_in and not cache_policy.opt_in:
@@ -239,7 +206,7 @@ def generation_admit(
                 reserved_tokens=0,
                 cache_hit=hit,
             )
-        pool = routing.pool_admit(pool=pool, plan=plan, fallback=fallback)
+        pool = routing.pool_admit(pool=pool, plan=plan, fallback=request.fallback)
         params["max_tokens"] = min(params["max_tokens"], pool.max_output_tokens)
         if material is not None:
             material.params = dict(params)

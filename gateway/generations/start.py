@@ -1,7 +1,8 @@
 """Start a generation: admit, store (the caller's rows), submit — one path for every surface.
 
-:func:`generation_start` is what the chat turn and the OpenAI-compatible API call. The
-order is fixed so that no I/O happens under a row lock and no token budget leaks:
+:func:`generation_start` is what the chat turn, the OpenAI-compatible API and
+evaluation call, each with the :class:`GenerationRequest` it built. The order is fixed
+so that no I/O happens under a row lock and no token budget leaks:
 
 1. admission (input moderation, routing, the quota reservation, the caches, admission
    control) — Redis and the database, outside any transaction;
@@ -23,21 +24,20 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from django.conf import settings
-from django.contrib.auth.models import User
 from django.db import transaction
 
 from gateway import cache, fallback, quota
-from gateway.cache import CacheHit, CachePolicy
+from gateway.cache import CacheHit
 from gateway.generations.admission import (
     Admission,
     generation_admit,
     generation_release,
     reservation_guard,
 )
+from gateway.generations.request import GenerationRequest
 from inference import client as inference_client
 from inference import jobs, protocol
 from inference.connections import redis_sync
-from inference.embeddings import TextVector
 
 T = TypeVar("T")
 
@@ -117,75 +117,44 @@ def generation_submit(
 
 
 def generation_start(
+    request: GenerationRequest,
     *,
-    user: User,
-    messages: list[dict[str, str]],
-    params: dict[str, Any],
-    surface: str,
-    prompt_tokens: int | None = None,
-    context_tokens: int | None = None,
-    model: str | None = None,
-    cache_policy: CachePolicy | None = None,
     store: Callable[[Admission], T] | None = None,
     job_id: str | None = None,
-    query: TextVector | None = None,
-    conversation_id: Any = None,
-    message_id: Any = None,
-    client_authored: bool = False,
-    fallback: bool = True,
 ) -> Started[T | None]:
-    """Admit, store and submit a generation (see the module docstring for the order).
+    """Admit, store and submit ``request`` (see the module docstring for the order).
 
-    ``messages``/``params``/``surface``/``prompt_tokens``/``context_tokens``/
-    ``model``/``cache_policy``/``query``/``conversation_id``/``message_id``/
-    ``client_authored``/``fallback`` as in
-    :func:`generation_admit` (``query``: the shared embedding of the user's message,
-    read by input moderation and the semantic cache). ``store`` runs in its own durable transaction (it may
+    Admission is :func:`generation_admit` (the request's fields are described on
+    :class:`GenerationRequest`). ``store`` runs in its own durable transaction (it may
     not be called inside one) and returns what the caller wants back; it may raise a
-    DomainError (e.g. Conflict) to refuse the request. Raises the admission's errors
-    (ModerationBlocked, ModerationUnavailable, ContextOverflow, QuotaExceeded,
-    PoolSaturated, NotFound, Forbidden) and whatever
-    ``store`` raises;
-    nothing stays reserved or enqueued then.
+    DomainError (e.g. Conflict) to refuse the request. ``job_id``: the job's id
+    (None: a new one). Raises the admission's errors (ModerationBlocked,
+    ModerationUnavailable, ContextOverflow, QuotaExceeded, PoolSaturated, NotFound,
+    Forbidden) and whatever ``store`` raises; nothing stays reserved or enqueued then.
     """
     job_id = job_id or protocol.new_job_id()
     with reservation_guard(job_id=job_id):
-        admission = generation_admit(
-            user=user,
-            job_id=job_id,
-            messages=messages,
-            params=params,
-            surface=surface,
-            model=model,
-            cache_policy=cache_policy,
-            prompt_tokens=prompt_tokens,
-            context_tokens=context_tokens,
-            query=query,
-            conversation_id=conversation_id,
-            message_id=message_id,
-            client_authored=client_authored,
-            fallback=fallback,
-        )
+        admission = generation_admit(request, job_id=job_id)
         stored = None
         if store is not None:
             with transaction.atomic(durable=True):
                 stored = store(admission)
         enqueued_at = generation_submit(
             job_id=job_id,
-            messages=messages,
+            messages=request.messages,
             params=admission.params,
-            user_ref=str(user.pk),
+            user_ref=str(request.user.pk),
             pool=admission.pool,
             cache_hit=admission.cache_hit,
         )
     generation = Generation(
         job_id=job_id,
-        user_id=user.pk,
+        user_id=request.user.pk,
         pool=admission.pool,
-        model=admission.model or (model or ""),
+        model=admission.model or (request.model or ""),
         enqueued_at=enqueued_at,
         cache_kind=admission.cache_hit.kind if admission.cache_hit else "",
-        surface=surface,
+        surface=request.surface,
     )
     return Started(generation=generation, admission=admission, stored=stored)
 

@@ -1,6 +1,6 @@
 """Conversations as trees (issue 11): the current branch, versions, switching, editing,
 and prompts built from the branch only (conversations/selectors.py,
-conversations/services/threads.py, conversations/services/turns.py)."""
+conversations/services/threads.py, conversations/services/turns/)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Chat turns and the gateway's answer caches (conversations/services/turns.py,
+"""Chat turns and the gateway's answer caches (conversations/services/turns/,
 gateway.cache): a turn at CHAT_TEMPERATURE uses them only when the user turned on
 "Reuse cached answers"; a cached answer is marked on the message (live and after a
 reload). Through the real views, ASGI SSE relay, Redis, PostgreSQL and a worker."""

@@ -1,5 +1,5 @@
 """A turn holds no row lock while it builds its prompt and admits it
-(conversations/services/turns.py, gateway/generations/start.py), and a turn that loses
+(conversations/services/turns/, gateway/generations/start.py), and a turn that loses
 a race for the conversation gives its reservation back."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from chatsite.errors import Conflict
 from conversations import services
 from conversations.models import Conversation, Message
-from conversations.services import turns
+from conversations.services.turns import run
 from gateway import keys
 from inference.connections import redis_sync
 from tests.conftest import fake_heartbeat
@@ -48,14 +48,14 @@ def test_the_conversation_row_is_not_locked_while_the_prompt_is_built(
     fake_heartbeat()
     conversation = _conversation(user)
     building, release = threading.Event(), threading.Event()
-    real = turns._prompt_context
+    real = run.prompt_build
 
-    def slow_prompt(**kwargs: Any) -> Any:
+    def slow_prompt(*args: Any, **kwargs: Any) -> Any:
         building.set()
         assert release.wait(10)
-        return real(**kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(turns, "_prompt_context", slow_prompt)
+    monkeypatch.setattr(run, "prompt_build", slow_prompt)
     errors: list[BaseException] = []
 
     def send() -> None:
@@ -89,14 +89,14 @@ def test_the_turn_that_loses_a_race_for_the_conversation_gives_its_tokens_back(
     fake_heartbeat()
     conversation = _conversation(user)
     both_built = threading.Barrier(2, timeout=10)
-    real = turns._prompt_context
+    real = run.prompt_build
 
-    def raced_prompt(**kwargs: Any) -> Any:
-        built = real(**kwargs)
+    def raced_prompt(*args: Any, **kwargs: Any) -> Any:
+        built = real(*args, **kwargs)
         both_built.wait()
         return built
 
-    monkeypatch.setattr(turns, "_prompt_context", raced_prompt)
+    monkeypatch.setattr(run, "prompt_build", raced_prompt)
     outcomes: list[Any] = []
 
     def send(text: str) -> None:

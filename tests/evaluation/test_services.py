@@ -199,17 +199,21 @@ def test_eval_requests_are_shed_before_users_when_the_pool_is_saturated(settings
         routing.pool_admit(pool=pool, plan=eval_plan)
     messages = [{"role": "user", "content": "hello"}]
     started = generations.generation_start(
-        user=user, messages=messages, params={}, surface=generations.Surface.API
+        generations.GenerationRequest(
+            user=user, messages=messages, params={}, surface=generations.Surface.API
+        )
     )
     assert started.generation.pool == "default"
     with pytest.raises(PoolSaturated):
         generations.generation_start(
-            user=bot,
-            messages=messages,
-            params={},
-            surface=generations.Surface.API,
-            model="default",
-            fallback=False,
+            generations.GenerationRequest(
+                user=bot,
+                messages=messages,
+                params={},
+                surface=generations.Surface.API,
+                model="default",
+                fallback=False,
+            )
         )
 
 

@@ -213,10 +213,12 @@ async def _chat_outcome(user: Any, case: Case) -> dict[str, Any]:
 
 async def _api_outcome(user: Any, case: Case, *, stream: bool) -> dict[str, Any]:
     started = await sync_to_async(generations.generation_start)(
-        user=user,
-        messages=[{"role": "user", "content": "Say hello"}],
-        params={"max_tokens": 16},
-        surface=generations.Surface.API,
+        generations.GenerationRequest(
+            user=user,
+            messages=[{"role": "user", "content": "Say hello"}],
+            params={"max_tokens": 16},
+            surface=generations.Surface.API,
+        )
     )
     generation = started.generation
     await sync_to_async(_write_generation)(generation.job_id, case)
@@ -305,10 +307,12 @@ async def test_a_redis_failure_mid_stream_ends_both_surfaces_with_a_clear_error(
     await sync_to_async(client.force_login)(user)
     turn = await sync_to_async(chat.turn_start)(user=user, content="Say hello")
     started = await sync_to_async(generations.generation_start)(
-        user=user,
-        messages=[{"role": "user", "content": "hi"}],
-        params={},
-        surface=generations.Surface.API,
+        generations.GenerationRequest(
+            user=user,
+            messages=[{"role": "user", "content": "hi"}],
+            params={},
+            surface=generations.Surface.API,
+        )
     )
 
     async def broken_read(*args: Any, **kwargs: Any) -> list[protocol.Event]:

@@ -41,14 +41,14 @@ _TURN_AND_DIE = textwrap.dedent(
     django.setup()
     from django.contrib.auth import get_user_model
     from conversations import services
-    from conversations.services import turns
+    from conversations.services.turns import rows
     from gateway.generations import start
 
     def die(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
 
     if sys.argv[1] == "store":  # inside the transaction that stores the turn
-        turns._assistant_new = die
+        rows.assistant_new = die
     else:  # committed, reserved, not yet enqueued
         start.generation_submit = die
     user = get_user_model().objects.get(username=sys.argv[2])

@@ -20,10 +20,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 async def _api_generation(user, max_tokens: int) -> generations.Generation:
     started = await sync_to_async(generations.generation_start)(
-        user=user,
-        messages=[{"role": "user", "content": "hi"}],
-        params={"max_tokens": max_tokens},
-        surface=generations.Surface.API,
+        generations.GenerationRequest(
+            user=user,
+            messages=[{"role": "user", "content": "hi"}],
+            params={"max_tokens": max_tokens},
+            surface=generations.Surface.API,
+        )
     )
     return started.generation
 

@@ -1,0 +1,140 @@
+"""Build a turn's prompt and the generation request that carries it (no lock held).
+
+The prompt (:func:`prompt_build`) is memory and retrieval under the token budget
+(:func:`memory.context.turn_context`): I/O that runs before anything is stored, so no
+row is locked while it runs. :func:`generation_request` turns it into the
+:class:`gateway.generations.GenerationRequest` the gateway admits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from conversations import selectors
+from conversations.models import Conversation, DocumentScope, Message
+from conversations.services.scope import Scope
+from conversations.services.turns.request import TurnRequest
+from gateway import generations
+from gateway.cache import CachePolicy
+from inference.embeddings import TextVector
+from memory.context import BuiltContext, turn_context
+
+
+def generation_params(params: dict[str, Any] | None) -> dict[str, Any]:
+    """Return the sampling parameters of a turn: CHAT_MAX_TOKENS (tokens) and
+    CHAT_TEMPERATURE, overridden by ``params``."""
+    merged: dict[str, Any] = {
+        "max_tokens": settings.CHAT_MAX_TOKENS,
+        "temperature": settings.CHAT_TEMPERATURE,
+    }
+    merged.update(params or {})
+    return merged
+
+
+def scope_in_force(conversation: Conversation | None) -> Scope:
+    """Return the document scope in force: the conversation's, or for a new one the
+    CHAT_DOCUMENT_SCOPE_DEFAULT ("all" or "none")."""
+    if conversation is None:
+        kind = settings.CHAT_DOCUMENT_SCOPE_DEFAULT
+        return Scope(kind=kind if kind == DocumentScope.NONE else DocumentScope.ALL)
+    if conversation.doc_scope != DocumentScope.SOME:
+        return Scope(kind=conversation.doc_scope)
+    return Scope(
+        kind=DocumentScope.SOME,
+        document_ids=selectors.conversation_scope_ids(conversation=conversation),
+    )
+
+
+def prompt_build(
+    turn: TurnRequest, *, scope: Scope, max_tokens: int, query: TextVector
+) -> BuiltContext:
+    """Build the prompt of the turn's answer to the token (memory.context.turn_context).
+
+    The history is the branch from the root to ``turn.upto`` (never another branch's
+    messages), with the rolling summary when it lies on that branch, plus
+    ``turn.content`` when the turn sends a new message; trailing answers are dropped.
+    ``max_tokens`` is the answer's reserve, in tokens; ``query`` the question's shared
+    embedding; ``scope`` the documents retrieval may search.
+    """
+    history: list[dict[str, str]] = []
+    summary, covers = "", 0
+    if turn.conversation is not None:
+        history, summary, covers = selectors.history_and_summary(
+            conversation=turn.conversation, upto=turn.upto
+        )
+    if turn.content is not None:
+        history.append({"role": Message.Role.USER, "content": turn.content})
+    while history and history[-1]["role"] == Message.Role.ASSISTANT:
+        history.pop()
+    return turn_context(
+        user_id=turn.user.pk,
+        system_prompt=settings.CHAT_SYSTEM_PROMPT,
+        history=history,
+        max_tokens=max_tokens,
+        summary=summary,
+        summary_covers=min(covers, len(history)),
+        query=query,
+        document_ids=scope.retrieval_ids(),
+    )
+
+
+def cache_policy(
+    built: BuiltContext, *, query: TextVector, lookup: bool, opt_in: bool = False
+) -> CachePolicy:
+    """Return how a turn may use the gateway's answer caches (gateway.cache).
+
+    The semantic cache needs a first turn without memory; ``lookup`` False
+    (regenerate) never serves one; ``opt_in`` (the user's "Reuse cached answers"
+    preference) lets a turn at CHAT_TEMPERATURE > 0 use them at all.
+    """
+    return CachePolicy(
+        single_turn=built.history_kept == 1
+        and built.history_dropped == 0
+        and not built.summary_used,
+        personal=bool(built.facts or built.passages or built.summary_used),
+        opt_in=opt_in,
+        lookup=lookup,
+        query=query,
+    )
+
+
+def generation_request(
+    turn: TurnRequest,
+    built: BuiltContext,
+    *,
+    params: dict[str, Any],
+    model: str | None,
+    query: TextVector,
+    opt_in: bool,
+) -> generations.GenerationRequest:
+    """Return the gateway request for the turn's answer to the prompt ``built``.
+
+    The prompt is reserved and checked against the pool's window at its exact count
+    (``built.prompt_tokens``, the serving tokenizer's); input moderation reads
+    ``query``, the same vector as memory and the semantic cache. ``params`` the
+    sampling parameters, ``model`` an explicit pool/model choice (None: routing),
+    ``opt_in`` the user's cache preference.
+    """
+    conversation, question = turn.conversation, turn.question
+    return generations.GenerationRequest(
+        user=turn.user,
+        messages=built.messages,
+        prompt_tokens=built.prompt_tokens,
+        context_tokens=built.prompt_tokens,
+        params=params,
+        surface=generations.Surface.CHAT,
+        query=query,
+        conversation_id=conversation.pk if conversation is not None else None,
+        message_id=question.pk if question is not None else None,
+        model=model,
+        cache_policy=cache_policy(
+            built,
+            query=query,
+            # the user asks for a new answer: never a cached one (a complete new
+            # answer replaces the cached one)
+            lookup=turn.content is not None,
+            opt_in=opt_in,
+        ),
+    )

@@ -1,0 +1,181 @@
+"""The chat turn's services: send a message, regenerate an answer, stop one.
+
+:func:`turn_run` takes a turn through its steps, in this order:
+
+1. read the user's preferences (default model, cache opt-in) and the scope in force;
+2. build the prompt (:func:`.prompt.prompt_build`: memory and retrieval, no lock held);
+3. describe the generation (:func:`.prompt.generation_request`);
+4. start it through the gateway's one lifecycle
+   (:func:`gateway.generations.generation_start`): admission reserves the tokens, then
+5. store the rows (:func:`.rows.rows_store`) in its short transaction (the
+   conversation row locked only for that); the job is submitted after commit.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from chatsite.errors import Conflict, InvalidInput
+from conversations import selectors
+from conversations.models import Message
+from conversations.services.scope import scope_parse
+from conversations.services.text import validate_content
+from conversations.services.turns.prompt import (
+    generation_params,
+    generation_request,
+    prompt_build,
+    scope_in_force,
+)
+from conversations.services.turns.request import Turn, TurnRequest
+from conversations.services.turns.rows import idle_check, rows_store
+from gateway import generations
+from gateway import selectors as gateway_selectors
+from inference.embeddings import TextVector
+
+
+def turn_run(
+    turn: TurnRequest, *, params: dict[str, Any] | None, model: str | None
+) -> Turn:
+    """Build the prompt of ``turn``, then start its generation; the rows are stored
+    inside the lifecycle's short transaction (nothing but these writes under the lock).
+
+    The new answer becomes the conversation's current leaf. ``params``: sampling
+    parameters over the chat's defaults; no ``model``: the user's default model
+    (Settings), if they chose one. Raises what :func:`turn_start` raises.
+    """
+    # one read of the user's preferences: the default model and the cache opt-in
+    preference = gateway_selectors.user_preference_get(user=turn.user)
+    model = model or gateway_selectors.default_model(
+        user=turn.user, preference=preference
+    )
+    sampling = generation_params(params)
+    scope = turn.scope if turn.scope is not None else scope_in_force(turn.conversation)
+    # The question is embedded at most once, on first need, for everyone who needs it.
+    query = TextVector(turn.text)
+    built = prompt_build(
+        turn, scope=scope, max_tokens=int(sampling["max_tokens"]), query=query
+    )
+    request = generation_request(
+        turn,
+        built,
+        params=sampling,
+        model=model,
+        query=query,
+        opt_in=preference.reuse_cached_answers,
+    )
+    started = generations.generation_start(
+        request, store=functools.partial(rows_store, turn, built=built, scope=scope)
+    )
+    assert started.stored is not None
+    return started.stored
+
+
+def turn_start(
+    *,
+    user: User,
+    content: Any,
+    conversation_id: Any = None,
+    params: dict[str, Any] | None = None,
+    model: str | None = None,
+    doc_scope: Any = None,
+    document_ids: Sequence[Any] = (),
+) -> Turn:
+    """Store the user's message and a streaming answer; enqueue the generation.
+
+    ``conversation_id`` None starts a new conversation titled after the message; in an
+    existing one the message continues the current branch (its parent is the current
+    leaf) and its answer becomes the leaf. ``model`` is an explicit pool/model choice.
+    ``doc_scope`` ("all"/"none"/"some", with ``document_ids`` for "some") sets the
+    conversation's document scope with this message (:mod:`conversations.services.scope`);
+    None keeps the one in force. Raises InvalidInput (empty, a bad scope),
+    PayloadTooLarge (over CHAT_MAX_MESSAGE_CHARS characters), NotFound (not the user's
+    conversation or document, unknown model), Conflict (an answer is still streaming), Forbidden
+    (model not in the plan), ModerationBlocked (400, the content policy; a moderation
+    event is recorded), ModerationUnavailable (503, failing closed), QuotaExceeded
+    (429), PoolSaturated (503). Nothing is stored and nothing stays reserved when it
+    raises.
+    """
+    content = validate_content(content)
+    conversation = None
+    if conversation_id is not None:
+        conversation = selectors.conversation_get(
+            user=user, conversation_id=conversation_id
+        )
+        idle_check(conversation)  # early: no prompt built for a busy thread
+    scope = None
+    if doc_scope is not None:
+        scope = scope_parse(user=user, kind=doc_scope, document_ids=document_ids)
+    turn = TurnRequest(
+        user=user,
+        conversation=conversation,
+        content=content,
+        after=selectors.thread_leaf(conversation=conversation)
+        if conversation is not None
+        else None,
+        scope=scope,
+    )
+    return turn_run(turn, params=params, model=model)
+
+
+def turn_regenerate(
+    *,
+    user: User,
+    conversation_id: Any,
+    message_id: Any = None,
+    params: dict[str, Any] | None = None,
+    model: str | None = None,
+) -> Turn:
+    """Answer a question again: a new sibling version of the answer ``message_id``
+    (default: the last question of the current branch), made current; the earlier
+    versions stay, reachable with the version switcher.
+
+    Raises NotFound (not the user's conversation or message), InvalidInput
+    (``message_id`` is not an answer), Conflict (an answer is streaming, or there is
+    nothing to regenerate), and the gateway's errors as :func:`turn_start` does.
+    """
+    conversation = selectors.conversation_get(
+        user=user, conversation_id=conversation_id
+    )
+    question: Message | None
+    if message_id is not None:
+        answer = selectors.message_get(
+            user=user, conversation_id=conversation.id, message_id=message_id
+        )
+        if answer.role != Message.Role.ASSISTANT or answer.parent_id is None:
+            raise InvalidInput(
+                "Only an answer can be regenerated.", code="not_regenerable"
+            )
+        question = Message.objects.get(id=answer.parent_id)
+    else:
+        path = selectors.message_tree(conversation=conversation).current_path(
+            conversation
+        )
+        users = [m for m in path if m.role == Message.Role.USER]
+        question = users[-1] if users else None
+    if question is None:
+        raise Conflict(
+            "There is no message to answer again.", code="nothing_to_regenerate"
+        )
+    idle_check(conversation)
+    turn = TurnRequest(user=user, conversation=conversation, question=question)
+    return turn_run(turn, params=params, model=model)
+
+
+def turn_stop(*, user: User, conversation_id: Any, message_id: Any) -> Message:
+    """Ask the worker to stop a streaming answer; the partial text is kept as ``cancelled``.
+
+    The answer is finalised when the worker's terminal event arrives (within a decode
+    step). Stopping an answer that already ended is a no-op. Raises NotFound.
+    """
+    message = selectors.message_get(
+        user=user, conversation_id=conversation_id, message_id=message_id
+    )
+    if message.role != Message.Role.ASSISTANT:
+        raise InvalidInput("Only an answer can be stopped.", code="not_stoppable")
+    if message.status == Message.Status.STREAMING:
+        generations.generation_cancel(job_id=message.job_id)
+    return message
