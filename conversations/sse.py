@@ -19,8 +19,8 @@ from the ``Last-Event-ID`` header (or ``?last_event_id=``) onwards and writes:
 The chat page's message POST, sent with ``Accept: text/event-stream``, is answered
 with the same stream (:func:`turn_stream_response`), after a first ``event: turn``
 frame carrying the started turn's JSON: the answer's first text then needs no second
-request (the stream GET's session, user and message reads: about 10 of a turn's 27
-ms, bench/turn_overhead.py). The GET stays for reconnects and page loads.
+request (and no second session, user and message read; docs/benchmarks.md). The GET
+stays for reconnects and page loads.
 
 Every frame's ``id:`` is the Redis entry id of its last event, so a reconnect resumes
 exactly after it. On the terminal event the relay finalises the message. While a client
