@@ -5,6 +5,7 @@ everyone (superusers included).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from django.contrib import admin
@@ -61,31 +62,32 @@ class AuditedAdminMixin(_AdminBase[_M]):
         )
 
     def delete_model(self, request: HttpRequest, obj: _M) -> None:
-        before, pk = audit_snapshot(obj), obj.pk
+        doomed = [(obj, audit_snapshot(obj), obj.pk)]
         with transaction.atomic():
             super().delete_model(request, obj)
-            audit_record(
-                actor=request_user(request),
-                action=AuditLogEntry.Verb.DELETE,
-                obj=obj,
-                before=before,
-                after=None,
-                object_id=pk,
-            )
+            _deletions_record(request, doomed)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[_M]) -> None:
         doomed = [(obj, audit_snapshot(obj), obj.pk) for obj in queryset]
         with transaction.atomic():
             super().delete_queryset(request, queryset)
-            for obj, before, pk in doomed:
-                audit_record(
-                    actor=request_user(request),
-                    action=AuditLogEntry.Verb.DELETE,
-                    obj=obj,
-                    before=before,
-                    after=None,
-                    object_id=pk,
-                )
+            _deletions_record(request, doomed)
+
+
+def _deletions_record(
+    request: HttpRequest,
+    doomed: Sequence[tuple[models.Model, dict[str, Any] | None, Any]],
+) -> None:
+    """Log each deleted object of ``doomed`` (object, its snapshot before, its pk)."""
+    for obj, before, pk in doomed:
+        audit_record(
+            actor=request_user(request),
+            action=AuditLogEntry.Verb.DELETE,
+            obj=obj,
+            before=before,
+            after=None,
+            object_id=pk,
+        )
 
 
 @admin.register(AuditLogEntry)
