@@ -15,7 +15,7 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods
 
 from chatsite.auth import AuthenticatedRequest
-from chatsite.errors import DomainError, InvalidInput, error_page, error_response
+from chatsite.errors import DomainError, InvalidInput, error_render
 from conversations import exports, selectors, services
 from conversations.search import conversation_search
 
@@ -69,9 +69,7 @@ def _export(request: AuthenticatedRequest, conversation_id: Any = None) -> HttpR
                 user=request.user, conversation_id=conversation_id
             )
     except DomainError as exc:
-        if exc.status == 404:
-            return error_page(request, exc)
-        return error_response(exc)
+        return error_render(request, exc)
     response = HttpResponse(body, content_type=_CONTENT_TYPES[kind])
     response["Content-Disposition"] = content_disposition_header(
         as_attachment=True, filename=exports.export_filename(title=title, kind=kind)

@@ -224,11 +224,20 @@ def test_export_of_another_users_conversation_is_a_404(thread, other_user):
     assert json.loads(export(client).content)["conversations"] == []
 
 
-def test_export_with_an_unknown_format_is_a_400(auth_client, thread):
+def test_export_with_an_unknown_format_is_a_400_page_or_json_as_asked(
+    auth_client, thread
+):
     conv, _ = thread
-    response = export(auth_client, conv, "pdf")
-    assert response.status_code == 400
-    assert "json" in response.json()["error"]["message"]
+    url = reverse("conversation-export", args=[conv.id])
+    page = auth_client.get(url, {"format": "pdf"}, headers={"Accept": "text/html"})
+    assert page.status_code == 400
+    assert page["Content-Type"].startswith("text/html")
+    assert "Choose an export format" in page.content.decode()
+    asked = auth_client.get(
+        url, {"format": "pdf"}, headers={"Accept": "application/json"}
+    )
+    assert asked.status_code == 400
+    assert "json" in asked.json()["error"]["message"]
 
 
 # --- import: our own format -----------------------------------------------------------
