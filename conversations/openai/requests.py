@@ -1,5 +1,6 @@
-"""Parse and validate ``/v1/chat/completions`` bodies, and the field checks every API
-body shares (pure: no I/O; ``/v1/embeddings`` bodies: :mod:`.embedding_requests`).
+"""Parse and validate ``/v1/chat/completions`` bodies (pure: no I/O; the generation
+parameters: :mod:`.params`, which also holds the field checks every API body shares;
+``/v1/embeddings`` bodies: :mod:`.embedding_requests`).
 
 Errors are :class:`~chatsite.errors.InvalidInput` (400) or
 :class:`~chatsite.errors.PayloadTooLarge` (413) with a message naming the field; the

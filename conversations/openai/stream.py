@@ -106,6 +106,7 @@ def completion_start(*, user: User, req: CompletionRequest) -> Generation:
         client_authored=True,
         model=req.model,
         cache_policy=_cache_policy(req, query=query),
+        max_tokens_strict=True,
     )
     started = generations.generation_start(request)
     generation = started.generation

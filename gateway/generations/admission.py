@@ -86,7 +86,7 @@ class UnsupportedParameter(InvalidInput):
 def params_check(*, pool: ModelPool, params: dict[str, Any], strict: bool) -> None:
     """Refuse ``params`` the engine of ``pool`` cannot honour (before any reservation).
 
-    ``strict`` (the API: the client set ``max_tokens`` itself): a ``max_tokens``
+    ``strict`` (``GenerationRequest.max_tokens_strict``): a ``max_tokens``
     above the pool's ``max_output_tokens`` is refused rather than lowered to it.
     Raises UnsupportedParameter (400) naming the first such field.
     """
@@ -188,7 +188,7 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
     reserved), ModerationUnavailable (503, moderation down and failing closed),
     ContextOverflow (400, the prompt alone fills the pool's context window),
     UnsupportedParameter (400, a parameter the pool's engine does not implement, or,
-    from the API, a ``max_tokens`` over the pool's limit), NotFound / Forbidden (model choice), QuotaExceeded (429, nothing reserved),
+    with ``max_tokens_strict``, a ``max_tokens`` over the pool's limit), NotFound / Forbidden (model choice), QuotaExceeded (429, nothing reserved),
     PoolSaturated (503, the reservation is given back). On success the caller owns the
     reservation: it ends in settlement, :func:`generation_release`, or the sweep.
     """
@@ -204,8 +204,7 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
         )
     params = dict(request.params)
     opt_in = bool(params.pop(cache.CACHE_PARAM, False))
-    strict = request.surface == Surface.API
-    params_check(pool=pool, params=params, strict=strict)
+    params_check(pool=pool, params=params, strict=request.max_tokens_strict)
     max_tokens = int(params.get("max_tokens") or settings.CHAT_MAX_TOKENS)
     params["max_tokens"] = max(1, min(max_tokens, pool.max_output_tokens))
     prompt_tokens = request.prompt_tokens

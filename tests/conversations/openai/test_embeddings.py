@@ -296,7 +296,10 @@ async def test_a_chat_completion_for_the_embedding_model_is_a_400_naming_the_end
     api_key, embed_pool
 ):
     result = await asgi(
-        "POST", "/v1/chat/completions", body=ask(model=MODEL), key=api_key
+        "POST",
+        "/v1/chat/completions",
+        body=ask(model=settings.EMBEDDING_POOL),  # its id in GET /v1/models
+        key=api_key,
     )
     assert result.status == 400
     error = result.json()["error"]
