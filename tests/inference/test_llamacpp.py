@@ -253,6 +253,8 @@ def test_response_format_json_schema_holds_the_answer_to_the_schema(engine):
 def test_penalties_change_a_greedy_answer(engine):
     params = {"max_tokens": 40, "temperature": 0}
     plain = _text(collect(engine, Job(job_id="p0", messages=STORY, params=params)))
+    again = _text(collect(engine, Job(job_id="p2", messages=STORY, params=params)))
+    assert again == plain  # greedy text is repeatable: a change is the penalties'
     penalised = _text(
         collect(
             engine,
