@@ -30,6 +30,11 @@ SAMPLING = frozenset(
 )
 INTERNAL = frozenset({"script", "ignore_eos", "top_k", "repeat_penalty"})
 
+# The ``error`` event code of a generation whose parameters its engine found invalid
+# once running (a logit_bias token id outside the vocabulary, a JSON Schema llama.cpp
+# cannot compile): the client's fault, a 400 (gateway/generations/outcome.py).
+ERROR_INVALID_PARAMETER = "invalid_parameter"
+
 ENGINE_PARAMS: dict[str, frozenset[str]] = {
     "llamacpp": COMMON | SAMPLING,
     "vllm": COMMON | SAMPLING,

@@ -26,6 +26,7 @@ from django.conf import settings
 from chatsite.errors import DomainError
 from gateway.models import UsageRecord
 from inference import jobs, protocol
+from inference.params import ERROR_INVALID_PARAMETER
 
 # HTTP status of a failed generation, by its error code (default 500); the retryable
 # ones can succeed when sent again (capacity came back).
@@ -33,6 +34,7 @@ _FAILED_STATUS = {
     protocol.ERROR_QUEUE_TIMEOUT: 503,
     protocol.ERROR_NO_WORKER: 503,
     protocol.ERROR_CONTEXT_OVERFLOW: 400,
+    ERROR_INVALID_PARAMETER: 400,
 }
 DEFAULT_FAILURE_MESSAGE = "The model failed while answering. Please try again."
 

