@@ -39,7 +39,7 @@ from chatsite.errors import InvalidInput, ServiceUnavailable
 from gateway import quota, routing, selectors
 from gateway.generations.admission import quota_seed_from_records
 from gateway.generations.settle import usage_settle
-from gateway.models import UsageRecord
+from gateway.models import ModelPool, UsageRecord
 from inference import client as inference_client
 from inference import embeddings as inference_embeddings
 from inference import protocol
@@ -127,6 +127,37 @@ def _unavailable(
     )
 
 
+class InputTooLong(InvalidInput):
+    """An input is longer than the embedding model reads (400): the model would embed
+    only its beginning, so it is refused rather than silently cut."""
+
+    code = "input_too_long"
+    param = "input"
+
+
+def input_length_check(*, pool: ModelPool, texts: list[str]) -> None:
+    """Refuse a text longer than ``pool``'s model reads, in the model's word pieces.
+
+    Counted on the web tier with the model's own tokenizer for pools of the
+    ``sentence-transformers`` engine (all-MiniLM-L6-v2: at most
+    :data:`~inference.embeddings.EMBEDDING_MAX_TOKENS` = 256, special tokens included,
+    and at most the pool's ``max_context``); other engines count on their server.
+    Raises InputTooLong naming the first such text, its length and the limit.
+    """
+    if pool.engine != ModelPool.Engine.SENTENCE_TRANSFORMERS:
+        return
+    limit = min(pool.max_context, inference_embeddings.EMBEDDING_MAX_TOKENS)
+    counts = inference_embeddings.embedding_token_counts(texts)
+    for i, count in enumerate(counts):
+        if count > limit:
+            where = "`input`" if len(texts) == 1 else f"input[{i}]"
+            raise InputTooLong(
+                f"{where} is {count:,} tokens long; the model “{pool.model}” reads "
+                f"at most {limit:,} tokens per input. Split the text and embed the "
+                "parts."
+            )
+
+
 def embedding_admit(
     *,
     user: User,
@@ -140,7 +171,8 @@ def embedding_admit(
     pool or model name; ``dimensions``: the vector length asked for (None: the
     pool's). Raises Suspended (403, checked first), WrongModelKind (400, a chat model), NotFound (404), Forbidden
     (403, not in the plan), DimensionsUnsupported (400), ServiceUnavailable (503, no
-    live worker on the pool; nothing reserved), QuotaExceeded (429, nothing reserved).
+    live worker on the pool; nothing reserved), InputTooLong (400, a text over the
+    model's input limit), QuotaExceeded (429, nothing reserved).
     On success the caller owns the reservation: :func:`embedding_create` settles or
     releases it (else the periodic sweep does).
     """
@@ -153,6 +185,7 @@ def embedding_admit(
             f"The model “{pool.model}” makes {served}-d vectors and cannot shorten "
             f"them: omit `dimensions`, or set it to {served}."
         )
+    input_length_check(pool=pool, texts=texts)
     if inference_client.workers_live(pool=pool.name) == 0:
         raise _unavailable(model=pool.model, code=inference_embeddings.NO_WORKER)
     job_id = protocol.new_job_id()

@@ -108,6 +108,26 @@ def embedding_tokenizer() -> Any:
     return tokenizer
 
 
+@functools.cache
+def _counting_tokenizer() -> Any:
+    """A copy of :func:`embedding_tokenizer` that never truncates (counts whole texts)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_str(embedding_tokenizer().to_str())
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def embedding_token_counts(texts: list[str]) -> list[int]:
+    """Return each text's length in the embedding model's word pieces, its special
+    tokens included (what the model's :data:`EMBEDDING_MAX_TOKENS` limit counts).
+
+    The Rust tokenizer only (no model, no torch): about a microsecond per character.
+    """
+    encodings = _counting_tokenizer().encode_batch(texts)
+    return [len(encoding.ids) for encoding in encodings]
+
+
 def _jobs(texts: list[str], *, timeout_s: float, user_ref: str) -> list[protocol.Job]:
     """Split ``texts`` into embed jobs of at most EMBEDDING_JOB_MAX_TEXTS texts each, so
     no single job holds a worker for long (workers batch jobs back together)."""

@@ -11,9 +11,12 @@ from typing import Any
 
 from django.conf import settings
 
-from conversations.openai.requests import invalid_input, json_object, unicode_check
+from conversations.openai.params import invalid_input, unicode_check, unsupported
+from conversations.openai.requests import json_object
 
 ENCODING_FORMATS = ("float", "base64")
+# The body's fields (OpenAI's embeddings request); any other is refused by name.
+FIELDS = frozenset({"model", "input", "encoding_format", "dimensions", "user"})
 
 
 @dataclass
@@ -113,10 +116,14 @@ def _embedding_input(raw: Any) -> list[str]:
 def embedding_request_parse(body: bytes) -> EmbeddingRequest:
     """Validate a ``/v1/embeddings`` JSON body (UTF-8 bytes).
 
-    Raises InvalidInput (400) naming the field in the message and in ``param``. Whether
+    Raises InvalidInput (400) naming the field in the message and in ``param``; a
+    field other than :data:`FIELDS` is ``unsupported_parameter``. Whether
     ``dimensions`` fits the model is the gateway's to say (it depends on the pool).
     """
     data = json_object(body)
+    for name, value in data.items():
+        if name not in FIELDS and value is not None:
+            raise unsupported(name, "this API does not know this field")
     model = data.get("model")
     if not isinstance(model, str) or not model.strip():
         raise invalid_input(

@@ -1,5 +1,6 @@
-"""Parse and validate ``/v1/chat/completions`` bodies, and the field checks every API
-body shares (pure: no I/O; ``/v1/embeddings`` bodies: :mod:`.embedding_requests`).
+"""Parse and validate ``/v1/chat/completions`` bodies (pure: no I/O; the generation
+parameters: :mod:`.params`, which also holds the field checks every API body shares;
+``/v1/embeddings`` bodies: :mod:`.embedding_requests`).
 
 Errors are :class:`~chatsite.errors.InvalidInput` (400) or
 :class:`~chatsite.errors.PayloadTooLarge` (413) with a message naming the field; the
@@ -15,7 +16,22 @@ from typing import Any
 
 from django.conf import settings
 
-from chatsite.errors import DomainError, InvalidInput, PayloadTooLarge
+from chatsite.errors import PayloadTooLarge
+from conversations.openai.params import (
+    invalid_input,
+    params_parse,
+    unicode_check,
+    user_parse,
+    with_param,
+)
+
+__all__ = [
+    "CompletionRequest",
+    "completion_request_parse",
+    "invalid_input",
+    "json_object",
+    "unicode_check",
+]
 
 # OpenAI roles accepted, and the role the engine sees
 ROLES = {
@@ -43,19 +59,7 @@ class CompletionRequest:
     stream: bool = False
     include_usage: bool = False
     cache: bool | None = None  # True: opted in at any temperature; False: opted out
-
-
-def _with_param(exc: DomainError, param: str | None) -> DomainError:
-    """Name the request field ``exc`` is about (OpenAI's ``error.param``)."""
-    exc.param = param
-    return exc
-
-
-def invalid_input(
-    message: str, code: str = "invalid_request", *, param: str | None = None
-) -> DomainError:
-    """Return an InvalidInput (400) about the request field ``param`` (None: the body)."""
-    return _with_param(InvalidInput(message, code=code), param)
+    user: str | None = None  # the caller's end-user id: accepted, not used
 
 
 def json_object(body: bytes) -> dict[str, Any]:
@@ -71,26 +75,6 @@ def json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise invalid_input("The request body must be a JSON object.", "invalid_json")
     return data
-
-
-def unicode_check(text: str, where: str, *, param: str) -> None:
-    """Raise InvalidInput if ``text`` holds an unpaired UTF-16 surrogate.
-
-    JSON may escape one (``"\\ud800"``) and Python decodes it into a str that UTF-8
-    cannot encode: the job (Redis), the cache key and the response would all fail on
-    it (a 500).
-    """
-    if text.isascii():
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise invalid_input(
-            f"{where} contains an unpaired UTF-16 surrogate (\\ud800-\\udfff); send "
-            "valid Unicode text.",
-            "invalid_character",
-            param=param,
-        ) from exc
 
 
 def _content_text(content: Any, index: int, role: str) -> str:
@@ -165,7 +149,7 @@ def _messages(raw: Any) -> list[dict[str, str]]:
         )
     total = sum(len(m["content"]) for m in messages)
     if total > settings.API_MAX_PROMPT_CHARS:
-        raise _with_param(
+        raise with_param(
             PayloadTooLarge(
                 f"The messages hold {total:,} characters; the limit is "
                 f"{settings.API_MAX_PROMPT_CHARS:,}.",
@@ -174,64 +158,6 @@ def _messages(raw: Any) -> list[dict[str, str]]:
             "messages",
         )
     return messages
-
-
-def _number(body: dict[str, Any], name: str, lo: float, hi: float) -> float | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise invalid_input(
-            f"`{name}` must be a number.", "invalid_parameter", param=name
-        )
-    if not lo <= value <= hi:
-        raise invalid_input(
-            f"`{name}` must be between {lo:g} and {hi:g}.",
-            "invalid_parameter",
-            param=name,
-        )
-    return float(value)
-
-
-def _params(body: dict[str, Any]) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = body.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise invalid_input(
-                f"`{name}` must be a positive integer.", "invalid_parameter", param=name
-            )
-        params.setdefault("max_tokens", value)
-    temperature = _number(body, "temperature", 0, 2)
-    if temperature is not None:
-        params["temperature"] = temperature
-    top_p = _number(body, "top_p", 0, 1)
-    if top_p is not None:
-        params["top_p"] = top_p
-    stop = body.get("stop")
-    if stop is not None:
-        stops = [stop] if isinstance(stop, str) else stop
-        if (
-            not isinstance(stops, list)
-            or len(stops) > 4
-            or not all(isinstance(s, str) and s for s in stops)
-        ):
-            raise invalid_input(
-                "`stop` must be a string or a list of up to 4 non-empty strings.",
-                "invalid_parameter",
-                param="stop",
-            )
-        for stop_text in stops:
-            unicode_check(stop_text, "`stop`", param="stop")
-        if stops:
-            params["stop"] = stops
-    if body.get("n") not in (None, 1):
-        raise invalid_input(
-            "Only `n` = 1 is supported.", "invalid_parameter", param="n"
-        )
-    return params
 
 
 def completion_request_parse(body: bytes) -> CompletionRequest:
@@ -283,7 +209,8 @@ def completion_request_parse(body: bytes) -> CompletionRequest:
     return CompletionRequest(
         model=model.strip(),
         messages=_messages(data.get("messages")),
-        params=_params(data),
+        params=params_parse(data),
+        user=user_parse(data.get("user")),
         stream=stream,
         include_usage=include_usage,
         cache=cache,

@@ -32,12 +32,18 @@ Generation = generations.Generation
 
 
 def _model_check(model: str) -> None:
-    """With no chat pool in the database only the default pool's name is a model."""
-    if not gateway_selectors.chat_pools_defined() and (
-        model != settings.INFERENCE_DEFAULT_POOL
-    ):
+    """Accept only the ids ``GET /v1/models`` lists: pool names (a pool's model name,
+    such as the GGUF file's, is not an id). With no chat pool in the database only
+    the default pool's name is a chat model. Raises NotFound (404 ``model_not_found``).
+    """
+    known = gateway_selectors.pool_get(name=model) is not None or (
+        model == settings.INFERENCE_DEFAULT_POOL
+        and not gateway_selectors.chat_pools_defined()
+    )
+    if not known:
         raise NotFound(
-            f"The model “{model}” does not exist or is not available.",
+            f"The model “{model}” does not exist or is not available (see GET "
+            "/v1/models for the ids you may use).",
             code="model_not_found",
         )
 
@@ -100,6 +106,7 @@ def completion_start(*, user: User, req: CompletionRequest) -> Generation:
         client_authored=True,
         model=req.model,
         cache_policy=_cache_policy(req, query=query),
+        max_tokens_strict=True,
     )
     started = generations.generation_start(request)
     generation = started.generation

@@ -33,10 +33,13 @@ settled, :func:`cache_settle` stores its answer if it is complete (status
 ``complete``, finish reason ``stop`` or ``length``; never errors, cancelled or
 filtered answers, never a cache hit itself) and drops the material.
 
-Billing of a hit: usage counts the tokens an engine processed, and a hit processed none,
-so its ``done`` event reports ``prompt_tokens = completion_tokens = cached_tokens = 0``;
-the reservation is released, the :class:`UsageRecord` has ``cache_hit=True``, zero
-tokens and cost 0, and the quota is not charged.
+Usage and billing of a hit: its ``done`` event reports the usage of the generation that
+wrote the answer (exact cache; a semantic hit reports zeros: its entry keeps no
+usage), with the whole prompt as ``cached_tokens``, so a client sees what the answer
+cost when it was made and that all of it came from the cache. Billing follows the
+plans, which charge only tokens an engine processed: a hit processed none, so the
+reservation is released, the :class:`UsageRecord` has ``cache_hit=True``, zero tokens
+and cost 0, and the quota is not charged.
 
 The Redis keys (exact entries, pending material) are listed in :mod:`gateway.keys`.
 """

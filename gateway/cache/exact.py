@@ -49,6 +49,8 @@ def exact_get(digest: str) -> CacheHit | None:
         text=data["text"],
         model=data["model"],
         finish_reason=data["finish_reason"],
+        prompt_tokens=int(data.get("prompt_tokens", 0)),
+        completion_tokens=int(data.get("completion_tokens", 0)),
     )
 
 
@@ -59,9 +61,11 @@ def exact_store(
     answer_model: str,
     finish_reason: str,
     user_id: int | None = None,
+    usage: protocol.Usage | None = None,
 ) -> None:
     """Cache ``answer`` (written by ``answer_model``) under ``digest`` for
-    GATEWAY_CACHE_TTL_S seconds, replacing an earlier one.
+    GATEWAY_CACHE_TTL_S seconds, replacing an earlier one, with the ``usage`` of the
+    generation that wrote it (a hit reports it: :func:`gateway.cache.cache_serve`).
 
     ``user_id``, the owner, is stored in the entry so that deleting an account can find
     its entries (:func:`accounts.services.account_redis_purge`); lookups ignore it.
@@ -70,6 +74,8 @@ def exact_store(
         "text": answer,
         "model": answer_model,
         "finish_reason": finish_reason,
+        "prompt_tokens": usage.prompt_tokens if usage else 0,
+        "completion_tokens": usage.completion_tokens if usage else 0,
     }
     if user_id is not None:
         entry["user"] = user_id

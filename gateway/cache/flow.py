@@ -91,13 +91,15 @@ def cache_settle(
     answer: str | None,
     answer_model: str = "",
     cache_hit: bool = False,
+    usage: protocol.Usage | None = None,
 ) -> bool:
     """Store a settled generation's answer in the caches if it qualifies; drop its material.
 
     Stored only when the request was admitted as cacheable, ``status`` is ``complete``,
     ``finish_reason`` is ``stop`` or ``length``, the answer is not empty, it is not a
     cache hit, and it was answered on the pool it was admitted to (a fallback retry is
-    not cached). Returns True if stored. Never raises (a failure is logged).
+    not cached). ``usage``: the generation's, kept with the exact entry. Returns True
+    if stored. Never raises (a failure is logged).
     """
     try:
         raw = redis_sync().getdel(keys.cache_pending_key(job_id))
@@ -114,6 +116,7 @@ def cache_settle(
             answer_model=answer_model,
             finish_reason=finish_reason,
             user_id=data["user_id"],
+            usage=usage,
         )
         if data.get("semantic"):
             semantic_store(

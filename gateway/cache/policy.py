@@ -44,13 +44,19 @@ class CachePolicy:
 
 @dataclass(frozen=True)
 class CacheHit:
-    """A cached answer: ``kind`` is ``exact`` or ``semantic``; ``model`` wrote it."""
+    """A cached answer: ``kind`` is ``exact`` or ``semantic``; ``model`` wrote it.
+
+    ``prompt_tokens``/``completion_tokens``: the usage of the generation that wrote
+    the answer (exact cache; 0 where the entry does not know it: semantic entries).
+    """
 
     kind: str
     text: str
     model: str
     finish_reason: str
     similarity: float = 1.0  # cosine similarity of the prompts (exact: 1.0)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 @dataclass

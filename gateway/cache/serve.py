@@ -51,7 +51,9 @@ def cache_serve(
     Events, as a worker writes them: ``meta`` (``worker`` "cache", ``queue_ms`` 0,
     ``cache`` = the hit's kind), the text as ``token`` events of at most
     GATEWAY_CACHE_CHUNK_CHARS characters, then ``done`` with the cached finish reason
-    and zero usage (a hit bills nothing: see :mod:`gateway.cache`). ``ttft_ms`` and
+    and the usage of the generation that wrote the answer, its whole prompt as
+    ``cached_tokens`` (what the client is told; a hit bills nothing: see
+    :mod:`gateway.cache`). ``ttft_ms`` and
     ``latency_ms`` are the milliseconds since ``enqueued_at`` (epoch s; None: 0).
     """
     client = redis_sync()
@@ -74,7 +76,13 @@ def cache_serve(
         event_type=protocol.EVENT_DONE,
         payload={
             "finish_reason": hit.finish_reason,
-            "usage": asdict(protocol.Usage()),
+            "usage": asdict(
+                protocol.Usage(
+                    prompt_tokens=hit.prompt_tokens,
+                    completion_tokens=hit.completion_tokens,
+                    cached_tokens=hit.prompt_tokens,
+                )
+            ),
             "ttft_ms": elapsed_ms,
             "latency_ms": elapsed_ms,
         },

@@ -27,6 +27,8 @@ from chatsite.errors import InvalidInput
 from gateway import cache, quota, routing, selectors
 from gateway.cache import CacheHit
 from gateway.generations.request import GenerationRequest
+from gateway.models import ModelPool
+from inference.params import params_unsupported
 from safety import selectors as safety_selectors
 from safety import services as safety_services
 from safety.models import ModerationEvent
@@ -71,6 +73,40 @@ class Admission:
     params: dict[str, Any]
     reserved_tokens: int
     cache_hit: CacheHit | None = None
+
+
+class UnsupportedParameter(InvalidInput):
+    """A parameter the routed pool's engine does not implement, or a value over the
+    model's limit (400; ``param`` names the field; the table:
+    :data:`inference.params.ENGINE_PARAMS`)."""
+
+    code = "unsupported_parameter"
+
+
+def params_check(*, pool: ModelPool, params: dict[str, Any], strict: bool) -> None:
+    """Refuse ``params`` the engine of ``pool`` cannot honour (before any reservation).
+
+    ``strict`` (``GenerationRequest.max_tokens_strict``): a ``max_tokens``
+    above the pool's ``max_output_tokens`` is refused rather than lowered to it.
+    Raises UnsupportedParameter (400) naming the first such field.
+    """
+    for name in params_unsupported(engine=pool.engine, params=params):
+        exc = UnsupportedParameter(
+            f"`{name}` is not supported by the model “{pool.name}” (its engine, "
+            f"{pool.engine}, does not implement it). Remove it from the request; "
+            "docs/api.md lists what each engine supports."
+        )
+        exc.param = name
+        raise exc
+    asked = params.get("max_tokens")
+    if strict and asked is not None and asked > pool.max_output_tokens:
+        exc = UnsupportedParameter(
+            f"`max_tokens` is {asked:,}; the model “{pool.name}” writes at most "
+            f"{pool.max_output_tokens:,} tokens per answer.",
+            code="invalid_parameter",
+        )
+        exc.param = "max_tokens"
+        raise exc
 
 
 def prompt_tokens_estimate(messages: list[dict[str, str]]) -> int:
@@ -151,7 +187,8 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
     ModerationBlocked (400, the content policy; an event is recorded, nothing
     reserved), ModerationUnavailable (503, moderation down and failing closed),
     ContextOverflow (400, the prompt alone fills the pool's context window),
-    NotFound / Forbidden (model choice), QuotaExceeded (429, nothing reserved),
+    UnsupportedParameter (400, a parameter the pool's engine does not implement, or,
+    with ``max_tokens_strict``, a ``max_tokens`` over the pool's limit), NotFound / Forbidden (model choice), QuotaExceeded (429, nothing reserved),
     PoolSaturated (503, the reservation is given back). On success the caller owns the
     reservation: it ends in settlement, :func:`generation_release`, or the sweep.
     """
@@ -167,6 +204,7 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
         )
     params = dict(request.params)
     opt_in = bool(params.pop(cache.CACHE_PARAM, False))
+    params_check(pool=pool, params=params, strict=request.max_tokens_strict)
     max_tokens = int(params.get("max_tokens") or settings.CHAT_MAX_TOKENS)
     params["max_tokens"] = max(1, min(max_tokens, pool.max_output_tokens))
     prompt_tokens = request.prompt_tokens
@@ -207,6 +245,8 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
                 cache_hit=hit,
             )
         pool = routing.pool_admit(pool=pool, plan=plan, fallback=request.fallback)
+        # a fallback pool must honour the parameters too (its limit lowers max_tokens)
+        params_check(pool=pool, params=params, strict=False)
         params["max_tokens"] = min(params["max_tokens"], pool.max_output_tokens)
         if material is not None:
             material.params = dict(params)

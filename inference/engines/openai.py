@@ -137,8 +137,19 @@ class OpenAIEngine(Engine):
             "temperature": float(params.get("temperature", 0.7)),
             "top_p": float(params.get("top_p", 0.95)),
         }
-        if params.get("stop"):
-            body["stop"] = params["stop"]
+        for name in ("stop", "seed", "presence_penalty", "frequency_penalty"):
+            if params.get(name) is not None:
+                body[name] = params[name]
+        if params.get("logit_bias"):
+            body["logit_bias"] = params["logit_bias"]
+        fmt = params.get("response_format")
+        if fmt and fmt.get("type") == "json_schema":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": fmt["schema"]},
+            }
+        elif fmt:
+            body["response_format"] = fmt
         if params.get("ignore_eos"):
             body["ignore_eos"] = True  # vLLM extension (benchmarks, tests)
         return body

@@ -9,6 +9,8 @@ exercised exactly. Options come from the constructor and can be overridden per j
 - ``chunk_bytes`` (int|None): emit UTF-8 slices of this many bytes (splitting characters);
   default: one word (with its leading space) per token.
 - ``delay_ms`` (float): sleep before each token, in milliseconds.
+- ``stop`` (the job's OpenAI ``stop`` strings, not a script option): the text is cut
+  before the first one, finish ``stop``.
 - ``fail_after`` (int|None): raise :class:`EngineError` after this many tokens (0 = before
   the first token); ``fail_code`` (str): its error code (default ``engine_error``).
 
@@ -24,7 +26,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from inference import protocol
-from inference.engines.base import Delta, Engine, EngineError, Finish, Utf8Decoder
+from inference.engines.base import (
+    Delta,
+    Engine,
+    EngineError,
+    Finish,
+    StopText,
+    Utf8Decoder,
+)
 from inference.protocol import Job, Usage
 
 DEFAULT_TEXT = (
@@ -83,6 +92,7 @@ class ScriptedEngine(Engine):
             chunks = [b""]
         usage = Usage(prompt_tokens=self.count_tokens(job.messages))
         decoder = Utf8Decoder()
+        stopper = StopText(job.params.get("stop"))
         delay_s = float(opts["delay_ms"]) / 1000.0
         fail_after = opts["fail_after"]
         finish_reason = protocol.FINISH_STOP
@@ -111,12 +121,15 @@ class ScriptedEngine(Engine):
                     if job.job_id in self._aborted:
                         finish_reason = protocol.FINISH_CANCELLED
                         break
-                text = decoder.feed(chunks[i])
+                text = stopper.feed(decoder.feed(chunks[i]))
                 i += 1
                 usage.completion_tokens += 1
                 if text:
                     yield Delta(text)
-            tail = decoder.flush()
+                if stopper.hit:
+                    finish_reason = protocol.FINISH_STOP
+                    break
+            tail = stopper.feed(decoder.flush()) + stopper.flush()
             if tail:
                 yield Delta(tail)
             yield Finish(finish_reason, usage)

@@ -9,7 +9,9 @@ so ``prompt_tokens`` is exact; ``completion_tokens`` counts the generated token 
 ``abort(job_id)`` calls ``AsyncLLM.abort``: the request leaves the scheduler at once
 and the generation finishes with ``finish_reason="cancelled"``. Job params used:
 ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``repeat_penalty``, ``stop``,
-``seed`` and ``ignore_eos`` (benchmarks and tests: generate exactly ``max_tokens``).
+``seed``, ``presence_penalty``, ``frequency_penalty``, ``logit_bias``,
+``response_format`` (vLLM structured outputs) and ``ignore_eos`` (benchmarks and
+tests: generate exactly ``max_tokens``).
 
 vLLM lives in its own venv (``.venv-vllm``, ``make test-vllm``): it pins its own torch
 and transformers. On CPU it needs an HF checkpoint (``scripts/smollm2_hf.py`` converts
@@ -36,6 +38,18 @@ _FINISH_REASONS = {
     "abort": protocol.FINISH_CANCELLED,
 }
 _GiB = 1 << 30
+
+
+def _structured(response_format: dict[str, Any] | None) -> Any:
+    """Return vLLM's structured-output constraint for ``response_format`` (None: none):
+    any JSON object for ``json_object``, the schema for ``json_schema``."""
+    if not response_format:
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    if response_format.get("type") == "json_schema":
+        return StructuredOutputsParams(json=response_format["schema"])
+    return StructuredOutputsParams(json_object=True)
 
 
 class SchedulerCounts:
@@ -229,12 +243,17 @@ class VllmEngine(Engine):
 
         p = job.params
         seed = p.get("seed")
+        bias = p.get("logit_bias")
         return SamplingParams(
             max_tokens=max_tokens,
             temperature=float(p.get("temperature", 0.7)),
             top_p=float(p.get("top_p", 0.95)),
             top_k=int(p.get("top_k", 40)),
             repetition_penalty=float(p.get("repeat_penalty", 1.1)),
+            presence_penalty=float(p.get("presence_penalty", 0.0)),
+            frequency_penalty=float(p.get("frequency_penalty", 0.0)),
+            logit_bias={int(k): v for k, v in bias.items()} if bias else None,
+            structured_outputs=_structured(p.get("response_format")),
             stop=p.get("stop") or None,
             seed=int(seed) if seed is not None else None,
             ignore_eos=bool(p.get("ignore_eos", False)),

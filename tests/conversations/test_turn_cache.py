@@ -97,14 +97,16 @@ def test_with_reuse_on_a_repeated_question_is_answered_from_the_exact_cache(
     assert result.text == "The capital of France is Paris."
     done = result.last("done").data
     assert done["cache"] == "exact" and done["status"] == "complete"
+    # the usage of the generation that wrote the answer, its whole prompt cached
     assert done["usage"] == {
-        "prompt_tokens": 0,
-        "completion_tokens": 0,
-        "cached_tokens": 0,
+        "prompt_tokens": first.prompt_tokens,
+        "completion_tokens": first.token_count,
+        "cached_tokens": first.prompt_tokens,
     }
     assert answer.cache_kind == Message.CacheKind.EXACT
     assert answer.content == "The capital of France is Paris."
-    assert answer.status == Message.Status.COMPLETE and not answer.token_count
+    assert answer.status == Message.Status.COMPLETE
+    assert answer.token_count == first.token_count > 0
     record = UsageRecord.objects.get(job_id=answer.job_id)
     assert record.cache_hit and record.total_tokens == 0 and record.cost == 0
     assert not UsageRecord.objects.get(job_id=first.job_id).cache_hit

@@ -84,10 +84,12 @@ def test_exact_hit_at_temperature_0_streams_without_a_job_and_costs_nothing(
     }
     done = result.last("done").data
     assert done["status"] == "complete" and done["finish_reason"] == "stop"
+    # the usage of the generation that wrote the answer, its whole prompt cached
+    original = UsageRecord.objects.get(job_id=first.assistant_message.job_id)
     assert done["usage"] == {
-        "prompt_tokens": 0,
-        "completion_tokens": 0,
-        "cached_tokens": 0,
+        "prompt_tokens": original.prompt_tokens,
+        "completion_tokens": original.completion_tokens,
+        "cached_tokens": original.prompt_tokens,
     }
     answer = Message.objects.get(id=turn.assistant_message.id)
     assert answer.status == Message.Status.COMPLETE

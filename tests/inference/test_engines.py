@@ -5,7 +5,8 @@ import asyncio
 import pytest
 
 from inference.engines import engine_create
-from inference.engines.base import Delta, EngineError, Finish, Utf8Decoder
+from inference.engines.base import Delta, EngineError, Finish, StopText, Utf8Decoder
+from inference.engines.openai import OpenAIEngine
 from inference.engines.scripted import ScriptedEngine
 from inference.protocol import Job
 
@@ -69,3 +70,56 @@ def test_scripted_engine_failure_injection_raises_engine_error():
 def test_engine_create_rejects_unknown_engines():
     with pytest.raises(ValueError, match="unknown engine"):
         engine_create("tpu-magic")
+
+
+SEA = "The sea is a vast body of water."
+
+
+@pytest.mark.parametrize("size", range(1, 8))
+def test_stop_text_cuts_before_a_stop_string_split_across_pieces(size):
+    stopper = StopText(["vast", "zzz"])
+    pieces = [SEA[i : i + size] for i in range(0, len(SEA), size)]
+    released = "".join(stopper.feed(p) for p in pieces) + stopper.flush()
+    assert released == "The sea is a "
+    assert stopper.hit
+
+
+def test_stop_text_releases_everything_when_no_stop_string_appears():
+    stopper = StopText(["vat"])
+    released = stopper.feed("The sea is a va") + stopper.feed("st body.")
+    assert released + stopper.flush() == "The sea is a vast body."
+    assert not stopper.hit
+
+
+def test_scripted_engine_stops_at_a_stop_string_inside_a_chunk():
+    items = run(
+        ScriptedEngine(text=SEA, chunk_bytes=3),
+        Job(job_id="s", messages=[], params={"stop": ["e"]}),
+    )
+    assert "".join(i.text for i in items if isinstance(i, Delta)) == "Th"
+    assert items[-1].finish_reason == "stop"
+
+
+def test_the_openai_engine_sends_every_parameter_of_the_table():
+    schema = {"type": "object"}
+    params = {
+        "max_tokens": 9,
+        "temperature": 0.0,
+        "top_p": 0.5,
+        "stop": ["x"],
+        "seed": 3,
+        "presence_penalty": 0.5,
+        "frequency_penalty": -0.5,
+        "logit_bias": {"17": 5.0},
+        "response_format": {"type": "json_schema", "schema": schema},
+    }
+    body = OpenAIEngine(base_url="http://h:1", model="m")._body(
+        Job(job_id="o", messages=[{"role": "user", "content": "hi"}], params=params)
+    )
+    assert {k: body[k] for k in params if k != "response_format"} == {
+        k: v for k, v in params.items() if k != "response_format"
+    }
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "answer", "schema": schema},
+    }

@@ -1,6 +1,7 @@
 """The llama.cpp engine on the bundled SmolLM2-135M-Instruct GGUF (real model, CPU)."""
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -57,12 +58,10 @@ def test_generates_an_answer_with_exact_usage_from_the_chat_template(engine):
 
 
 def test_repeating_a_prompt_reuses_the_kv_cache_prefix(engine):
-    job = Job(job_id="b", messages=QUESTION, params={"max_tokens": 4, "temperature": 0})
-    collect(engine, job)
-    again = collect(
-        engine,
-        Job(job_id="c", messages=QUESTION, params={"max_tokens": 4, "temperature": 0}),
-    )
+    # above temperature 0 (at 0 the prompt is evaluated whole: see below)
+    params = {"max_tokens": 4, "temperature": 0.7}
+    collect(engine, Job(job_id="b", messages=QUESTION, params=params))
+    again = collect(engine, Job(job_id="c", messages=QUESTION, params=params))
     assert again[-1].usage.cached_tokens >= again[-1].usage.prompt_tokens - 1
 
 
@@ -75,7 +74,7 @@ def test_a_background_job_between_two_turns_keeps_the_turns_prefix_cached(
     context it prefills again from its first token)."""
     eng = LlamaCppEngine(n_ctx=1024, background_slot=background_slot)
     asyncio.run(eng.start())
-    params = {"max_tokens": 4, "temperature": 0}
+    params = {"max_tokens": 4, "temperature": 0.7}
     try:
         collect(eng, Job(job_id="turn-1", messages=QUESTION, params=params))
         title = [{"role": "user", "content": "Write a title: cooking pasta at home."}]
@@ -172,3 +171,98 @@ def test_two_slots_serve_two_concurrent_jobs_that_progress_together(start_worker
     # Each job streamed its first token before the other one ended: both ran at once.
     assert first_token(left) < _stream_pos(right[-1].id)
     assert first_token(right) < _stream_pos(left[-1].id)
+
+
+def _text(items):
+    return "".join(i.text for i in items if isinstance(i, Delta))
+
+
+STORY = [{"role": "user", "content": "Describe the sea in three sentences."}]
+
+
+def test_stop_cuts_the_answer_before_the_stop_string(engine):
+    params = {"max_tokens": 40, "temperature": 0}
+    whole = _text(collect(engine, Job(job_id="s0", messages=STORY, params=params)))
+    assert "e" in whole
+    items = collect(
+        engine, Job(job_id="s1", messages=STORY, params={**params, "stop": ["e"]})
+    )
+    assert _text(items) == whole[: whole.index("e")]
+    assert items[-1].finish_reason == "stop"
+
+
+def test_temperature_0_gives_the_same_text_whatever_ran_before(engine):
+    """llama.cpp's prefix reuse evaluates a prompt's suffix in other batch shapes than
+    a fresh prompt, which can change a greedy answer: at temperature 0 the prompt is
+    evaluated whole, so the text depends on the prompt alone."""
+    params = {"max_tokens": 40, "temperature": 0}
+    first = collect(engine, Job(job_id="t0", messages=STORY, params=params))
+    other = [*QUESTION[:1], {"role": "user", "content": "Describe a mountain lake."}]
+    collect(engine, Job(job_id="t1", messages=other, params=params))
+    again = collect(engine, Job(job_id="t2", messages=STORY, params=params))
+    assert _text(again) == _text(first)
+    assert again[-1].usage.completion_tokens == first[-1].usage.completion_tokens
+    assert again[-1].usage.cached_tokens == 0  # nothing reused from the slot
+
+
+def test_a_seed_makes_sampling_repeatable(engine):
+    params = {"max_tokens": 24, "temperature": 1.0, "seed": 1234}
+    texts = {
+        _text(collect(engine, Job(job_id=f"seed-{i}", messages=STORY, params=params)))
+        for i in range(2)
+    }
+    assert len(texts) == 1
+
+
+def test_logit_bias_forces_a_token(engine):
+    token = engine._counter.tokenize(b" banana", add_bos=False)[0]
+    items = collect(
+        engine,
+        Job(
+            job_id="bias",
+            messages=QUESTION,
+            params={"max_tokens": 1, "temperature": 0, "logit_bias": {str(token): 100}},
+        ),
+    )
+    assert _text(items) == " banana"
+
+
+def test_response_format_json_schema_holds_the_answer_to_the_schema(engine):
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}},
+        "required": ["city"],
+    }
+    items = collect(
+        engine,
+        Job(
+            job_id="json",
+            messages=QUESTION,
+            params={
+                "max_tokens": 60,
+                "temperature": 0,
+                "response_format": {"type": "json_schema", "schema": schema},
+            },
+        ),
+    )
+    answer = json.loads(_text(items))
+    assert isinstance(answer["city"], str)
+    assert items[-1].finish_reason == "stop"
+
+
+def test_penalties_change_a_greedy_answer(engine):
+    params = {"max_tokens": 40, "temperature": 0}
+    plain = _text(collect(engine, Job(job_id="p0", messages=STORY, params=params)))
+    again = _text(collect(engine, Job(job_id="p2", messages=STORY, params=params)))
+    assert again == plain  # greedy text is repeatable: a change is the penalties'
+    penalised = _text(
+        collect(
+            engine,
+            Job(
+                job_id="p1",
+                messages=STORY,
+                params={**params, "presence_penalty": 2.0, "frequency_penalty": 2.0},
+            ),
+        )
+    )
+    assert penalised != plain

@@ -41,7 +41,7 @@ def test_the_openai_client_streams_and_not_with_usage(user, api_key, stack):
     assert completion.choices[0].finish_reason == "stop"
     assert completion.usage.completion_tokens == len(DEFAULT_TEXT.split())
     stream = client.chat.completions.create(
-        model="scripted-1",  # the pool's model name works too
+        model="default",
         messages=[{"role": "user", "content": "Hello again?"}],
         stream=True,
         stream_options={"include_usage": True},

@@ -152,6 +152,31 @@ async def test_over_quota_is_a_429_and_nothing_stays_reserved(
     assert await sync_to_async(_used)(user) == [ok.usage.prompt_tokens] * 3
 
 
+async def test_an_input_longer_than_the_model_reads_is_a_400_naming_the_limit(
+    user, api_key, embed_pool
+):
+    """all-MiniLM-L6-v2 reads 256 word pieces: a longer text would be embedded from
+    its beginning only, so it is refused (counted on the web tier, before a worker
+    or the quota is involved); a text of 256 pieces is accepted."""
+    long_text = "The quick brown fox jumps over the lazy dog. " * 40  # ~400 pieces
+    result = await asgi(
+        "POST",
+        "/v1/embeddings",
+        body={"model": MODEL, "input": ["short", long_text]},
+        key=api_key,
+    )
+    assert result.status == 400, result.body
+    error = result.json()["error"]
+    assert (error["code"], error["param"]) == ("input_too_long", "input")
+    assert "input[1]" in error["message"] and "256 tokens" in error["message"]
+    assert no_reservations() and await UsageRecord.objects.acount() == 0
+    fits = "word " * 254  # 254 pieces + [CLS] + [SEP]
+    result = await asgi(
+        "POST", "/v1/embeddings", body={"model": MODEL, "input": fits}, key=api_key
+    )
+    assert result.status == 503  # past the length check: no worker in this test
+
+
 async def test_no_embedding_worker_is_a_503_with_retry_after_and_nothing_reserved(
     user, api_key, embed_pool
 ):
@@ -271,7 +296,10 @@ async def test_a_chat_completion_for_the_embedding_model_is_a_400_naming_the_end
     api_key, embed_pool
 ):
     result = await asgi(
-        "POST", "/v1/chat/completions", body=ask(model=MODEL), key=api_key
+        "POST",
+        "/v1/chat/completions",
+        body=ask(model=settings.EMBEDDING_POOL),  # its id in GET /v1/models
+        key=api_key,
     )
     assert result.status == 400
     error = result.json()["error"]

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
         (ask(max_tokens=0), "invalid_parameter"),
         (ask(stop=["a", "b", "c", "d", "e"]), "invalid_parameter"),
         (ask(stream_options={"include_usage": True}), "invalid_parameter"),
-        (ask(n=2), "invalid_parameter"),
+        (ask(n=2), "unsupported_parameter"),
         (
             ask(stream=True, stream_options={"include_usage": "false"}),
             "invalid_parameter",

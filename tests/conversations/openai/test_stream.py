@@ -218,11 +218,24 @@ async def test_a_repeated_deterministic_request_is_answered_by_the_exact_cache(
     chunks = second.chunks
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
     assert text == "Paris is the capital."
-    assert chunks[-1]["usage"]["total_tokens"] == 0
-    assert len(enqueued) == 1  # the second request never reached a worker
+    # the usage of the generation that wrote the answer, its whole prompt cached
+    usage = first.json()["usage"]
+    assert usage["completion_tokens"] == len("Paris is the capital.".split())
+    assert chunks[-1]["usage"] == {
+        **usage,
+        "prompt_tokens_details": {"cached_tokens": usage["prompt_tokens"]},
+    }
+    third = await asgi(
+        "POST", "/v1/chat/completions", body=capital(temperature=0), key=api_key
+    )
+    assert third.headers["x-chatsite-cache"] == "exact"
+    assert third.json()["usage"] == chunks[-1]["usage"]
+    assert len(enqueued) == 1  # the later requests never reached a worker
     records = await sync_to_async(list)(UsageRecord.objects.order_by("created_at"))
-    assert [r.cache_hit for r in records] == [False, True]
-    assert records[1].total_tokens == 0 and records[1].cost == 0
+    assert [r.cache_hit for r in records] == [False, True, True]
+    # billed as the plans say: a hit processed no token, so it costs nothing
+    assert records[1].total_tokens == records[2].total_tokens == 0
+    assert records[1].cost == 0
     assert no_reservations()
 
 
