@@ -20,6 +20,7 @@ from chatsite.errors import (
     wants_json,
 )
 from memory import selectors, services
+from memory.extract import upload_too_large
 
 
 def _not_found(request: HttpRequest) -> HttpResponse:
@@ -76,12 +77,15 @@ def document_list(request: AuthenticatedRequest) -> HttpResponse:
 
 @require_POST
 def document_upload(request: AuthenticatedRequest) -> HttpResponse:
-    """Upload a .txt/.md/.pdf; it is processed in the background (status on the page)."""
+    """Upload a .txt/.md/.pdf: the file is stored as it is and read in the background
+    (status on the page); only its name and size are checked here."""
     upload = request.FILES.get("file")
     try:
         if upload is None:
             raise InvalidInput("Choose a file to upload.", code="no_file")
         limit = settings.MEMORY_UPLOAD_MAX_BYTES
+        if (upload.size or 0) > limit:
+            raise upload_too_large(upload.name or "", limit)
         data = upload.read(limit + 1)
         document = services.document_upload(
             user=request.user, name=upload.name or "", data=data
