@@ -9,7 +9,11 @@ from django.contrib import messages as flash
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import (
+    require_http_methods,
+    require_POST,
+    require_safe,
+)
 
 from chatsite.auth import AuthenticatedRequest
 from chatsite.errors import (
@@ -44,7 +48,7 @@ def _confirm(
     )
 
 
-@require_GET
+@require_safe
 def document_list(request: AuthenticatedRequest) -> HttpResponse:
     """The Documents page: the user's documents with their ingest status, and an upload form."""
     documents = selectors.document_list(user=request.user)
@@ -97,7 +101,7 @@ def document_upload(request: AuthenticatedRequest) -> HttpResponse:
     return redirect("document-list")
 
 
-@require_GET
+@require_safe
 def document_detail(request: AuthenticatedRequest, document_id: int) -> HttpResponse:
     """One document's passages, each with an anchor (``#p<ord>``) that citations link to."""
     try:
@@ -110,12 +114,12 @@ def document_detail(request: AuthenticatedRequest, document_id: int) -> HttpResp
     )
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def document_delete(request: AuthenticatedRequest, document_id: int) -> HttpResponse:
     """GET: ask for confirmation. POST: delete a document with its chunks and vectors."""
     try:
         document = selectors.document_get(user=request.user, document_id=document_id)
-        if request.method == "GET":
+        if request.method in ("GET", "HEAD"):
             return _confirm(
                 request,
                 title="Delete this document?",
@@ -131,7 +135,7 @@ def document_delete(request: AuthenticatedRequest, document_id: int) -> HttpResp
     return redirect("document-list")
 
 
-@require_GET
+@require_safe
 def memory_page(request: AuthenticatedRequest) -> HttpResponse:
     """The Memory page: what the assistant remembers, with edit/delete and an on/off switch."""
     return render(
@@ -178,10 +182,10 @@ def fact_edit(request: AuthenticatedRequest, fact_id: int) -> HttpResponse:
     )
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def fact_delete(request: AuthenticatedRequest, fact_id: int) -> HttpResponse:
     """GET: ask for confirmation. POST: forget a fact."""
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):
         try:
             fact = selectors.fact_get(user=request.user, fact_id=fact_id)
         except DomainError:
