@@ -24,9 +24,10 @@ from django.urls import Resolver404, get_resolver
 
 from chatsite.errors import PayloadTooLarge, error_page, error_response
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-App = Callable[[dict[str, Any], Receive, Send], Awaitable[None]]
+# ASGI callables (Django's handler types them with Mapping messages).
+Receive = Callable[[], Awaitable[Any]]
+Send = Callable[[Any], Awaitable[None]]
+App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
 
 def body_cap(path: str) -> int:

@@ -242,7 +242,12 @@ def _body_fields(request: HttpRequest) -> dict[str, Any]:
     """The fields of a form post, or of a JSON object body; raise InvalidInput."""
     if request.content_type != "application/json":
         return request.POST.dict()
-    data = json_loads_bounded(request.body or b"{}", max_depth=settings.JSON_MAX_DEPTH)
+    try:
+        data = json_loads_bounded(
+            request.body or b"{}", max_depth=settings.JSON_MAX_DEPTH
+        )
+    except InvalidInput as exc:  # the chat's forms answer one code for bad input
+        raise InvalidInput(exc.message) from exc
     if not isinstance(data, dict):
         raise InvalidInput("The request body must be a JSON object.")
     return data
