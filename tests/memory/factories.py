@@ -40,13 +40,17 @@ def pdf_with_text(text: str) -> bytes:
     return out.getvalue()
 
 
-def pdf_shared_stream(*, pages: int, text_bytes: int) -> bytes:
+def pdf_shared_stream(
+    *, pages: int, text_bytes: int = 0, content: bytes | None = None
+) -> bytes:
     """Return a small PDF of ``pages`` pages that all draw one Flate-compressed content
-    stream showing ``text_bytes`` letters: each page's text extraction parses the
-    whole stream again (a few KB of file, ``pages * text_bytes`` bytes to parse)."""
+    stream showing ``text_bytes`` letters (or holding ``content``, operators of your
+    own): each page's text extraction parses the whole stream again (a few KB of file,
+    ``pages`` times the stream's bytes to parse)."""
     import zlib
 
-    content = b"BT /F1 12 Tf 72 720 Td (" + b"A" * text_bytes + b") Tj ET"
+    if content is None:
+        content = b"BT /F1 12 Tf 72 720 Td (" + b"A" * text_bytes + b") Tj ET"
     packed = zlib.compress(content, 9)
     kids = " ".join(f"{4 + i} 0 R" for i in range(pages)).encode()
     objects = [
