@@ -3,8 +3,8 @@
 Two steps, split by cost. :func:`upload_check` runs in the upload request and looks
 only at the name and the byte count. :func:`text_extract` runs in the ingest task
 (:mod:`memory.tasks`), never in a request: a PDF is read in a child process
-(:mod:`memory.pdf_text`) that runs at a lower priority under a memory cap and is killed
-at a deadline, with caps on pages, decompressed page content and characters
+(:mod:`memory.pdf_text`) that runs at the lowest CPU priority under a memory cap and
+is killed at a deadline, with caps on pages, decompressed page content and characters
 (:class:`ExtractLimits`, from the MEMORY_EXTRACT_* and MEMORY_PDF_* settings).
 
 Errors raise :class:`chatsite.errors.InvalidInput` (unsupported type, empty, not UTF-8,
