@@ -291,3 +291,24 @@ def test_the_remember_request_is_looked_for_only_in_short_messages(settings):
     assert parse("remember   my cat   is Tom \n") == "my cat is Tom"
     long = "remember a" + " " * settings.MEMORY_REMEMBER_MAX_CHARS + "b"
     assert parse(long) is None
+
+
+@pytest.mark.django_db
+def test_an_import_over_the_total_characters_cap_is_refused_and_stores_nothing(
+    user, settings
+):
+    from conversations import exports, services
+
+    conv = Conversation.objects.create(user=user, title="Long")
+    Message.objects.create(conversation=conv, role="user", content="x" * 60)
+    data = json.dumps(exports.conversations_export_json(user=user)).encode()
+    conv.delete()
+    settings.CHAT_IMPORT_MAX_TOTAL_CHARS = 50
+    with pytest.raises(InvalidInput) as info:
+        services.conversations_import(user=user, data=data)
+    assert "at most 50 can be imported" in info.value.message
+    assert not Conversation.objects.filter(user=user).exists()
+    deep = b'{"format": ' + b"[" * 100 + b"]" * 100 + b"}"
+    with pytest.raises(InvalidInput) as info:
+        services.conversations_import(user=user, data=deep)
+    assert "64 levels" in info.value.message
