@@ -9,8 +9,8 @@ site's shape: OpenAI-shaped JSON under ``/v1/`` and for JSON clients, the site's
 otherwise (:func:`chatsite.errors.wants_json` rules, decided from the path and the
 ``Accept`` header since no Django request exists yet).
 
-Caps: settings.REQUEST_MAX_BODY_BYTES, or the larger one of the address's URL name in
-settings.REQUEST_BODY_CAPS (the upload forms).
+Caps: settings.REQUEST_MAX_BODY_BYTES, or for an upload form (its URL name in
+settings.REQUEST_BODY_CAPS) the file's own limit plus REQUEST_UPLOAD_FORM_BYTES.
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
 
 def body_cap(path: str) -> int:
-    """Return the largest body, bytes, that a request to ``path`` may send."""
-    caps: dict[str, int] = getattr(settings, "REQUEST_BODY_CAPS", {})
+    """Return the largest body, bytes, that a request to ``path`` may send: an upload
+    form's file limit (the setting REQUEST_BODY_CAPS names for its URL) plus
+    REQUEST_UPLOAD_FORM_BYTES, else REQUEST_MAX_BODY_BYTES."""
+    caps: dict[str, str] = getattr(settings, "REQUEST_BODY_CAPS", {})
     default = int(settings.REQUEST_MAX_BODY_BYTES)
     if not caps:
         return default
@@ -40,7 +42,10 @@ def body_cap(path: str) -> int:
         name = get_resolver().resolve(path).url_name or ""
     except Resolver404:
         return default
-    return int(caps.get(name, default))
+    if name not in caps:
+        return default
+    file_limit = int(getattr(settings, caps[name]))
+    return max(default, file_limit + int(settings.REQUEST_UPLOAD_FORM_BYTES))
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str:

@@ -190,9 +190,7 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
-# Whether the web process serves static files itself (Django's ASGIStaticFilesHandler,
-# chatsite/asgi.py): on in dev (`make run`), off in production, where the reverse
-# proxy serves STATIC_ROOT.
+# The web process serves static files itself (chatsite/asgi.py): dev; a proxy in prod.
 SERVE_STATIC = env.bool("DJANGO_SERVE_STATIC", default=DEBUG)
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
@@ -213,14 +211,6 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("REAPER_INTERVAL_S", default=15.0),
     },
 }
-
-# --- Request bounds (chatsite/bodycap.py, chatsite/jsonbody.py) -----------------------
-# Largest request body, bytes, refused (413) by the app itself before anything parses
-# it; and the larger caps of the upload addresses (URL name -> bytes): the file's own
-# limit plus room for the form around it.
-REQUEST_MAX_BODY_BYTES = env.int("REQUEST_MAX_BODY_BYTES", default=2_621_440)
-# Deepest nesting of arrays and objects in a JSON body or file (400 deeper).
-JSON_MAX_DEPTH = env.int("JSON_MAX_DEPTH", default=64)
 
 # --- Chat -------------------------------------------------------------------------
 # Longest user message accepted, in characters (about 8,000 tokens). Longer: 413.
@@ -294,26 +284,6 @@ MIDDLEWARE += ["gateway.ratelimits.RatelimitMiddleware"]
 # --- Memory and RAG (DESIGN §9) --------------------------------------------------------
 # Uploads: .txt/.md/.pdf up to this many bytes.
 MEMORY_UPLOAD_MAX_BYTES = env.int("MEMORY_UPLOAD_MAX_BYTES", default=5 * 1024 * 1024)
-# Text extraction runs in the ingest task, never in the request (memory/extract.py): at
-# most this many characters of text per document (about 300,000 tokens, 1,300 chunks),
-# PDF pages, bytes of decompressed page content (a stream shared by N pages counts N
-# times: each page parses it), seconds and bytes of memory of the PDF reader's process.
-MEMORY_EXTRACT_MAX_CHARS = env.int("MEMORY_EXTRACT_MAX_CHARS", default=1_000_000)
-MEMORY_PDF_MAX_PAGES = env.int("MEMORY_PDF_MAX_PAGES", default=1000)
-MEMORY_PDF_MAX_CONTENT_BYTES = env.int(
-    "MEMORY_PDF_MAX_CONTENT_BYTES", default=16 * 1024 * 1024
-)
-MEMORY_EXTRACT_TIMEOUT_S = env.float("MEMORY_EXTRACT_TIMEOUT_S", default=60.0)
-MEMORY_EXTRACT_MAX_MEMORY_BYTES = env.int(
-    "MEMORY_EXTRACT_MAX_MEMORY_BYTES", default=1024 * 1024 * 1024
-)
-# The whole ingest task (extraction, embedding, storing) under a prefork Celery pool:
-# a soft time limit, s (the solo pool of `make run` enforces none; the reader's own
-# deadline above holds in any pool).
-MEMORY_INGEST_TIME_LIMIT_S = env.float("MEMORY_INGEST_TIME_LIMIT_S", default=900.0)
-CELERY_TASK_ANNOTATIONS = {
-    "memory.tasks.ingest_document": {"soft_time_limit": MEMORY_INGEST_TIME_LIMIT_S}
-}
 # Chunk size and overlap, in tokens of the embedding model (all-MiniLM-L6-v2 reads 256).
 MEMORY_CHUNK_TOKENS = env.int("MEMORY_CHUNK_TOKENS", default=200)
 MEMORY_CHUNK_OVERLAP_TOKENS = env.int("MEMORY_CHUNK_OVERLAP_TOKENS", default=40)
@@ -330,9 +300,6 @@ MEMORY_FACTS_MAX_DISTANCE = env.float("MEMORY_FACTS_MAX_DISTANCE", default=0.8)
 MEMORY_FACT_DUPLICATE_DISTANCE = env.float(
     "MEMORY_FACT_DUPLICATE_DISTANCE", default=0.15
 )
-# The remember request ("remember that ...") is looked for only in messages up to this
-# many characters (a fact holds at most 500).
-MEMORY_REMEMBER_MAX_CHARS = env.int("MEMORY_REMEMBER_MAX_CHARS", default=2000)
 # Context builder: the serving pool's context window (tokens; the llama.cpp worker's
 # --n-ctx), the engine whose tokenizer + chat template count prompts (llamacpp|scripted),
 # and the token budgets of each part (the answer's reserve is the job's max_tokens).
@@ -369,18 +336,6 @@ CHAT_IMPORT_MAX_MESSAGES = env.int("CHAT_IMPORT_MAX_MESSAGES", default=50_000)
 CHAT_IMPORT_MAX_MESSAGE_CHARS = env.int(
     "CHAT_IMPORT_MAX_MESSAGE_CHARS", default=200_000
 )
-# ... and most characters of message text in one file, all messages together.
-CHAT_IMPORT_MAX_TOTAL_CHARS = env.int("CHAT_IMPORT_MAX_TOTAL_CHARS", default=5_000_000)
-# A message longer than this many characters is shown as plain text, not rendered as
-# Markdown (conversations/rendering.py: rendering work grows with the length).
-CHAT_RENDER_MAX_CHARS = env.int("CHAT_RENDER_MAX_CHARS", default=100_000)
-# The upload addresses' body caps (URL name -> bytes; chatsite/bodycap.py): the file's
-# own limit plus room for the form around it. Other addresses: REQUEST_MAX_BODY_BYTES.
-REQUEST_BODY_CAPS = {
-    "document-upload": MEMORY_UPLOAD_MAX_BYTES + 256 * 1024,
-    "conversations-import": CHAT_IMPORT_MAX_BYTES + 256 * 1024,
-    "evaluation_evalset_import": 10 * 1024 * 1024,
-}
 # --- Gateway answer caches (gateway/cache/) -------------------------------------------
 # Used only for deterministic requests (temperature 0) or when the request opts in
 # (param "cache": true). Exact cache (Redis): an entry lives this many seconds.
@@ -434,6 +389,9 @@ GATEWAY_STREAM_POLICIES = env.list(
     "GATEWAY_STREAM_POLICIES",
     default=["gateway.generations.moderation.OutputModeration"],
 )
+
+# Caps on the work one request can cause: chatsite/settings/bounds.py
+from chatsite.settings.bounds import *  # noqa: E402, F403
 
 # Evaluation runs (evaluation/): chatsite/settings/evaluation.py
 from chatsite.settings.evaluation import *  # noqa: E402, F403
