@@ -62,7 +62,7 @@ def _settings_page(
 
 
 @never_cache
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def account_settings(request: AuthenticatedRequest) -> HttpResponse:
     """GET: the settings page. POST: create an API key, then redirect to the page,
     which shows its secret once (kept in the session only until then)."""
@@ -131,7 +131,7 @@ def password_change(request: AuthenticatedRequest) -> HttpResponse:
     return redirect("account-settings")
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def api_key_revoke(request: AuthenticatedRequest, key_id: int) -> HttpResponse:
     """GET: ask for confirmation. POST: revoke one of the user's API keys (another
     user's key is a 404)."""
@@ -139,7 +139,7 @@ def api_key_revoke(request: AuthenticatedRequest, key_id: int) -> HttpResponse:
     key = keys.filter(pk=key_id).first()
     if key is None:
         return error_page(request, PageNotFound())
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):
         return render(
             request,
             "confirm.html",
@@ -159,7 +159,7 @@ def api_key_revoke(request: AuthenticatedRequest, key_id: int) -> HttpResponse:
 
 
 @never_cache
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def account_delete(request: AuthenticatedRequest) -> HttpResponse:
     """GET: the deletion page (what goes; type your password). POST: delete the
     account and everything in it, sign out, and go to the sign-in page."""

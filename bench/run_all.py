@@ -120,6 +120,7 @@ BENCHES: list[Bench] = [
         ),
     ),
     Bench("flood", ["--requests", "200", "--seconds", "2", "--turns", "3"], 150),
+    Bench("upload_flood", ["--turns", "5"], 180),
     Bench(
         "gateway_overhead",
         ["--concurrency", "1", "10", "--rounds", "1"],

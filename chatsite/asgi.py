@@ -1,9 +1,9 @@
 """ASGI entry point: Channels' ProtocolTypeRouter in front of Django's ASGI handler.
 
 Run with `daphne chatsite.asgi:application`. HTTP (pages, SSE streams, the API) goes to
-Django; the router is where WebSocket consumers would be added. With DEBUG on (`make
-run`), static files are served by Django's ASGIStaticFilesHandler; in production a
-reverse proxy serves STATIC_ROOT.
+Django; the router is where WebSocket consumers would be added. With SERVE_STATIC on
+(`make run`, whether DEBUG is on or off), static files are served by Django's
+ASGIStaticFilesHandler; in production a reverse proxy serves STATIC_ROOT.
 
 The OpenAI-compatible API (every path of ``conversations.openai.urls``, as the root
 URLconf includes it: :data:`api_resolver`) has its own Django handler, built with
@@ -24,12 +24,12 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.asgi import ASGIHandler
-from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 from django.test.utils import override_settings
 from django.urls import Resolver404, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, RoutePattern
 
+from chatsite.bodycap import body_capped, response_send
 from chatsite.errors import error_response
 from chatsite.health import HEALTH_PATH, health_app
 from chatsite.warmup import services_warm_start, web_warm
@@ -105,19 +105,20 @@ async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """Send API requests to the API handler and everything else to the site's
     (``/healthz``, the load balancer's check, is answered before either; so is a chat
     message POST of a session the rate limit refused in its current window, see
-    :mod:`gateway.ratelimits`)."""
+    :mod:`gateway.ratelimits`). A body over its cap is refused with a 413 before
+    either handler reads it (:mod:`chatsite.bodycap`)."""
     if scope["path"] == HEALTH_PATH:
         await health_app(scope, receive, send)
         return
     if is_api_path(scope["path"]):
-        await api_asgi_app(scope, receive, send)
+        await body_capped(api_asgi_app, scope, receive, send)
         return
     refusal = await ratelimits.arefusal_check(scope)
     if refusal is not None:
         await response_send(error_response(refusal), send)
         return
     app = sync_site_app if is_sync_view_path(scope["path"]) else site_app
-    await app(scope, receive, send)
+    await body_capped(app, scope, receive, send)
 
 
 def is_sync_view_path(path: str) -> bool:
@@ -131,31 +132,10 @@ def is_sync_view_path(path: str) -> bool:
     return not iscoroutinefunction(match.func)
 
 
-async def response_send(response: HttpResponse, send: Any) -> None:
-    """Send a complete (non-streaming) Django ``response`` as ASGI messages, for answers
-    given before Django's handler runs (no middleware: the headers are the response's
-    own plus ``Content-Length`` and ``X-Content-Type-Options: nosniff``)."""
-    body = response.content
-    headers = [
-        (name.encode("latin-1"), str(value).encode("latin-1"))
-        for name, value in response.items()
-    ]
-    headers += [
-        (b"content-length", str(len(body)).encode("ascii")),
-        (b"x-content-type-options", b"nosniff"),
-    ]
-    await send(
-        {
-            "type": "http.response.start",
-            "status": response.status_code,
-            "headers": headers,
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
 site_app = (
-    ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
+    ASGIStaticFilesHandler(django_asgi_app)
+    if settings.SERVE_STATIC
+    else django_asgi_app
 )
 
 

@@ -28,6 +28,7 @@ from collections.abc import Collection
 from html import escape
 
 import nh3
+from django.conf import settings
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
 from markdown_it.renderer import RendererHTML
@@ -95,6 +96,20 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
     return f'<pre class="highlight"><code>{body}</code></pre>\n'
 
 
+def _link_depth(tokens: list[Token], idx: int, env: EnvType) -> int:
+    """How many links are open before ``tokens[idx]``: counted once per token list
+    (kept in ``env``), so a text of many images costs linear, not quadratic, work."""
+    depths = env.setdefault("link_depths", {})
+    key = id(tokens)
+    if key not in depths:
+        depth, counts = 0, []
+        for token in tokens:
+            counts.append(depth)
+            depth += {"link_open": 1, "link_close": -1}.get(token.type, 0)
+        depths[key] = (tokens, counts)
+    return int(depths[key][1][idx])
+
+
 def _image_as_link(
     self: RendererHTML,
     tokens: list[Token],
@@ -110,10 +125,7 @@ def _image_as_link(
     token = tokens[idx]
     src = str(token.attrGet("src") or "")
     text = self.renderInlineAsText(token.children or [], options, env) or src
-    depth = 0
-    for earlier in tokens[:idx]:
-        depth += {"link_open": 1, "link_close": -1}.get(earlier.type, 0)
-    if depth > 0:
+    if _link_depth(tokens, idx, env) > 0:
         return escapeHtml(text)
     title = token.attrGet("title")
     title_attr = f' title="{escapeHtml(str(title))}"' if title else ""
@@ -157,8 +169,16 @@ def html_sanitise(html: str) -> str:
 
 def markdown_to_html(text: str) -> str:
     """Render Markdown to sanitised HTML (safe to insert into the page as is); images
-    become links (see the module docstring)."""
-    return html_sanitise(_parser().render(text or ""))
+    become links (see the module docstring).
+
+    A text over CHAT_RENDER_MAX_CHARS characters is not parsed: it is shown escaped,
+    as plain text (``<div class="plain-text">``, whitespace kept by static/chat.css),
+    so the work of a page stays bounded whatever a message holds.
+    """
+    text = text or ""
+    if len(text) > settings.CHAT_RENDER_MAX_CHARS:
+        return f'<div class="plain-text">{escape(text, quote=False)}</div>'
+    return html_sanitise(_parser().render(text))
 
 
 # A tag of nh3's output: nh3 (html5ever) writes every attribute value in double quotes

@@ -7,7 +7,6 @@ JSON endpoints answer errors as ``{"error": {"code", "message"}}`` via
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.conf import settings
@@ -21,7 +20,11 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import (
+    require_http_methods,
+    require_POST,
+    require_safe,
+)
 
 from chatsite.auth import AuthenticatedRequest
 from chatsite.errors import (
@@ -32,6 +35,7 @@ from chatsite.errors import (
     wants_json,
 )
 from chatsite.http import json_errors
+from chatsite.jsonbody import json_loads_bounded
 from conversations import selectors, services, sse
 from conversations.models import Feedback
 from conversations.services import Turn
@@ -111,13 +115,13 @@ def _scope_context(request: AuthenticatedRequest, conversation: Any) -> dict[str
     }
 
 
-@require_GET
+@require_safe
 def chat_home(request: AuthenticatedRequest) -> HttpResponse:
     """The chat page with a new, empty conversation."""
     return _chat_page(request)
 
 
-@require_GET
+@require_safe
 def conversation_detail(
     request: AuthenticatedRequest, conversation_id: Any
 ) -> HttpResponse:
@@ -211,7 +215,7 @@ def message_switch(
     )
 
 
-@require_GET
+@require_safe
 @json_errors
 def conversation_thread(
     request: AuthenticatedRequest, conversation_id: Any
@@ -239,9 +243,11 @@ def _body_fields(request: HttpRequest) -> dict[str, Any]:
     if request.content_type != "application/json":
         return request.POST.dict()
     try:
-        data = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise InvalidInput("The request body is not valid JSON.") from exc
+        data = json_loads_bounded(
+            request.body or b"{}", max_depth=settings.JSON_MAX_DEPTH
+        )
+    except InvalidInput as exc:  # the chat's forms answer one code for bad input
+        raise InvalidInput(exc.message) from exc
     if not isinstance(data, dict):
         raise InvalidInput("The request body must be a JSON object.")
     return data
@@ -331,7 +337,7 @@ def conversation_documents(
     )
 
 
-@require_GET
+@require_safe
 @json_errors
 def conversation_title(
     request: AuthenticatedRequest, conversation_id: Any
@@ -344,7 +350,7 @@ def conversation_title(
     return JsonResponse({"id": str(conversation.id), "title": conversation.title})
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def conversation_delete(
     request: AuthenticatedRequest, conversation_id: Any
 ) -> HttpResponse:
@@ -365,7 +371,7 @@ def conversation_delete(
 
 
 @login_not_required
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def signup(request: HttpRequest) -> HttpResponse:
     """Create an account and sign in."""
     if request.user.is_authenticated:

@@ -12,7 +12,7 @@ from django.contrib import messages as flash
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_http_methods, require_safe
 
 from chatsite.auth import AuthenticatedRequest
 from chatsite.errors import DomainError, InvalidInput, error_render
@@ -25,7 +25,7 @@ _CONTENT_TYPES = {
 }
 
 
-@require_GET
+@require_safe
 def search_page(request: AuthenticatedRequest) -> HttpResponse:
     """The search results page (``?q=``, web-search syntax); 400 with the reason for
     an empty or too long query."""
@@ -77,7 +77,7 @@ def _export(request: AuthenticatedRequest, conversation_id: Any = None) -> HttpR
     return response
 
 
-@require_GET
+@require_safe
 def conversation_export(
     request: AuthenticatedRequest, conversation_id: Any
 ) -> HttpResponse:
@@ -86,13 +86,13 @@ def conversation_export(
     return _export(request, conversation_id)
 
 
-@require_GET
+@require_safe
 def conversations_export(request: AuthenticatedRequest) -> HttpResponse:
     """Download all of the user's conversations as one ``json`` or ``md`` file."""
     return _export(request)
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def conversations_import_page(request: AuthenticatedRequest) -> HttpResponse:
     """GET: the import form. POST: import the uploaded file (all or nothing), then
     redirect (POST-redirect-GET) to the conversation imported, or back here."""

@@ -7,7 +7,7 @@ import hmac
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from inference.metrics import metrics_render
 
@@ -24,7 +24,7 @@ def _metrics_allowed(request: HttpRequest) -> bool:
 
 
 @login_not_required
-@require_GET
+@require_safe
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """Serve every process's inference metrics (see :mod:`inference.metrics`).
 

@@ -36,12 +36,13 @@ class DocumentAdmin(admin.ModelAdmin):
     )
     list_filter = ("status", "content_type")
     search_fields = ("title", "user__username")
-    exclude = ("text",)
+    exclude = ("text", "data")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
         return (
             super()
             .get_queryset(request)
+            .defer("text", "data")
             .annotate(flagged_chunks=Count("chunks", filter=Q(chunks__flagged=True)))
         )
 

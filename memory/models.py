@@ -41,8 +41,10 @@ class Document(models.Model):
         max_length=16, choices=Status.choices, default=Status.PENDING
     )
     error = models.TextField(blank=True, default="")
-    # size: bytes of the uploaded file; text: the extracted text (chunk offsets index it).
+    # size: bytes of the uploaded file; data: those bytes until the ingest task has
+    # extracted the text (then emptied); text: the extracted text (chunk offsets index it).
     size = models.PositiveIntegerField(default=0)
+    data = models.BinaryField(blank=True, default=b"", editable=False)
     text = models.TextField(blank=True, default="")
     chunk_count = models.PositiveIntegerField(default=0)
     created = models.DateTimeField(default=timezone.now)

@@ -41,11 +41,12 @@ def user_id_of(user: User | int) -> int:
 
 
 def document_list(*, user: User) -> QuerySet[DocumentWithFlags]:
-    """Return the user's documents, newest first (text deferred), each annotated with
-    ``flagged_chunks``: how many of its passages screening flagged (not retrieved)."""
+    """Return the user's documents, newest first (text and file bytes deferred), each
+    annotated with ``flagged_chunks``: how many of its passages screening flagged (not
+    retrieved)."""
     return (
         Document.objects.filter(user=user)
-        .defer("text")
+        .defer("text", "data")
         .annotate(flagged_chunks=Count("chunks", filter=Q(chunks__flagged=True)))
         .order_by("-created")
     )
@@ -54,7 +55,7 @@ def document_list(*, user: User) -> QuerySet[DocumentWithFlags]:
 def document_get(*, user: User, document_id: Any) -> Document:
     """Return the user's document; raises NotFound for unknown or others' ids."""
     try:
-        return Document.objects.get(id=int(document_id), user=user)
+        return Document.objects.defer("data").get(id=int(document_id), user=user)
     except (Document.DoesNotExist, ValueError, TypeError) as exc:
         raise NotFound("This document does not exist.") from exc
 

@@ -1,10 +1,13 @@
 """Writes of memory: documents (upload, ingest, delete) and long-term facts.
 
-Ingest (DESIGN §9): the upload stores the document's text (status ``pending``) and, on
-commit, queues :func:`memory.tasks.ingest_document`; ingesting chunks the text (token
-sized, overlapping, no character dropped), embeds the chunks and stores them with the
-status ``ready`` in one transaction, so a failure leaves no chunk behind (status
-``failed`` with the reason). Ingesting again is idempotent (chunks are replaced).
+Ingest (DESIGN §9): the upload stores the file's bytes (status ``pending``; only its
+name and size are checked) and, on commit, queues :func:`memory.tasks.ingest_document`;
+ingesting extracts the text within the caps of :mod:`memory.extract` (a file over one
+is ``failed`` with a message naming the cap, its bytes dropped and nothing else kept),
+chunks it (token sized, overlapping, no character dropped), embeds the chunks and
+stores them with the status ``ready`` in one transaction, so a failure leaves no chunk
+behind (status ``failed`` with the reason). Ingesting again is idempotent (chunks are
+replaced).
 
 Vectors come from the inference tier's embedding pool (:mod:`inference.embeddings`),
 in batches of EMBEDDING_INGEST_BATCH chunks. When it is unavailable the document goes
@@ -33,11 +36,11 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from chatsite.errors import InvalidInput, NotFound, ServiceUnavailable
+from chatsite.errors import DomainError, InvalidInput, NotFound, ServiceUnavailable
 from inference.embeddings import EmbeddingUnavailable, embed_text, embed_texts
 from memory import selectors
 from memory.chunking import text_chunk
-from memory.extract import text_extract
+from memory.extract import ExtractLimits, text_extract, upload_check
 from memory.models import Chunk, Document, MemoryFact, MemorySettings
 
 logger = logging.getLogger(__name__)
@@ -85,14 +88,15 @@ def document_upload(
     conversation_id: Any = None,
     ingest_on_commit: bool = True,
 ) -> Document:
-    """Store an uploaded file's text as a ``pending`` document; ingest it after commit.
+    """Store an uploaded file as a ``pending`` document; ingest it after commit.
 
-    ``data`` is the file's bytes (limit MEMORY_UPLOAD_MAX_BYTES). Raises InvalidInput
-    (unsupported type, empty, not UTF-8, PDF without text) or PayloadTooLarge; nothing
-    is stored when it raises.
+    ``data`` is the file's bytes (limit MEMORY_UPLOAD_MAX_BYTES). Only the name and
+    the size are checked here; the text is extracted by the ingest task. Raises
+    InvalidInput (unsupported type, empty) or PayloadTooLarge; nothing is stored when
+    it raises.
     """
-    kind, text = text_extract(
-        name=name, data=data, max_bytes=settings.MEMORY_UPLOAD_MAX_BYTES
+    kind = upload_check(
+        name=name, size=len(data), max_bytes=settings.MEMORY_UPLOAD_MAX_BYTES
     )
     title = (name or "document").rsplit("/", 1)[-1][:255]
     with transaction.atomic():
@@ -102,7 +106,7 @@ def document_upload(
             title=title,
             content_type=kind,
             size=len(data),
-            text=text,
+            data=data,
         )
         if ingest_on_commit:
             from memory.tasks import ingest_document
@@ -114,7 +118,11 @@ def document_upload(
 def document_ingest(*, document_id: int, progress: Progress | None = None) -> Document:
     """Chunk, embed and store a document's chunks; return it ``ready`` or ``failed``.
 
-    Idempotent: existing chunks are replaced. Sizes come from MEMORY_CHUNK_TOKENS and
+    A document still holding its file's bytes has its text extracted first
+    (:func:`memory.extract.text_extract`, caps from settings); a file that cannot be
+    read or is over a cap leaves the document ``failed`` with the message, no bytes,
+    no text and no chunk. Idempotent: existing chunks are replaced. Sizes come from
+    MEMORY_CHUNK_TOKENS and
     MEMORY_CHUNK_OVERLAP_TOKENS (tokens of the embedding model). ``progress`` is called
     with (chunks embedded, total chunks) after each batch. Raises NotFound if the document
     is gone (deleted meanwhile), EmbeddingUnavailable when no vector can be had and
@@ -128,6 +136,15 @@ def document_ingest(*, document_id: int, progress: Progress | None = None) -> Do
     if not updated:
         raise NotFound("This document does not exist.")
     document = Document.objects.get(id=document_id)
+    if document.data:
+        try:
+            document.text = _document_text_extract(document)
+        except DomainError as exc:
+            Document.objects.filter(id=document_id).update(
+                status=Document.Status.FAILED, error=exc.message, data=b"", text=""
+            )
+            document.refresh_from_db()
+            return document
     try:
         pieces = text_chunk(
             document.text,
@@ -199,6 +216,19 @@ def document_ingest(*, document_id: int, progress: Progress | None = None) -> Do
     return document
 
 
+def _document_text_extract(document: Document) -> str:
+    """Extract a document's text from its stored bytes and keep the text in place of
+    the bytes; return it. Raises InvalidInput or PayloadTooLarge."""
+    text = text_extract(
+        name=document.title,
+        kind=document.content_type,
+        data=bytes(document.data),
+        limits=ExtractLimits.from_settings(),
+    )
+    Document.objects.filter(id=document.id).update(text=text, data=b"")
+    return text
+
+
 def document_delete(*, user: User, document_id: Any) -> None:
     """Delete the user's document with its chunks and vectors. Raises NotFound."""
     document = selectors.document_get(user=user, document_id=document_id)
@@ -207,15 +237,20 @@ def document_delete(*, user: User, document_id: Any) -> None:
 
 # --- Long-term facts -----------------------------------------------------------------
 
+# Linear: no lazy group before an optional tail (``(.+?)\s*$`` backtracks over every
+# run of spaces: quadratic in the message's length).
 _REMEMBER_RE = re.compile(
-    r"^\s*(?:please\s+)?remember\s+(?:that\s+)?(?P<fact>.+?)\s*$",
+    r"^\s*(?:please\s+)?remember\s+(?:that\s+)?(?P<fact>.+)",
     re.IGNORECASE | re.DOTALL,
 )
 
 
 def remember_request_parse(text: str) -> str | None:
-    """Return the fact of a "remember that …" message, or None if it is not one."""
-    match = _REMEMBER_RE.match(text or "")
+    """Return the fact of a "remember that …" message, or None if it is not one
+    (nor is any message over MEMORY_REMEMBER_MAX_CHARS characters)."""
+    if not text or len(text) > settings.MEMORY_REMEMBER_MAX_CHARS:
+        return None
+    match = _REMEMBER_RE.match(text)
     if not match:
         return None
     fact = " ".join(match.group("fact").split()).rstrip(".!")

@@ -17,7 +17,8 @@ INGEST_RETRIES = 15
 
 @shared_task(name="memory.tasks.ingest_document", bind=True, max_retries=INGEST_RETRIES)
 def ingest_document(self: Any, document_id: int) -> str:
-    """Chunk, embed and store an uploaded document; return its final status.
+    """Read (within the caps of memory.extract), chunk, embed and store an uploaded
+    document; return its final status.
 
     Without an embedding worker the document stays ``pending`` and the task is retried
     later; after INGEST_RETRIES tries it is ``failed`` with the reason.

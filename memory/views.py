@@ -9,7 +9,11 @@ from django.contrib import messages as flash
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import (
+    require_http_methods,
+    require_POST,
+    require_safe,
+)
 
 from chatsite.auth import AuthenticatedRequest
 from chatsite.errors import (
@@ -20,6 +24,7 @@ from chatsite.errors import (
     wants_json,
 )
 from memory import selectors, services
+from memory.extract import upload_too_large
 
 
 def _not_found(request: HttpRequest) -> HttpResponse:
@@ -43,7 +48,7 @@ def _confirm(
     )
 
 
-@require_GET
+@require_safe
 def document_list(request: AuthenticatedRequest) -> HttpResponse:
     """The Documents page: the user's documents with their ingest status, and an upload form."""
     documents = selectors.document_list(user=request.user)
@@ -76,12 +81,15 @@ def document_list(request: AuthenticatedRequest) -> HttpResponse:
 
 @require_POST
 def document_upload(request: AuthenticatedRequest) -> HttpResponse:
-    """Upload a .txt/.md/.pdf; it is processed in the background (status on the page)."""
+    """Upload a .txt/.md/.pdf: the file is stored as it is and read in the background
+    (status on the page); only its name and size are checked here."""
     upload = request.FILES.get("file")
     try:
         if upload is None:
             raise InvalidInput("Choose a file to upload.", code="no_file")
         limit = settings.MEMORY_UPLOAD_MAX_BYTES
+        if (upload.size or 0) > limit:
+            raise upload_too_large(upload.name or "", limit)
         data = upload.read(limit + 1)
         document = services.document_upload(
             user=request.user, name=upload.name or "", data=data
@@ -93,7 +101,7 @@ def document_upload(request: AuthenticatedRequest) -> HttpResponse:
     return redirect("document-list")
 
 
-@require_GET
+@require_safe
 def document_detail(request: AuthenticatedRequest, document_id: int) -> HttpResponse:
     """One document's passages, each with an anchor (``#p<ord>``) that citations link to."""
     try:
@@ -106,12 +114,12 @@ def document_detail(request: AuthenticatedRequest, document_id: int) -> HttpResp
     )
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def document_delete(request: AuthenticatedRequest, document_id: int) -> HttpResponse:
     """GET: ask for confirmation. POST: delete a document with its chunks and vectors."""
     try:
         document = selectors.document_get(user=request.user, document_id=document_id)
-        if request.method == "GET":
+        if request.method in ("GET", "HEAD"):
             return _confirm(
                 request,
                 title="Delete this document?",
@@ -127,7 +135,7 @@ def document_delete(request: AuthenticatedRequest, document_id: int) -> HttpResp
     return redirect("document-list")
 
 
-@require_GET
+@require_safe
 def memory_page(request: AuthenticatedRequest) -> HttpResponse:
     """The Memory page: what the assistant remembers, with edit/delete and an on/off switch."""
     return render(
@@ -174,10 +182,10 @@ def fact_edit(request: AuthenticatedRequest, fact_id: int) -> HttpResponse:
     )
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def fact_delete(request: AuthenticatedRequest, fact_id: int) -> HttpResponse:
     """GET: ask for confirmation. POST: forget a fact."""
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):
         try:
             fact = selectors.fact_get(user=request.user, fact_id=fact_id)
         except DomainError:

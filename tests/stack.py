@@ -59,13 +59,14 @@ def test_env() -> dict[str, str]:
 def stack_env(env: dict[str, str] | None = None, *, for_tests: bool = True) -> dict:
     """The environment of the stack's processes: this one's, the test database and
     Redis with ``for_tests`` (else the environment's own settings), offline model hubs,
-    static files served by daphne, and ``env`` on top."""
+    static files served by daphne (DEBUG off, as under `make run`), and ``env`` on
+    top."""
     return {
         **os.environ,
         **(test_env() if for_tests else {}),
         "HF_HUB_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
-        "DJANGO_DEBUG": "1",  # static files served by the ASGI static handler
+        "DJANGO_SERVE_STATIC": "1",  # by the ASGI static handler, as under make run
         **(env or {}),
     }
 

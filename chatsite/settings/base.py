@@ -190,6 +190,8 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# The web process serves static files itself (chatsite/asgi.py): dev; a proxy in prod.
+SERVE_STATIC = env.bool("DJANGO_SERVE_STATIC", default=DEBUG)
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
@@ -387,6 +389,9 @@ GATEWAY_STREAM_POLICIES = env.list(
     "GATEWAY_STREAM_POLICIES",
     default=["gateway.generations.moderation.OutputModeration"],
 )
+
+# Caps on the work one request can cause: chatsite/settings/bounds.py
+from chatsite.settings.bounds import *  # noqa: E402, F403
 
 # Evaluation runs (evaluation/): chatsite/settings/evaluation.py
 from chatsite.settings.evaluation import *  # noqa: E402, F403

@@ -31,3 +31,5 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool(
     "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True
 )
 SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=True)
+# Static files are the reverse proxy's (STATIC_ROOT), never the web process's.
+SERVE_STATIC = env.bool("DJANGO_SERVE_STATIC", default=False)

@@ -10,13 +10,13 @@ when the error is about the body as a whole).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 
-from chatsite.errors import PayloadTooLarge
+from chatsite.errors import InvalidInput, PayloadTooLarge
+from chatsite.jsonbody import json_loads_bounded
 from conversations.openai.params import (
     invalid_input,
     params_parse,
@@ -66,12 +66,9 @@ def json_object(body: bytes) -> dict[str, Any]:
     """Return the JSON object of a request body (UTF-8 bytes); raise InvalidInput
     (``invalid_json``) when it is not valid JSON or not an object."""
     try:
-        data = json.loads(body or b"null")
-    # RecursionError: nested deeper than the interpreter allows (100,000 "[")
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise invalid_input(
-            "The request body is not valid JSON.", "invalid_json"
-        ) from exc
+        data = json_loads_bounded(body or b"null", max_depth=settings.JSON_MAX_DEPTH)
+    except InvalidInput as exc:
+        raise invalid_input(exc.message, exc.code) from exc
     if not isinstance(data, dict):
         raise invalid_input("The request body must be a JSON object.", "invalid_json")
     return data

@@ -59,7 +59,7 @@ def signed_in_paths(document: Document) -> list[str]:
         "/memory/",
         "/settings/",
         "/settings/delete/",
-        "/documents/999999/",  # our 404 page (the stack runs with DEBUG on)
+        "/documents/999999/",  # our 404 page
     ]
 
 

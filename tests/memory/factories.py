@@ -40,6 +40,57 @@ def pdf_with_text(text: str) -> bytes:
     return out.getvalue()
 
 
+def pdf_shared_stream(
+    *, pages: int, text_bytes: int = 0, content: bytes | None = None
+) -> bytes:
+    """Return a small PDF of ``pages`` pages that all draw one Flate-compressed content
+    stream showing ``text_bytes`` letters (or holding ``content``, operators of your
+    own): each page's text extraction parses the whole stream again (a few KB of file,
+    ``pages`` times the stream's bytes to parse)."""
+    import zlib
+
+    if content is None:
+        content = b"BT /F1 12 Tf 72 720 Td (" + b"A" * text_bytes + b") Tj ET"
+    packed = zlib.compress(content, 9)
+    kids = " ".join(f"{4 + i} 0 R" for i in range(pages)).encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count " + str(pages).encode() + b" >>",
+        b"<< /Length "
+        + str(len(packed)).encode()
+        + b" /Filter /FlateDecode >>\nstream\n"
+        + packed
+        + b"\nendstream",
+    ]
+    font = 4 + pages
+    objects += [
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+        b"/Resources << /Font << /F1 " + str(font).encode() + b" 0 R >> >> "
+        b"/Contents 3 0 R >>"
+    ] * pages
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    return _pdf_write(objects)
+
+
+def _pdf_write(objects: list[bytes]) -> bytes:
+    """Return a PDF file of ``objects`` (numbered from 1; object 1 the catalog)."""
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for i, body in enumerate(objects, 1):
+        offsets.append(out.tell())
+        out.write(f"{i} 0 obj\n".encode() + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode())
+    for off in offsets:
+        out.write(f"{off:010d} 00000 n \n".encode())
+    out.write(
+        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\n"
+        f"startxref\n{xref}\n%%EOF\n".encode()
+    )
+    return out.getvalue()
+
+
 def pdf_without_text() -> bytes:
     """Return a valid PDF with one blank page (no text layer, like a scan)."""
     from pypdf import PdfWriter

@@ -10,7 +10,6 @@ CHAT_IMPORT_MAX_MESSAGES, CHAT_IMPORT_MAX_MESSAGE_CHARS.
 
 from __future__ import annotations
 
-import json
 import uuid
 
 from django.conf import settings
@@ -18,6 +17,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from chatsite.errors import InvalidInput, PayloadTooLarge
+from chatsite.jsonbody import json_loads_bounded
 from conversations.exports import EXPORT_FORMAT
 from conversations.models import Conversation, Feedback, Message
 from conversations.services.imports.chatgpt import chatgpt_parse
@@ -48,8 +48,14 @@ def import_file_parse(*, data: bytes) -> list[ImportedConversation]:
             code="import_too_large",
         )
     try:
-        document = json.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        document = json_loads_bounded(
+            data, max_depth=settings.JSON_MAX_DEPTH, message="This file"
+        )
+    except InvalidInput as exc:
+        if exc.code == "json_too_deep":
+            raise InvalidInput(
+                f"{exc.message} Nothing was imported.", code="invalid_import"
+            ) from None
         raise InvalidInput(
             "This file is not JSON. Choose a JSON file exported from this site, or "
             "conversations.json from a ChatGPT data export. Nothing was imported.",

@@ -104,8 +104,9 @@ def conversations_count_check(count: int) -> None:
 
 
 def limits_check(conversations: list[ImportedConversation]) -> None:
-    """Raise InvalidInput when the file holds no conversation, or more conversations
-    or messages than CHAT_IMPORT_MAX_CONVERSATIONS / CHAT_IMPORT_MAX_MESSAGES."""
+    """Raise InvalidInput when the file holds no conversation, or more conversations,
+    messages or characters of message text than CHAT_IMPORT_MAX_CONVERSATIONS /
+    CHAT_IMPORT_MAX_MESSAGES / CHAT_IMPORT_MAX_TOTAL_CHARS."""
     if not conversations:
         raise InvalidInput(
             "The file holds no conversation to import.", code="invalid_import"
@@ -117,5 +118,13 @@ def limits_check(conversations: list[ImportedConversation]) -> None:
         raise InvalidInput(
             f"The file holds {total:,} messages; at most {most:,} can be imported at "
             "once. Nothing was imported.",
+            code="import_too_large",
+        )
+    chars = sum(len(m.content) for c in conversations for m in c.messages)
+    most = settings.CHAT_IMPORT_MAX_TOTAL_CHARS
+    if chars > most:
+        raise InvalidInput(
+            f"The file holds {chars:,} characters of messages; at most {most:,} can "
+            "be imported at once. Nothing was imported.",
             code="import_too_large",
         )

@@ -81,6 +81,7 @@ class Command(BaseCommand):
             if document.status != document.Status.READY:
                 failed += 1
                 self.stderr.write(f"{path}: {document.error}")
+                services.document_delete(user=user, document_id=document.id)
             else:
                 self.stdout.write(
                     f"{path}: document {document.id}, {document.chunk_count} chunks"
