@@ -197,3 +197,18 @@ def test_extraction_that_fails_stores_nothing(start_worker, user):
         timeout_s=10,
     )
     assert stored == [] and not MemoryFact.objects.exists()
+
+
+def test_adding_a_fact_with_memory_off_says_memory_is_off_not_remembered(
+    auth_client, user
+):
+    """With memory off the Memory page's "Remember" stores nothing, and says so: never
+    "Remembered." for a fact that was not kept."""
+    services.memory_enabled_set(user=user, enabled=False)
+    response = auth_client.post(
+        reverse("fact-add"), {"text": "I run marathons."}, follow=True
+    )
+    page = response.content.decode()
+    assert "Memory is off, so nothing was remembered" in page
+    assert "Remembered." not in page
+    assert not MemoryFact.objects.exists()
