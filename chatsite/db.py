@@ -117,7 +117,7 @@ def _readable_loader(base: type[Any]) -> type[Any]:
 
     from chatsite.storable import YEAR_MAX, YEAR_MIN
 
-    class ReadableTimestamptzLoader(base):  # type: ignore[misc, valid-type]  # a psycopg class chosen at run time
+    class ReadableTimestamptzLoader(base):
         readable = True
 
         def load(self, data: Any) -> Any:

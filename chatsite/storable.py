@@ -133,9 +133,8 @@ def request_check(request: HttpRequest) -> None:
         "multipart/form-data",
     ):
         value_check(dict(request.POST.lists()), where="A field of the form")
-        value_check(
-            [f.name or "" for f in request.FILES.values()], where="The file's name"
-        )
+        names = [f.name or "" for files in request.FILES.lists() for f in files[1]]
+        value_check(names, where="The file's name")
     value_check(_json_body(request), where="A field of the request")
 
 
