@@ -278,3 +278,22 @@ def test_every_import_refuses_times_out_of_range_and_unstorable_text(
         auth_client.get(reverse("conversations-export"), {"format": "json"}).status_code
         == 200
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_check_holds_under_asgi_too(user, answered):
+    """The middleware's async path (the site runs under daphne)."""
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    conv, answer = answered["conversation"], answered["answer"]
+    client = AsyncClient()
+    client.force_login(user)
+    response = async_to_sync(client.post)(
+        reverse("message-feedback", args=[conv.id, answer.id]),
+        b'{"rating": "up", "comment": "\\udfff"}',
+        content_type="application/json",
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_character"
+    assert not Feedback.objects.exists()

@@ -104,3 +104,18 @@ def test_a_suspended_user_may_still_sign_out_and_delete_what_they_own(owned):  #
     assert response.status_code == 302
     assert not MemoryFact.objects.filter(id=fact_id).exists()
     assert client.post(reverse("logout")).status_code == 302
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_refusal_holds_under_asgi_too(user):
+    """The middleware's async path (the site runs under daphne)."""
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    _suspend(user)
+    client = AsyncClient()
+    client.force_login(user)
+    response = async_to_sync(client.post)(reverse("fact-add"), {"text": "tea"})
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "account_suspended"
+    assert not MemoryFact.objects.exists()
