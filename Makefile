@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export WEB_HOST WEB_PORT
 
-.PHONY: venv services migrate run stop test lint browser proxy vendor screenshots bench bench-retrieval bench-embeddings bench-moderation bench-sse bench-search clean
+.PHONY: venv services test-services migrate run stop test lint browser proxy vendor screenshots bench bench-retrieval bench-embeddings bench-moderation bench-sse bench-search clean
 
 # llama-cpp-python is compiled here. ggml's AMX kernels (chosen by -march=native on
 # Sapphire Rapids Xeons) crash with a segfault in ggml_backend_amx_mul_mat on these
@@ -53,10 +53,11 @@ run: migrate
 	@mkdir -p .var && echo $$$$ > .var/run.pid && exec $(BIN)/honcho start -f Procfile
 
 # Stops only what this checkout started: the honcho of `make run` (and its processes),
-# then the embedded PostgreSQL and Redis.
+# then the embedded PostgreSQL and Redis of `make run` and of `make test`.
 stop:
 	@if [ -f .var/run.pid ]; then kill -TERM $$(cat .var/run.pid) 2>/dev/null || true; rm -f .var/run.pid; sleep 2; fi
 	@if [ -x $(BIN)/python ]; then $(BIN)/python scripts/services.py down; fi
+	@if [ -x $(BIN)/python ]; then CHATSITE_SERVICES=test $(BIN)/python scripts/services.py down; fi
 
 lint: venv
 	$(BIN)/ruff check .
@@ -102,12 +103,17 @@ vendor:
 	cp node_modules/axe-core/LICENSE tests/browser/vendor/axe.LICENSE
 	node -e 'const l=require("./package-lock.json").packages;for(const n of ["markdown-it","dompurify","eventsource-parser","axe-core"])console.log(n, l["node_modules/"+n].version)' > static/vendor/VERSIONS
 
-test: services lint browser proxy
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# The tests' own PostgreSQL and Redis (.var/test/, other ports): a running `make run`
+# keeps its services; no test stops, restarts or writes to them.
+test-services: venv
+	CHATSITE_SERVICES=test $(BIN)/python scripts/services.py up
+
+test: test-services lint browser proxy
+	CHATSITE_SERVICES=test $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # docs/screenshots/*.png of the README, taken in Chromium from a live stack with a
 # scripted engine (tests/browser/test_screenshots.py).
-screenshots: services browser
+screenshots: test-services browser
 	SCREENSHOTS_DIR=docs/screenshots $(BIN)/python -m pytest -m screenshots -q -p no:cacheprovider tests/browser/
 
 # every benchmark under bench/ at a quick size (bench/run_all.py, well under 15 min):
@@ -167,7 +173,7 @@ venv-vllm: $(VLLM_STAMP)
 $(VLLM_MODEL)/.converted: | $(VLLM_STAMP)
 	$(VLLM_ENV) $(VLLM_BIN)/python scripts/smollm2_hf.py $(VLLM_MODEL)
 
-test-vllm: services $(VLLM_STAMP) $(VLLM_MODEL)/.converted
+test-vllm: test-services $(VLLM_STAMP) $(VLLM_MODEL)/.converted
 	REQUIRE_VLLM=1 $(VLLM_ENV) $(VLLM_BIN)/python -m pytest tests/inference/test_vllm.py tests/inference/test_openai_vllm.py $(PYTEST_ARGS)
 
 bench-batching: $(VLLM_STAMP) $(VLLM_MODEL)/.converted

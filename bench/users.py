@@ -41,7 +41,11 @@ def plan_user(
     if created and password is not None:
         user.set_password(password)
         user.save()
-    chosen, _ = Plan.objects.get_or_create(name=plan, defaults=plan_defaults or {})
+    # no API request limit either (a plan's default is gateway.models.Plan's)
+    unlimited = {"requests_per_minute": None, "key_requests_per_minute": None}
+    chosen, _ = Plan.objects.get_or_create(
+        name=plan, defaults={**unlimited, **(plan_defaults or {})}
+    )
     chosen.allowed_pools.set(pools)
     Subscription.objects.update_or_create(user=user, defaults={"plan": chosen})
     return user

@@ -14,7 +14,8 @@ the renderer below, in one of four shapes with the same code, message and status
 - :func:`error_page`: the HTML page ``templates/errors/<status>.html``.
 
 :func:`wants_json` decides between JSON and a page, and :func:`error_render` applies
-it (Django's error handlers in :mod:`chatsite.http` and the rate limit's 429 use it).
+it (Django's error handlers in :mod:`chatsite.http` and the rate limit's 429 use it);
+:func:`error_refusal` answers a request a middleware refuses before its view.
 """
 
 from __future__ import annotations
@@ -199,6 +200,8 @@ def _openai_type(exc: DomainError) -> str:
     """OpenAI's ``type`` of ``exc``, from its status (and a 429's code): the official
     clients pick their exception class from the status, and ``type`` is shown."""
     if exc.status == 429:
+        if exc.code == "rate_limit_requests":
+            return "requests"
         return "tokens" if exc.code == "quota_minute" else "insufficient_quota"
     if exc.status >= 500:
         return "server_error"
@@ -301,3 +304,14 @@ def error_render(request: HttpRequest, exc: DomainError) -> HttpResponse:
     if wants_json(request):
         return error_response(exc, openai=True)
     return error_page(request, exc)
+
+
+def error_refusal(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    """Answer a request refused before its view ran (a middleware's refusal): the
+    :func:`error_page` for a browser's page request (``Accept`` names ``text/html``
+    and the client does not :func:`wants_json`), else the chat's JSON
+    (:func:`error_response`), which the site's JSON endpoints and fetch calls read."""
+    accept = request.headers.get("Accept", "")
+    if "text/html" in accept and not wants_json(request):
+        return error_page(request, exc)
+    return error_response(exc)

@@ -5,6 +5,7 @@ from django.urls import include, path
 from django_ratelimit.decorators import ratelimit
 
 from conversations import sse, views, views_search
+from conversations.signin import LockoutAuthenticationForm
 
 urlpatterns = [
     path("", views.chat_home, name="chat-home"),
@@ -22,7 +23,12 @@ urlpatterns = [
         "login/",
         ratelimit(
             key="ip", rate="gateway.ratelimits.login_rate", method="POST", group="login"
-        )(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
+        )(
+            auth_views.LoginView.as_view(
+                redirect_authenticated_user=True,
+                authentication_form=LockoutAuthenticationForm,
+            )
+        ),
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

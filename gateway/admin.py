@@ -65,6 +65,8 @@ class PlanAdmin(AuditedAdminMixin, admin.ModelAdmin):
         "tokens_per_minute",
         "tokens_per_day",
         "monthly_token_budget",
+        "requests_per_minute",
+        "key_requests_per_minute",
         "priority",
         "is_default",
     )

@@ -34,7 +34,13 @@ Fallback retries (:mod:`gateway.fallback`):
 - ``gw:retries:{job_id}``: string (integer), how many times the job was retried.
   Expires after INFERENCE_STREAM_TTL_S.
 
-Request-rate limits (:mod:`gateway.ratelimits`) are django-ratelimit's, kept in the
+API request rates (:mod:`gateway.requestrate`):
+
+- ``gw:rpm:u:{user_id}:{epoch_minute}`` / ``gw:rpm:k:{key_id}:{epoch_minute}``:
+  string (integer), the API requests counted for the user (all keys) / one key in
+  that UTC minute. Expires 60 s after its minute ends.
+
+The site's request-rate limits (:mod:`gateway.ratelimits`) are django-ratelimit's, kept in the
 Django cache (``CACHES["default"]``, key prefix ``cache``); their keys are the
 library's, not ours.
 
@@ -75,6 +81,16 @@ def quota_month_key(user_id: int, month: dt.date) -> str:
 def quota_user_pattern(user_id: int) -> str:
     """Return a SCAN pattern matching every quota counter of a user."""
     return f"{_QUOTA}:{user_id}:*"
+
+
+def rpm_user_key(user_id: int, epoch_minute: int) -> str:
+    """The API requests of ``user_id`` in one UTC minute (epoch s // 60)."""
+    return f"gw:rpm:u:{user_id}:{epoch_minute}"
+
+
+def rpm_key_key(key_id: int, epoch_minute: int) -> str:
+    """The API requests of the API key ``key_id`` in one UTC minute."""
+    return f"gw:rpm:k:{key_id}:{epoch_minute}"
 
 
 def reservation_key(job_id: str) -> str:

@@ -98,7 +98,8 @@ class ModelPool(models.Model):
 
 
 class Plan(models.Model):
-    """Token limits and the pools a user may use. Higher ``priority`` is shed last."""
+    """Token and API request limits and the pools a user may use. Higher
+    ``priority`` is shed last."""
 
     name = models.CharField(max_length=100, unique=True)
     tokens_per_minute = models.PositiveBigIntegerField(
@@ -109,6 +110,20 @@ class Plan(models.Model):
     )
     monthly_token_budget = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="Tokens per UTC month (empty: no limit)."
+    )
+    # API requests per minute (gateway/requestrate.py), counted for the user across
+    # their keys and for each key; beside the token limits above.
+    requests_per_minute = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=600,
+        help_text="API requests per minute for the user, all keys (empty: no limit).",
+    )
+    key_requests_per_minute = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=300,
+        help_text="API requests per minute for each API key (empty: no limit).",
     )
     allowed_pools = models.ManyToManyField(ModelPool, blank=True, related_name="plans")
     priority = models.IntegerField(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -197,3 +198,84 @@ async def arefusal_check(scope: dict[str, Any]) -> QuotaExceeded | None:
     except RedisError:
         return None
     return message_refusal() if marked else None
+
+
+# --- the per-account sign-in lockout ----------------------------------------------------
+
+LOGIN_FAILURES_KEY_PREFIX = "login:failures"
+LOGIN_LOCKED_KEY_PREFIX = "login:locked"
+
+
+def _account_digest(username: str) -> str:
+    """The account's Redis id: the typed username, case-folded and hashed (Redis never
+    holds the name; "Alice" and "alice" are one account, as sign-up keeps them)."""
+    return hashlib.sha256(username.strip().casefold().encode()).hexdigest()
+
+
+def login_locked_for(*, username: str) -> int:
+    """Return the seconds the account ``username`` stays locked (0: not locked).
+
+    The same for a name no account has: the answer never tells whether one exists.
+    A Redis failure locks nothing (the per-IP LOGIN_RATE still applies).
+    """
+    try:
+        ttl = int(
+            redis_sync().ttl(f"{LOGIN_LOCKED_KEY_PREFIX}:{_account_digest(username)}")
+        )
+    except RedisError:
+        logger.warning("login lockout: Redis unavailable", exc_info=True)
+        return 0
+    return max(ttl, 0)
+
+
+def login_failure_record(*, username: str) -> int:
+    """Count a failed sign-in of ``username``; return the seconds it is now locked.
+
+    From the LOGIN_ACCOUNT_FAILURES-th failure within LOGIN_FAILURE_WINDOW_S seconds
+    on, each failure locks the account for LOGIN_LOCKOUT_BASE_S * 2^(failures - limit)
+    seconds, at most LOGIN_LOCKOUT_MAX_S (back-off). One pipeline: INCR + EXPIRE, and
+    SET ... EX when locking.
+    """
+    digest = _account_digest(username)
+    key = f"{LOGIN_FAILURES_KEY_PREFIX}:{digest}"
+    try:
+        client = redis_sync()
+        with client.pipeline() as pipe:
+            pipe.incr(key)
+            pipe.expire(key, settings.LOGIN_FAILURE_WINDOW_S)
+            failures = int(pipe.execute()[0])
+        over = failures - settings.LOGIN_ACCOUNT_FAILURES
+        if over < 0:
+            return 0
+        seconds = min(
+            settings.LOGIN_LOCKOUT_BASE_S * 2 ** min(over, 30),
+            settings.LOGIN_LOCKOUT_MAX_S,
+        )
+        client.set(f"{LOGIN_LOCKED_KEY_PREFIX}:{digest}", 1, ex=seconds)
+    except RedisError:
+        logger.warning("login lockout: Redis unavailable", exc_info=True)
+        return 0
+    return int(seconds)
+
+
+def login_failures_clear(*, username: str) -> None:
+    """Forget the failed sign-ins of ``username`` (after a successful one)."""
+    digest = _account_digest(username)
+    try:
+        redis_sync().delete(
+            f"{LOGIN_FAILURES_KEY_PREFIX}:{digest}",
+            f"{LOGIN_LOCKED_KEY_PREFIX}:{digest}",
+        )
+    except RedisError:
+        logger.warning("login lockout: Redis unavailable", exc_info=True)
+
+
+def login_lockout_message(seconds: int) -> str:
+    """The sign-in form's error while an account is locked for ``seconds``; worded the
+    same whether or not the account exists."""
+    minutes = max(1, math.ceil(seconds / 60))
+    return (
+        "Too many failed sign-ins for this username. For your account's safety, "
+        f"sign-in is paused for {minutes} minute{'s' if minutes != 1 else ''}; "
+        "please try again then."
+    )

@@ -121,7 +121,13 @@ def plan_for_user(*, user: User) -> Plan:
         plan = config.plans.get(plan_id)
         return plan if plan is not None else Plan.objects.get(pk=plan_id)
     plan = config.default_plan
-    return plan or Plan(name="unlimited", is_default=True, priority=0)
+    return plan or Plan(
+        name="unlimited",
+        is_default=True,
+        priority=0,
+        requests_per_minute=None,
+        key_requests_per_minute=None,
+    )
 
 
 def plan_pools(

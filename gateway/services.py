@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from chatsite.errors import NotFound
+from gateway import requestrate, selectors
 from gateway.models import ApiKey, UserPreference
 from safety import selectors as safety_selectors
 
@@ -55,6 +56,8 @@ def api_key_revoke(*, key_id: Any, user: User | None = None) -> ApiKey:
 # ``ApiKey.last_used_at`` is written at most this often (s): a write per request would
 # double the cost of authenticating one (one query instead of two).
 API_KEY_LAST_USED_RESOLUTION_S = 60
+# The attribute :func:`api_key_authenticate` sets on the user: the id of the key used.
+API_KEY_ID_ATTR = "_api_key_id"
 
 
 def api_key_authenticate(*, raw: str) -> User | None:
@@ -83,12 +86,27 @@ def api_key_authenticate(*, raw: str) -> User | None:
     if key is None or not key.user.is_active:
         return None
     setattr(key.user, safety_selectors.SUSPENDED_ATTR, key.user_suspended)
+    setattr(key.user, API_KEY_ID_ATTR, key.pk)
     now = timezone.now()
     if key.last_used_at is None or (now - key.last_used_at).total_seconds() >= (
         API_KEY_LAST_USED_RESOLUTION_S
     ):
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
     return key.user
+
+
+def api_request_count(*, user: User) -> requestrate.RequestCount:
+    """Count one API request of ``user`` (as :func:`api_key_authenticate` returned
+    them: the key they used is known) against their plan's requests per minute, for
+    them and for the key (:func:`gateway.requestrate.request_count`). Raises
+    QuotaExceeded (429 ``rate_limit_requests``, Retry-After, ``x-ratelimit-*``)."""
+    plan = selectors.plan_for_user(user=user)
+    return requestrate.request_count(
+        user_id=user.pk,
+        key_id=getattr(user, API_KEY_ID_ATTR, None),
+        user_limit=plan.requests_per_minute,
+        key_limit=plan.key_requests_per_minute,
+    )
 
 
 def user_preference_set(*, user: User, reuse_cached_answers: bool) -> UserPreference:

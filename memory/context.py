@@ -36,6 +36,7 @@ from django.conf import settings
 from inference.embeddings import TextVector
 from inference.tokens import prompt_counter
 from memory import selectors
+from memory.services import remember_request_parse
 
 Message = dict[str, str]
 Counter = Callable[[list[Message]], int]
@@ -292,6 +293,15 @@ def passage_max_distance() -> float:
     return 1.0 - float(settings.MEMORY_RETRIEVE_MIN_SCORE)
 
 
+# Added to the system prompt of a "remember that ..." message while the user's memory
+# is off: nothing is stored (memory.services.fact_add), and the answer must not say so.
+MEMORY_OFF_NOTE = (
+    "The user's memory is switched off, so nothing they ask you to remember is "
+    "stored. Do not say that you remembered it: tell them memory is off and that "
+    "they can turn it on on the Memory page."
+)
+
+
 def turn_context(
     *,
     user_id: int,
@@ -348,6 +358,12 @@ def turn_context(
                     document_ids=document_ids,
                 )
             ]
+    if (
+        not want_facts
+        and remember_request_parse(str(history[-1]["content"]))
+        and not selectors.memory_enabled(user=user_id)
+    ):
+        system_prompt = f"{system_prompt}\n\n{MEMORY_OFF_NOTE}".strip()
     built = context_build(
         system_prompt=system_prompt,
         history=history,

@@ -163,11 +163,19 @@ def _memory_action(request: HttpRequest, action: Any, done: str) -> HttpResponse
 @require_POST
 def fact_add(request: AuthenticatedRequest) -> HttpResponse:
     """Add a fact by hand."""
-    return _memory_action(
-        request,
-        lambda: services.fact_add(user=request.user, text=request.POST.get("text")),
-        "Remembered.",
-    )
+    try:
+        fact = services.fact_add(user=request.user, text=request.POST.get("text"))
+    except DomainError as exc:
+        flash.error(request, exc.message)
+        return redirect("memory-page")
+    if fact is None:  # memory is off: fact_add stores nothing
+        flash.error(
+            request,
+            "Memory is off, so nothing was remembered. Turn it on above to add facts.",
+        )
+    else:
+        flash.success(request, "Remembered.")
+    return redirect("memory-page")
 
 
 @require_POST

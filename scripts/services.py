@@ -3,6 +3,11 @@
     python scripts/services.py up     # start what is needed, write .var/services.env
     python scripts/services.py down   # stop what `up` started
     python scripts/services.py status
+    CHATSITE_SERVICES=test python scripts/services.py up   # the tests' own pair
+
+Two profiles, each with its own folder, ports and processes, so `make test` never
+stops, restarts or writes to what a running `make run` uses: ``run`` (the default,
+``.var/``) and ``test`` (``CHATSITE_SERVICES=test``, ``.var/test/``).
 
 With DATABASE_URL (or REDIS_URL) already in the environment, that service is left alone
 and the variable is used as it is. Otherwise:
@@ -30,7 +35,11 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-VAR = ROOT / ".var"
+# The profile's folder (chatsite/settings/environment.py reads the same variable).
+PROFILE = os.environ.get("CHATSITE_SERVICES", "run")
+if PROFILE not in ("run", "test"):
+    sys.exit(f"CHATSITE_SERVICES must be 'run' or 'test', not {PROFILE!r}")
+VAR = ROOT / ".var" / "test" if PROFILE == "test" else ROOT / ".var"
 PG_DIR = VAR / "pg"
 PG_DATA = PG_DIR / "data"
 REDIS_DIR = VAR / "redis"
@@ -236,8 +245,9 @@ def redis_down() -> None:
 
 
 def up() -> None:
-    """Start the services the environment does not provide; write .var/services.env."""
-    VAR.mkdir(exist_ok=True)
+    """Start the services the environment does not provide; write the profile's
+    services.env (``.var/services.env``, ``.var/test/services.env``)."""
+    VAR.mkdir(parents=True, exist_ok=True)
     lines = []
     if not os.environ.get("DATABASE_URL"):
         lines.append(f"DATABASE_URL={pg_up()}")

@@ -45,6 +45,10 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # input no database or Python can store back is a 400 before any view
+    "chatsite.storable.storable_input",
+    # a suspended user writes nothing (safety/middleware.py)
+    "safety.middleware.suspended_writes",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "chatsite.middleware.method_not_allowed_pages",
 ]
@@ -278,6 +282,14 @@ CELERY_BEAT_SCHEDULE["sweep-quota-reservations"] = {
 # Request-rate limits (django-ratelimit on the Redis cache): "count/period".
 CHAT_MESSAGE_RATE = env("CHAT_MESSAGE_RATE", default="30/m")  # per user
 LOGIN_RATE = env("LOGIN_RATE", default="10/m")  # per client IP
+# Per account (the username typed, whether or not it exists): after this many failed
+# sign-ins in LOGIN_FAILURE_WINDOW_S, the account is locked for LOGIN_LOCKOUT_BASE_S,
+# doubled with each further failure, at most LOGIN_LOCKOUT_MAX_S
+# (gateway/ratelimits.py).
+LOGIN_ACCOUNT_FAILURES = env.int("LOGIN_ACCOUNT_FAILURES", default=5)
+LOGIN_FAILURE_WINDOW_S = env.int("LOGIN_FAILURE_WINDOW_S", default=86400)
+LOGIN_LOCKOUT_BASE_S = env.int("LOGIN_LOCKOUT_BASE_S", default=60)
+LOGIN_LOCKOUT_MAX_S = env.int("LOGIN_LOCKOUT_MAX_S", default=3600)
 RATELIMIT_USE_CACHE = "default"
 RATELIMIT_VIEW = "gateway.views.ratelimited"
 MIDDLEWARE += ["gateway.ratelimits.RatelimitMiddleware"]

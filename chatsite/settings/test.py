@@ -1,4 +1,5 @@
-"""Test settings: the same real PostgreSQL and Redis as dev, a private Redis database."""
+"""Test settings: a real PostgreSQL and Redis of the tests' own (``.var/test/``), a
+private Redis database."""
 
 import os
 from pathlib import Path
@@ -11,6 +12,23 @@ os.environ.setdefault(
         Path(__file__).resolve().parents[2] / ".var" / f"prometheus-test-{os.getpid()}"
     ),
 )
+
+# The tests' own PostgreSQL and Redis (.var/test/, scripts/services.py's "test"
+# profile), never those of a running `make run`; processes the tests start inherit it.
+# Started here when missing, so a plain `pytest` works as `make test` does.
+os.environ.setdefault("CHATSITE_SERVICES", "test")
+_ROOT = Path(__file__).resolve().parents[2]
+if (
+    os.environ["CHATSITE_SERVICES"] == "test"
+    and not (_ROOT / ".var" / "test" / "services.env").exists()
+    and not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
+):
+    import subprocess
+    import sys
+
+    subprocess.run(
+        [sys.executable, str(_ROOT / "scripts" / "services.py"), "up"], check=True
+    )
 
 from chatsite.sentinel import (  # noqa: E402
     redis_cache_config,

@@ -56,10 +56,12 @@ def _bearer(request: HttpRequest) -> str:
 
 
 def _api_user(request: HttpRequest) -> User:
-    """Return the user of the request's API key; raise InvalidApiKey (401)."""
+    """Return the user of the request's API key, counted against their requests per
+    minute; raise InvalidApiKey (401) or QuotaExceeded (429)."""
     user = gateway.api_key_authenticate(raw=_bearer(request))
     if user is None:
         raise InvalidApiKey()
+    gateway.api_request_count(user=user)
     return user
 
 

@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from chatsite.errors import InvalidInput, NotFound
+from chatsite.storable import text_problem
 from conversations import selectors
 from conversations.models import Feedback, Message
 from gateway import selectors as gateway_selectors
@@ -76,10 +77,9 @@ def _validated(rating: Any, reason: Any, comment: Any) -> tuple[str, str, str]:
             f"{FEEDBACK_COMMENT_MAX_CHARS:,}.",
             code="comment_too_long",
         )
-    if "\x00" in comment:
-        raise InvalidInput(
-            "The comment contains a NUL character.", code="invalid_comment"
-        )
+    problem = text_problem(comment)
+    if problem:
+        raise InvalidInput(f"The comment {problem}.", code="invalid_comment")
     return rating, reason, comment
 
 

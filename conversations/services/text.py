@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 
 from chatsite.errors import InvalidInput, PayloadTooLarge
+from chatsite.storable import text_problem
 
 # Unicode categories that show nothing: controls, format marks (zero-width), separators
 _INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}
@@ -19,11 +20,12 @@ def is_blank(text: str) -> bool:
 
 
 def text_check(text: str, *, what: str) -> None:
-    """Raise InvalidInput if ``text`` holds a NUL character (PostgreSQL cannot store it)."""
-    if "\x00" in text:
+    """Raise InvalidInput if ``text`` cannot be stored: a NUL character or an
+    unpaired surrogate (:func:`chatsite.storable.text_problem`)."""
+    problem = text_problem(text)
+    if problem:
         raise InvalidInput(
-            f"Your {what} contains a NUL character (\\0), which cannot be stored. "
-            "Remove it and try again.",
+            f"Your {what} {problem}. Remove it and try again.",
             code="invalid_character",
         )
 

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -90,19 +91,28 @@ def test_a_web_process_killed_inside_a_turn_has_its_reservation_swept(
     assert all(w.used == 0 for w in quota.quota_windows(user_id=user.pk, limits=limits))
 
 
-def _pg_restart() -> None:
-    """Restart the embedded PostgreSQL (scripts/services.py) as an operator would."""
+def _embedded() -> Any:
+    """scripts/services.py, in the tests' profile (CHATSITE_SERVICES=test, set by the
+    test settings): its PostgreSQL is the tests' own, never `make run`'s."""
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         import services as embedded
     finally:
         sys.path.pop(0)
+    assert embedded.PROFILE == "test", embedded.PROFILE
+    return embedded
+
+
+def _pg_restart() -> None:
+    """Restart the tests' embedded PostgreSQL (scripts/services.py) as an operator
+    would."""
+    embedded = _embedded()
     embedded.pg_down()
     embedded.pg_up()
 
 
 def _embedded_pg() -> bool:
-    port_file = ROOT / ".var" / "pg" / "port"
+    port_file = _embedded().PG_DIR / "port"
     return (
         port_file.exists()
         and str(connection.settings_dict["PORT"]) == port_file.read_text().strip()

@@ -196,3 +196,53 @@ def test_without_a_session_cookie_nothing_is_looked_up(monkeypatch):
 )
 def test_a_refusal_names_the_rate_in_words(rate, words):
     assert ratelimits.rate_describe(rate) == words
+
+
+# --- the per-account sign-in lockout --------------------------------------------------
+
+
+def _sign_in(password: str, *, username: str = "alice", ip: str) -> Any:
+    return Client(REMOTE_ADDR=ip).post(
+        reverse("login"), {"username": username, "password": password}
+    )
+
+
+def test_an_account_is_locked_after_failed_sign_ins_from_many_addresses(settings, user):
+    """Five wrong passwords for one account, each from another address (so the
+    per-IP limit never fires): the sixth attempt is refused even with the right
+    password, with a message that says to wait, and nobody is signed in."""
+    settings.LOGIN_RATE = "1000/m"
+    settings.LOGIN_ACCOUNT_FAILURES = 5
+    for i in range(5):
+        assert _sign_in("wrong", ip=f"10.1.0.{i}").status_code == 200
+    locked = _sign_in("pw-alice-123", ip="10.1.0.99")
+    assert locked.status_code == 200  # the form again, with the lockout message
+    assert "sign-in is paused for 1 minute" in locked.content.decode()
+    assert "_auth_user_id" not in locked.client.session
+    other = _sign_in("pw-mallory-123", username="mallory", ip="10.1.0.99")
+    assert other.status_code == 200  # no such user here: the usual error, unlocked
+    assert "paused" not in other.content.decode()
+
+
+def test_the_lockout_backs_off_and_a_success_clears_it(settings, user):
+    settings.LOGIN_ACCOUNT_FAILURES = 2
+    settings.LOGIN_LOCKOUT_BASE_S = 60
+    settings.LOGIN_LOCKOUT_MAX_S = 200
+    assert ratelimits.login_failure_record(username="alice") == 0
+    assert ratelimits.login_failure_record(username="Alice") == 60  # one account
+    assert ratelimits.login_failure_record(username="alice") == 120
+    assert ratelimits.login_failure_record(username="alice") == 200  # the cap
+    assert 0 < ratelimits.login_locked_for(username="ALICE") <= 200
+    ratelimits.login_failures_clear(username="alice")
+    assert ratelimits.login_locked_for(username="alice") == 0
+    assert _sign_in("pw-alice-123", ip="10.2.0.1").status_code == 302
+
+
+def test_an_unknown_username_is_locked_with_the_same_words(settings, db):
+    """No user enumeration: a name no account has is counted and locked the same."""
+    settings.LOGIN_RATE = "1000/m"
+    settings.LOGIN_ACCOUNT_FAILURES = 2
+    for i in range(2):
+        _sign_in("wrong", username="nobody", ip=f"10.3.0.{i}")
+    locked = _sign_in("wrong", username="nobody", ip="10.3.0.9")
+    assert "sign-in is paused for 1 minute" in locked.content.decode()

@@ -8,7 +8,7 @@ from inference import client as inference_client
 from inference.embeddings import embed_text
 from inference.engines.scripted import ScriptedEngine
 from memory import selectors, services
-from memory.context import turn_context
+from memory.context import MEMORY_OFF_NOTE, turn_context
 from memory.models import MemoryFact
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("embedding_worker")]
@@ -197,3 +197,34 @@ def test_extraction_that_fails_stores_nothing(start_worker, user):
         timeout_s=10,
     )
     assert stored == [] and not MemoryFact.objects.exists()
+
+
+def test_adding_a_fact_with_memory_off_says_memory_is_off_not_remembered(
+    auth_client, user
+):
+    """With memory off the Memory page's "Remember" stores nothing, and says so: never
+    "Remembered." for a fact that was not kept."""
+    services.memory_enabled_set(user=user, enabled=False)
+    response = auth_client.post(
+        reverse("fact-add"), {"text": "I run marathons."}, follow=True
+    )
+    page = response.content.decode()
+    assert "Memory is off, so nothing was remembered" in page
+    assert "Remembered." not in page
+    assert not MemoryFact.objects.exists()
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_remember_with_memory_off_tells_the_model_to_say_memory_is_off(user, enabled):
+    """A "remember that ..." message while memory is off stores nothing, so the
+    prompt tells the model to say memory is off, never "Remembered."; with memory on
+    the note is absent."""
+    services.memory_enabled_set(user=user, enabled=enabled)
+    built = turn_context(
+        user_id=user.id,
+        system_prompt="You are helpful.",
+        history=[{"role": "user", "content": "Remember that I like green tea."}],
+        max_tokens=64,
+    )
+    system = built.messages[0]["content"]
+    assert (MEMORY_OFF_NOTE in system) is not enabled

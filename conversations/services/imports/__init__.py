@@ -10,6 +10,7 @@ CHAT_IMPORT_MAX_MESSAGES, CHAT_IMPORT_MAX_MESSAGE_CHARS.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from django.conf import settings
@@ -18,6 +19,7 @@ from django.db import transaction
 
 from chatsite.errors import InvalidInput, PayloadTooLarge
 from chatsite.jsonbody import json_loads_bounded
+from chatsite.storable import value_check
 from conversations.exports import EXPORT_FORMAT
 from conversations.models import Conversation, Feedback, Message
 from conversations.services.imports.chatgpt import chatgpt_parse
@@ -78,6 +80,8 @@ def import_file_parse(*, data: bytes) -> list[ImportedConversation]:
     limits_check(conversations)
     for i, conversation in enumerate(conversations, 1):
         _tree_check(conversation, f"Conversation {i}")
+        # every field the readers did not check by name (model, pool, ids...)
+        value_check(dataclasses.asdict(conversation), where=f"Conversation {i}")
     return conversations
 
 

@@ -28,6 +28,7 @@ from conversations.services.imports.records import (
     ImportedMessage,
     fail,
     text_field,
+    time_field,
     title_clean,
 )
 
@@ -50,9 +51,10 @@ def _time(value: Any, where: str, name: str) -> dt.datetime | None:
     try:
         if not math.isfinite(value):
             raise ValueError
-        return dt.datetime.fromtimestamp(value, tz=dt.UTC)
+        parsed = dt.datetime.fromtimestamp(value, tz=dt.UTC)
     except (ValueError, OverflowError, OSError):
         raise fail(where, f"`{name}` is not a valid time.") from None
+    return time_field(parsed, where, name)
 
 
 def _dict(value: Any, where: str, name: str) -> dict[str, Any]:

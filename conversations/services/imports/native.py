@@ -13,6 +13,7 @@ from conversations.services.imports.records import (
     count_field,
     fail,
     text_field,
+    time_field,
     title_clean,
 )
 
@@ -31,7 +32,7 @@ def timestamp_field(value: Any, where: str, name: str) -> dt.datetime:
         raise fail(
             where, f"`{name}` is not an ISO 8601 time: {value[:40]!r}."
         ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    return time_field(parsed, where, name)
 
 
 def _choice(value: Any, where: str, name: str, choices: list[str]) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 
 from chatsite.errors import InvalidInput
+from chatsite.storable import datetime_problem, text_problem
 
 # A title that is empty in the file.
 UNTITLED = "Imported conversation"
@@ -64,12 +65,23 @@ def text_field(value: Any, where: str, name: str, *, limit: int | None = None) -
     (default CHAT_IMPORT_MAX_MESSAGE_CHARS); raise InvalidInput otherwise."""
     if not isinstance(value, str):
         raise fail(where, f"`{name}` must be a string.")
-    if "\x00" in value:
-        raise fail(where, f"`{name}` contains a NUL character, which cannot be stored.")
+    problem = text_problem(value)
+    if problem:
+        raise fail(where, f"`{name}` {problem}.")
     limit = limit or settings.CHAT_IMPORT_MAX_MESSAGE_CHARS
     if len(value) > limit:
         raise fail(where, f"`{name}` is longer than {limit:,} characters.")
     return value
+
+
+def time_field(value: dt.datetime, where: str, name: str) -> dt.datetime:
+    """Return the time ``value`` in UTC (naive: taken as UTC); raise InvalidInput
+    when it is outside the storable years (:func:`chatsite.storable.datetime_problem`)."""
+    problem = datetime_problem(value)
+    if problem:
+        raise fail(where, f"`{name}` {problem}.")
+    aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    return aware.astimezone(dt.UTC)
 
 
 def title_clean(value: Any, where: str) -> str:

@@ -1,0 +1,81 @@
+"""API requests per minute (gateway/requestrate.py): per user across keys and per
+key, from the plan; a 429 with Retry-After and OpenAI's ``x-ratelimit-*-requests``
+headers; a refused request counts nowhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from gateway import requestrate
+from gateway import services as gateway_services
+from gateway.models import Plan
+
+pytestmark = pytest.mark.django_db
+
+
+def _models(key: str) -> Any:
+    return Client().get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {key}")
+
+
+@pytest.fixture
+def plan() -> Plan:
+    plan, _ = Plan.objects.update_or_create(
+        is_default=True,
+        defaults={"requests_per_minute": 5, "key_requests_per_minute": 3},
+    )
+    return plan
+
+
+def test_a_new_plan_has_request_limits_by_default():
+    plan = Plan.objects.create(name="fresh")
+    assert (plan.requests_per_minute, plan.key_requests_per_minute) == (600, 300)
+
+
+def test_a_key_over_its_requests_per_minute_gets_a_429_with_openais_headers(user, plan):
+    key = gateway_services.api_key_create(user=user)[1]
+    for _ in range(3):
+        assert _models(key).status_code == 200
+    refused = _models(key)
+    assert refused.status_code == 429, refused.content
+    error = refused.json()["error"]
+    assert error["code"] == "rate_limit_requests" and error["type"] == "requests"
+    assert "this API key may make 3 per minute" in error["message"]
+    assert 1 <= int(refused["Retry-After"]) <= 60
+    assert refused["x-ratelimit-limit-requests"] == "3"
+    assert refused["x-ratelimit-remaining-requests"] == "0"
+    assert refused["x-ratelimit-reset-requests"] == f"{refused['Retry-After']}s"
+
+
+def test_the_users_limit_spans_their_keys(user, plan):
+    first, second = (gateway_services.api_key_create(user=user)[1] for _ in range(2))
+    for key in (first, first, first, second, second):
+        assert _models(key).status_code == 200
+    refused = _models(second)  # the key has room (2 of 3), the user has none (5)
+    assert refused.status_code == 429
+    assert "your account may make 5 per minute" in refused.json()["error"]["message"]
+
+
+def test_a_refused_request_is_not_counted_and_no_limit_means_none(user):
+    counted = requestrate.request_count(
+        user_id=user.pk, key_id=1, user_limit=1, key_limit=None, now=120.0
+    )
+    assert (counted.limit, counted.remaining, counted.reset_s) == (1, 0, 60)
+    for _ in range(3):
+        with pytest.raises(Exception, match="1 per minute"):
+            requestrate.request_count(
+                user_id=user.pk, key_id=1, user_limit=1, key_limit=None, now=130.0
+            )
+    # the next minute starts afresh: the refusals above counted nothing
+    assert (
+        requestrate.request_count(
+            user_id=user.pk, key_id=1, user_limit=1, key_limit=None, now=180.0
+        ).remaining
+        == 0
+    )
+    free = requestrate.request_count(
+        user_id=user.pk, key_id=1, user_limit=None, key_limit=None
+    )
+    assert free.headers() == {}
