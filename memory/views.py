@@ -157,7 +157,9 @@ def fact_add(request: AuthenticatedRequest) -> HttpResponse:
     """Add a fact by hand."""
     return _memory_action(
         request,
-        lambda: services.fact_add(user=request.user, text=request.POST.get("text")),
+        lambda: services.fact_add(
+            user=request.user, text=request.POST.get("text"), typed=True
+        ),
         "Remembered.",
     )
 

@@ -38,6 +38,8 @@ __all__ = [
     "input_moderate",
     "messages_moderate",
     "policy_matches",
+    "texts_judge",
+    "window_text",
 ]
 
 logger = logging.getLogger(__name__)
@@ -82,8 +84,43 @@ def blocked_message(category: Category) -> str:
     return (
         "Your message was not sent: it goes against our content policy on "
         f"{category.label.lower()}. {info.user_advice} If you think this is a "
-        "mistake, rephrase your message and send it again. Nothing was charged."
+        "mistake, tell us (appeal) or rephrase your message. Nothing was charged."
     )
+
+
+# What a borderline block adds to its message instead of the abuse limit's sentence.
+BORDERLINE_NOTE = (
+    "The check was not sure, so this refusal does not count against your account."
+)
+
+
+def block_counts(match: Match, verdict: Verdict) -> bool:
+    """Whether a block counts toward the user's abuse score: the category's score is
+    at or above SAFETY_SUSPEND_MIN_SCORE (confident), or the verdict comes from one of
+    SAFETY_SUSPEND_CONFIRMING_BACKENDS (a second stage). Staff confirming an event
+    makes it count too (:func:`safety.suspensions.abuse_score`)."""
+    if verdict.backend in settings.SAFETY_SUSPEND_CONFIRMING_BACKENDS:
+        return True
+    return match.score >= settings.SAFETY_SUSPEND_MIN_SCORE
+
+
+def window_text(messages: Sequence[dict[str, str]], *, turns: int) -> str | None:
+    """The last ``turns`` user messages of ``messages`` joined by newlines, oldest
+    first, or None when there are fewer than two (the newest alone is screened
+    anyway). The embedding model reads its first 256 word pieces, so the window keeps
+    each message's last :data:`WINDOW_CHARS_PER_TURN` characters."""
+    users = [
+        str(m.get("content") or "").strip() for m in messages if m.get("role") == "user"
+    ]
+    users = [u for u in users if u][-turns:] if turns > 1 else []
+    if len(users) < 2:
+        return None
+    return "\n".join(u[-WINDOW_CHARS_PER_TURN:] for u in users)
+
+
+# Characters of each message a window keeps (its end: a split request's last part is
+# what asks); 3 turns of 400 characters stay within the embedding model's input.
+WINDOW_CHARS_PER_TURN = 400
 
 
 def _verdict(*, text: str, query: TextVector | None) -> Verdict:
@@ -114,13 +151,16 @@ def input_moderate(
     conversation_id: uuid.UUID | str | None = None,
     message_id: uuid.UUID | str | None = None,
     job_id: str = "",
+    window: str | None = None,
 ) -> Verdict:
     """Screen a user's ``text`` before the gateway spends anything on it.
 
     ``surface``: a :class:`ModerationEvent.Surface` value (chat / api); ``query``: the
     turn's shared :class:`TextVector` of ``text`` (embedded once per turn: the
     classifier reads its vector instead of embedding again); ``conversation_id``,
-    ``message_id``, ``job_id``: what an event refers to, when known.
+    ``message_id``, ``job_id``: what an event refers to, when known; ``window``: the
+    conversation's last user turns joined (:func:`window_text`), judged too, so a
+    request split over several messages is caught (one more classification).
 
     Classifies, applies the per-category policies (:func:`policy_matches`) and
     records one :class:`ModerationEvent` when a category matches: ``block`` when any
@@ -133,9 +173,13 @@ def input_moderate(
     verdict = _verdict(text=text, query=query)
     if not verdict.available:
         return verdict
+    judged = [(text, verdict)]
+    if window and window != text:
+        (seen,) = texts_judge(texts=[window], query=None)
+        judged.append((window, seen))
     _decide(
         user=user,
-        judged=[(text, verdict)],
+        judged=judged,
         surface=surface,
         conversation_id=conversation_id,
         message_id=message_id,
@@ -181,7 +225,8 @@ def _decide(
         if blocking
         else ModerationEvent.EventAction.FLAG
     )
-    ModerationEvent.objects.create(
+    counts = bool(blocking) and block_counts(top, verdict)
+    event = ModerationEvent.objects.create(
         user=user,
         surface=surface,
         direction=ModerationEvent.Direction.INPUT,
@@ -194,6 +239,7 @@ def _decide(
         message_id=message_id,
         job_id=job_id,
         backend=verdict.backend,
+        abuse=counts,
     )
     logger.info(
         "input %s: user %s, %s (%.2f) on %s",
@@ -204,13 +250,17 @@ def _decide(
         surface,
     )
     if blocking:
-        consequence = abuse_record(user=user)
+        consequence = (
+            abuse_record(user=user, cause=event) if counts else BORDERLINE_NOTE
+        )
         raise ModerationBlocked(
-            f"{blocked_message(top.category)} {consequence}", category=top.category
+            f"{blocked_message(top.category)} {consequence}",
+            category=top.category,
+            event_id=event.pk,
         )
 
 
-def _verdicts(*, texts: list[str], query: TextVector | None) -> list[Verdict]:
+def texts_judge(*, texts: list[str], query: TextVector | None) -> list[Verdict]:
     """Judge each of ``texts``: cached verdicts first (:mod:`safety.verdicts`), then
     the text of ``query`` with its shared vector, then the rest in one batch (one
     embedding request); new verdicts are cached. Applies the fail policy (raises
@@ -263,16 +313,20 @@ def messages_moderate(
     its own, not joined (the embedding model reads 256 word pieces at most, so a
     joined history would hide all but its start), in one batch (one embedding request
     for the texts not judged in the last SAFETY_VERDICT_CACHE_S s: an unchanged
-    history costs one Redis MGET). ``query``: the shared vector of the last user
+    history costs one Redis MGET), plus the last SAFETY_WINDOW_TURNS user messages
+    joined (:func:`window_text`: a request split over messages). ``query``: the shared vector of the last user
     message. One event at most per request, for the worst text (see
     :func:`input_moderate` for the actions and errors: ModerationBlocked,
     ModerationUnavailable). Returns the verdicts, one per distinct text.
     """
     texts = list(dict.fromkeys(str(m.get("content") or "") for m in messages))
+    window = window_text(messages, turns=settings.SAFETY_WINDOW_TURNS)
+    if window is not None and window not in texts:
+        texts.append(window)
     texts = [t for t in texts if t.strip()]
     if not texts:
         return []
-    verdicts = _verdicts(texts=texts, query=query)
+    verdicts = texts_judge(texts=texts, query=query)
     _decide(
         user=user,
         judged=list(zip(texts, verdicts, strict=True)),
