@@ -180,6 +180,7 @@ def input_moderate(
     _decide(
         user=user,
         judged=judged,
+        window=window,
         surface=surface,
         conversation_id=conversation_id,
         message_id=message_id,
@@ -196,10 +197,12 @@ def _decide(
     conversation_id: uuid.UUID | str | None,
     message_id: uuid.UUID | str | None,
     job_id: str,
+    window: str | None = None,
 ) -> None:
     """Apply the policies to the verdicts of one request's texts and record at most
-    one event: the highest-scoring blocking match of any text (then raise
-    ModerationBlocked), else the highest-scoring flag-only match."""
+    one event: the highest-scoring blocking match of any message (then raise
+    ModerationBlocked), else of the ``window`` (the last user turns joined), else the
+    highest-scoring flag-only match."""
     config = safety_config()
     found = [
         (m, text, verdict)
@@ -215,7 +218,8 @@ def _decide(
     if not found:
         return
     blocking = sorted(
-        (f for f in found if f[0].action == Action.BLOCK), key=lambda f: -f[0].score
+        (f for f in found if f[0].action == Action.BLOCK),
+        key=lambda f: (f[1] == window, -f[0].score),
     )
     top, text, verdict = (
         blocking[0] if blocking else max(found, key=lambda f: f[0].score)
@@ -329,6 +333,7 @@ def messages_moderate(
     verdicts = texts_judge(texts=texts, query=query)
     _decide(
         user=user,
+        window=window,
         judged=list(zip(texts, verdicts, strict=True)),
         surface=surface,
         conversation_id=None,

@@ -56,7 +56,7 @@ SAFETY_ADMIN_SUSPEND_S = env.int("SAFETY_ADMIN_SUSPEND_S", default=7 * 24 * 3600
 # above SAFETY_SUSPEND_MIN_SCORE (0..1, above every blocking threshold), a block by
 # one of SAFETY_SUSPEND_CONFIRMING_BACKENDS (a second stage such as the guard model),
 # or one staff confirmed. A borderline block refuses the message and adds nothing.
-SAFETY_SUSPEND_MIN_SCORE = env.float("SAFETY_SUSPEND_MIN_SCORE", default=0.9)
+SAFETY_SUSPEND_MIN_SCORE = env.float("SAFETY_SUSPEND_MIN_SCORE", default=0.95)
 SAFETY_SUSPEND_CONFIRMING_BACKENDS = env.list(
     "SAFETY_SUSPEND_CONFIRMING_BACKENDS", default=["guard", "remote"]
 )
