@@ -19,6 +19,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 
+from safety.classifiers import Verdict
 from safety.models import Action, ModerationEvent
 from safety.selectors import safety_config
 from safety.services import input_moderate, policy_matches, texts_judge
@@ -47,13 +48,13 @@ def history_screen(*, user: User, texts: Sequence[str]) -> list[str | None]:
     if not settings.SAFETY_INPUT_ENABLED or not texts:
         return [None] * len(texts)
     distinct = list(dict.fromkeys(t for t in texts if t.strip()))
-    verdicts = {}
+    verdicts: dict[str, Verdict] = {}
     for i in range(0, len(distinct), 64):
         part = distinct[i : i + 64]
         verdicts.update(zip(part, texts_judge(texts=part, query=None), strict=True))
     config = safety_config()
     found: dict[str, str | None] = {}
-    events = []
+    events: list[ModerationEvent] = []
     for text, verdict in verdicts.items():
         blocking = [
             m

@@ -30,6 +30,7 @@ from safety.classifiers import (
 from safety.models import Action, ModerationEvent
 from safety.selectors import SafetyConfig, safety_config
 from safety.suspensions import abuse_record
+from safety.windows import window_text
 
 __all__ = [
     "Match",
@@ -104,25 +105,6 @@ def block_counts(match: Match, verdict: Verdict) -> bool:
     return match.score >= settings.SAFETY_SUSPEND_MIN_SCORE
 
 
-def window_text(messages: Sequence[dict[str, str]], *, turns: int) -> str | None:
-    """The last ``turns`` user messages of ``messages`` joined by newlines, oldest
-    first, or None when there are fewer than two (the newest alone is screened
-    anyway). The embedding model reads its first 256 word pieces, so the window keeps
-    each message's last :data:`WINDOW_CHARS_PER_TURN` characters."""
-    users = [
-        str(m.get("content") or "").strip() for m in messages if m.get("role") == "user"
-    ]
-    users = [u for u in users if u][-turns:] if turns > 1 else []
-    if len(users) < 2:
-        return None
-    return "\n".join(u[-WINDOW_CHARS_PER_TURN:] for u in users)
-
-
-# Characters of each message a window keeps (its end: a split request's last part is
-# what asks); 3 turns of 400 characters stay within the embedding model's input.
-WINDOW_CHARS_PER_TURN = 400
-
-
 def _verdict(*, text: str, query: TextVector | None) -> Verdict:
     """Classify ``text`` with the configured backend, reading the shared vector of
     ``query`` (when it is of ``text``) instead of embedding again; applies the fail
@@ -175,7 +157,7 @@ def input_moderate(
         return verdict
     judged = [(text, verdict)]
     if window and window != text:
-        (seen,) = texts_judge(texts=[window], query=None)
+        (seen,) = texts_judge(texts=[window], query=query)
         judged.append((window, seen))
     _decide(
         user=user,
@@ -284,6 +266,12 @@ def texts_judge(*, texts: list[str], query: TextVector | None) -> list[Verdict]:
     try:
         for i in shared:
             fresh[i] = _verdict(text=texts[i], query=query)
+        for i in todo:  # a text embedded with the query (TextVector.also)
+            companion = None
+            if query is not None and classifier.uses_vector and i not in fresh:
+                companion = query.vector_of(texts[i])
+            if companion is not None:
+                fresh[i] = classifier.classify(texts[i], vector=companion)
         rest = [i for i in todo if i not in fresh]
         if rest:
             batch = classifier.classify_batch([texts[i] for i in rest])
