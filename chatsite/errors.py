@@ -134,16 +134,26 @@ class PoolSaturated(ServiceUnavailable):
 class ModerationBlocked(InvalidInput):
     """The input was refused by the content policy (400, OpenAI's
     ``content_policy_violation`` on ``messages``). ``category`` is the matched
-    moderation category's value; the message names it and says what the user can do."""
+    moderation category's value; the message names it and says what the user can do.
+    ``event_id`` is the recorded event's id, rendered as ``moderation_event_id``."""
 
     status = 400
     code = "content_policy_violation"
     param = "messages"
     message = "This message was not sent because it goes against the content policy."
 
-    def __init__(self, message: str | None = None, *, category: str = "") -> None:
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        category: str = "",
+        event_id: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.category = category
+        # the ModerationEvent recorded for the block: the user may appeal it
+        # (docs/safety.md, "Appeals"); both JSON shapes carry it
+        self.event_id = event_id
 
 
 class Suspended(Forbidden):
@@ -152,6 +162,9 @@ class Suspended(Forbidden):
 
     code = "account_suspended"
     message = "Your account is suspended."
+    # the blocked input that caused an automatic suspension (rendered as
+    # ``moderation_event_id``, to appeal), None otherwise
+    event_id: int | None = None
 
 
 class PageNotFound(NotFound):
@@ -217,17 +230,22 @@ def error_json(exc: DomainError, *, openai: bool = False) -> dict[str, Any]:
     ``{"error": {"message", "type", "param", "code"}}``: ``type`` from the status,
     ``param`` the request field the error is about when the raiser named one (an
     optional ``param`` attribute, e.g. :class:`ModerationBlocked`), else None.
+    Either shape adds ``moderation_event_id`` when the error carries one (a block the
+    user may appeal).
     """
     if not openai:
-        return {"error": {"code": exc.code, "message": exc.message}}
-    return {
-        "error": {
+        body: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    else:
+        body = {
             "message": exc.message,
             "type": _openai_type(exc),
             "param": getattr(exc, "param", None),
             "code": exc.code,
         }
-    }
+    event_id = getattr(exc, "event_id", None)
+    if event_id is not None:
+        body["moderation_event_id"] = event_id
+    return {"error": body}
 
 
 def _headers_set(response: HttpResponse, exc: DomainError, *, openai: bool) -> None:

@@ -144,6 +144,9 @@ class Message(models.Model):
     # The answer was written without the user's memory and documents because no
     # embedding worker could embed the question (the footer says so).
     memory_unavailable = models.BooleanField(default=False)
+    # An imported message input moderation flagged (the category's code): kept and
+    # shown, marked, but never sent in a prompt (conversations.selectors).
+    moderation_category = models.CharField(max_length=32, blank=True, default="")
     # full-text search vector of the content, kept by PostgreSQL (conversations.search)
     search_vector = _search_vector("content")
 

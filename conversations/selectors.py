@@ -180,11 +180,15 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
     ]
 
 
-def _promptable(messages: list[Message]) -> list[Message]:
+def _promptable(messages: list[Message], *, asked: Any = None) -> list[Message]:
     """Keep user messages and answers with text that did not fail or still stream
-    (the model should not see an empty or failed reply)."""
+    (the model should not see an empty or failed reply), leaving out messages flagged
+    by moderation at import (``moderation_category``) except ``asked``, the id of the
+    question a turn answers (admission screens it under the policies in force)."""
     kept: list[Message] = []
     for m in messages:
+        if m.moderation_category and m.id != asked:
+            continue
         if m.role == Message.Role.ASSISTANT and (
             m.status in (Message.Status.STREAMING, Message.Status.ERROR)
             or not m.content
@@ -222,7 +226,10 @@ def history_and_summary(
     without a summary).
     """
     path = message_tree(conversation=conversation).path_to(upto.id) if upto else []
-    messages = _promptable(path)
+    # a regenerate answers ``upto`` itself: a question flagged at import is kept for
+    # admission to screen; a new message follows ``upto`` (an answer), never kept so
+    asked = upto.id if upto is not None and upto.role == Message.Role.USER else None
+    messages = _promptable(path, asked=asked)
     upto_id = conversation.summary_upto_id
     on_path = [m.created_at for m in path if m.id == upto_id]
     covers = 0

@@ -4,7 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django_ratelimit.decorators import ratelimit
 
-from conversations import sse, views, views_search
+from conversations import sse, views, views_moderation, views_search
 from conversations.signin import LockoutAuthenticationForm
 
 urlpatterns = [
@@ -32,6 +32,16 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(
+        "moderation/events/<int:event_id>/appeal/",
+        views_moderation.moderation_appeal,
+        name="moderation-appeal",
+    ),
+    path(
+        "moderation/answers/<uuid:message_id>/appeal/",
+        views_moderation.answer_appeal,
+        name="moderation-answer-appeal",
+    ),
     path("c/messages/", views.message_send, name="message-send-new"),
     path(
         "c/<uuid:conversation_id>/",

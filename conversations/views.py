@@ -79,6 +79,7 @@ def _chat_page(request: AuthenticatedRequest, conversation: Any = None) -> HttpR
         "suspension_notice": safety_selectors.suspension_message(suspension)
         if suspension
         else "",
+        "suspension_cause_id": suspension.cause_id if suspension else None,
         "conversations": selectors.conversation_list(user=request.user)[:200],
         "conversation": conversation,
         "items": selectors.thread_items(conversation=conversation)

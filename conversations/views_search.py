@@ -103,15 +103,18 @@ def conversations_import_page(request: AuthenticatedRequest) -> HttpResponse:
                 raise InvalidInput("Choose a file to import.", code="no_file")
             # one byte over the limit is enough to say the file is too large
             data = upload.read(settings.CHAT_IMPORT_MAX_BYTES + 1)
-            imported = services.conversations_import(user=request.user, data=data)
+            result = services.conversations_import(user=request.user, data=data)
         except DomainError as exc:
             flash.error(request, exc.message)
             return redirect("conversations-import")
+        imported = result.conversations
         count = len(imported)
         flash.success(
             request,
             f"Imported {count} conversation{'s' if count != 1 else ''}.",
         )
+        if result.flagged:
+            flash.warning(request, result.notice())
         if count == 1:
             return redirect("conversation-detail", imported[0].id)
         return redirect("chat-home")

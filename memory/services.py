@@ -80,6 +80,27 @@ def _chunks_screen(
     return flags
 
 
+# The fact screening hook's contract (MEMORY_FACT_SCREENER): called with ``user_id``,
+# ``text`` and ``typed`` (the user wrote it by hand) as keyword arguments; returns None
+# (may be stored) or a category code (not stored). For a typed fact it may raise a
+# DomainError itself (the content policy's 400), which reaches the user as is; it may
+# raise ServiceUnavailable when it cannot judge and the deployment fails closed.
+FactScreener = Callable[..., str | None]
+
+
+def fact_screener() -> FactScreener | None:
+    """Return the hook named by MEMORY_FACT_SCREENER, or None when it is empty."""
+    path = getattr(settings, "MEMORY_FACT_SCREENER", "")
+    return import_string(path) if path else None
+
+
+def _fact_screen(*, user_id: int, text: str, typed: bool) -> str | None:
+    screener = fact_screener()
+    if screener is None:
+        return None
+    return screener(user_id=user_id, text=text, typed=typed)
+
+
 def document_upload(
     *,
     user: User,
@@ -283,17 +304,24 @@ def _fact_vector(text: str) -> list[float]:
 
 
 def fact_add(
-    *, user: User | int, text: Any, source_message_id: Any = None
+    *, user: User | int, text: Any, source_message_id: Any = None, typed: bool = False
 ) -> MemoryFact | None:
-    """Remember a fact about the user; return it, or None when memory is off.
+    """Remember a fact about the user; return it, or None when memory is off or the
+    fact is screened out.
 
+    Screened first (MEMORY_FACT_SCREENER): ``typed`` (the user wrote it on the memory
+    page) is moderated as a typed message (the hook raises the content policy's 400);
+    otherwise (extracted, "remember that") a fact that would be blocked is not stored.
     A fact within MEMORY_FACT_DUPLICATE_DISTANCE (cosine) of an existing one of the same
     user is merged into it (the newer wording wins). Raises InvalidInput (empty, over
-    500 characters), ServiceUnavailable (no embedding worker).
+    500 characters), ModerationBlocked (typed, against the content policy),
+    ServiceUnavailable (no embedding worker, or moderation down failing closed).
     """
     user_id = selectors.user_id_of(user)
     text = _fact_clean(text)
     if not selectors.memory_enabled(user=user_id):
+        return None
+    if _fact_screen(user_id=user_id, text=text, typed=typed) is not None:
         return None
     vector = _fact_vector(text)
     near = selectors.facts_search(
@@ -316,10 +344,13 @@ def fact_add(
 
 
 def fact_update(*, user: User, fact_id: Any, text: Any) -> MemoryFact:
-    """Edit one of the user's facts (re-embedded). Raises NotFound, InvalidInput,
+    """Edit one of the user's facts (re-embedded; screened as a typed fact). Raises
+    NotFound, InvalidInput, ModerationBlocked (against the content policy),
     ServiceUnavailable (no embedding worker; the fact is left as it was)."""
     fact = selectors.fact_get(user=user, fact_id=fact_id)
-    fact.text = _fact_clean(text)
+    cleaned = _fact_clean(text)
+    _fact_screen(user_id=user.pk, text=cleaned, typed=True)
+    fact.text = cleaned
     fact.embedding = _fact_vector(fact.text)
     fact.save(update_fields=["text", "embedding"])
     return fact

@@ -164,7 +164,9 @@ def _memory_action(request: HttpRequest, action: Any, done: str) -> HttpResponse
 def fact_add(request: AuthenticatedRequest) -> HttpResponse:
     """Add a fact by hand."""
     try:
-        fact = services.fact_add(user=request.user, text=request.POST.get("text"))
+        fact = services.fact_add(
+            user=request.user, text=request.POST.get("text"), typed=True
+        )
     except DomainError as exc:
         flash.error(request, exc.message)
         return redirect("memory-page")

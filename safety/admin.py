@@ -20,8 +20,14 @@ from django.utils.text import Truncator
 
 from audit.admin import AuditedAdminMixin
 from chatsite.auth import request_user
-from safety import suspensions
-from safety.models import CategoryPolicy, ModerationEvent, Suspension
+from safety import appeals, suspensions
+from safety.models import (
+    Appeal,
+    CategoryPolicy,
+    HardNegative,
+    ModerationEvent,
+    Suspension,
+)
 
 TEXT_PREVIEW_CHARS = 120
 
@@ -64,6 +70,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
         "category",
         "score_display",
         "action",
+        "abuse",
         "status",
         "text_preview",
         "backend",
@@ -95,6 +102,7 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
         "message_id",
         "job_id",
         "backend",
+        "abuse",
     )
 
     @admin.display(description="score", ordering="score")
@@ -173,13 +181,29 @@ class ModerationEventAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
 @admin.register(Suspension)
 class SuspensionAdmin(AuditedAdminMixin[Suspension], admin.ModelAdmin):
-    list_display = ("user", "until", "active", "reason", "created_by", "created_at")
+    list_display = (
+        "user",
+        "until",
+        "active",
+        "reason",
+        "cause",
+        "created_by",
+        "created_at",
+    )
     list_filter = (("until", admin.DateFieldListFilter), "lifted_at")
     list_select_related = ("user", "created_by")
     search_fields = ("user__username", "reason")
     autocomplete_fields = ("user",)
-    fields = ("user", "until", "reason", "created_by", "lifted_at", "lifted_by")
-    readonly_fields = ("created_by", "lifted_at", "lifted_by")
+    fields = (
+        "user",
+        "until",
+        "reason",
+        "cause",
+        "created_by",
+        "lifted_at",
+        "lifted_by",
+    )
+    readonly_fields = ("cause", "created_by", "lifted_at", "lifted_by")
     actions = ("lift",)
 
     @admin.display(boolean=True, description="in force")
@@ -204,3 +228,93 @@ class SuspensionAdmin(AuditedAdminMixin[Suspension], admin.ModelAdmin):
     @admin.action(description="Lift selected suspensions", permissions=["change"])
     def lift(self, request: HttpRequest, queryset: QuerySet) -> None:
         _suspensions_lift(self, request, queryset)
+
+
+@admin.register(Appeal)
+class AppealAdmin(AuditedAdminMixin[Appeal], admin.ModelAdmin):
+    """The appeals queue: a user's "this was a mistake" about a moderation event.
+
+    Actions: uphold (a false positive: points removed, a suspension it caused lifted,
+    the text kept as a hard negative) or reject (the event is confirmed).
+    """
+
+    list_display = (
+        "created_at",
+        "user",
+        "status",
+        "event_category",
+        "event_score",
+        "event_text",
+        "comment",
+    )
+    list_filter = ("status", ("created_at", admin.DateFieldListFilter))
+    list_select_related = ("user", "event")
+    search_fields = ("user__username", "event__text", "comment")
+    actions = ("uphold", "reject")
+    readonly_fields = (
+        "event",
+        "user",
+        "comment",
+        "status",
+        "created_at",
+        "decided_at",
+        "decided_by",
+    )
+
+    @admin.display(description="category")
+    def event_category(self, obj: Appeal) -> str:
+        return obj.event.get_category_display()
+
+    @admin.display(description="score")
+    def event_score(self, obj: Appeal) -> str:
+        return f"{obj.event.score:.2f}"
+
+    @admin.display(description="text")
+    def event_text(self, obj: Appeal) -> str:
+        return Truncator(obj.event.text).chars(TEXT_PREVIEW_CHARS)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_decide_permission(self, request: HttpRequest) -> bool:
+        """Staff who may review moderation events may decide appeals."""
+        return request.user.has_perm("safety.change_moderationevent")
+
+    @admin.action(
+        description="Uphold: a false positive (remove points, lift suspension, "
+        "keep as hard negative)",
+        permissions=["decide"],
+    )
+    def uphold(self, request: HttpRequest, queryset: QuerySet) -> None:
+        decided = appeals.appeal_decide(
+            appeals=queryset, upheld=True, actor=request_user(request)
+        )
+        self.message_user(request, f"{decided} appeal(s) upheld.", messages.SUCCESS)
+
+    @admin.action(description="Reject: the block stands", permissions=["decide"])
+    def reject(self, request: HttpRequest, queryset: QuerySet) -> None:
+        decided = appeals.appeal_decide(
+            appeals=queryset, upheld=False, actor=request_user(request)
+        )
+        self.message_user(request, f"{decided} appeal(s) rejected.", messages.SUCCESS)
+
+
+@admin.register(HardNegative)
+class HardNegativeAdmin(admin.ModelAdmin):
+    """Texts staff judged harmless after a block: benign training examples that
+    ``manage.py moderation_train`` reads."""
+
+    list_display = ("created_at", "category", "text_preview")
+    list_filter = ("category",)
+    search_fields = ("text",)
+    readonly_fields = ("text", "category", "event", "created_at")
+
+    @admin.display(description="text")
+    def text_preview(self, obj: HardNegative) -> str:
+        return Truncator(obj.text).chars(TEXT_PREVIEW_CHARS)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

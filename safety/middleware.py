@@ -33,6 +33,9 @@ ALLOWED_WHILE_SUSPENDED = frozenset(
         "conversation-delete",
         "document-delete",
         "fact-delete",
+        # the suspension banner offers an appeal of the block that caused it
+        "moderation-appeal",
+        "moderation-answer-appeal",
     }
 )
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})

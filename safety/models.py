@@ -74,11 +74,16 @@ class ModerationEvent(models.Model):
     ``text`` is the whole offending text (input: the user's message; output: the
     generated text); ``score`` the matched category's score (0..1), ``scores`` every
     category's. ``status`` is staff's review (new → confirmed / dismissed).
+    ``abuse``: whether the block counts toward the user's abuse score (a confident
+    block, or one a second stage confirmed: :func:`safety.services.block_counts`);
+    a borderline block refuses the text and adds nothing.
     """
 
     class Surface(models.TextChoices):
         CHAT = "chat", "Chat"
         API = "api", "API"
+        IMPORT = "import", "Import"
+        MEMORY = "memory", "Memory"
 
     class Direction(models.TextChoices):
         INPUT = "input", "Input"
@@ -110,6 +115,9 @@ class ModerationEvent(models.Model):
     message_id = models.UUIDField(null=True, blank=True)
     job_id = models.CharField(max_length=64, blank=True)
     backend = models.CharField(max_length=32)
+    abuse = models.BooleanField(
+        default=False, help_text="Counts toward the user's abuse score."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -148,6 +156,15 @@ class Suspension(models.Model):
         blank=True,
         related_name="+",
     )
+    # the blocked input that took the abuse score over the limit (None: staff or a
+    # command suspended the user); an upheld appeal of it lifts the suspension
+    cause = models.ForeignKey(
+        ModerationEvent,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     lifted_at = models.DateTimeField(null=True, blank=True)
     lifted_by = models.ForeignKey(
@@ -171,3 +188,69 @@ class Suspension(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} until {self.until:%Y-%m-%d %H:%M} UTC"
+
+
+class Appeal(models.Model):
+    """A user's "this was a mistake" about one of their moderation events.
+
+    Lands in the moderation queue (admin) as ``open``; staff decide it ``upheld`` (a
+    false positive: the event is dismissed, its abuse points removed, a suspension it
+    caused lifted and its text kept as a :class:`HardNegative`) or ``rejected``
+    (:func:`safety.appeals.appeal_decide`). One appeal per event.
+    """
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        UPHELD = "upheld", "Upheld (false positive)"
+        REJECTED = "rejected", "Rejected"
+
+    event = models.OneToOneField(
+        ModerationEvent, on_delete=models.CASCADE, related_name="appeal"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    comment = models.TextField(blank=True, default="")
+    status = models.CharField(
+        max_length=12, choices=Status.choices, default=Status.OPEN
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "-created_at"], name="appeal_status")]
+
+    def __str__(self) -> str:
+        return f"Appeal of event {self.event_id} ({self.status})"
+
+
+class HardNegative(models.Model):
+    """A text the classifier flagged that staff judged harmless: training data for the
+    next ``manage.py moderation_train`` (read as a benign example)."""
+
+    text = models.TextField()
+    category = models.CharField(
+        max_length=32, choices=Category.choices, help_text="What it was flagged as."
+    )
+    event = models.ForeignKey(
+        ModerationEvent,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"hard negative ({self.category}): {self.text[:40]}"

@@ -129,7 +129,18 @@ def suspension_message(suspension: Suspension) -> str:
     return (
         f"Your account is suspended until {until}. Reason: {reason}. "
         "You can read your conversations, but not send messages or use the API "
-        "until then. If you think this is a mistake, contact the site's staff."
+        f"until then. {_appeal_advice(suspension)}"
+    )
+
+
+def _appeal_advice(suspension: Suspension) -> str:
+    """How to contest ``suspension``: appeal the block that caused it, if one did."""
+    if suspension.cause_id is None:
+        return "If you think this is a mistake, contact the site's staff."
+    return (
+        "If you think this is a mistake, appeal the message that caused it "
+        f'(moderation event {suspension.cause_id}: "This was a mistake" under a '
+        f"refused message, or POST /v1/moderation/events/{suspension.cause_id}/appeal)."
     )
 
 
@@ -143,4 +154,7 @@ def suspension_check(*, user: User) -> None:
         return  # read with the user, in this request (SUSPENDED_ATTR)
     suspension = suspension_active(user=user)
     if suspension is not None:
-        raise Suspended(suspension_message(suspension))
+        error = Suspended(suspension_message(suspension))
+        # the block that caused it (None: staff suspended the user), to appeal
+        error.event_id = suspension.cause_id
+        raise error

@@ -30,6 +30,7 @@ from safety.classifiers import (
 from safety.models import Action, ModerationEvent
 from safety.selectors import SafetyConfig, safety_config
 from safety.suspensions import abuse_record
+from safety.windows import window_text
 
 __all__ = [
     "Match",
@@ -38,6 +39,8 @@ __all__ = [
     "input_moderate",
     "messages_moderate",
     "policy_matches",
+    "texts_judge",
+    "window_text",
 ]
 
 logger = logging.getLogger(__name__)
@@ -82,8 +85,24 @@ def blocked_message(category: Category) -> str:
     return (
         "Your message was not sent: it goes against our content policy on "
         f"{category.label.lower()}. {info.user_advice} If you think this is a "
-        "mistake, rephrase your message and send it again. Nothing was charged."
+        "mistake, tell us (appeal) or rephrase your message. Nothing was charged."
     )
+
+
+# What a borderline block adds to its message instead of the abuse limit's sentence.
+BORDERLINE_NOTE = (
+    "The check was not sure, so this refusal does not count against your account."
+)
+
+
+def block_counts(match: Match, verdict: Verdict) -> bool:
+    """Whether a block counts toward the user's abuse score: the category's score is
+    at or above SAFETY_SUSPEND_MIN_SCORE (confident), or the verdict comes from one of
+    SAFETY_SUSPEND_CONFIRMING_BACKENDS (a second stage). Staff confirming an event
+    makes it count too (:func:`safety.suspensions.abuse_score`)."""
+    if verdict.backend in settings.SAFETY_SUSPEND_CONFIRMING_BACKENDS:
+        return True
+    return match.score >= settings.SAFETY_SUSPEND_MIN_SCORE
 
 
 def _verdict(*, text: str, query: TextVector | None) -> Verdict:
@@ -114,13 +133,16 @@ def input_moderate(
     conversation_id: uuid.UUID | str | None = None,
     message_id: uuid.UUID | str | None = None,
     job_id: str = "",
+    window: str | None = None,
 ) -> Verdict:
     """Screen a user's ``text`` before the gateway spends anything on it.
 
     ``surface``: a :class:`ModerationEvent.Surface` value (chat / api); ``query``: the
     turn's shared :class:`TextVector` of ``text`` (embedded once per turn: the
     classifier reads its vector instead of embedding again); ``conversation_id``,
-    ``message_id``, ``job_id``: what an event refers to, when known.
+    ``message_id``, ``job_id``: what an event refers to, when known; ``window``: the
+    conversation's last user turns joined (:func:`window_text`), judged too, so a
+    request split over several messages is caught (one more classification).
 
     Classifies, applies the per-category policies (:func:`policy_matches`) and
     records one :class:`ModerationEvent` when a category matches: ``block`` when any
@@ -133,9 +155,14 @@ def input_moderate(
     verdict = _verdict(text=text, query=query)
     if not verdict.available:
         return verdict
+    judged = [(text, verdict)]
+    if window and window != text:
+        (seen,) = texts_judge(texts=[window], query=query)
+        judged.append((window, seen))
     _decide(
         user=user,
-        judged=[(text, verdict)],
+        judged=judged,
+        window=window,
         surface=surface,
         conversation_id=conversation_id,
         message_id=message_id,
@@ -152,10 +179,12 @@ def _decide(
     conversation_id: uuid.UUID | str | None,
     message_id: uuid.UUID | str | None,
     job_id: str,
+    window: str | None = None,
 ) -> None:
     """Apply the policies to the verdicts of one request's texts and record at most
-    one event: the highest-scoring blocking match of any text (then raise
-    ModerationBlocked), else the highest-scoring flag-only match."""
+    one event: the highest-scoring blocking match of any message (then raise
+    ModerationBlocked), else of the ``window`` (the last user turns joined), else the
+    highest-scoring flag-only match."""
     config = safety_config()
     found = [
         (m, text, verdict)
@@ -171,7 +200,8 @@ def _decide(
     if not found:
         return
     blocking = sorted(
-        (f for f in found if f[0].action == Action.BLOCK), key=lambda f: -f[0].score
+        (f for f in found if f[0].action == Action.BLOCK),
+        key=lambda f: (f[1] == window, -f[0].score),
     )
     top, text, verdict = (
         blocking[0] if blocking else max(found, key=lambda f: f[0].score)
@@ -181,7 +211,8 @@ def _decide(
         if blocking
         else ModerationEvent.EventAction.FLAG
     )
-    ModerationEvent.objects.create(
+    counts = bool(blocking) and block_counts(top, verdict)
+    event = ModerationEvent.objects.create(
         user=user,
         surface=surface,
         direction=ModerationEvent.Direction.INPUT,
@@ -194,6 +225,7 @@ def _decide(
         message_id=message_id,
         job_id=job_id,
         backend=verdict.backend,
+        abuse=counts,
     )
     logger.info(
         "input %s: user %s, %s (%.2f) on %s",
@@ -204,13 +236,17 @@ def _decide(
         surface,
     )
     if blocking:
-        consequence = abuse_record(user=user)
+        consequence = (
+            abuse_record(user=user, cause=event) if counts else BORDERLINE_NOTE
+        )
         raise ModerationBlocked(
-            f"{blocked_message(top.category)} {consequence}", category=top.category
+            f"{blocked_message(top.category)} {consequence}",
+            category=top.category,
+            event_id=event.pk,
         )
 
 
-def _verdicts(*, texts: list[str], query: TextVector | None) -> list[Verdict]:
+def texts_judge(*, texts: list[str], query: TextVector | None) -> list[Verdict]:
     """Judge each of ``texts``: cached verdicts first (:mod:`safety.verdicts`), then
     the text of ``query`` with its shared vector, then the rest in one batch (one
     embedding request); new verdicts are cached. Applies the fail policy (raises
@@ -230,6 +266,12 @@ def _verdicts(*, texts: list[str], query: TextVector | None) -> list[Verdict]:
     try:
         for i in shared:
             fresh[i] = _verdict(text=texts[i], query=query)
+        for i in todo:  # a text embedded with the query (TextVector.also)
+            companion = None
+            if query is not None and classifier.uses_vector and i not in fresh:
+                companion = query.vector_of(texts[i])
+            if companion is not None:
+                fresh[i] = classifier.classify(texts[i], vector=companion)
         rest = [i for i in todo if i not in fresh]
         if rest:
             batch = classifier.classify_batch([texts[i] for i in rest])
@@ -263,18 +305,23 @@ def messages_moderate(
     its own, not joined (the embedding model reads 256 word pieces at most, so a
     joined history would hide all but its start), in one batch (one embedding request
     for the texts not judged in the last SAFETY_VERDICT_CACHE_S s: an unchanged
-    history costs one Redis MGET). ``query``: the shared vector of the last user
+    history costs one Redis MGET), plus the last SAFETY_WINDOW_TURNS user messages
+    joined (:func:`window_text`: a request split over messages). ``query``: the shared vector of the last user
     message. One event at most per request, for the worst text (see
     :func:`input_moderate` for the actions and errors: ModerationBlocked,
     ModerationUnavailable). Returns the verdicts, one per distinct text.
     """
     texts = list(dict.fromkeys(str(m.get("content") or "") for m in messages))
+    window = window_text(messages, turns=settings.SAFETY_WINDOW_TURNS)
+    if window is not None and window not in texts:
+        texts.append(window)
     texts = [t for t in texts if t.strip()]
     if not texts:
         return []
-    verdicts = _verdicts(texts=texts, query=query)
+    verdicts = texts_judge(texts=texts, query=query)
     _decide(
         user=user,
+        window=window,
         judged=list(zip(texts, verdicts, strict=True)),
         surface=surface,
         conversation_id=None,

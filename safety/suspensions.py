@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from audit.models import AuditLogEntry
@@ -46,11 +47,13 @@ def _duration_words(seconds: float) -> str:
 
 
 def abuse_score(*, user: User, now: datetime | None = None) -> float:
-    """The user's abuse score now: each blocked input counts 1, halved every
+    """The user's abuse score now: each counted blocked input counts 1, halved every
     SAFETY_ABUSE_HALF_LIFE_S seconds since it happened.
 
     Computed from the :class:`ModerationEvent` rows themselves (no separate counter
-    to keep in step): blocked input events that staff have not dismissed, since the
+    to keep in step): blocked input events that count (``abuse``: a confident or
+    second-stage block, :func:`safety.services.block_counts`; or staff confirmed
+    them) and that staff have not dismissed, since the
     user's latest suspension began (a suspension settles what came before it), within
     20 half-lives (older ones weigh under one millionth).
     """
@@ -72,14 +75,16 @@ def abuse_score(*, user: User, now: datetime | None = None) -> float:
             action=ModerationEvent.EventAction.BLOCK,
             created_at__gte=since,
         )
+        .filter(Q(abuse=True) | Q(status=ModerationEvent.Status.CONFIRMED))
         .exclude(status=ModerationEvent.Status.DISMISSED)
         .values_list("created_at", flat=True)[:1000]
     )
     return sum(0.5 ** (max(0.0, (now - t).total_seconds()) / half_life) for t in times)
 
 
-def abuse_record(*, user: User) -> str:
-    """Weigh a blocked input just recorded: suspend the user when their
+def abuse_record(*, user: User, cause: ModerationEvent | None = None) -> str:
+    """Weigh a counted blocked input just recorded (``cause``, the suspension's
+    cause if it leads to one): suspend the user when their
     :func:`abuse_score` reaches SAFETY_ABUSE_SUSPEND_SCORE (for SAFETY_ABUSE_SUSPEND_S
     seconds, the reason naming the violations); return the sentence the block message
     adds (the suspension, or how many more blocked messages lead to one).
@@ -108,6 +113,7 @@ def abuse_record(*, user: User) -> str:
                     user_id=user.pk,
                     direction=ModerationEvent.Direction.INPUT,
                     action=ModerationEvent.EventAction.BLOCK,
+                    abuse=True,
                 )
                 .exclude(status=ModerationEvent.Status.DISMISSED)
                 .order_by("-created_at")
@@ -121,6 +127,7 @@ def abuse_record(*, user: User) -> str:
                 reason=f"Repeated messages against the content policy ({named}).",
                 actor=None,
                 actor_label="abuse limit",
+                cause=cause,
             )
     until = suspension.until.strftime("%Y-%m-%d %H:%M UTC")
     return f"Because of repeated violations your account is suspended until {until}."
@@ -133,17 +140,21 @@ def suspension_create(
     reason: str,
     actor: User | None,
     actor_label: str | None = None,
+    cause: ModerationEvent | None = None,
 ) -> Suspension:
     """Suspend ``user`` until ``until`` (aware datetime) for ``reason``; audited.
 
     ``actor``: the staff member (None: a command run or the abuse limit, named by
-    ``actor_label``). Takes effect on the user's next request (not cached).
+    ``actor_label``); ``cause``: the blocked input that took the abuse score over the
+    limit (an upheld appeal of it lifts the suspension). Takes effect on the user's
+    next request (not cached).
     """
     with transaction.atomic():
         suspension = Suspension.objects.create(
             user=user,
             until=until,
             reason=reason,
+            cause=cause,
             created_by=actor if actor is not None and actor.pk else None,
         )
         audit_record(
@@ -162,17 +173,22 @@ def suspension_lift(
     user: User,
     actor: User | None,
     actor_label: str | None = None,
+    ids: Iterable[int] | None = None,
 ) -> list[Suspension]:
-    """Lift every suspension of ``user`` in force now; return them (empty: none).
+    """Lift every suspension of ``user`` in force now (only those of ``ids`` when
+    given); return them (empty: none).
 
     Each lift is audited (before → after). Idempotent: a second call lifts nothing.
     """
     now = timezone.now()
     lifted = []
+    rows = Suspension.objects.select_for_update().filter(
+        user_id=user.pk, lifted_at__isnull=True, until__gt=now
+    )
+    if ids is not None:
+        rows = rows.filter(id__in=list(ids))
     with transaction.atomic():
-        for suspension in Suspension.objects.select_for_update().filter(
-            user_id=user.pk, lifted_at__isnull=True, until__gt=now
-        ):
+        for suspension in rows:
             before = audit_snapshot(suspension)
             suspension.lifted_at = now
             suspension.lifted_by = actor if actor is not None and actor.pk else None

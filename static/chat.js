@@ -144,6 +144,9 @@
     if (failed) state.textContent = data.message || "The answer failed.";
     else if (data.status === "cancelled") state.textContent = "Stopped";
     else if (data.status === "filtered") state.textContent = data.error || "Cut by the content filter";
+    if (data.status === "filtered" && article.dataset.messageId && !article.querySelector(".msg-appeal")) {
+      state.after(appealButton("/moderation/answers/" + encodeURIComponent(article.dataset.messageId) + "/appeal/"));
+    }
     showFeedback(article);
     fillFooter(article, data);
     markCutShort(article, data);
@@ -275,7 +278,7 @@
       bubble("user", "Continue");
       startTurn(sent.turn, sent.source);
     } catch (err) {
-      if (err.code === "content_policy_violation") policyNotice(err.message);
+      if (err.code === "content_policy_violation") policyNotice(err.message, err.eventId);
       else showError(err.message);
       if (!active) setBusy(false);
     } finally {
@@ -368,6 +371,7 @@
       const message = (payload.error && payload.error.message) || ("Request failed (" + response.status + ")");
       const error = new Error(message);
       error.code = payload.error && payload.error.code;
+      error.eventId = payload.error && payload.error.moderation_event_id;
       throw error;
     }
     return payload;
@@ -375,7 +379,7 @@
 
   // A message the content policy refused: a notice in the thread (it stays there; the
   // user's text stays in the input box to edit). Text only, never HTML.
-  function policyNotice(message) {
+  function policyNotice(message, eventId) {
     const notice = document.createElement("article");
     notice.className = "msg msg-notice";
     notice.dataset.code = "content_policy_violation";
@@ -387,10 +391,38 @@
     body.className = "msg-body plain";
     body.textContent = message;
     notice.append(who, body);
+    if (eventId) notice.append(appealButton("/moderation/events/" + encodeURIComponent(eventId) + "/appeal/"));
     thread.append(notice);
     notice.scrollIntoView({block: "end"});
     return notice;
   }
+
+  // "This was a mistake": appeal a moderation decision (a refused message, a cut
+  // answer); the server answers with a confirmation shown in place of the button.
+  function appealButton(url) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "link msg-appeal";
+    button.dataset.appealUrl = url;
+    button.textContent = "This was a mistake";
+    return button;
+  }
+  document.addEventListener("click", async function (e) {
+    const button = e.target.closest && e.target.closest("button.msg-appeal");
+    if (!button) return;
+    button.disabled = true;
+    try {
+      const done = await post(button.dataset.appealUrl);
+      const note = document.createElement("span");
+      note.className = "msg-appealed";
+      note.setAttribute("role", "status");
+      note.textContent = done.appeal.message;
+      button.replaceWith(note);
+    } catch (err) {
+      button.disabled = false;
+      showError(err.message);
+    }
+  });
 
   // Rename form and Delete link for a conversation created on this page (the server
   // renders the same controls on later page loads).
@@ -457,7 +489,7 @@
       await showThread(turn.thread_url);
       return true;
     } catch (err) {
-      if (err.code === "content_policy_violation") policyNotice(err.message);
+      if (err.code === "content_policy_violation") policyNotice(err.message, err.eventId);
       else showError(err.message);
       if (!active) setBusy(false);
       return false;
@@ -521,7 +553,7 @@
       thread.dataset.threadUrl = turn.thread_url;
       thread.dispatchEvent(new CustomEvent("chat:turn", {bubbles: true, detail: turn}));
     } catch (err) {
-      if (err.code === "content_policy_violation") policyNotice(err.message);
+      if (err.code === "content_policy_violation") policyNotice(err.message, err.eventId);
       else showError(err.message);
       if (!active) setBusy(false);
       input.focus();

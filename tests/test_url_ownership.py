@@ -19,6 +19,7 @@ from conversations.models import Conversation, Feedback, Message
 from gateway import services as gateway_services
 from gateway.models import ApiKey
 from memory.models import Document, MemoryFact
+from safety.models import ModerationEvent
 from tests.conftest import make_user
 from tests.urlwalk import Route, Unfillable, routes, url_fill
 
@@ -62,7 +63,18 @@ def owned() -> dict[str, Any]:
     fact = MemoryFact.objects.create(
         user=alice, text=f"Fact {SECRET}", embedding=[0.1] * 384
     )
+    event = ModerationEvent.objects.create(
+        user=alice,
+        surface="chat",
+        direction="input",
+        category="weapons",
+        score=0.99,
+        action="block",
+        text=f"Refused {SECRET}",
+        backend="embedded",
+    )
     values = {
+        "event_id": str(event.pk),
         "conversation_id": str(conv.id),
         "message_id": str(answer.id),
         "key_id": str(key.id),

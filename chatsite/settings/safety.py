@@ -52,6 +52,23 @@ SAFETY_ABUSE_HALF_LIFE_S = env.float("SAFETY_ABUSE_HALF_LIFE_S", default=6 * 360
 SAFETY_ABUSE_SUSPEND_SCORE = env.float("SAFETY_ABUSE_SUSPEND_SCORE", default=5.0)
 SAFETY_ABUSE_SUSPEND_S = env.int("SAFETY_ABUSE_SUSPEND_S", default=24 * 3600)
 SAFETY_ADMIN_SUSPEND_S = env.int("SAFETY_ADMIN_SUSPEND_S", default=7 * 24 * 3600)
+# Only a confident block counts toward the abuse score: its category's score at or
+# above SAFETY_SUSPEND_MIN_SCORE (0..1, above every blocking threshold), a block by
+# one of SAFETY_SUSPEND_CONFIRMING_BACKENDS (a second stage such as the guard model),
+# or one staff confirmed. A borderline block refuses the message and adds nothing.
+SAFETY_SUSPEND_MIN_SCORE = env.float("SAFETY_SUSPEND_MIN_SCORE", default=0.95)
+SAFETY_SUSPEND_CONFIRMING_BACKENDS = env.list(
+    "SAFETY_SUSPEND_CONFIRMING_BACKENDS", default=["guard", "remote"]
+)
+# A chat turn is screened alone and together with the user's previous turns: the last
+# SAFETY_WINDOW_TURNS user messages of the prompt joined (1: the newest alone), so a
+# request split over several messages is caught.
+SAFETY_WINDOW_TURNS = env.int("SAFETY_WINDOW_TURNS", default=3)
+# Memory facts are screened before they are stored by the hook named here (a dotted
+# path, like MEMORY_CHUNK_SCREENER; "" screens nothing).
+MEMORY_FACT_SCREENER = env(
+    "MEMORY_FACT_SCREENER", default="safety.screening.fact_screen"
+)
 # Document chunks are screened at ingestion (memory/services.py) by the hook named in
 # MEMORY_CHUNK_SCREENER (a dotted path: memory and safety cannot import each other; ""
 # screens nothing). On by default, independently of SAFETY_INPUT_ENABLED: a flagged

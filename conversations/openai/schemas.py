@@ -169,6 +169,10 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
         "type": lambda v: v in ERROR_TYPES,
         "param": _optional_str,
         "code": _optional_str,
+        # a refusal by moderation (or the suspension it caused): the event to appeal
+        "moderation_event_id": Optional(
+            lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool))
+        ),
     },
     "list": {
         "object": _is("list"),

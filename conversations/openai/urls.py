@@ -12,4 +12,9 @@ urlpatterns = [
     path("v1/chat/completions", views.chat_completions, name="api-chat-completions"),
     path("v1/models", views.models_list, name="api-models"),
     path("v1/embeddings", views.embeddings, name="api-embeddings"),
+    path(
+        "v1/moderation/events/<int:event_id>/appeal",
+        views.moderation_appeal,
+        name="api-moderation-appeal",
+    ),
 ]

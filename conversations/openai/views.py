@@ -11,6 +11,8 @@ the decorators keep the views correct under the site's middleware too.
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_not_required
@@ -20,7 +22,13 @@ from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from chatsite.db import db_brief
-from chatsite.errors import DomainError, InvalidApiKey, MethodNotAllowed, error_response
+from chatsite.errors import (
+    DomainError,
+    InvalidApiKey,
+    InvalidInput,
+    MethodNotAllowed,
+    error_response,
+)
 from conversations.openai import chunks
 from conversations.openai.embedding_requests import (
     EmbeddingRequest,
@@ -34,9 +42,11 @@ from conversations.openai.stream import (
     completion_start,
     completion_stream,
 )
+from conversations.views_moderation import appeal_json
 from gateway import embeddings as gateway_embeddings
 from gateway import selectors as gateway_selectors
 from gateway import services as gateway
+from safety.appeals import appeal_create
 
 # Response header naming the cache that answered ("exact" / "semantic"); absent: a model.
 CACHE_HEADER = "x-chatsite-cache"
@@ -192,3 +202,30 @@ async def _admission_release(
     await sync_to_async(gateway_embeddings.embedding_release, thread_sensitive=False)(
         admission=admission
     )
+
+
+def _appeal(request: HttpRequest, event_id: int) -> dict[str, Any]:
+    """Authenticate and appeal the key's user's event ``event_id`` (JSON body
+    ``{"comment": "..."}``, optional); raise InvalidInput for a body that is not JSON."""
+    user = _api_user(request)
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError:
+        raise InvalidInput("The body must be JSON.", code="invalid_json") from None
+    comment = body.get("comment", "") if isinstance(body, dict) else ""
+    return appeal_json(appeal_create(user=user, event_id=event_id, comment=comment))
+
+
+@csrf_exempt
+@login_not_required
+async def moderation_appeal(request: HttpRequest, event_id: int) -> HttpResponse:
+    """``POST /v1/moderation/events/<id>/appeal``: appeal a moderation decision of the
+    key's user (the id is an error body's ``moderation_event_id``); 201, or 404 for an
+    unknown id or another user's event."""
+    if request.method != "POST":
+        return _wrong_method("POST")
+    try:
+        data = await db_brief(_appeal)(request, event_id)
+    except DomainError as exc:
+        return error_response(exc, openai=True)
+    return JsonResponse(data, status=201)

@@ -138,7 +138,9 @@ def input_check(request: GenerationRequest, *, job_id: str) -> None:
     (:func:`safety.services.messages_moderate`, one batch, unchanged history served
     from the verdict cache). Otherwise (the chat turn, whose history was screened
     when it was sent) the text is ``request.query.text`` (the turn's own message,
-    whose shared vector the classifier reads) or else the last user message.
+    whose shared vector the classifier reads) or else the last user message, judged
+    alone and with the prompt's previous user turns (the last SAFETY_WINDOW_TURNS
+    joined, :func:`safety.services.window_text`: a request split over messages).
     ``job_id`` is what a moderation event refers to.
     Raises ModerationBlocked (400) or, failing closed, ModerationUnavailable (503).
     """
@@ -165,6 +167,9 @@ def input_check(request: GenerationRequest, *, job_id: str) -> None:
         conversation_id=request.conversation_id,
         message_id=request.message_id,
         job_id=job_id,
+        window=safety_services.window_text(
+            request.messages, turns=settings.SAFETY_WINDOW_TURNS
+        ),
     )
 
 

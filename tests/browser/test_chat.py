@@ -13,6 +13,7 @@ import re
 import pytest
 
 from conversations.models import Conversation, Message
+from safety.models import Appeal
 from tests.browser.conftest import ANSWER, BROWSER_MARKS, SHOTS, last_answer
 from tests.conftest import REAL_EMBEDDING_POOL
 
@@ -156,6 +157,11 @@ def test_a_blocked_message_shows_a_notice_in_the_thread_and_keeps_the_text(
     assert not page.locator("#send").is_disabled()
     page.screenshot(path=str(SHOTS / "blocked-message.png"))
     assert Message.objects.count() == 0
+    # "this was a mistake": the appeal lands in the moderation queue
+    notice.locator("button.msg-appeal").click()
+    notice.locator(".msg-appealed").wait_for()
+    assert "staff will review" in notice.inner_text()
+    assert Appeal.objects.get().event.text == text
 
 
 def test_pressing_enter_repeatedly_sends_one_message(page):

@@ -315,7 +315,7 @@ def test_a_streaming_message_is_imported_as_stopped(user):
         conversation=conv, role="assistant", parent=q, status="streaming"
     )
     data = json.dumps(exports.conversations_export_json(user=user)).encode()
-    (copy,) = services.conversations_import(user=user, data=data)
+    (copy,) = services.conversations_import(user=user, data=data).conversations
     assert set(copy.messages.values_list("status", flat=True)) == {
         "complete",
         "cancelled",

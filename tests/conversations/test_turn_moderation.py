@@ -191,9 +191,17 @@ def test_without_an_embedding_worker_the_chat_fails_open_or_closed_as_configured
 
 
 def test_a_chat_turn_screens_only_the_new_message_not_its_stored_history(
-    embedding_worker, user, monkeypatch, enqueued, django_capture_on_commit_callbacks
+    embedding_worker,
+    user,
+    monkeypatch,
+    enqueued,
+    django_capture_on_commit_callbacks,
+    settings,
 ):
-    # the history was screened when it was sent; here it holds text that would block
+    # the history was screened when it was sent; here it holds text that would block.
+    # Without the window of the last user turns (tests/safety/test_paths.py), only the
+    # new message is judged:
+    settings.SAFETY_WINDOW_TURNS = 1
     conversation = Conversation.objects.create(user=user, title="t")
     question = Message.objects.create(
         conversation=conversation, role="user", content=DRUGS

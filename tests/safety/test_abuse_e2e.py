@@ -46,6 +46,7 @@ def test_repeated_violations_block_then_suspend_both_surfaces_until_it_ends_or_i
     user, auth_client, settings, start_worker, enqueued
 ):
     settings.SAFETY_ABUSE_SUSPEND_SCORE = 3
+    settings.SAFETY_SUSPEND_MIN_SCORE = 0.5  # every block here is a confident one
     settings.CHAT_BACKGROUND_JOBS = False
     factories.pool("default", model="scripted-1")
     key = gateway_services.api_key_create(user=user, name="tests")[1]

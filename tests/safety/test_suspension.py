@@ -42,6 +42,7 @@ def blocked_event(user, *, ago_s: float = 0.0, **fields) -> ModerationEvent:
         "action": "block",
         "text": "x",
         "backend": "embedded",
+        "abuse": True,  # a confident block (safety.services.block_counts)
     }
     values.update(fields)
     event = ModerationEvent.objects.create(**values)
@@ -113,10 +114,15 @@ def test_blocked_inputs_decay_and_suspend_at_the_threshold(user, settings):
     note = suspensions.abuse_record(user=user)
     assert "If 2 more messages are blocked soon" in note
     assert selectors.suspension_active(user=user) is None
-    # a dismissed event and a flagged one do not count
+    # a dismissed event, a flagged one and a borderline block do not count
     blocked_event(user, status="dismissed")
     blocked_event(user, action="flag")
+    blocked_event(user, abuse=False)
     assert suspensions.abuse_score(user=user) == pytest.approx(1.5, abs=1e-3)
+    # a borderline block staff confirmed counts
+    confirmed = blocked_event(user, abuse=False, status="confirmed", ago_s=3600)
+    assert suspensions.abuse_score(user=user) == pytest.approx(2.0, abs=1e-3)
+    confirmed.delete()
     blocked_event(user)
     blocked_event(user)
     note = suspensions.abuse_record(user=user)

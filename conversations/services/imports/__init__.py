@@ -6,12 +6,17 @@ Imported conversations belong to the importer; their messages get new ids, are f
 (never ``streaming``: nothing is generated or re-generated) and are not billed (no
 usage record). Limits: CHAT_IMPORT_MAX_BYTES, CHAT_IMPORT_MAX_CONVERSATIONS,
 CHAT_IMPORT_MAX_MESSAGES, CHAT_IMPORT_MAX_MESSAGE_CHARS.
+
+Screened like a typed message (:func:`safety.screening.history_screen`): a message the
+content policy would block is imported but marked (``Message.moderation_category``)
+and never sent in a prompt; the result says how many.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -31,8 +36,27 @@ from conversations.services.imports.records import (
     limits_check,
 )
 from memory.models import Chunk, Citation
+from safety.screening import history_screen
 
-__all__ = ["conversations_import", "import_file_parse"]
+__all__ = ["ImportResult", "conversations_import", "import_file_parse"]
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What an import stored: the conversations in the file's order, and how many
+    messages moderation flagged (kept, marked, left out of prompts)."""
+
+    conversations: list[Conversation]
+    flagged: int = 0
+
+    def notice(self) -> str:
+        """The sentence that tells the importer about flagged messages ("" if none)."""
+        if not self.flagged:
+            return ""
+        return (
+            f"{self.flagged} message{'s' if self.flagged != 1 else ''} went against "
+            "the content policy: kept and marked, but never sent to the assistant."
+        )
 
 
 def import_file_parse(*, data: bytes) -> list[ImportedConversation]:
@@ -111,9 +135,13 @@ def _tree_check(conversation: ImportedConversation, where: str) -> None:
 
 
 def _store(
-    *, user: User, conversations: list[ImportedConversation]
+    *,
+    user: User,
+    conversations: list[ImportedConversation],
+    flags: dict[str, str],
 ) -> list[Conversation]:
-    """Create the rows (bulk, four inserts per kind at most); return the conversations."""
+    """Create the rows (bulk, four inserts per kind at most); return the conversations.
+    ``flags``: the category code of each flagged text (marks its messages)."""
     chunk_ids = {
         c for conv in conversations for m in conv.messages for _n, c in m.citations
     }
@@ -153,6 +181,7 @@ def _store(
                 ttft_ms=m.ttft_ms,
                 latency_ms=m.latency_ms,
                 cache_kind=m.cache_kind,
+                moderation_category=flags.get(m.content, ""),
             )
             messages.append(message)
             if m.feedback is not None:
@@ -177,13 +206,23 @@ def _store(
     return rows
 
 
-def conversations_import(*, user: User, data: bytes) -> list[Conversation]:
+def conversations_import(*, user: User, data: bytes) -> ImportResult:
     """Import every conversation of the file ``data`` (bytes) for ``user``, in one
-    transaction; return them in the file's order.
+    transaction; return them in the file's order with the count of flagged messages.
 
-    Raises PayloadTooLarge or InvalidInput (see :func:`import_file_parse`); then
-    nothing is stored.
+    Every message with text is screened first (:func:`history_screen`, no lock
+    held). Raises PayloadTooLarge or InvalidInput (see :func:`import_file_parse`),
+    ModerationUnavailable (503, moderation down and failing closed); then nothing is
+    stored.
     """
     conversations = import_file_parse(data=data)
+    texts = [m.content for c in conversations for m in c.messages if m.content]
+    flags = {
+        t: f
+        for t, f in zip(texts, history_screen(user=user, texts=texts), strict=True)
+        if f
+    }
+    flagged = sum(1 for t in texts if t in flags)
     with transaction.atomic():
-        return _store(user=user, conversations=conversations)
+        stored = _store(user=user, conversations=conversations, flags=flags)
+    return ImportResult(conversations=stored, flagged=flagged)

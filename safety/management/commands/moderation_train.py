@@ -2,7 +2,9 @@
 moderation classifier and write its weights (default ``safety/data/embedded_model.npz``,
 committed so that serving needs no training step).
 
-The texts are embedded on the embedding pool, so an embedding worker must be running
+The training set is the JSONL file plus, as benign examples, the hard negatives staff
+recorded by upholding appeals (:class:`safety.models.HardNegative`; ``--no-hard-negatives``
+leaves them out). The texts are embedded on the embedding pool, so an embedding worker must be running
 (``manage.py run_inference_worker --engine sentence-transformers``).
 """
 
@@ -27,10 +29,26 @@ from safety.dataset import (
     TAG_SENSITIVE,
     TAG_SUPPORT,
     TRAIN_SET,
+    Example,
     examples_load,
 )
+from safety.models import HardNegative
+
+# The tag of a hard negative (a text staff judged harmless after a block).
+TAG_HARD_NEGATIVE = "hard_negative"
 
 _BATCH = 64
+
+
+def hard_negatives() -> list[Example]:
+    """The hard negatives staff recorded (upheld appeals), as benign examples tagged
+    :data:`TAG_HARD_NEGATIVE`, each distinct text once, oldest first."""
+    texts = HardNegative.objects.order_by("created_at").values_list("text", flat=True)
+    return [
+        Example(text=t, tags=frozenset({TAG_HARD_NEGATIVE}))
+        for t in dict.fromkeys(texts)
+        if t.strip()
+    ]
 
 
 class Command(BaseCommand):
@@ -46,9 +64,18 @@ class Command(BaseCommand):
             help="most benign training examples (a fraction; everyday chat apart) the "
             "categories together may flag out of fold; sets the thresholds",
         )
+        parser.add_argument(
+            "--no-hard-negatives",
+            action="store_true",
+            help="leave out the hard negatives of upheld appeals (HardNegative rows)",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         examples = examples_load(opts["set"])
+        if not opts["no_hard_negatives"]:
+            hard = hard_negatives()
+            examples += hard
+            self.stdout.write(f"{len(hard)} hard negatives from upheld appeals")
         vectors: list[list[float]] = []
         model_name = ""
         try:

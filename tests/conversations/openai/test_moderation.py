@@ -210,9 +210,11 @@ async def test_an_unchanged_history_is_not_classified_again_on_the_next_call(
         "POST", "/v1/chat/completions", body=ask(messages=first), key=api_key
     )
     assert result.status == 200, result.body
-    # the last message with its shared vector, the rest of the history in one batch
+    # the last message with its shared vector, the rest of the history and the
+    # window of the last user turns joined (safety.services.window_text) in one batch
+    window = "When should I plant tulip bulbs?\nHow deep?"
     assert sorted(map(sorted, seen)) == sorted(
-        [["How deep?"], sorted(m["content"] for m in history)]
+        [["How deep?"], sorted([*(m["content"] for m in history), window])]
     )
     seen.clear()
     # the client writes the assistant turn back; an ordinary one (the scripted engine's
@@ -225,8 +227,12 @@ async def test_an_unchanged_history_is_not_classified_again_on_the_next_call(
         "POST", "/v1/chat/completions", body=ask(messages=second), key=api_key
     )
     assert result.status == 200, result.body
-    # only what was not seen in the last SAFETY_VERDICT_CACHE_S is classified
-    assert sorted(map(sorted, seen)) == sorted([["And how far apart?"], [reply]])
+    # only what was not seen in the last SAFETY_VERDICT_CACHE_S is classified (and
+    # the new window)
+    window = "When should I plant tulip bulbs?\nHow deep?\nAnd how far apart?"
+    assert sorted(map(sorted, seen)) == sorted(
+        [["And how far apart?"], sorted([reply, window])]
+    )
     assert len(enqueued) == 2 and await _events() == []
 
 
