@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -82,7 +83,7 @@ def test_looks_english(text: str, english: bool) -> None:
     assert looks_english(text) is english
 
 
-def test_named_backends_are_wrapped_and_test_backends_are_not(settings) -> None:
+def test_named_backends_are_wrapped_and_test_backends_are_not(settings: Any) -> None:
     settings.SAFETY_DECODE_VIEWS = True
     assert isinstance(classifier_get("guard"), ViewsClassifier)
     assert not isinstance(classifier_get(fakes.PATH), ViewsClassifier)
