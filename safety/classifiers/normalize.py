@@ -24,9 +24,12 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import functools
 import re
 import urllib.parse
 from collections.abc import Callable
+
+from safety.dataset import TRAIN_SET
 
 MIN_DECODED_WORDS = 3
 MIN_TEXT_SHARE = 0.9
@@ -44,7 +47,7 @@ _TEXT_CHARS = re.compile(r"[A-Za-z\u00c0-\u024f\u4e00-\u9fff\s.,;:!?'\"()\-]")
 _WORD = re.compile(r"[^\W\d_]{2,}")
 
 # Leet substitutions (the conventional ones: 4/@ a, 8 b, 3 e, 6 g, 1/! i, 0 o, 5/$ s,
-# 7/+ t, 2 z); "1" reads as i, the commoner of its two letters (i, l).
+# 7/+ t); "1" reads as i, the commoner of its two letters (i, l).
 _LEET = {
     "4": "a",
     "@": "a",
@@ -58,7 +61,6 @@ _LEET = {
     "$": "s",
     "7": "t",
     "+": "t",
-    "2": "z",
 }
 # A word in leetspeak; a "!" or "+" that ends it is punctuation ("b0mb!").
 _LEET_TOKEN = re.compile(r"(?<![A-Za-z0-9@$!+%])[A-Za-z0-9@$!+]*[A-Za-z0-9@$]")
@@ -184,25 +186,25 @@ def _unleet_word(token: str) -> tuple[str, bool] | None:
     if letters < 1 or subs < 1 or _HEXLIKE.match(token):
         return None
     word = "".join(_LEET.get(c, c) for c in token)
+    vocabulary = _vocabulary()
     strong = (
         letters >= 2
         and 3 <= len(token) <= 16
         and not _NOT_LEET.match(token)
         and token[1:] in (token[1:].lower(), token[1:].upper())
-        and _wordlike(word)
+        and word.lower() in vocabulary
+        and token.lower() not in vocabulary
     )
     return word, strong
 
 
-def _wordlike(word: str) -> bool:
-    """Whether ``word`` has the vowels of a word (a fifth to two thirds of its
-    letters) and no letter three times in a row: "aaaaoi", "xkqz" are not words."""
-    lower = word.lower()
-    letters = [c for c in lower if c.isalpha()]
-    vowels = sum(c in "aeiouy" for c in letters)
-    if not letters or not 0.2 <= vowels / len(letters) <= 0.67:
-        return False
-    return re.search(r"([a-z])\1\1", lower) is None
+@functools.cache
+def _vocabulary() -> frozenset[str]:
+    """The lower-cased words of the moderation training set (~9,000): a leet word
+    counts only when it spells one of them ("m4k3" -> make), so identifiers such as
+    "win32api", "$acos", "i18n" or "sha512" never make a leet view."""
+    with open(TRAIN_SET, encoding="utf-8") as f:
+        return frozenset(re.findall(r"[a-z]+", f.read().lower()))
 
 
 def leet_normalized(text: str) -> str | None:
