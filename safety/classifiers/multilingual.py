@@ -51,32 +51,33 @@ _ENGLISH = frozenset(
 _NOT_ENGLISH = (
     frozenset(
         # French
-        "le la les un une des du de et ou est sont pour avec sans dans sur par que qui "
-        "comment pourquoi quoi je tu il elle nous vous ils mon ma mes ton ta tes son sa "
-        "ses ce cette pas ne plus moi toi fais faire donne dis écris être avoir "
+        "le la les un une de et ou sont pour avec sans dans sur que qui comment "
+        "pourquoi quoi je il elle nous vous ils mon mes ton tes ses cette pas ne plus "
+        "moi toi fais faire donne dis écris être avoir "
         # Spanish
-        "el los las unos unas del y o es son para con sin en por que quién cómo cuál "
-        "qué yo tú él ella nosotros mi mis tu tus su sus este esta no más dame dime haz "
-        "escribe cómo puedo ser estar hacer "
+        "el los las unos unas del y para sin en por quién cómo cuál qué yo tú él ella "
+        "nosotros mis tus sus este esta más dame dime haz escribe puedo estar hacer "
         # German, Italian, Portuguese (common words only)
-        "der die das und ist nicht mit ich wie für il lo gli di che non per come sono "
-        "um uma os não com como para".split()
+        "der das und ist nicht mit wie für gli che non sono não como para".split()
     )
     - _ENGLISH
 )
+# Left out because English technical text uses them: com, os, du, est, et, des, par,
+# son, die, come, per, con, mi, tu, su, ma, sa, ta, no, es, il, lo, di.
+MIN_OTHER_SCRIPT = 4
 
 
 def looks_english(text: str) -> bool:
     """Whether ``text`` reads as English (or carries too few words to tell): False
-    when a fifth or more of its letters are of a non-Latin script (Chinese, Cyrillic,
-    Arabic ...), or when at least two of its words are common French, Spanish,
+    when at least ``MIN_OTHER_SCRIPT`` letters, 30 % of them, are of a non-Latin
+    script (Chinese, Cyrillic, Arabic ...; one character quoted in code is not), or when at least two of its words are common French, Spanish,
     German, Italian or Portuguese words and they outnumber its common English
     ones."""
     letters = [c for c in text if c.isalpha()]
     if not letters:
         return True
     other = sum(bool(_OTHER_SCRIPT.match(c)) for c in letters)
-    if other / len(letters) >= 0.2:
+    if other >= MIN_OTHER_SCRIPT and other / len(letters) >= 0.3:
         return False
     words = _LATIN_WORD.findall(text.lower())
     foreign = sum(w in _NOT_ENGLISH for w in words)
