@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -27,6 +27,8 @@ from safety.classifiers import (
     classify_text,
     unavailable_verdict,
 )
+from safety.classifiers.normalize import text_views
+from safety.classifiers.rules import injection_direct
 from safety.models import Action, ModerationEvent
 from safety.selectors import SafetyConfig, safety_config
 from safety.suspensions import abuse_record
@@ -163,12 +165,41 @@ def input_moderate(
         user=user,
         judged=judged,
         window=window,
+        own={text},
         surface=surface,
         conversation_id=conversation_id,
         message_id=message_id,
         job_id=job_id,
     )
     return verdict
+
+
+def injection_direct_any(text: str) -> str | None:
+    """The phrase making ``text`` (or one of its decoded views,
+    :func:`safety.classifiers.normalize.text_views`) a direct prompt-injection attempt
+    (:func:`safety.classifiers.rules.injection_direct`), or None; always None when
+    SAFETY_INJECTION_DIRECT_BLOCK is off."""
+    if not settings.SAFETY_INJECTION_DIRECT_BLOCK:
+        return None
+    for candidate in [text] + [view for _, view in text_views(text)]:
+        phrase = injection_direct(candidate)
+        if phrase is not None:
+            return phrase
+    return None
+
+
+def _own_matches(text: str, verdict: Verdict, *, config: SafetyConfig) -> list[Match]:
+    """The policy matches of a user's own message: :func:`policy_matches`, with a
+    direct prompt-injection attempt (:func:`injection_direct_any`) made a block at
+    score 1 unless the category is ``off`` (the shipped policy only flags, since the
+    model and the flagging rules also match people asking *about* injection)."""
+    matches = policy_matches(verdict, config=config)
+    category = Category.PROMPT_INJECTION
+    if config.policy(category).action == Action.OFF or not injection_direct_any(text):
+        return matches
+    others = [m for m in matches if m.category != category]
+    block = Match(category=category, score=1.0, action=Action.BLOCK)
+    return sorted([*others, block], key=lambda m: -m.score)
 
 
 def _decide(
@@ -180,17 +211,24 @@ def _decide(
     message_id: uuid.UUID | str | None,
     job_id: str,
     window: str | None = None,
+    own: Collection[str] = (),
 ) -> None:
     """Apply the policies to the verdicts of one request's texts and record at most
     one event: the highest-scoring blocking match of any message (then raise
     ModerationBlocked), else of the ``window`` (the last user turns joined), else the
-    highest-scoring flag-only match."""
+    highest-scoring flag-only match. ``own``: the texts that are the user's own
+    messages (a direct prompt-injection attempt in one of them blocks,
+    :func:`_own_matches`)."""
     config = safety_config()
     found = [
         (m, text, verdict)
         for text, verdict in judged
         if verdict.available
-        for m in policy_matches(verdict, config=config)
+        for m in (
+            _own_matches(text, verdict, config=config)
+            if text in own
+            else policy_matches(verdict, config=config)
+        )
     ]
     # a flag-only match on a text judged before (the verdict cache: an API client's
     # unchanged history) was recorded then: not one event per call
@@ -319,10 +357,12 @@ def messages_moderate(
     if not texts:
         return []
     verdicts = texts_judge(texts=texts, query=query)
+    own = {str(m.get("content") or "") for m in messages if m.get("role") == "user"}
     _decide(
         user=user,
         window=window,
         judged=list(zip(texts, verdicts, strict=True)),
+        own=own,
         surface=surface,
         conversation_id=None,
         message_id=None,

