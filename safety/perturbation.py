@@ -14,6 +14,10 @@ import string
 import uuid
 from collections.abc import Callable, Sequence
 
+from safety.dataset import TAG_EVERYDAY, Example
+
+TAG_PERTURBED = "perturbed"
+
 _WORDS = ("build", "cache", "report", "notes", "data", "main", "app", "user", "tmp")
 _HOSTS = ("example.com", "docs.example.org", "git.example.net", "intranet.local")
 _SNIPPETS = (
@@ -95,5 +99,21 @@ def perturbation_set(
     rows: list[dict[str, object]] = []
     for base in chosen:
         text, kind = perturb(base, rng)
-        rows.append({"text": text, "labels": [], "tags": ["perturbed", kind], "base": base})
+        rows.append(
+            {"text": text, "labels": [], "tags": [TAG_PERTURBED, kind], "base": base}
+        )
     return rows
+
+
+def examples_augment(examples: Sequence[Example], *, seed: int = 24) -> list[Example]:
+    """Return one perturbed copy (:func:`perturb`) of each harmful and each everyday
+    example of ``examples``, same labels and tags plus ``perturbed``: training rows
+    that teach the classifier that an added id changes neither harm nor its absence
+    (``manage.py moderation_train``)."""
+    rng = random.Random(seed)
+    out: list[Example] = []
+    for example in examples:
+        if example.labels or TAG_EVERYDAY in example.tags:
+            text, _kind = perturb(example.text, rng)
+            out.append(Example(text, example.labels, example.tags | {TAG_PERTURBED}))
+    return out

@@ -30,7 +30,9 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-if not __package__:  # run as `python scripts/moderation_corpora.py`: the repo root first
+if (
+    not __package__
+):  # run as `python scripts/moderation_corpora.py`: the repo root first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,13 +44,22 @@ FORTUNES = Path("/usr/share/games/fortunes")
 SEED = 24
 MIN_WORDS, MAX_CHARS = 3, 600
 PERTURBED_FROM_CORPORA = 2000
+# fortune files named before this train, the others evaluate (art ... kids | law ... zippy)
+FORTUNES_SPLIT = "l"
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(])")
 _RST_ROLE = re.compile(r":[\w:.-]+:`~?!?([^`<]*?)(?:\s*<[^>]*>)?`")
 _RST_LINK = re.compile(r"`([^`<]+?)\s*<[^>]+>`__?")
 _RST_MARK = re.compile(r"``|\*\*|(?<!\w)\*(?=\w)|(?<=\w)\*(?!\w)|`_?_?")
 _ROFF_FONT = re.compile(r"\\f(?:\[[^\]]*\]|\(..|.)")
-_ROFF_ESC = {r"\-": "-", r"\e": "\\", r"\&": "", r"\(em": "--", r"\(en": "-", "\\ ": " "}
+_ROFF_ESC = {
+    r"\-": "-",
+    r"\e": "\\",
+    r"\&": "",
+    r"\(em": "--",
+    r"\(en": "-",
+    "\\ ": " ",
+}
 
 
 def _units(paragraphs: Iterator[tuple[str, bool]]) -> Iterator[tuple[str, str]]:
@@ -90,9 +101,17 @@ def rst_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
                 yield "\n".join(block), True
             block, code, in_literal = [], False, False
         if in_literal:
-            block.append(line.strip() if not block else line[4:] if line[:4] == "    " else stripped)
+            block.append(
+                line.strip()
+                if not block
+                else line[4:]
+                if line[:4] == "    "
+                else stripped
+            )
             continue
-        if re.fullmatch(r"([=\-~^*+#\"'])\1{2,}", stripped) or stripped.startswith(".. "):
+        if re.fullmatch(r"([=\-~^*+#\"'])\1{2,}", stripped) or stripped.startswith(
+            ".. "
+        ):
             continue
         if stripped.startswith(":") and re.match(r":\w+:", stripped) and not indented:
             continue
@@ -109,7 +128,10 @@ def rst_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
             continue
         block.append(text)
     if block:
-        yield "\n".join(block) if code or in_literal else " ".join(block), code or in_literal
+        yield (
+            "\n".join(block) if code or in_literal else " ".join(block),
+            code or in_literal,
+        )
 
 
 def roff_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
@@ -124,21 +146,60 @@ def roff_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
         line = _ROFF_FONT.sub("", raw)
         for esc, rep in _ROFF_ESC.items():
             line = line.replace(esc, rep)
-        if line.startswith((".\\\"", "'\\\"", '.\\"')) or line.startswith(".so "):
+        if line.startswith(('.\\"', "'\\\"", '.\\"')) or line.startswith(".so "):
             continue
         if line.startswith((".", "'")):
             macro, _, args = line[1:].partition(" ")
-            if macro in ("nf", "EX", "fi", "EE", "PP", "P", "LP", "SH", "SS", "TP", "IP", "TH", "sp", "br", "RS", "RE", "in", "TS", "TE"):
+            if macro in (
+                "nf",
+                "EX",
+                "fi",
+                "EE",
+                "PP",
+                "P",
+                "LP",
+                "SH",
+                "SS",
+                "TP",
+                "IP",
+                "TH",
+                "sp",
+                "br",
+                "RS",
+                "RE",
+                "in",
+                "TS",
+                "TE",
+            ):
                 if block:
                     yield ("\n".join(block) if code else " ".join(block)), code
                 block = []
-                code = macro in ("nf", "EX") or (code and macro not in ("fi", "EE", "SH", "SS"))
+                code = macro in ("nf", "EX") or (
+                    code and macro not in ("fi", "EE", "SH", "SS")
+                )
                 if macro == "IP" and args:
                     continue
                 continue
-            if macro in ("B", "I", "BR", "IR", "RB", "RI", "BI", "IB", "SM", "UR", "MT"):
+            if macro in (
+                "B",
+                "I",
+                "BR",
+                "IR",
+                "RB",
+                "RI",
+                "BI",
+                "IB",
+                "SM",
+                "UR",
+                "MT",
+            ):
                 args = args.replace('"', "")
-                line = "".join(args.split()) if macro in ("BR", "IR", "RB", "RI", "BI", "IB") and len(args.split()) <= 3 else args
+                line = (
+                    "".join(args.split())
+                    if macro in ("BR", "IR", "RB", "RI", "BI", "IB")
+                    and len(args.split()) <= 3
+                    else args
+                )
             else:
                 continue
         if line.strip():
@@ -162,7 +223,14 @@ def faq_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
             continue
         indent = min(len(ln) - len(ln.lstrip()) for ln in lines)
         code = indent >= 8 and any(re.search(r"[/$#=]", ln) for ln in lines)
-        yield ("\n".join(ln.strip() for ln in lines) if code else " ".join(ln.strip() for ln in lines)), code
+        yield (
+            (
+                "\n".join(ln.strip() for ln in lines)
+                if code
+                else " ".join(ln.strip() for ln in lines)
+            ),
+            code,
+        )
 
 
 def fortune_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
@@ -177,7 +245,9 @@ def fortune_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
 def _files(root: Path, pattern: str) -> list[Path]:
     found = sorted(root.glob(pattern))
     if not found:
-        raise FileNotFoundError(f"nothing matches {root / pattern}: install the package")
+        raise FileNotFoundError(
+            f"nothing matches {root / pattern}: install the package"
+        )
     return found
 
 
@@ -193,19 +263,37 @@ def _manpages_files() -> list[Path]:
     )
 
 
-def _fortune_files() -> list[Path]:
+def _fortune_files(train: bool) -> list[Path]:
+    """The fortune files whose names sort before ``FORTUNES_SPLIT`` (train) or from it
+    on (evaluation): two disjoint sets of files."""
     files = [p for p in _files(FORTUNES, "*") if p.is_file() and not p.suffix]
-    return [p for p in files if not p.is_symlink()]
+    return [p for p in files if (p.name < FORTUNES_SPLIT) == train]
 
 
 # name -> (files, reader, quota)
-SOURCES: dict[str, tuple[Callable[[], list[Path]], Callable[[Path], Iterator[tuple[str, bool]]], int]] = {
+SOURCES: dict[
+    str,
+    tuple[Callable[[], list[Path]], Callable[[Path], Iterator[tuple[str, bool]]], int],
+] = {
     "train_manpages": (_manpages_files, roff_paragraphs, 2500),
-    "train_python_library": (lambda: _files(PYDOC, "library/*.rst.txt") + _files(PYDOC, "howto/*.rst.txt"), rst_paragraphs, 2500),
-    "eval_debian_faq": (lambda: [FAQ] if FAQ.exists() else _files(FAQ.parent, FAQ.name), faq_paragraphs, 1500),
-    "eval_python_tutorial": (lambda: _files(PYDOC, "tutorial/*.rst.txt"), rst_paragraphs, 1500),
+    "train_python_library": (
+        lambda: _files(PYDOC, "library/*.rst.txt") + _files(PYDOC, "howto/*.rst.txt"),
+        rst_paragraphs,
+        2500,
+    ),
+    "eval_debian_faq": (
+        lambda: [FAQ] if FAQ.exists() else _files(FAQ.parent, FAQ.name),
+        faq_paragraphs,
+        1500,
+    ),
+    "eval_python_tutorial": (
+        lambda: _files(PYDOC, "tutorial/*.rst.txt"),
+        rst_paragraphs,
+        1500,
+    ),
     "eval_python_faq": (lambda: _files(PYDOC, "faq/*.rst.txt"), rst_paragraphs, 1500),
-    "eval_fortunes": (_fortune_files, fortune_paragraphs, 2000),
+    "train_fortunes": (lambda: _fortune_files(True), fortune_paragraphs, 2000),
+    "eval_fortunes": (lambda: _fortune_files(False), fortune_paragraphs, 2000),
 }
 
 
@@ -234,8 +322,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for name in SOURCES:
+    training: set[str] = set()
+    # the training side first: a text found in both (the same fortune in two files)
+    # is left out of the evaluation side, so the two never share a text
+    for name in sorted(SOURCES, key=lambda n: not n.startswith("train_")):
         rows = corpus_build(name)
+        if name.startswith("train_"):
+            training |= {str(r["text"]).lower() for r in rows}
+        else:
+            rows = [r for r in rows if str(r["text"]).lower() not in training]
         with (args.out / f"{name}.jsonl").open("w", encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")

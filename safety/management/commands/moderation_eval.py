@@ -1,18 +1,22 @@
-"""`manage.py moderation_eval [--backend B] [--set FILE] [--details]`: measure a
-moderation backend on a labelled set (default: the held-out set) and print
+"""`manage.py moderation_eval [--backend B] [--set FILE] [--details] [--corpora]`:
+measure a moderation backend on a labelled set (default: the held-out set) and print
 per-category precision / recall / F1, false-positive rates and latency p50/p99
-(:mod:`safety.evaluation`). Exits non-zero when the backend is unavailable.
+(:mod:`safety.evaluation`). With ``--corpora``, also the false blocks on each benign
+evaluation corpus (``safety.dataset.EVAL_CORPORA``: text nobody here wrote) and the
+verdicts changed on the perturbation set. Exits non-zero when the backend is
+unavailable.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from safety.classifiers import BACKENDS, ModerationUnavailable, classifier_get
-from safety.dataset import HELDOUT_SET, examples_load
-from safety.evaluation import evaluate, report_lines
+from safety.dataset import EVAL_CORPORA, HELDOUT_SET, PERTURBED_SET, examples_load
+from safety.evaluation import corpus_score, evaluate, report_lines, verdict_changes
 
 
 class Command(BaseCommand):
@@ -25,6 +29,11 @@ class Command(BaseCommand):
         parser.add_argument("--set", default=str(HELDOUT_SET), help="labelled JSONL")
         parser.add_argument(
             "--details", action="store_true", help="list false positives and misses"
+        )
+        parser.add_argument(
+            "--corpora",
+            action="store_true",
+            help="also the benign evaluation corpora and the perturbation set",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -43,3 +52,25 @@ class Command(BaseCommand):
         self.stdout.write(f"set: {opts['set']} ({len(examples)} examples)")
         for line in report_lines(report, details=opts["details"]):
             self.stdout.write(line)
+        if opts["corpora"]:
+            self._corpora(classifier)
+
+    def _corpora(self, classifier: Any) -> None:
+        for path in EVAL_CORPORA:
+            texts = [e.text for e in examples_load(path)]
+            score = corpus_score(path.stem, classifier.classify_batch(texts))
+            worst = ", ".join(f"{c} {n}" for c, n in score.worst) or "-"
+            self.stdout.write(
+                f"corpus {score.name}: {score.blocked}/{score.texts} blocked = "
+                f"{score.rate:.2%} (flagged {score.flagged}; worst: {worst})"
+            )
+        lines = PERTURBED_SET.read_text(encoding="utf-8").splitlines()
+        rows = [json.loads(line) for line in lines if line]
+        changed = verdict_changes(
+            classifier.classify_batch([r["base"] for r in rows]),
+            classifier.classify_batch([r["text"] for r in rows]),
+        )
+        self.stdout.write(
+            f"perturbation: {changed}/{len(rows)} verdicts changed = "
+            f"{changed / max(len(rows), 1):.2%}"
+        )

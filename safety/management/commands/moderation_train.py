@@ -23,12 +23,15 @@ from safety.classifiers.training import (
     model_train,
 )
 from safety.dataset import (
+    TAG_CORPUS,
     TAG_EVERYDAY,
     TAG_SENSITIVE,
     TAG_SUPPORT,
+    TRAIN_CORPORA,
     TRAIN_SET,
     examples_load,
 )
+from safety.perturbation import examples_augment
 
 _BATCH = 64
 
@@ -46,9 +49,26 @@ class Command(BaseCommand):
             help="most benign training examples (a fraction; everyday chat apart) the "
             "categories together may flag out of fold; sets the thresholds",
         )
+        parser.add_argument(
+            "--no-augment",
+            action="store_true",
+            help="leave out the perturbed copies of the harmful and everyday examples "
+            "(safety.perturbation.examples_augment)",
+        )
+        parser.add_argument(
+            "--no-corpora",
+            action="store_true",
+            help="leave out the training-side benign corpora (safety/data/corpora/"
+            "train_*.jsonl, hard negatives of text nobody here wrote)",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         examples = examples_load(opts["set"])
+        if not opts["no_augment"]:
+            examples += examples_augment(examples)
+        if not opts["no_corpora"]:
+            for path in TRAIN_CORPORA:
+                examples += examples_load(path)
         vectors: list[list[float]] = []
         model_name = ""
         try:
@@ -84,7 +104,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"  benign flagged (out of fold, without rules): {flagged[benign].mean():.1%}"
         )
-        for tag in (TAG_EVERYDAY, TAG_SENSITIVE, TAG_SUPPORT):
+        for tag in (TAG_EVERYDAY, TAG_SENSITIVE, TAG_SUPPORT, TAG_CORPUS):
             subset = benign & np.array([tag in e.tags for e in examples])
             if subset.any():
                 self.stdout.write(
