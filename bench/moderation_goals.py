@@ -61,7 +61,7 @@ def main() -> None:
         vectors: list = []
         for i in range(0, len(texts), BATCH):
             [result] = asyncio.run(engine.embed([texts[i : i + BATCH]]))
-            vectors += result.vectors
+            vectors.extend(result.vectors)
         out = []
         for text, vector in zip(texts, vectors, strict=True):
             started = time.perf_counter()

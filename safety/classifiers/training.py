@@ -6,7 +6,8 @@ are uneven) and picks the per-category thresholds from 5-fold cross-validation o
 *training* set only (:func:`thresholds_choose`): all categories start at the lowest
 common threshold whose out-of-fold benign false-positive rate (flagged as anything)
 is within ``FP_BUDGET`` (4 %, under the 5 % target of :mod:`safety.evaluation`) and
-whose rate on everyday chat is within ``EVERYDAY_FP_BUDGET`` (1 %), then the category
+whose rate on everyday chat is within ``EVERYDAY_FP_BUDGET`` (1 %) and on text nobody
+here wrote (tag ``corpus``) within ``CORPUS_FP_BUDGET`` (0.3 %), then the category
 with the lowest recall is lowered step by step while the budget holds. The held-out
 set is never read here.
 

@@ -50,10 +50,11 @@ class Command(BaseCommand):
             "categories together may flag out of fold; sets the thresholds",
         )
         parser.add_argument(
-            "--no-augment",
+            "--augment",
             action="store_true",
-            help="leave out the perturbed copies of the harmful and everyday examples "
-            "(safety.perturbation.examples_augment)",
+            help="add a perturbed copy of each harmful and everyday example "
+            "(safety.perturbation.examples_augment; off: it did worse, see "
+            "safety/data/README.md)",
         )
         parser.add_argument(
             "--no-corpora",
@@ -64,7 +65,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         examples = examples_load(opts["set"])
-        if not opts["no_augment"]:
+        if opts["augment"]:
             examples += examples_augment(examples)
         if not opts["no_corpora"]:
             for path in TRAIN_CORPORA:
