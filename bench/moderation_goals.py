@@ -2,6 +2,9 @@
 
     .venv/bin/python bench/moderation_goals.py [--limit N]
 
+``--limit N`` judges the first N texts of each benign set and of the perturbation set
+(``make bench`` uses 200: a smoke test; the held-out set is always judged whole).
+
 For each benign evaluation corpus (``safety.dataset.EVAL_CORPORA``, built by
 ``scripts/moderation_corpora.py`` from Debian's packaged documentation) and the
 everyday held-out set: texts, false blocks (flagged in a category whose shipped action
@@ -56,8 +59,9 @@ def main() -> None:
     classifier = EmbeddedClassifier()
     times: list[float] = []
 
-    def judge(texts: list[str]) -> list:
-        texts = texts[: args.limit] if args.limit else texts
+    def judge(texts: list[str], *, limit: int | None = None) -> list:
+        limit = args.limit if limit is None else limit
+        texts = texts[:limit] if limit else texts
         vectors: list = []
         for i in range(0, len(texts), BATCH):
             [result] = asyncio.run(engine.embed([texts[i : i + BATCH]]))
@@ -122,7 +126,9 @@ def main() -> None:
     )
 
     heldout = examples_load(HELDOUT_SET)
-    report = evaluate(classifier, heldout, verdicts=judge([e.text for e in heldout]))
+    report = evaluate(
+        classifier, heldout, verdicts=judge([e.text for e in heldout], limit=0)
+    )
     print(f"\n{'held-out category':20s} {'n':>4s} {'recall':>7s}  (goal >= 0.90)")
     for c in report.categories:
         if c.support:
