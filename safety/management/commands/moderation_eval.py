@@ -18,6 +18,8 @@ from safety.classifiers import BACKENDS, ModerationUnavailable, classifier_get
 from safety.dataset import EVAL_CORPORA, HELDOUT_SET, PERTURBED_SET, examples_load
 from safety.evaluation import corpus_score, evaluate, report_lines, verdict_changes
 
+_BATCH = 32
+
 
 class Command(BaseCommand):
     help = (
@@ -53,12 +55,23 @@ class Command(BaseCommand):
         for line in report_lines(report, details=opts["details"]):
             self.stdout.write(line)
         if opts["corpora"]:
-            self._corpora(classifier)
+            try:
+                self._corpora(classifier)
+            except ModerationUnavailable as exc:
+                raise CommandError(exc.message) from exc
 
     def _corpora(self, classifier: Any) -> None:
+        def judge(texts: list[str]) -> list[Any]:
+            # in batches: one embedding request per batch stays within its timeout
+            return [
+                v
+                for i in range(0, len(texts), _BATCH)
+                for v in classifier.classify_batch(texts[i : i + _BATCH])
+            ]
+
         for path in EVAL_CORPORA:
             texts = [e.text for e in examples_load(path)]
-            score = corpus_score(path.stem, classifier.classify_batch(texts))
+            score = corpus_score(path.stem, judge(texts))
             worst = ", ".join(f"{c} {n}" for c, n in score.worst) or "-"
             self.stdout.write(
                 f"corpus {score.name}: {score.blocked}/{score.texts} blocked = "
@@ -67,8 +80,7 @@ class Command(BaseCommand):
         lines = PERTURBED_SET.read_text(encoding="utf-8").splitlines()
         rows = [json.loads(line) for line in lines if line]
         changed = verdict_changes(
-            classifier.classify_batch([r["base"] for r in rows]),
-            classifier.classify_batch([r["text"] for r in rows]),
+            judge([r["base"] for r in rows]), judge([r["text"] for r in rows])
         )
         self.stdout.write(
             f"perturbation: {changed}/{len(rows)} verdicts changed = "
