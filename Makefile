@@ -131,8 +131,11 @@ bench-embeddings: migrate
 bench-search: migrate
 	$(BIN)/python bench/search.py $(BENCH_ARGS)
 
-# output moderation off / release / hold: TTFT, total time, false cuts
+# input moderation's goal table on text nobody here wrote (false blocks, perturbation,
+# held-out recall, time per message); then output moderation off / release / hold:
+# TTFT, total time, false cuts
 bench-moderation: migrate
+	$(BIN)/python bench/moderation_goals.py
 	$(BIN)/python bench/moderation.py $(BENCH_ARGS)
 
 # N concurrent chat streams through one daphne and through two behind HAProxy

@@ -143,6 +143,7 @@ BENCHES: list[Bench] = [
         embedding_worker=True,
     ),
     Bench("document_screening", [], 120),
+    Bench("moderation_goals", ["--limit", "200"], 420),
     Bench("moderation", ["--prompts", "2", "--max-tokens", "32"], 240),
     Bench(
         "embeddings",

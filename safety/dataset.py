@@ -23,9 +23,23 @@ TRAIN_SET = DATA_DIR / "moderation_train.jsonl"
 HELDOUT_SET = DATA_DIR / "moderation_heldout.jsonl"
 EVERYDAY_HELDOUT_SET = DATA_DIR / "moderation_everyday_heldout.jsonl"
 
+CORPORA_DIR = DATA_DIR / "corpora"
+# Benign text nobody here wrote (scripts/moderation_corpora.py; safety/data/README.md):
+# the training side is read by moderation_train as hard negatives, the evaluation side
+# only by moderation_eval and bench/moderation_goals.py.
+TRAIN_CORPORA = tuple(
+    CORPORA_DIR / f"train_{n}.jsonl" for n in ("manpages", "python_library", "fortunes")
+)
+EVAL_CORPORA = tuple(
+    CORPORA_DIR / f"eval_{n}.jsonl"
+    for n in ("debian_faq", "python_tutorial", "python_faq", "fortunes")
+)
+PERTURBED_SET = CORPORA_DIR / "perturbed.jsonl"
+
 TAG_SENSITIVE = "sensitive"
 TAG_SUPPORT = "support"
 TAG_EVERYDAY = "everyday"
+TAG_CORPUS = "corpus"
 
 
 @dataclass(frozen=True)

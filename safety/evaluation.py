@@ -92,8 +92,14 @@ class Report:
         )
 
 
-def evaluate(classifier: Classifier, examples: Sequence[Example]) -> Report:
-    """Classify every example one by one (timed) and score the verdicts."""
+def evaluate(
+    classifier: Classifier,
+    examples: Sequence[Example],
+    *,
+    verdicts: Sequence[Verdict] | None = None,
+) -> Report:
+    """Classify every example one by one (timed) and score the verdicts; with
+    ``verdicts`` (one per example, already judged) score those instead, untimed."""
     scores = {c: CategoryScore(c) for c in Category}
     counts = {
         key: [0, 0]
@@ -104,10 +110,13 @@ def evaluate(classifier: Classifier, examples: Sequence[Example]) -> Report:
     latencies: list[float] = []
     report_fp: list[tuple[Example, Verdict]] = []
     report_miss: list[tuple[Example, Verdict]] = []
-    for example in examples:
-        started = time.perf_counter()
-        verdict = classifier.classify(example.text)
-        latencies.append((time.perf_counter() - started) * 1000)
+    for i, example in enumerate(examples):
+        if verdicts is not None:
+            verdict = verdicts[i]
+        else:
+            started = time.perf_counter()
+            verdict = classifier.classify(example.text)
+            latencies.append((time.perf_counter() - started) * 1000)
         flagged = set(verdict.flagged)
         for category in Category:
             if category in example.labels:
@@ -223,3 +232,47 @@ def report_lines(report: Report, *, details: bool = False) -> list[str]:
                 got = ",".join(c.value for c in verdict.flagged) or "-"
                 lines.append(f"  [{labels} -> {got}] {example.text}")
     return lines
+
+
+def blocking_categories() -> set[Category]:
+    """The categories whose shipped action is block (prompt injection only flags)."""
+    return {c for c, p in SHIPPED_POLICIES.items() if p.action == Action.BLOCK}
+
+
+@dataclass
+class CorpusScore:
+    """False blocks on one benign corpus: ``blocked`` texts flagged in a blocking
+    category, ``flagged`` in any; ``worst``: (category, blocks), most first."""
+
+    name: str
+    texts: int
+    blocked: int
+    flagged: int
+    worst: list[tuple[str, int]]
+
+    @property
+    def rate(self) -> float:
+        return self.blocked / self.texts if self.texts else 0.0
+
+
+def corpus_score(name: str, verdicts: Sequence[Verdict]) -> CorpusScore:
+    """Score the verdicts on a benign corpus (every flag is a false one)."""
+    blocking = blocking_categories()
+    counts: dict[str, int] = {}
+    blocked = 0
+    for verdict in verdicts:
+        hit = [c for c in verdict.flagged if c in blocking]
+        blocked += bool(hit)
+        for c in hit[:1]:
+            counts[c.value] = counts.get(c.value, 0) + 1
+    worst = sorted(counts.items(), key=lambda kv: -kv[1])[:3]
+    flagged = sum(v.is_flagged for v in verdicts)
+    return CorpusScore(name, len(verdicts), blocked, flagged, worst)
+
+
+def verdict_changes(base: Sequence[Verdict], perturbed: Sequence[Verdict]) -> int:
+    """How many pairs differ in their flagged categories (the verdict a text gets
+    must not change because an id, hash, URL, path or snippet was added)."""
+    return sum(
+        set(a.flagged) != set(b.flagged) for a, b in zip(base, perturbed, strict=True)
+    )

@@ -45,6 +45,34 @@ EXEMPLAR_K = 3
 EXEMPLAR_SCALE = 2.0
 
 _WORD = re.compile(r"[a-z0-9']+")
+# Identifiers a message may carry whatever it asks (issue 24: "Count to five 3f9a" was
+# refused as fraud): each becomes one placeholder word before the n-grams are hashed,
+# so an id, a hash or a number adds the same few n-grams whatever its digits. Applied
+# in order; the sentence embedding still reads the raw text.
+_PLACEHOLDERS = (
+    (re.compile(r"(?:https?|ftp)://\S+|www\.\S+", re.I), " xurl "),
+    (
+        re.compile(
+            r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I
+        ),
+        " xuuid ",
+    ),
+    (
+        re.compile(r"(?:\b[a-z]:\\|(?<![\w/])~?\.{0,2}/)[\w.\\/-]*[\w/]", re.I),
+        " xpath ",
+    ),
+    (re.compile(r"\b(?=[a-z]*\d)(?=\d*[a-z])[0-9a-f]{4,}\b", re.I), " xhex "),
+    (re.compile(r"\d+"), "0"),
+)
+
+
+def text_normalise(text: str) -> str:
+    """Return ``text`` lower-cased with URLs, UUIDs, file paths, hex ids (4+ hex digits
+    mixing letters and digits) and digit runs replaced by placeholders (``xurl``,
+    ``xuuid``, ``xpath``, ``xhex``, ``0``): the input of the n-gram features."""
+    for pattern, placeholder in _PLACEHOLDERS:
+        text = pattern.sub(placeholder, text)
+    return text.lower()
 
 
 def _hashed(grams: Sequence[str], buckets: int) -> np.ndarray:
@@ -56,10 +84,11 @@ def _hashed(grams: Sequence[str], buckets: int) -> np.ndarray:
 
 
 def ngram_features(text: str, *, buckets: int = NGRAM_BUCKETS) -> np.ndarray:
-    """Return the hashed unigram+bigram vector of ``text`` (``buckets`` floats; unit
+    """Return the hashed unigram+bigram vector of ``text`` (:func:`text_normalise`d;
+    ``buckets`` floats; unit
     length from ``MIN_GRAMS`` distinct n-grams up, shorter below; all zero for text
     without words)."""
-    words = _WORD.findall(text.lower())
+    words = _WORD.findall(text_normalise(text))
     grams = words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
     return _hashed(grams, buckets)
 
@@ -68,7 +97,7 @@ def char_ngram_features(text: str, *, buckets: int = CHAR_BUCKETS) -> np.ndarray
     """Return the hashed character n-gram vector of ``text`` (``CHAR_MIN`` to
     ``CHAR_MAX`` characters of its lower-cased words joined by single spaces, with a
     space at each end; ``buckets`` floats, normalised as :func:`ngram_features`)."""
-    joined = " " + " ".join(_WORD.findall(text.lower())) + " "
+    joined = " " + " ".join(_WORD.findall(text_normalise(text))) + " "
     grams = [
         joined[i : i + n]
         for n in range(CHAR_MIN, CHAR_MAX + 1)

@@ -6,7 +6,8 @@ are uneven) and picks the per-category thresholds from 5-fold cross-validation o
 *training* set only (:func:`thresholds_choose`): all categories start at the lowest
 common threshold whose out-of-fold benign false-positive rate (flagged as anything)
 is within ``FP_BUDGET`` (4 %, under the 5 % target of :mod:`safety.evaluation`) and
-whose rate on everyday chat is within ``EVERYDAY_FP_BUDGET`` (1 %), then the category
+whose rate on everyday chat is within ``EVERYDAY_FP_BUDGET`` (1 %) and on text nobody
+here wrote (tag ``corpus``) within ``CORPUS_FP_BUDGET`` (0.3 %), then the category
 with the lowest recall is lowered step by step while the budget holds. The held-out
 set is never read here.
 
@@ -30,7 +31,7 @@ from safety.classifiers.features import (
     exemplar_similarities,
     features,
 )
-from safety.dataset import TAG_EVERYDAY, Example
+from safety.dataset import TAG_CORPUS, TAG_EVERYDAY, Example
 
 # Inverse L2 strengths, chosen by cross-validation on the training set.
 GATE_C = 16.0
@@ -42,6 +43,11 @@ FP_BUDGET = 0.04
 EVERYDAY_FP_BUDGET = 0.01
 # Weight of one everyday example in the gate, relative to another benign one.
 EVERYDAY_WEIGHT = 1.0
+# Benign text nobody here wrote (tag ``corpus``: documentation, fortunes) has its own
+# pool and budget too: it is what ordinary messages look like, and a false block on it
+# is the failure issue 24 measures (goal <= 0.5 % on the evaluation corpora).
+CORPUS_FP_BUDGET = 0.003
+CORPUS_WEIGHT = 1.0
 FOLDS = 5
 # Thresholds are searched on this grid; none is set below its floor.
 THRESHOLD_GRID = np.round(np.arange(0.30, 0.96, 0.01), 2)
@@ -77,7 +83,9 @@ def _fit(
     return model.coef_[0].astype(np.float32), float(model.intercept_[0])
 
 
-def gate_weights(harmful: np.ndarray, everyday: np.ndarray) -> np.ndarray:
+def gate_weights(
+    harmful: np.ndarray, everyday: np.ndarray, corpus: np.ndarray | None = None
+) -> np.ndarray:
     """Per-example weights of the gate: the classes balanced as by scikit-learn's
     ``class_weight="balanced"``, counting benign examples *without* everyday chat, which
     then weighs per example as much as any other benign one. Balancing over all benign
@@ -85,18 +93,20 @@ def gate_weights(harmful: np.ndarray, everyday: np.ndarray) -> np.ndarray:
     chat is added, and the gate would learn "short and ordinary = benign" at their
     expense."""
     n_harm = max(int(harmful.sum()), 1)
-    n_other = max(int((~harmful & ~everyday).sum()), 1)
+    corpus = np.zeros(len(harmful), bool) if corpus is None else corpus
+    n_other = max(int((~harmful & ~everyday & ~corpus).sum()), 1)
     half = (n_harm + n_other) / 2
     weight = np.where(harmful, half / n_harm, half / n_other)
+    weight = np.where(corpus, weight * CORPUS_WEIGHT, weight)
     return np.where(everyday, weight * EVERYDAY_WEIGHT, weight)
 
 
 def _fit_all(
-    x: np.ndarray, y: np.ndarray, everyday: np.ndarray
+    x: np.ndarray, y: np.ndarray, everyday: np.ndarray, corpus: np.ndarray
 ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
     harmful = np.asarray(y.any(axis=1))  # an array, as numpy's stubs cannot tell
     gate_w, gate_b = _fit(
-        x, harmful.astype(int), GATE_C, gate_weights(harmful, everyday)
+        x, harmful.astype(int), GATE_C, gate_weights(harmful, everyday, corpus)
     )
     ws, bs = [], []
     for j in range(y.shape[1]):
@@ -125,6 +135,8 @@ def thresholds_choose(
     fp_budget: float = FP_BUDGET,
     everyday: np.ndarray | None = None,
     everyday_budget: float = EVERYDAY_FP_BUDGET,
+    corpus: np.ndarray | None = None,
+    corpus_budget: float = CORPUS_FP_BUDGET,
 ) -> np.ndarray:
     """Choose one threshold per category from out-of-fold scores ``oof`` (examples x
     categories) and labels ``y`` (same shape, bool; a row without labels is benign).
@@ -134,11 +146,16 @@ def thresholds_choose(
     repeatedly, lower by one grid step the threshold of the category with the lowest
     recall whose step gains recall and keeps the benign rate within the budget. Rows
     marked in ``everyday`` (bool, optional) are left out of that rate and held to
-    ``everyday_budget`` instead.
+    ``everyday_budget`` instead, rows marked in ``corpus`` to ``corpus_budget``.
     """
     everyday = np.zeros(len(y), bool) if everyday is None else everyday
-    benign = ~y.any(axis=1) & ~everyday
-    pools = [(benign, fp_budget), (everyday & ~y.any(axis=1), everyday_budget)]
+    corpus = np.zeros(len(y), bool) if corpus is None else corpus & ~everyday
+    benign = ~y.any(axis=1) & ~everyday & ~corpus
+    pools = [
+        (benign, fp_budget),
+        (everyday & ~y.any(axis=1), everyday_budget),
+        (corpus & ~y.any(axis=1), corpus_budget),
+    ]
     pools = [(rows, budget) for rows, budget in pools if rows.any()]
 
     def over(t: np.ndarray) -> bool:
@@ -170,12 +187,18 @@ def thresholds_choose(
     return t
 
 
-def exemplar_groups(y: np.ndarray, everyday: np.ndarray) -> np.ndarray:
+def exemplar_groups(
+    y: np.ndarray, everyday: np.ndarray, corpus: np.ndarray | None = None
+) -> np.ndarray:
     """Return the exemplar groups of training rows with labels ``y`` (n x categories,
-    bool) as an n x (categories + 2) bool matrix: one column per category, then the
-    benign rows other than everyday chat, then everyday chat."""
+    bool) as an n x (categories + 3) bool matrix: one column per category, then the
+    benign rows other than everyday chat and corpus text, then everyday chat, then
+    corpus text (``corpus``, bool; none when omitted)."""
     benign = ~y.any(axis=1)
-    return np.column_stack([y, benign & ~everyday, benign & everyday])
+    corpus = np.zeros(len(y), bool) if corpus is None else corpus & ~everyday
+    return np.column_stack(
+        [y, benign & ~everyday & ~corpus, benign & everyday, benign & corpus]
+    )
 
 
 def inputs_with_exemplars(
@@ -212,12 +235,17 @@ def model_train(
         raise ValueError("the training set needs benign examples and every category")
     strata = np.array(
         [
-            min(categories.index(c) + 1 for c in e.labels) if e.labels else 0
+            min(categories.index(c) + 1 for c in e.labels)
+            if e.labels
+            else -1
+            if TAG_CORPUS in e.tags
+            else 0
             for e in examples
         ]
     )
     everyday = np.array([TAG_EVERYDAY in e.tags for e in examples]) & benign
-    members = exemplar_groups(y, everyday)
+    corpus = np.array([TAG_CORPUS in e.tags for e in examples]) & benign & ~everyday
+    members = exemplar_groups(y, everyday, corpus)
     oof = np.zeros(y.shape)
     folds = StratifiedKFold(FOLDS, shuffle=True, random_state=0)
     for k, (train, test) in enumerate(folds.split(x, strata), start=1):
@@ -229,11 +257,15 @@ def model_train(
             x[train], bank, bank, bank_members, exclude=np.arange(len(train))
         )
         x_test = inputs_with_exemplars(x[test], vecs[test], bank, bank_members)
-        oof[test] = _scores(x_test, *_fit_all(x_train, y[train], everyday[train]))
-    thresholds = thresholds_choose(oof, y, fp_budget=fp_budget, everyday=everyday)
+        oof[test] = _scores(
+            x_test, *_fit_all(x_train, y[train], everyday[train], corpus[train])
+        )
+    thresholds = thresholds_choose(
+        oof, y, fp_budget=fp_budget, everyday=everyday, corpus=corpus
+    )
     progress("fitting on the whole training set")
     x_all = inputs_with_exemplars(x, vecs, vecs, members, exclude=np.arange(len(x)))
-    gate_w, gate_b, cat_w, cat_b = _fit_all(x_all, y, everyday)
+    gate_w, gate_b, cat_w, cat_b = _fit_all(x_all, y, everyday, corpus)
     return TrainedModel(gate_w, gate_b, cat_w, cat_b, thresholds, oof, vecs, members)
 
 

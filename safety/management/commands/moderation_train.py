@@ -25,14 +25,17 @@ from safety.classifiers.training import (
     model_train,
 )
 from safety.dataset import (
+    TAG_CORPUS,
     TAG_EVERYDAY,
     TAG_SENSITIVE,
     TAG_SUPPORT,
+    TRAIN_CORPORA,
     TRAIN_SET,
     Example,
     examples_load,
 )
 from safety.models import HardNegative
+from safety.perturbation import examples_augment
 
 # The tag of a hard negative (a text staff judged harmless after a block).
 TAG_HARD_NEGATIVE = "hard_negative"
@@ -69,6 +72,19 @@ class Command(BaseCommand):
             action="store_true",
             help="leave out the hard negatives of upheld appeals (HardNegative rows)",
         )
+        parser.add_argument(
+            "--augment",
+            action="store_true",
+            help="add a perturbed copy of each harmful and everyday example "
+            "(safety.perturbation.examples_augment; off: it did worse, see "
+            "safety/data/README.md)",
+        )
+        parser.add_argument(
+            "--no-corpora",
+            action="store_true",
+            help="leave out the training-side benign corpora (safety/data/corpora/"
+            "train_*.jsonl, hard negatives of text nobody here wrote)",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         examples = examples_load(opts["set"])
@@ -76,6 +92,11 @@ class Command(BaseCommand):
             hard = hard_negatives()
             examples += hard
             self.stdout.write(f"{len(hard)} hard negatives from upheld appeals")
+        if opts["augment"]:
+            examples += examples_augment(examples)
+        if not opts["no_corpora"]:
+            for path in TRAIN_CORPORA:
+                examples += examples_load(path)
         vectors: list[list[float]] = []
         model_name = ""
         try:
@@ -111,7 +132,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"  benign flagged (out of fold, without rules): {flagged[benign].mean():.1%}"
         )
-        for tag in (TAG_EVERYDAY, TAG_SENSITIVE, TAG_SUPPORT):
+        for tag in (TAG_EVERYDAY, TAG_SENSITIVE, TAG_SUPPORT, TAG_CORPUS):
             subset = benign & np.array([tag in e.tags for e in examples])
             if subset.any():
                 self.stdout.write(
