@@ -18,7 +18,7 @@ from django.urls import Resolver404, resolve
 from django.utils.decorators import sync_and_async_middleware
 
 from chatsite.errors import DomainError, error_refusal
-from safety.selectors import suspension_check
+from safety.selectors import SUSPENDED_ATTR, suspension_check
 
 # The writing URLs a suspended user may still use (URL names): sign out, change the
 # password, delete the account, revoke a key, stop an answer, delete what they own.
@@ -61,6 +61,8 @@ def suspended_refusal(request: HttpRequest) -> HttpResponse | None:
         suspension_check(user=user)
     except DomainError as exc:
         return error_refusal(request, exc)
+    # read in this request: admission's own suspension_check need not query again
+    setattr(user, SUSPENDED_ATTR, False)
     return None
 
 

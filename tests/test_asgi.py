@@ -38,8 +38,19 @@ async def _routed_to(path: str, monkeypatch: pytest.MonkeyPatch) -> str:
 async def test_every_api_url_goes_to_the_api_handler_and_site_paths_do_not(
     monkeypatch,
 ):
-    api_paths = [reverse(pattern.name) for pattern in api_urls.urlpatterns]
-    assert api_paths == ["/v1/chat/completions", "/v1/models", "/v1/embeddings"]
+    api_paths = [
+        reverse(
+            pattern.name,
+            kwargs={"event_id": 7} if "<" in str(pattern.pattern) else None,
+        )
+        for pattern in api_urls.urlpatterns
+    ]
+    assert api_paths == [
+        "/v1/chat/completions",
+        "/v1/models",
+        "/v1/embeddings",
+        "/v1/moderation/events/7/appeal",
+    ]
     for api_path in api_paths:
         assert await _routed_to(api_path, monkeypatch) == "api"
     for site_path in SITE_PATHS:

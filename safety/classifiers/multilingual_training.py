@@ -20,9 +20,9 @@ from safety.classifiers.training import (
     FOLDS,
     FP_BUDGET,
     TrainedModel,
-    _fit_all,  # noqa: PLC2701 - the one fitting procedure, shared with the embedded model
-    _scores,  # noqa: PLC2701
     exemplar_groups,
+    heads_fit,
+    heads_score,
     inputs_with_exemplars,
     thresholds_choose,
 )
@@ -60,13 +60,13 @@ def multilingual_train(
             vecs[train], bank, bank, bank_members, exclude=np.arange(len(train))
         )
         x_test = inputs_with_exemplars(vecs[test], vecs[test], bank, bank_members)
-        oof[test] = _scores(x_test, *_fit_all(x_train, y[train], everyday[train]))
+        oof[test] = heads_score(x_test, *heads_fit(x_train, y[train], everyday[train]))
     thresholds = thresholds_choose(oof, y, fp_budget=fp_budget, everyday=everyday)
     progress("fitting on the whole training set")
     x_all = inputs_with_exemplars(
         vecs, vecs, vecs, members, exclude=np.arange(len(vecs))
     )
-    gate_w, gate_b, cat_w, cat_b = _fit_all(x_all, y, everyday)
+    gate_w, gate_b, cat_w, cat_b = heads_fit(x_all, y, everyday)
     return TrainedModel(gate_w, gate_b, cat_w, cat_b, thresholds, oof, vecs, members)
 
 

@@ -10,7 +10,8 @@ score per category.
 Ordinary text carries ids, hashes and tokens that *look* encoded (a git hash is
 valid hex, a session token valid base64, "0b1011" mixes digits and letters). A
 decoded segment therefore counts only when it reads as text: valid UTF-8, at least
-``MIN_DECODED_WORDS`` words, and at least ``MIN_TEXT_SHARE`` of its characters
+``MIN_DECODED_WORDS`` distinct words of which ``MIN_KNOWN_WORDS`` (of three letters or
+more) are words of the training set, and at least ``MIN_TEXT_SHARE`` of its characters
 letters, spaces or common punctuation; random bytes fail that almost always (the
 chance that 12 random bytes are all printable ASCII letters or spaces is below
 (54/256)^12, about 1e-8). Leetspeak is undone only in words that mix letters with
@@ -32,6 +33,7 @@ from collections.abc import Callable
 from safety.dataset import TRAIN_SET
 
 MIN_DECODED_WORDS = 3
+MIN_KNOWN_WORDS = 2
 MIN_TEXT_SHARE = 0.9
 MIN_LEET_WORDS = 2
 MIN_ROT13_WORDS = 3
@@ -45,6 +47,7 @@ _HEX_SPACED = re.compile(r"\b[0-9a-fA-F]{2}(?:[ :][0-9a-fA-F]{2}){7,}\b")
 _URL_ESCAPE = re.compile(r"%[0-9a-fA-F]{2}")
 _TEXT_CHARS = re.compile(r"[A-Za-z\u00c0-\u024f\u4e00-\u9fff\s.,;:!?'\"()\-]")
 _WORD = re.compile(r"[^\W\d_]{2,}")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 # Leet substitutions (the conventional ones: 4/@ a, 8 b, 3 e, 6 g, 1/! i, 0 o, 5/$ s,
 # 7/+ t); "1" reads as i, the commoner of its two letters (i, l).
@@ -81,7 +84,14 @@ _COMMON = frozenset(
 
 def _reads_as_text(decoded: str) -> bool:
     """True when ``decoded`` looks like words, not bytes (see module docstring)."""
-    if len(_WORD.findall(decoded)) < MIN_DECODED_WORDS:
+    if _CONTROL.search(decoded):
+        return False  # a NUL or other control character: bytes, not text
+    words = {w.lower() for w in _WORD.findall(decoded)}
+    if len(words) < MIN_DECODED_WORDS:
+        return False
+    # printable bytes can spell short non-words ("AA Ba ab"): some must be real words
+    vocabulary = _vocabulary()
+    if sum(len(w) >= 3 and w in vocabulary for w in words) < MIN_KNOWN_WORDS:
         return False
     stripped = decoded.strip()
     if not stripped:

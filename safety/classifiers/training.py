@@ -101,9 +101,12 @@ def gate_weights(
     return np.where(everyday, weight * EVERYDAY_WEIGHT, weight)
 
 
-def _fit_all(
-    x: np.ndarray, y: np.ndarray, everyday: np.ndarray, corpus: np.ndarray
+def heads_fit(
+    x: np.ndarray, y: np.ndarray, everyday: np.ndarray, corpus: np.ndarray | None = None
 ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """Fit the gate and the category heads on inputs ``x`` (n x d) with labels ``y``
+    (n x categories); ``everyday`` / ``corpus`` mark benign rows weighed apart
+    (:func:`gate_weights`). Returns (gate_w, gate_b, cat_w, cat_b)."""
     harmful = np.asarray(y.any(axis=1))  # an array, as numpy's stubs cannot tell
     gate_w, gate_b = _fit(
         x, harmful.astype(int), GATE_C, gate_weights(harmful, everyday, corpus)
@@ -116,13 +119,16 @@ def _fit_all(
     return gate_w, gate_b, np.stack(ws), np.asarray(bs, dtype=np.float32)
 
 
-def _scores(
+def heads_score(
     x: np.ndarray,
     gate_w: np.ndarray,
     gate_b: float,
     cat_w: np.ndarray,
     cat_b: np.ndarray,
 ) -> np.ndarray:
+    """Per-category scores (n x categories, 0..1) of inputs ``x`` under the heads
+    of :func:`heads_fit`: the gate's probability times each head's share of the
+    strongest head."""
     gate = 1.0 / (1.0 + np.exp(-(x @ gate_w + gate_b)))
     q = 1.0 / (1.0 + np.exp(-(x @ cat_w.T + cat_b)))
     return gate[:, None] * q / np.maximum(q.max(axis=1, keepdims=True), 1e-9)
@@ -257,15 +263,15 @@ def model_train(
             x[train], bank, bank, bank_members, exclude=np.arange(len(train))
         )
         x_test = inputs_with_exemplars(x[test], vecs[test], bank, bank_members)
-        oof[test] = _scores(
-            x_test, *_fit_all(x_train, y[train], everyday[train], corpus[train])
+        oof[test] = heads_score(
+            x_test, *heads_fit(x_train, y[train], everyday[train], corpus[train])
         )
     thresholds = thresholds_choose(
         oof, y, fp_budget=fp_budget, everyday=everyday, corpus=corpus
     )
     progress("fitting on the whole training set")
     x_all = inputs_with_exemplars(x, vecs, vecs, members, exclude=np.arange(len(x)))
-    gate_w, gate_b, cat_w, cat_b = _fit_all(x_all, y, everyday, corpus)
+    gate_w, gate_b, cat_w, cat_b = heads_fit(x_all, y, everyday, corpus)
     return TrainedModel(gate_w, gate_b, cat_w, cat_b, thresholds, oof, vecs, members)
 
 

@@ -36,7 +36,7 @@ from inference.connections import redis_sync
 from memory.models import Chunk, Citation, Document, MemoryFact, MemorySettings
 from memory.selectors import memory_enabled
 from safety.categories import Category
-from safety.models import ModerationEvent, Suspension
+from safety.models import Appeal, ModerationEvent, Suspension
 from tests.conftest import fake_heartbeat
 from tests.gateway import factories
 
@@ -276,16 +276,17 @@ def _seed(user: Any) -> set[str]:
     Suspension.objects.create(
         user=user, reason="r", until=timezone.now() - dt.timedelta(days=1)
     )
-    ModerationEvent.objects.create(
+    event = ModerationEvent.objects.create(
         user=user,
         surface="chat",
         direction="input",
         category=Category.values[0],
         score=0.9,
-        action="flag",
+        action="block",
         text="x",
         backend="rules",
     )
+    Appeal.objects.create(event=event, user=user, comment="a mistake")
     r = redis_sync()
     today = dt.date.today()
     r.set(keys.quota_day_key(user.pk, today), 10)

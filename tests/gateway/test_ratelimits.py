@@ -140,7 +140,7 @@ def test_a_refused_session_is_refused_before_django_until_the_window_ends(
     status, headers, body = asyncio.run(_asgi_post(target, session_cookie(auth_client)))
     assert reached == []
     assert status == 429
-    assert headers["Retry-After"] == library["Retry-After"] == "60"
+    assert headers["retry-after"] == library["Retry-After"] == "60"
     assert json.loads(body) == library.json()
     assert json.loads(body)["error"]["code"] == "rate_limited"
     assert Message.objects.filter(content="again").count() == 0

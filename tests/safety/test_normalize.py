@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import random
 import uuid
 
 import pytest
@@ -77,10 +78,16 @@ def test_ordinary_text_with_ids_and_hashes_has_no_view(text: str) -> None:
 
 @settings(max_examples=200, derandomize=True, deadline=None)
 @given(
-    raw=st.binary(min_size=8, max_size=48),
+    seed=st.integers(min_value=0, max_value=2**32),
+    size=st.integers(min_value=8, max_value=48),
     before=st.sampled_from(["Count to five", "What is the status of", "Summarise"]),
 )
-def test_random_bytes_as_base64_or_hex_add_no_view(raw: bytes, before: str) -> None:
+def test_random_bytes_as_base64_or_hex_add_no_view(
+    seed: int, size: int, before: str
+) -> None:
+    # uniformly random bytes, as a token or hash is (st.binary would build the bytes
+    # from words it finds in the code under test: a text, not a token)
+    raw = random.Random(seed).randbytes(size)
     for token in (
         base64.b64encode(raw).decode(),
         raw.hex(),
