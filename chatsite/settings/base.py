@@ -279,19 +279,7 @@ CELERY_BEAT_SCHEDULE["sweep-quota-reservations"] = {
     "task": "gateway.tasks.sweep_quota_reservations",
     "schedule": 30.0,
 }
-# Request-rate limits (django-ratelimit on the Redis cache): "count/period".
-CHAT_MESSAGE_RATE = env("CHAT_MESSAGE_RATE", default="30/m")  # per user
-LOGIN_RATE = env("LOGIN_RATE", default="10/m")  # per client IP
-# Per account (the username typed, whether or not it exists): after this many failed
-# sign-ins in LOGIN_FAILURE_WINDOW_S, the account is locked for LOGIN_LOCKOUT_BASE_S,
-# doubled with each further failure, at most LOGIN_LOCKOUT_MAX_S
-# (gateway/ratelimits.py).
-LOGIN_ACCOUNT_FAILURES = env.int("LOGIN_ACCOUNT_FAILURES", default=5)
-LOGIN_FAILURE_WINDOW_S = env.int("LOGIN_FAILURE_WINDOW_S", default=86400)
-LOGIN_LOCKOUT_BASE_S = env.int("LOGIN_LOCKOUT_BASE_S", default=60)
-LOGIN_LOCKOUT_MAX_S = env.int("LOGIN_LOCKOUT_MAX_S", default=3600)
-RATELIMIT_USE_CACHE = "default"
-RATELIMIT_VIEW = "gateway.views.ratelimited"
+# Request-rate limits and the sign-in lockout: chatsite/settings/bounds.py
 MIDDLEWARE += ["gateway.ratelimits.RatelimitMiddleware"]
 # --- Memory and RAG (DESIGN §9) --------------------------------------------------------
 # Uploads: .txt/.md/.pdf up to this many bytes.

@@ -52,3 +52,18 @@ CHAT_RENDER_MAX_CHARS = env.int("CHAT_RENDER_MAX_CHARS", default=100_000)
 # The remember request ("remember that ...") is looked for only in messages up to this
 # many characters (a fact holds at most 500).
 MEMORY_REMEMBER_MAX_CHARS = env.int("MEMORY_REMEMBER_MAX_CHARS", default=2000)
+
+# --- Rates ---------------------------------------------------------------------------
+# Request-rate limits (django-ratelimit on the Redis cache): "count/period".
+CHAT_MESSAGE_RATE = env("CHAT_MESSAGE_RATE", default="30/m")  # per user
+LOGIN_RATE = env("LOGIN_RATE", default="10/m")  # per client IP
+# Per account (the username typed, whether or not it exists): after this many failed
+# sign-ins in LOGIN_FAILURE_WINDOW_S, the account is locked for LOGIN_LOCKOUT_BASE_S,
+# doubled with each further failure, at most LOGIN_LOCKOUT_MAX_S
+# (gateway/ratelimits.py).
+LOGIN_ACCOUNT_FAILURES = env.int("LOGIN_ACCOUNT_FAILURES", default=5)
+LOGIN_FAILURE_WINDOW_S = env.int("LOGIN_FAILURE_WINDOW_S", default=86400)
+LOGIN_LOCKOUT_BASE_S = env.int("LOGIN_LOCKOUT_BASE_S", default=60)
+LOGIN_LOCKOUT_MAX_S = env.int("LOGIN_LOCKOUT_MAX_S", default=3600)
+RATELIMIT_USE_CACHE = "default"
+RATELIMIT_VIEW = "gateway.views.ratelimited"
