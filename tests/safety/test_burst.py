@@ -84,11 +84,5 @@ def test_a_burst_of_benign_id_bearing_messages_suspends_nobody(user, burst):
     assert all(not e.abuse for e in ModerationEvent.objects.filter(action="block"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the shipped embedded classifier still refuses a few id-bearing benign "
-    "messages (borderline, uncounted); its retraining on real text is the other "
-    "half of this work: remove this mark when it passes",
-)
 def test_a_burst_of_benign_id_bearing_messages_is_all_answered(burst):
     assert burst == []
