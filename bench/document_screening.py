@@ -10,7 +10,7 @@ ingestion chunks it (memory.chunking.text_chunk, MEMORY_CHUNK_TOKENS /
 MEMORY_CHUNK_OVERLAP_TOKENS), embedded in-process with the bundled all-MiniLM-L6-v2
 (the same engine an embedding worker runs; no services needed), and judged by
 :class:`safety.classifiers.embedded.EmbeddedClassifier` with the chunk's vector, as
-``safety.services.chunks_screen`` does under the shipped policies and
+``safety.documents.chunks_screen`` does under the shipped policies and
 SAFETY_DOCUMENTS_THRESHOLDS (prompt injection: 1.0, a rule match). Prints per file:
 chunks, flagged chunks (and how many the model alone would flag at its own chat
 threshold), the highest prompt-injection score, classification time, and each flagged

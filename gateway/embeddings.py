@@ -41,8 +41,8 @@ from gateway.generations.admission import quota_seed_from_records
 from gateway.generations.settle import usage_settle
 from gateway.models import ModelPool, UsageRecord
 from inference import client as inference_client
+from inference import embedding_model, protocol
 from inference import embeddings as inference_embeddings
-from inference import protocol
 from inference.embeddings import EMBEDDING_DIM, Embeddings, EmbeddingUnavailable
 from safety import selectors as safety_selectors
 
@@ -140,14 +140,14 @@ def input_length_check(*, pool: ModelPool, texts: list[str]) -> None:
 
     Counted on the web tier with the model's own tokenizer for pools of the
     ``sentence-transformers`` engine (all-MiniLM-L6-v2: at most
-    :data:`~inference.embeddings.EMBEDDING_MAX_TOKENS` = 256, special tokens included,
+    :data:`~inference.embedding_model.EMBEDDING_MAX_TOKENS` = 256, special tokens included,
     and at most the pool's ``max_context``); other engines count on their server.
     Raises InputTooLong naming the first such text, its length and the limit.
     """
     if pool.engine != ModelPool.Engine.SENTENCE_TRANSFORMERS:
         return
-    limit = min(pool.max_context, inference_embeddings.EMBEDDING_MAX_TOKENS)
-    counts = inference_embeddings.embedding_token_counts(texts)
+    limit = min(pool.max_context, embedding_model.EMBEDDING_MAX_TOKENS)
+    counts = embedding_model.embedding_token_counts(texts)
     for i, count in enumerate(counts):
         if count > limit:
             where = "`input`" if len(texts) == 1 else f"input[{i}]"

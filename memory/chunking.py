@@ -37,7 +37,7 @@ class TextChunk:
 def _untruncated_tokenizer() -> Any:
     from tokenizers import Tokenizer
 
-    from inference.embeddings import embedding_tokenizer
+    from inference.embedding_model import embedding_tokenizer
 
     # A copy: the model's own tokenizer truncates to 256 tokens and must stay so.
     tokenizer = Tokenizer.from_str(embedding_tokenizer().to_str())

@@ -17,7 +17,7 @@ stored without its vector, so adding one raises ServiceUnavailable (503).
 Screening (prompt injection in retrieved text, docs/safety.md): before they are stored, the
 chunks are screened by the hook named in MEMORY_CHUNK_SCREENER (dotted path, loaded
 with ``import_string`` like GATEWAY_STREAM_POLICIES; default
-``safety.services.chunks_screen``), which reads the vectors just computed for
+``safety.documents.chunks_screen``), which reads the vectors just computed for
 retrieval, so screening embeds nothing. memory and safety are sibling layers and may
 not import each other: the setting names the hook, and this module only knows its
 contract (:data:`ChunkScreener`). A flagged chunk is stored with ``flagged`` set and
@@ -377,34 +377,3 @@ def citations_store(*, message_id: Any, chunk_ids: list[int]) -> None:
             for n, chunk_id in enumerate(chunk_ids, 1)
         ]
     )
-
-
-def facts_extract(
-    *,
-    user_id: int,
-    messages: list[dict[str, str]],
-    source_message_id: Any = None,
-    pool: str,
-    timeout_s: float,
-) -> list[MemoryFact]:
-    """Ask the model for facts about the user in ``messages`` and remember them.
-
-    Near-duplicates merge into existing facts (:func:`fact_add`). Nothing happens when
-    the user's memory is off, or when the generation fails or is cut (``timeout_s``
-    seconds at most). Returns the facts stored or updated.
-    """
-    from memory.summary import facts_propose
-
-    if not selectors.memory_enabled(user=user_id):
-        return []
-    stored = []
-    for text in facts_propose(messages=messages, pool=pool, timeout_s=timeout_s):
-        try:
-            fact = fact_add(
-                user=user_id, text=text, source_message_id=source_message_id
-            )
-        except InvalidInput:
-            continue
-        if fact is not None:
-            stored.append(fact)
-    return stored

@@ -1,4 +1,5 @@
-"""Background generations of memory: rolling summaries, titles, fact proposals.
+"""Background generations of memory: rolling summaries, titles, fact proposals and
+the facts extracted from them (:func:`facts_extract`).
 
 Each one asks a pool's model through the inference tier (enqueue a job, wait for its
 terminal event: :func:`inference.client.generation_run`) and accepts the answer only
@@ -11,8 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
+from chatsite.errors import InvalidInput
 from inference import client as inference_client
+from memory import selectors as memory_selectors
+from memory import services as memory_services
+from memory.models import MemoryFact
 
 Message = dict[str, str]
 
@@ -179,3 +185,32 @@ def _grounded(fact: str, said: set[str]) -> bool:
         if len(word) >= 5 and any(w[:5] == word[:5] for w in said if len(w) >= 5):
             return True
     return False
+
+
+def facts_extract(
+    *,
+    user_id: int,
+    messages: list[dict[str, str]],
+    source_message_id: Any = None,
+    pool: str,
+    timeout_s: float,
+) -> list[MemoryFact]:
+    """Ask the model for facts about the user in ``messages`` and remember them.
+
+    Near-duplicates merge into existing facts (:func:`memory.services.fact_add`). Nothing happens when
+    the user's memory is off, or when the generation fails or is cut (``timeout_s``
+    seconds at most). Returns the facts stored or updated.
+    """
+    if not memory_selectors.memory_enabled(user=user_id):
+        return []
+    stored = []
+    for text in facts_propose(messages=messages, pool=pool, timeout_s=timeout_s):
+        try:
+            fact = memory_services.fact_add(
+                user=user_id, text=text, source_message_id=source_message_id
+            )
+        except InvalidInput:
+            continue
+        if fact is not None:
+            stored.append(fact)
+    return stored

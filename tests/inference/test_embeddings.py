@@ -14,6 +14,7 @@ from django.conf import settings
 from inference import protocol
 from inference.connections import redis_sync
 from inference.embed_worker import EmbeddingDimensionError, EmbedWorker
+from inference.embedding_model import embedding_model_path, embedding_tokenizer
 from inference.embeddings import (
     DIMENSION_MISMATCH,
     EMBEDDING_DIM,
@@ -23,8 +24,6 @@ from inference.embeddings import (
     TextVector,
     embed_text,
     embed_texts,
-    embedding_model_path,
-    embedding_tokenizer,
 )
 from inference.engines.base import EngineError
 from inference.engines.embedding import Embedded, EmbeddingEngine

@@ -10,6 +10,7 @@ from inference.engines.scripted import ScriptedEngine
 from memory import selectors, services
 from memory.context import MEMORY_OFF_NOTE, turn_context
 from memory.models import MemoryFact
+from memory.summary import facts_extract
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("embedding_worker")]
 
@@ -135,7 +136,7 @@ def test_extraction_job_stores_the_facts_the_model_proposes(start_worker, user):
         {"role": "user", "content": "I'm Ada and I live in Lisbon."},
         {"role": "assistant", "content": "Nice to meet you, Ada!"},
     ]
-    stored = services.facts_extract(
+    stored = facts_extract(
         user_id=user.pk, messages=exchange, pool="default", timeout_s=10
     )
     assert sorted(f.text for f in stored) == [
@@ -143,9 +144,7 @@ def test_extraction_job_stores_the_facts_the_model_proposes(start_worker, user):
         "The user's name is Ada.",
     ]
     # running it again merges duplicates instead of adding rows
-    services.facts_extract(
-        user_id=user.pk, messages=exchange, pool="default", timeout_s=10
-    )
+    facts_extract(user_id=user.pk, messages=exchange, pool="default", timeout_s=10)
     assert MemoryFact.objects.filter(user=user).count() == 2
 
 
@@ -163,7 +162,7 @@ def test_extraction_keeps_only_facts_that_name_something_the_user_wrote(
         {"role": "user", "content": "I'm Ada, a gardener. Name three fruits."},
         {"role": "assistant", "content": "Banana, apple and cherry."},
     ]
-    stored = services.facts_extract(
+    stored = facts_extract(
         user_id=user.pk, messages=exchange, pool="default", timeout_s=10
     )
     assert sorted(f.text for f in stored) == [
@@ -190,7 +189,7 @@ def test_a_fact_is_grounded_in_the_users_words_in_any_script(said, fact, kept):
 @pytest.mark.django_db(transaction=True)
 def test_extraction_that_fails_stores_nothing(start_worker, user):
     start_worker(ScriptedEngine(text="- The user's name is Ada. more", fail_after=3))
-    stored = services.facts_extract(
+    stored = facts_extract(
         user_id=user.pk,
         messages=[{"role": "user", "content": "I'm Ada."}],
         pool="default",

@@ -3,7 +3,7 @@
 Documents pages and in admin (memory/admin.py).
 
 The hook here is a stand-in named by its dotted path, as a deployment names
-``safety.services.chunks_screen`` (whose own tests are tests/safety/test_chunks_screen.py):
+``safety.documents.chunks_screen`` (whose own tests are tests/safety/test_chunks_screen.py):
 memory knows only the contract.
 """
 

@@ -1,4 +1,4 @@
-"""Document chunks screened at ingestion (safety/services.py chunks_screen): the hook
+"""Document chunks screened at ingestion (safety/documents.py chunks_screen): the hook
 memory calls, with the embedded classifier reading the chunks' retrieval vectors."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 from inference.embeddings import embed_texts
 from safety.classifiers import ModerationUnavailable
+from safety.documents import chunks_screen
 from safety.models import Action, CategoryPolicy, ModerationEvent
-from safety.services import chunks_screen
 
 pytestmark = [
     pytest.mark.django_db,
