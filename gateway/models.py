@@ -267,6 +267,8 @@ class SemanticCacheEntry(models.Model):
     model), ``system_hash`` (SHA-256 of the system prompt) and ``params_hash`` (SHA-256
     of the sampling parameters). ``prompt_hash`` (SHA-256 of the prompt text) makes one
     row per identical prompt in a scope (a newer answer replaces it).
+    ``prompt_tokens``/``completion_tokens``: the usage of the generation that wrote
+    the answer, which a hit reports (0: not known).
     """
 
     user = models.ForeignKey(
@@ -283,6 +285,13 @@ class SemanticCacheEntry(models.Model):
         max_length=200, blank=True, default="", help_text="Model that wrote the answer."
     )
     finish_reason = models.CharField(max_length=32)
+    prompt_tokens = models.PositiveIntegerField(
+        default=0, help_text="Prompt tokens of the generation that wrote the answer."
+    )
+    completion_tokens = models.PositiveIntegerField(
+        default=0,
+        help_text="Completion tokens of the generation that wrote the answer.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

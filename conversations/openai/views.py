@@ -5,14 +5,19 @@ embeddings through :mod:`gateway.embeddings`; both split their sync step (the AP
 the body, admission: one thread hop, one pooled connection) from the async wait.
 
 Served by ``chatsite.asgi``'s API handler (no session, CSRF or login middleware);
-the decorators keep the views correct under the site's middleware too.
+the decorators keep the views correct under the site's middleware too. Every response
+to a request that was counted against the plan's requests per minute carries OpenAI's
+``x-ratelimit-limit-requests``, ``-remaining-requests`` and ``-reset-requests`` of
+the tighter of the user's and the key's windows (:func:`_request_count_headers`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_not_required
@@ -46,10 +51,16 @@ from conversations.views_moderation import appeal_json
 from gateway import embeddings as gateway_embeddings
 from gateway import selectors as gateway_selectors
 from gateway import services as gateway
+from gateway.requestrate import RequestCount
 from safety.appeals import appeal_create
 
 # Response header naming the cache that answered ("exact" / "semantic"); absent: a model.
 CACHE_HEADER = "x-chatsite-cache"
+# The request's attribute holding its RequestCount once it was counted.
+_COUNTED_ATTR = "chatsite_request_count"
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R", bound=HttpResponseBase)
 
 
 def _wrong_method(allowed: str) -> JsonResponse:
@@ -71,8 +82,29 @@ def _api_user(request: HttpRequest) -> User:
     user = gateway.api_key_authenticate(raw=_bearer(request))
     if user is None:
         raise InvalidApiKey()
-    gateway.api_request_count(user=user)
+    setattr(request, _COUNTED_ATTR, gateway.api_request_count(user=user))
     return user
+
+
+def _request_count_headers(
+    view: Callable[Concatenate[HttpRequest, _P], Coroutine[Any, Any, _R]],
+) -> Callable[Concatenate[HttpRequest, _P], Coroutine[Any, Any, _R]]:
+    """Add the ``x-ratelimit-*-requests`` headers of the request's count
+    (:meth:`gateway.requestrate.RequestCount.headers`; none without a limit) to the
+    response of ``view``, success or error, once :func:`_api_user` counted the request
+    (a 401 is not counted; the requests-per-minute 429 carries its own)."""
+
+    @functools.wraps(view)
+    async def wrapped(request: HttpRequest, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        response = await view(request, *args, **kwargs)
+        counted: RequestCount | None = getattr(request, _COUNTED_ATTR, None)
+        if counted is not None:
+            for name, value in counted.headers().items():
+                if not response.has_header(name):
+                    response[name] = value
+        return response
+
+    return wrapped
 
 
 def _authenticate_and_start(
@@ -87,6 +119,7 @@ def _authenticate_and_start(
 
 @csrf_exempt
 @login_not_required
+@_request_count_headers
 async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     """``POST /v1/chat/completions``: an OpenAI chat completion, streamed or not."""
     if request.method != "POST":
@@ -131,6 +164,7 @@ def _models(request: HttpRequest) -> list[tuple[str, str, str]]:
 
 @csrf_exempt
 @login_not_required
+@_request_count_headers
 async def models_list(request: HttpRequest) -> HttpResponse:
     """``GET /v1/models``: the enabled pools the key's user may use (ids = pool names),
     each with its ``kind`` (``chat`` or ``embedding``)."""
@@ -158,6 +192,7 @@ def _authenticate_and_admit(
 
 @csrf_exempt
 @login_not_required
+@_request_count_headers
 async def embeddings(request: HttpRequest) -> HttpResponse:
     """``POST /v1/embeddings``: one vector per input text, OpenAI's shape."""
     if request.method != "POST":
@@ -218,6 +253,7 @@ def _appeal(request: HttpRequest, event_id: int) -> dict[str, Any]:
 
 @csrf_exempt
 @login_not_required
+@_request_count_headers
 async def moderation_appeal(request: HttpRequest, event_id: int) -> HttpResponse:
     """``POST /v1/moderation/events/<id>/appeal``: appeal a moderation decision of the
     key's user (the id is an error body's ``moderation_event_id``); 201, or 404 for an

@@ -34,8 +34,9 @@ settled, :func:`cache_settle` stores its answer if it is complete (status
 filtered answers, never a cache hit itself) and drops the material.
 
 Usage and billing of a hit: its ``done`` event reports the usage of the generation that
-wrote the answer (exact cache; a semantic hit reports zeros: its entry keeps no
-usage), with the whole prompt as ``cached_tokens``, so a client sees what the answer
+wrote the answer (both caches keep it with the entry; for a semantic hit that is the
+usage of the stored prompt, not of the paraphrase), with the whole prompt as
+``cached_tokens``, so a client sees what the answer
 cost when it was made and that all of it came from the cache. Billing follows the
 plans, which charge only tokens an engine processed: a hit processed none, so the
 reservation is released, the :class:`UsageRecord` has ``cache_hit=True``, zero tokens

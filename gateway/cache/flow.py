@@ -98,7 +98,7 @@ def cache_settle(
     Stored only when the request was admitted as cacheable, ``status`` is ``complete``,
     ``finish_reason`` is ``stop`` or ``length``, the answer is not empty, it is not a
     cache hit, and it was answered on the pool it was admitted to (a fallback retry is
-    not cached). ``usage``: the generation's, kept with the exact entry. Returns True
+    not cached). ``usage``: the generation's, kept with both entries. Returns True
     if stored. Never raises (a failure is logged).
     """
     try:
@@ -126,6 +126,7 @@ def cache_settle(
                 answer=answer,
                 answer_model=answer_model,
                 finish_reason=finish_reason,
+                usage=usage,
             )
         return True
     except Exception:

@@ -47,7 +47,7 @@ class CacheHit:
     """A cached answer: ``kind`` is ``exact`` or ``semantic``; ``model`` wrote it.
 
     ``prompt_tokens``/``completion_tokens``: the usage of the generation that wrote
-    the answer (exact cache; 0 where the entry does not know it: semantic entries).
+    the answer, as its entry keeps it (0 where the entry does not know it).
     """
 
     kind: str

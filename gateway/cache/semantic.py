@@ -57,6 +57,8 @@ def semantic_get(material: CacheMaterial, model: str) -> CacheHit | None:
         model=entry.answer_model or entry.model,
         finish_reason=entry.finish_reason,
         similarity=similarity,
+        prompt_tokens=entry.prompt_tokens,
+        completion_tokens=entry.completion_tokens,
     )
 
 
@@ -68,11 +70,13 @@ def semantic_store(
     answer: str,
     answer_model: str,
     finish_reason: str,
+    usage: protocol.Usage | None = None,
 ) -> None:
     """Store ``answer`` for a prompt, replacing the entry of the same prompt and scope.
 
     ``material`` is the stored semantic material of the request: ``prompt``,
-    ``system_hash``, ``params_hash`` and ``vector`` (384 floats).
+    ``system_hash``, ``params_hash`` and ``vector`` (384 floats). ``usage``: the
+    generation's that wrote the answer, which a hit reports (None: zeros).
     """
     SemanticCacheEntry.objects.bulk_create(
         [
@@ -87,6 +91,8 @@ def semantic_store(
                 answer=answer,
                 answer_model=answer_model,
                 finish_reason=finish_reason,
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
                 created_at=timezone.now(),
             )
         ],
@@ -98,6 +104,8 @@ def semantic_store(
             "answer",
             "answer_model",
             "finish_reason",
+            "prompt_tokens",
+            "completion_tokens",
             "created_at",
         ],
     )

@@ -136,14 +136,33 @@ def test_semantic_hit_for_a_paraphrase_above_the_threshold(
 ):
     settings.GATEWAY_SEMANTIC_CACHE_MIN_SIMILARITY = 0.9
     start_worker(ScriptedEngine(text="Paris."))
-    answered(user, "What is the capital of France?", params=DETERMINISTIC)
+    first, _ = answered(user, "What is the capital of France?", params=DETERMINISTIC)
     entry = SemanticCacheEntry.objects.get()
     assert entry.user == user and entry.answer == "Paris."
     assert entry.prompt == "What is the capital of France?"
+    original = UsageRecord.objects.get(job_id=first.assistant_message.job_id)
+    assert (entry.prompt_tokens, entry.completion_tokens) == (
+        original.prompt_tokens,
+        original.completion_tokens,
+    )
 
-    _, hit = answered(user, "What's the capital city of France?", params=DETERMINISTIC)
+    turn, hit = answered(
+        user, "What's the capital city of France?", params=DETERMINISTIC
+    )
     assert meta(hit)["cache"] == "semantic" and hit.text == "Paris."
     assert len(enqueued) == 1
+    # the usage of the generation that wrote the answer, its whole prompt cached;
+    # billed nothing (no engine processed a token)
+    assert original.prompt_tokens > 0 and original.completion_tokens > 0
+    assert hit.last("done").data["usage"] == {
+        "prompt_tokens": original.prompt_tokens,
+        "completion_tokens": original.completion_tokens,
+        "cached_tokens": original.prompt_tokens,
+    }
+    answer = Message.objects.get(id=turn.assistant_message.id)
+    assert answer.token_count == original.completion_tokens
+    record = UsageRecord.objects.get(job_id=answer.job_id)
+    assert record.cache_hit and record.total_tokens == 0 and record.cost == 0
     # a different question (similarity ~0.66) is a miss
     _, miss = answered(user, "What is the capital of Germany?", params=DETERMINISTIC)
     assert "cache" not in meta(miss) and len(enqueued) == 2

@@ -4,6 +4,7 @@ headers; a refused request counts nowhere."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -47,6 +48,30 @@ def test_a_key_over_its_requests_per_minute_gets_a_429_with_openais_headers(user
     assert refused["x-ratelimit-limit-requests"] == "3"
     assert refused["x-ratelimit-remaining-requests"] == "0"
     assert refused["x-ratelimit-reset-requests"] == f"{refused['Retry-After']}s"
+
+
+def test_every_counted_response_reports_the_tighter_window(user, plan, monkeypatch):
+    """``x-ratelimit-*-requests`` on a 200 too: the window with less room left."""
+    monkeypatch.setattr(requestrate, "time", SimpleNamespace(time=lambda: 6_000_015.0))
+    first, second = (gateway_services.api_key_create(user=user)[1] for _ in range(2))
+
+    def limits(key: str) -> tuple[str, str, str]:
+        response = _models(key)
+        assert response.status_code == 200, response.content
+        return (
+            response["x-ratelimit-limit-requests"],
+            response["x-ratelimit-remaining-requests"],
+            response["x-ratelimit-reset-requests"],
+        )
+
+    # the key (3) is tighter than the user (5) ...
+    assert [limits(first) for _ in range(3)] == [
+        ("3", "2", "45s"),
+        ("3", "1", "45s"),
+        ("3", "0", "45s"),
+    ]
+    # ... until the user has less room than a fresh key
+    assert limits(second) == ("5", "1", "45s")
 
 
 def test_the_users_limit_spans_their_keys(user, plan):

@@ -132,6 +132,26 @@ async def test_float_and_base64_responses_match_their_schema_and_each_other(
     assert list(floats.json()) == ["object", "data", "model", "usage"]
 
 
+@pytest.mark.usefixtures("one_minute")
+async def test_an_embeddings_response_carries_the_request_rate_headers(
+    user, api_key, embed_pool, embedding_worker
+):
+    """OpenAI's ``x-ratelimit-*-requests`` of the tighter window (the user's 5 beside
+    the key's 8), 40 s to the minute's end."""
+    plan = await sync_to_async(factories.plan)(
+        requests_per_minute=5, key_requests_per_minute=8
+    )
+    await sync_to_async(factories.subscribe)(user, plan)
+    for remaining in ("4", "3"):
+        result = await asgi(
+            "POST", "/v1/embeddings", body={"model": MODEL, "input": TEXTS}, key=api_key
+        )
+        assert result.status == 200, result.body
+        assert result.headers["x-ratelimit-limit-requests"] == "5"
+        assert result.headers["x-ratelimit-remaining-requests"] == remaining
+        assert result.headers["x-ratelimit-reset-requests"] == "40s"
+
+
 async def test_over_quota_is_a_429_and_nothing_stays_reserved(
     user, api_key, embed_pool, embedding_worker
 ):

@@ -307,7 +307,7 @@ async def test_a_paraphrase_is_answered_by_the_semantic_cache_only_on_opt_in(
 ):
     settings.GATEWAY_SEMANTIC_CACHE_MIN_SIMILARITY = 0.9
     start_worker(ScriptedEngine(text="Paris."))
-    await asgi(
+    first = await asgi(
         "POST",
         "/v1/chat/completions",
         body=capital(temperature=0, cache=True),
@@ -333,4 +333,31 @@ async def test_a_paraphrase_is_answered_by_the_semantic_cache_only_on_opt_in(
     assert "x-chatsite-cache" not in exact_only.headers  # temperature 0: exact only
     assert opted_in.headers["x-chatsite-cache"] == "semantic"
     assert opted_in.json()["choices"][0]["message"]["content"] == "Paris."
+    # the usage of the generation that wrote the answer, its whole prompt cached
+    usage = first.json()["usage"]
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] == 1
+    cached = {
+        **usage,
+        "prompt_tokens_details": {"cached_tokens": usage["prompt_tokens"]},
+    }
+    assert opted_in.json()["usage"] == cached
+    streamed = await asgi(
+        "POST",
+        "/v1/chat/completions",
+        body=paraphrase(
+            "What's the capital of France?",
+            temperature=0,
+            cache=True,
+            stream=True,
+            stream_options={"include_usage": True},
+        ),
+        key=api_key,
+    )
+    assert streamed.headers["x-chatsite-cache"] == "semantic"
+    assert streamed.chunks[-1]["usage"] == cached
     assert len(enqueued) == 2
+    # billed as the plans say: a hit processed no token, so it costs nothing
+    records = await sync_to_async(list)(UsageRecord.objects.order_by("created_at"))
+    assert [r.cache_hit for r in records] == [False, False, True, True]
+    assert records[2].total_tokens == records[3].total_tokens == 0
+    assert records[2].cost == records[3].cost == 0

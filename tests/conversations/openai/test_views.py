@@ -99,6 +99,55 @@ async def test_a_stream_without_include_usage_has_no_usage_chunk(api_key, start_
     assert all("usage" not in c for c in chunks)
 
 
+def _request_limits(result) -> tuple[str, str, str] | None:
+    """The ``x-ratelimit-*-requests`` headers of a response (None: absent)."""
+    names = ("limit", "remaining", "reset")
+    if f"x-ratelimit-{names[0]}-requests" not in result.headers:
+        return None
+    return tuple(result.headers[f"x-ratelimit-{n}-requests"] for n in names)
+
+
+@pytest.mark.usefixtures("one_minute")
+async def test_every_counted_api_response_carries_the_request_rate_headers(
+    user, api_key, start_worker
+):
+    """OpenAI sends ``x-ratelimit-*-requests`` on every response, not only on the
+    429: the window with less room left (here the key's 20 beside the user's 50)."""
+    limited = await sync_to_async(factories.plan)(
+        "limited", requests_per_minute=50, key_requests_per_minute=20
+    )
+    await sync_to_async(factories.subscribe)(user, limited)
+    start_worker(ScriptedEngine())
+    results = [
+        await asgi("POST", "/v1/chat/completions", body=ask(), key=api_key),
+        await asgi("POST", "/v1/chat/completions", body=ask(stream=True), key=api_key),
+        await asgi("GET", "/v1/models", key=api_key),
+        # refused after it was counted: the count is still reported
+        await asgi(
+            "POST", "/v1/chat/completions", body=ask(temperature=3), key=api_key
+        ),
+    ]
+    assert [r.status for r in results] == [200, 200, 200, 400]
+    assert results[1].chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    # 40 s to the end of the minute
+    assert [_request_limits(r) for r in results] == [
+        ("20", "19", "40s"),
+        ("20", "18", "40s"),
+        ("20", "17", "40s"),
+        ("20", "16", "40s"),
+    ]
+    # not counted (no key): no count to report
+    anonymous = await asgi("GET", "/v1/models", key="sk-not-a-key")
+    assert anonymous.status == 401 and _request_limits(anonymous) is None
+    # a plan without request limits sends none
+    unlimited = await sync_to_async(factories.plan)(
+        "unlimited", requests_per_minute=None, key_requests_per_minute=None
+    )
+    await sync_to_async(factories.subscribe)(user, unlimited)
+    free = await asgi("GET", "/v1/models", key=api_key)
+    assert free.status == 200 and _request_limits(free) is None
+
+
 async def test_models_lists_the_enabled_pools_the_plan_allows(user, api_key):
     other = await sync_to_async(factories.pool)("big", model="big-model")
     await sync_to_async(factories.pool)("off", enabled=False)
