@@ -57,6 +57,12 @@ SAFETY_CONFIG_CACHE_S = env.float("SAFETY_CONFIG_CACHE_S", default=5.0)
 SAFETY_OUTPUT_ENABLED = env.bool("SAFETY_OUTPUT_ENABLED", default=False)
 SAFETY_OUTPUT_MODE = env("SAFETY_OUTPUT_MODE", default="hold")
 SAFETY_OUTPUT_WINDOW_CHARS = env.int("SAFETY_OUTPUT_WINDOW_CHARS", default=200)
+# The first window alone closes after at most this many characters (at a space; a
+# sentence end closes it earlier), so hold mode's added TTFT is a few tokens and one
+# check, not the first sentence (0: SAFETY_OUTPUT_WINDOW_CHARS).
+SAFETY_OUTPUT_FIRST_WINDOW_CHARS = env.int(
+    "SAFETY_OUTPUT_FIRST_WINDOW_CHARS", default=24
+)
 # Abuse limits (safety/suspensions.py): each blocked input adds 1 to a user's abuse score,
 # which halves every SAFETY_ABUSE_HALF_LIFE_S s; at SAFETY_ABUSE_SUSPEND_SCORE the user
 # is suspended for SAFETY_ABUSE_SUSPEND_S s. Staff suspending from the moderation
