@@ -47,8 +47,9 @@ SAFETY_INPUT_ENABLED = env.bool("SAFETY_INPUT_ENABLED", default=True)
 SAFETY_CONFIG_CACHE_S = env.float("SAFETY_CONFIG_CACHE_S", default=5.0)
 # Output moderation (safety/output.py): the answer is classified window by window as
 # it streams. Off by default (unlike input moderation): the embedded classifier,
-# trained on user requests, is below its recall target and has no held-out figures
-# on answers. "hold": a window's text reaches clients
+# trained on user requests, cuts ordinary answers: 2/357 SmolLM2 answers (0.56 %)
+# with SAFETY_OUTPUT_CONFIRM, against a goal of <= 0.5 % on >= 1,000
+# (safety/data/README.md). "hold": a window's text reaches clients
 # only once it was checked (no violating character is ever shown; costs TTFT);
 # "release": text streams at once and the answer is cut after a violating window
 # (the leak is at most one window). A window is one sentence (it ends after ".", "!"
