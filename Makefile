@@ -133,10 +133,11 @@ bench-search: migrate
 
 # input moderation's goal table on text nobody here wrote (false blocks, perturbation,
 # held-out recall, time per message); then output moderation off / release / hold:
-# TTFT, total time, false cuts
+# TTFT, total time, TTFT added by hold; false cuts of the embedded model's answers
 bench-moderation: migrate
 	$(BIN)/python bench/moderation_goals.py
 	$(BIN)/python bench/moderation.py $(BENCH_ARGS)
+	$(BIN)/python bench/output_false_cuts.py
 
 # N concurrent chat streams through one daphne and through two behind HAProxy
 # (default: 200 through one; BENCH_ARGS='--streams 250 500 1000 2000 --targets one proxy')

@@ -220,7 +220,8 @@ def main() -> None:
     print(
         f"output moderation cost: {args.prompts} prompts per mode, one run each, "
         f"max {args.max_tokens} tokens, embedded classifier, "
-        f"window <= {settings.SAFETY_OUTPUT_WINDOW_CHARS} chars, "
+        f"window <= {settings.SAFETY_OUTPUT_WINDOW_CHARS} chars (first "
+        f"<= {settings.SAFETY_OUTPUT_FIRST_WINDOW_CHARS}), "
         f"{os.cpu_count()} cores"
     )
     header = (
@@ -254,6 +255,28 @@ def main() -> None:
                 unit="ms",
                 params=shape,
             )
+    for label, rows_by_mode in results.items():
+        # per prompt: the same greedy answer in each mode, so the difference is the cost
+        added = [
+            h["ttft_ms"] - o["ttft_ms"]
+            for o, h in zip(rows_by_mode["off"], rows_by_mode["hold"], strict=True)
+            if h["ttft_ms"] == h["ttft_ms"] and o["ttft_ms"] == o["ttft_ms"]
+        ]
+        print(
+            f"TTFT added by hold, {label}: p50 {_median(added):.0f} ms "
+            f"(per prompt, hold - off; goal <= +300 ms)"
+        )
+        bench_record(
+            bench="moderation",
+            metric="TTFT added by hold p50",
+            value=float(_median(added)),
+            unit="ms",
+            params=(
+                f"{label}, {len(added)} prompts, first window "
+                f"<= {settings.SAFETY_OUTPUT_FIRST_WINDOW_CHARS} chars"
+            ),
+            goal="<= +300 ms",
+        )
     cut, flagged, notes = false
     total = len(ORDINARY_ANSWERS) + len(llm_answers)
     print()

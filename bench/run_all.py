@@ -145,6 +145,7 @@ BENCHES: list[Bench] = [
     Bench("document_screening", [], 120),
     Bench("moderation_goals", ["--limit", "200"], 420),
     Bench("moderation", ["--prompts", "2", "--max-tokens", "32"], 240),
+    Bench("output_false_cuts", ["--limit", "200"], 180),
     Bench(
         "embeddings",
         ["--turns", "8", "--cold-starts", "2", "--seconds", "1", "--trials", "1"]

@@ -6,10 +6,13 @@ import the gateway) in the one follower of every generation and in settlement's
 replay, so no surface can skip it. On while SAFETY_OUTPUT_ENABLED.
 
 - Windows: whole sentences of at least :data:`WINDOW_MIN_CHARS` and at most
-  SAFETY_OUTPUT_WINDOW_CHARS characters (characters, not tokens: the replay reads the
+  SAFETY_OUTPUT_WINDOW_CHARS characters (the first at most
+  SAFETY_OUTPUT_FIRST_WINDOW_CHARS) (characters, not tokens: the replay reads the
   stored text); the split depends only on the text, never on its deltas.
 - Checks: each window with the one before it, by the configured backend, through the
-  admin's per-category policies (``block`` cuts, ``flag`` records).
+  admin's per-category policies (``block`` cuts, ``flag`` records); with the
+  embedded backend a block cuts only when the multilingual-e5 classifier flags the
+  same category (SAFETY_OUTPUT_CONFIRM), else it flags.
 - SAFETY_OUTPUT_MODE ``hold`` releases a window only once checked; ``release``
   streams at once and cuts after a violating window.
 - Each window's decision is recorded in Redis
@@ -41,6 +44,7 @@ from safety.classifiers import (
     classifier_get,
     unavailable_reason,
 )
+from safety.classifiers.multilingual import confirmed
 from safety.models import Action, ModerationEvent
 from safety.selectors import safety_config
 from safety.services import policy_matches
@@ -125,17 +129,22 @@ class WindowDecision:
         )
 
 
-def window_split(text: str, *, max_chars: int, final: bool) -> list[str]:
+def window_split(
+    text: str, *, max_chars: int, final: bool, first_chars: int = 0
+) -> list[str]:
     """Split ``text`` into its closed windows (see the module docstring), in order.
 
     The characters after the last window are still open (more text may extend them)
-    unless ``final``, when they are the last window. ``max_chars`` >= 1 characters.
+    unless ``final``, when they are the last window. ``max_chars`` >= 1 characters;
+    ``first_chars`` (0: ``max_chars``) bounds the first window alone, so hold mode
+    shows the opening words without waiting for the first sentence to end.
     The split of a prefix never changes when text is appended.
     """
     windows: list[str] = []
     start, i, n = 0, 0, len(text)
     while i < n:
         size = i + 1 - start
+        limit = first_chars if first_chars and start == 0 else max_chars
         char = text[i]
         end = None
         if (
@@ -153,8 +162,8 @@ def window_split(text: str, *, max_chars: int, final: bool) -> list[str]:
             or (char in _SENTENCE_END and i + 1 < n and text[i + 1].isspace())
         ):
             end = i + 1
-        elif size >= max_chars:
-            space = text.rfind(" ", start + max_chars // 2, i + 1)
+        elif size >= limit:
+            space = text.rfind(" ", start + limit // 2, i + 1)
             end = space + 1 if space > start else i + 1
         if end is not None:
             windows.append(text[start:end])
@@ -193,6 +202,9 @@ def output_classify(text: str) -> WindowDecision:
     if not matches:
         return WindowDecision(PASS, scores=scores, backend=verdict.backend)
     blocking = [m for m in matches if m.action == Action.BLOCK]
+    if blocking and settings.SAFETY_OUTPUT_CONFIRM and verdict.backend == "embedded":
+        second = confirmed(text, {m.category for m in blocking})
+        blocking = [m for m in blocking if m.category in second]
     top = blocking[0] if blocking else matches[0]
     return WindowDecision(
         BLOCK if blocking else FLAG,
@@ -226,6 +238,7 @@ class OutputModerator:
             raise ValueError(f"SAFETY_OUTPUT_MODE must be one of {MODES}, not {mode!r}")
         self.hold = mode == "hold"
         self.max_chars = max(1, int(settings.SAFETY_OUTPUT_WINDOW_CHARS))
+        self.first_chars = max(0, int(settings.SAFETY_OUTPUT_FIRST_WINDOW_CHARS))
         self.buffer = ""  # the open window (hold: not released yet)
         self.previous = ""  # the last closed window: context for the next check
         self.decisions: list[WindowDecision] = []
@@ -241,7 +254,13 @@ class OutputModerator:
     def _closed(self, text: str, *, final: bool) -> list[str]:
         if self.cut_by is not None:
             return []
-        return window_split(self.buffer + text, max_chars=self.max_chars, final=final)
+        return window_split(
+            self.buffer + text,
+            max_chars=self.max_chars,
+            final=final,
+            # the buffer starts the answer until its first window has closed
+            first_chars=0 if self.decisions else self.first_chars,
+        )
 
     def feed(self, text: str) -> Step:
         """Take ``text``; return what may be released (sync: settlement's replay)."""

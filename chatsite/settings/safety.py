@@ -47,8 +47,9 @@ SAFETY_INPUT_ENABLED = env.bool("SAFETY_INPUT_ENABLED", default=True)
 SAFETY_CONFIG_CACHE_S = env.float("SAFETY_CONFIG_CACHE_S", default=5.0)
 # Output moderation (safety/output.py): the answer is classified window by window as
 # it streams. Off by default (unlike input moderation): the embedded classifier,
-# trained on user requests, is below its recall target and has no held-out figures
-# on answers. "hold": a window's text reaches clients
+# trained on user requests, cuts ordinary answers: 2/357 SmolLM2 answers (0.56 %)
+# with SAFETY_OUTPUT_CONFIRM, against a goal of <= 0.5 % on >= 1,000
+# (safety/data/README.md). "hold": a window's text reaches clients
 # only once it was checked (no violating character is ever shown; costs TTFT);
 # "release": text streams at once and the answer is cut after a violating window
 # (the leak is at most one window). A window is one sentence (it ends after ".", "!"
@@ -57,6 +58,16 @@ SAFETY_CONFIG_CACHE_S = env.float("SAFETY_CONFIG_CACHE_S", default=5.0)
 SAFETY_OUTPUT_ENABLED = env.bool("SAFETY_OUTPUT_ENABLED", default=False)
 SAFETY_OUTPUT_MODE = env("SAFETY_OUTPUT_MODE", default="hold")
 SAFETY_OUTPUT_WINDOW_CHARS = env.int("SAFETY_OUTPUT_WINDOW_CHARS", default=200)
+# The first window alone closes after at most this many characters (at a space; a
+# sentence end closes it earlier), so hold mode's added TTFT is a few tokens and one
+# check, not the first sentence (0: SAFETY_OUTPUT_WINDOW_CHARS).
+SAFETY_OUTPUT_FIRST_WINDOW_CHARS = env.int(
+    "SAFETY_OUTPUT_FIRST_WINDOW_CHARS", default=24
+)
+# With the embedded backend a window is cut only when the multilingual-e5 classifier
+# (safety/classifiers/multilingual.py, in-process, ~10-30 ms, run only on a window the
+# first model would cut) flags the same category; otherwise the window is flagged.
+SAFETY_OUTPUT_CONFIRM = env.bool("SAFETY_OUTPUT_CONFIRM", default=True)
 # Abuse limits (safety/suspensions.py): each blocked input adds 1 to a user's abuse score,
 # which halves every SAFETY_ABUSE_HALF_LIFE_S s; at SAFETY_ABUSE_SUSPEND_SCORE the user
 # is suspended for SAFETY_ABUSE_SUSPEND_S s. Staff suspending from the moderation

