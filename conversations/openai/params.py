@@ -210,6 +210,8 @@ def _refused(body: dict[str, Any]) -> None:
 
 
 def _max_tokens(value: Any, name: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 1e30 is JSON's number 10**30: the limit check names it
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise invalid_input(
             f"`{name}` must be a positive integer.", INVALID, param=name

@@ -119,6 +119,7 @@ def test_a_direct_injection_attempt_blocks_though_the_category_only_flags(
         "block",
         1.0,
     )
+    assert event.abuse is False  # refused, but not a strike toward suspension
     settings.SAFETY_INJECTION_DIRECT_BLOCK = False
     services.input_moderate(user=user, text=INJECTION + " ", surface="chat")
     assert ModerationEvent.objects.latest("created_at").action == "flag"
