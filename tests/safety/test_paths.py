@@ -128,11 +128,16 @@ def test_regenerating_the_answer_to_an_imported_harmful_question_is_refused(
         user=user, data=native_file((HARMFUL, COMPLIANT))
     ).conversations
     answer = Message.objects.get(conversation=conv, role="assistant")
-    with pytest.raises(ModerationBlocked):
+    events = ModerationEvent.objects.count()
+    with pytest.raises(ModerationBlocked) as refused:
         services.turn_regenerate(
             user=user, conversation_id=conv.id, message_id=answer.id
         )
     assert prompts == []
+    assert refused.value.category == "violence"
+    # refused as at import: no new event, no strike (the user typed nothing now)
+    assert ModerationEvent.objects.count() == events
+    assert not ModerationEvent.objects.filter(abuse=True).exists()
 
 
 def test_an_edit_is_screened_like_a_new_message(user, prompts):

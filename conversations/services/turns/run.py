@@ -19,7 +19,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
-from chatsite.errors import Conflict, InvalidInput
+from chatsite.errors import Conflict, InvalidInput, ModerationBlocked
 from conversations import selectors
 from conversations.models import Message
 from conversations.services.scope import scope_parse
@@ -159,6 +159,14 @@ def turn_regenerate(
     if question is None:
         raise Conflict(
             "There is no message to answer again.", code="nothing_to_regenerate"
+        )
+    if question.moderation_category:
+        # flagged at import (never in a prompt): refused as it was then, no new event
+        # and no strike, since the user typed nothing now
+        raise ModerationBlocked(
+            "This imported message goes against the content policy, so it cannot be "
+            "answered. Write a new message instead.",
+            category=question.moderation_category,
         )
     idle_check(conversation)
     turn = TurnRequest(user=user, conversation=conversation, question=question)
