@@ -42,6 +42,7 @@ from safety.classifiers.base import Classifier, ModerationUnavailable, Verdict
 from safety.classifiers.features import (
     EXEMPLAR_SCALE,
     TEXT_FEATURE_DIM,
+    HeadWeights,
     exemplar_similarities,
     features,
 )
@@ -58,24 +59,14 @@ SHORT_TEXT_WORDS = 3
 _WORDS = re.compile(r"\S+")
 
 
-class EmbeddedModel:
+class EmbeddedModel(HeadWeights):
     """The learned weights (see module docstring); loaded from an ``.npz`` file."""
 
     def __init__(self, arrays: Any) -> None:
-        self.categories = [Category(c) for c in arrays["categories"]]
-        self.gate_w = np.asarray(arrays["gate_w"], dtype=np.float32)
-        self.gate_b = float(arrays["gate_b"])
-        self.cat_w = np.asarray(arrays["cat_w"], dtype=np.float32)
-        self.cat_b = np.asarray(arrays["cat_b"], dtype=np.float32)
-        self.thresholds = {
-            c: float(t)
-            for c, t in zip(self.categories, arrays["thresholds"], strict=True)
-        }
         files = getattr(arrays, "files", arrays)
         if "exemplars" not in files:
             raise ValueError("model has no exemplars: run manage.py moderation_train")
-        self.exemplars = np.asarray(arrays["exemplars"], dtype=np.float32)
-        self.exemplar_members = np.asarray(arrays["exemplar_members"], dtype=bool)
+        super().__init__(arrays)
         expected = TEXT_FEATURE_DIM + self.exemplar_members.shape[1]
         if self.gate_w.shape != (expected,):
             raise ValueError(
@@ -104,10 +95,8 @@ class EmbeddedModel:
 
     def scores(self, x: np.ndarray) -> dict[Category, float]:
         """Return every category's score (0..1) for a feature vector ``x``."""
-        gate = 1.0 / (1.0 + np.exp(-(float(self.gate_w @ x) + self.gate_b)))
-        q = 1.0 / (1.0 + np.exp(-(self.cat_w @ x + self.cat_b)))
-        q = q / max(float(q.max()), 1e-9)
-        return {c: float(gate * q[i]) for i, c in enumerate(self.categories)}
+        row = self.head_scores(np.asarray(x)[None, :])[0]
+        return {c: float(row[i]) for i, c in enumerate(self.categories)}
 
 
 @functools.cache

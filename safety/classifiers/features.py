@@ -23,10 +23,12 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from inference.embeddings import EMBEDDING_DIM
+from safety.categories import Category
 
 NGRAM_BUCKETS = 4096
 CHAR_BUCKETS = 4096
@@ -144,3 +146,43 @@ def exemplar_similarities(
         top = min(k, member.shape[1])
         out[:, g] = np.partition(member, -top, axis=1)[:, -top:].mean(axis=1)
     return out
+
+
+def heads_score(
+    x: np.ndarray,
+    gate_w: np.ndarray,
+    gate_b: float,
+    cat_w: np.ndarray,
+    cat_b: np.ndarray,
+) -> np.ndarray:
+    """Per-category scores (n x categories, 0..1) of inputs ``x`` (n x d) under a gate
+    and category heads: the gate's probability times each head's share of the
+    strongest head."""
+    gate = 1.0 / (1.0 + np.exp(-(x @ gate_w + gate_b)))
+    q = 1.0 / (1.0 + np.exp(-(x @ cat_w.T + cat_b)))
+    return np.asarray(
+        gate[:, None] * q / np.maximum(q.max(axis=1, keepdims=True), 1e-9)
+    )
+
+
+class HeadWeights:
+    """The learned weights of a model file (``.npz`` arrays ``categories``, ``gate_w``,
+    ``gate_b``, ``cat_w``, ``cat_b``, ``thresholds``, ``exemplars``,
+    ``exemplar_members``), shared by the embedded and the multilingual models."""
+
+    def __init__(self, arrays: Any) -> None:
+        self.categories = [Category(c) for c in arrays["categories"]]
+        self.gate_w = np.asarray(arrays["gate_w"], dtype=np.float32)
+        self.gate_b = float(arrays["gate_b"])
+        self.cat_w = np.asarray(arrays["cat_w"], dtype=np.float32)
+        self.cat_b = np.asarray(arrays["cat_b"], dtype=np.float32)
+        self.thresholds = {
+            c: float(t)
+            for c, t in zip(self.categories, arrays["thresholds"], strict=True)
+        }
+        self.exemplars = np.asarray(arrays["exemplars"], dtype=np.float32)
+        self.exemplar_members = np.asarray(arrays["exemplar_members"], dtype=bool)
+
+    def head_scores(self, x: np.ndarray) -> np.ndarray:
+        """:func:`heads_score` of inputs ``x`` (n x d) under these weights."""
+        return heads_score(x, self.gate_w, self.gate_b, self.cat_w, self.cat_b)

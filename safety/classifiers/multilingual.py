@@ -30,7 +30,11 @@ import numpy as np
 
 from safety.categories import Category
 from safety.classifiers.base import Classifier, ModerationUnavailable, Verdict
-from safety.classifiers.features import EXEMPLAR_SCALE, exemplar_similarities
+from safety.classifiers.features import (
+    EXEMPLAR_SCALE,
+    HeadWeights,
+    exemplar_similarities,
+)
 from safety.classifiers.rules import injection_match
 from safety.dataset import DATA_DIR
 
@@ -111,21 +115,8 @@ def e5_embed(texts: Sequence[str]) -> np.ndarray:
     return np.asarray(out, dtype=np.float32).reshape(len(texts), -1)
 
 
-class MultilingualModel:
+class MultilingualModel(HeadWeights):
     """The learned weights (module docstring), from an ``.npz`` file."""
-
-    def __init__(self, arrays: Any) -> None:
-        self.categories = [Category(c) for c in arrays["categories"]]
-        self.gate_w = np.asarray(arrays["gate_w"], dtype=np.float32)
-        self.gate_b = float(arrays["gate_b"])
-        self.cat_w = np.asarray(arrays["cat_w"], dtype=np.float32)
-        self.cat_b = np.asarray(arrays["cat_b"], dtype=np.float32)
-        self.thresholds = {
-            c: float(t)
-            for c, t in zip(self.categories, arrays["thresholds"], strict=True)
-        }
-        self.exemplars = np.asarray(arrays["exemplars"], dtype=np.float32)
-        self.exemplar_members = np.asarray(arrays["exemplar_members"], dtype=bool)
 
     @classmethod
     def load(cls, path: Path | str = MODEL_PATH) -> MultilingualModel:
@@ -136,12 +127,7 @@ class MultilingualModel:
     def scores(self, vectors: np.ndarray) -> np.ndarray:
         """Scores (n x categories, 0..1) of ``vectors`` (n x 384, e5, unit length)."""
         sims = exemplar_similarities(vectors, self.exemplars, self.exemplar_members)
-        x = np.hstack([vectors, EXEMPLAR_SCALE * sims])
-        gate = 1.0 / (1.0 + np.exp(-(x @ self.gate_w + self.gate_b)))
-        q = 1.0 / (1.0 + np.exp(-(x @ self.cat_w.T + self.cat_b)))
-        return np.asarray(
-            gate[:, None] * q / np.maximum(q.max(axis=1, keepdims=True), 1e-9)
-        )
+        return self.head_scores(np.hstack([vectors, EXEMPLAR_SCALE * sims]))
 
 
 @functools.cache

@@ -17,14 +17,9 @@ import numpy as np
 
 from safety.categories import Category
 from safety.classifiers.training import (
-    FOLDS,
     FP_BUDGET,
     TrainedModel,
-    exemplar_groups,
-    heads_fit,
-    heads_score,
-    inputs_with_exemplars,
-    thresholds_choose,
+    heads_cross_fit,
 )
 from safety.dataset import TAG_EVERYDAY, Example
 
@@ -37,8 +32,6 @@ def multilingual_train(
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> TrainedModel:
     """Train on ``examples`` with their e5 ``vectors`` (n x 384, unit length)."""
-    from sklearn.model_selection import StratifiedKFold
-
     categories = list(Category)
     vecs = np.asarray(vectors, dtype=np.float32)
     y = np.array([[c in e.labels for c in categories] for e in examples])
@@ -50,24 +43,9 @@ def multilingual_train(
         ]
     )
     everyday = np.array([TAG_EVERYDAY in e.tags for e in examples]) & benign
-    members = exemplar_groups(y, everyday)
-    oof = np.zeros(y.shape)
-    folds = StratifiedKFold(FOLDS, shuffle=True, random_state=0)
-    for k, (train, test) in enumerate(folds.split(vecs, strata), start=1):
-        progress(f"cross-validation fold {k}/{FOLDS}")
-        bank, bank_members = vecs[train], members[train]
-        x_train = inputs_with_exemplars(
-            vecs[train], bank, bank, bank_members, exclude=np.arange(len(train))
-        )
-        x_test = inputs_with_exemplars(vecs[test], vecs[test], bank, bank_members)
-        oof[test] = heads_score(x_test, *heads_fit(x_train, y[train], everyday[train]))
-    thresholds = thresholds_choose(oof, y, fp_budget=fp_budget, everyday=everyday)
-    progress("fitting on the whole training set")
-    x_all = inputs_with_exemplars(
-        vecs, vecs, vecs, members, exclude=np.arange(len(vecs))
+    return heads_cross_fit(
+        vecs, vecs, y, strata, everyday=everyday, fp_budget=fp_budget, progress=progress
     )
-    gate_w, gate_b, cat_w, cat_b = heads_fit(x_all, y, everyday)
-    return TrainedModel(gate_w, gate_b, cat_w, cat_b, thresholds, oof, vecs, members)
 
 
 def multilingual_save(model: TrainedModel, path: Path | str) -> None:

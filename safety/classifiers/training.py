@@ -30,6 +30,7 @@ from safety.classifiers.features import (
     NGRAM_BUCKETS,
     exemplar_similarities,
     features,
+    heads_score,
 )
 from safety.dataset import TAG_CORPUS, TAG_EVERYDAY, Example
 
@@ -117,21 +118,6 @@ def heads_fit(
         ws.append(w)
         bs.append(b)
     return gate_w, gate_b, np.stack(ws), np.asarray(bs, dtype=np.float32)
-
-
-def heads_score(
-    x: np.ndarray,
-    gate_w: np.ndarray,
-    gate_b: float,
-    cat_w: np.ndarray,
-    cat_b: np.ndarray,
-) -> np.ndarray:
-    """Per-category scores (n x categories, 0..1) of inputs ``x`` under the heads
-    of :func:`heads_fit`: the gate's probability times each head's share of the
-    strongest head."""
-    gate = 1.0 / (1.0 + np.exp(-(x @ gate_w + gate_b)))
-    q = 1.0 / (1.0 + np.exp(-(x @ cat_w.T + cat_b)))
-    return gate[:, None] * q / np.maximum(q.max(axis=1, keepdims=True), 1e-9)
 
 
 def thresholds_choose(
@@ -230,8 +216,6 @@ def model_train(
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> TrainedModel:
     """Train on ``examples`` with their 384-d ``vectors`` (same order); see module doc."""
-    from sklearn.model_selection import StratifiedKFold
-
     categories = list(Category)
     x = np.stack([features(e.text, v) for e, v in zip(examples, vectors, strict=True)])
     vecs = np.asarray(vectors, dtype=np.float32)
@@ -251,9 +235,40 @@ def model_train(
     )
     everyday = np.array([TAG_EVERYDAY in e.tags for e in examples]) & benign
     corpus = np.array([TAG_CORPUS in e.tags for e in examples]) & benign & ~everyday
+    return heads_cross_fit(
+        x,
+        vecs,
+        y,
+        strata,
+        everyday=everyday,
+        corpus=corpus,
+        fp_budget=fp_budget,
+        progress=progress,
+    )
+
+
+def heads_cross_fit(
+    x: np.ndarray,
+    vecs: np.ndarray,
+    y: np.ndarray,
+    strata: np.ndarray,
+    *,
+    everyday: np.ndarray,
+    corpus: np.ndarray | None = None,
+    fp_budget: float = FP_BUDGET,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> TrainedModel:
+    """Cross-validate (``FOLDS`` stratified folds over ``strata``) and fit the heads:
+    ``x`` (n x d) the text inputs without exemplar similarities, ``vecs`` (n x 384)
+    the vectors the exemplars are compared on, ``y`` (n x categories) the labels;
+    thresholds from the out-of-fold scores (:func:`thresholds_choose`), then the heads
+    fitted on every row. The one procedure of the embedded and multilingual models."""
+    from sklearn.model_selection import StratifiedKFold
+
     members = exemplar_groups(y, everyday, corpus)
     oof = np.zeros(y.shape)
     folds = StratifiedKFold(FOLDS, shuffle=True, random_state=0)
+    fold_corpus = (lambda rows: None) if corpus is None else (lambda rows: corpus[rows])
     for k, (train, test) in enumerate(folds.split(x, strata), start=1):
         progress(f"cross-validation fold {k}/{FOLDS}")
         # The fold's own training rows are the exemplars: a training row is compared
@@ -264,7 +279,8 @@ def model_train(
         )
         x_test = inputs_with_exemplars(x[test], vecs[test], bank, bank_members)
         oof[test] = heads_score(
-            x_test, *heads_fit(x_train, y[train], everyday[train], corpus[train])
+            x_test,
+            *heads_fit(x_train, y[train], everyday[train], fold_corpus(train)),
         )
     thresholds = thresholds_choose(
         oof, y, fp_budget=fp_budget, everyday=everyday, corpus=corpus
