@@ -28,6 +28,11 @@ sys.path.insert(0, str(ROOT))
 
 OUT = ROOT / "safety" / "data" / "answers_smollm2.jsonl"
 PER_CORPUS = 130
+# The prompt list is pinned (ids index it): the training set's first lines and the
+# training-side corpora as they were when the first answers were written; data added to
+# training later does not shift the ids of the answers already in the file.
+TRAIN_LINES = 3525
+CORPORA = ("train_fortunes", "train_manpages", "train_python_library")
 SEED = 24
 ASK = ("Explain this: ", "What does this mean? ", "Tell me more about this: ")
 
@@ -36,12 +41,13 @@ def prompts_build() -> list[tuple[str, str]]:
     """The (source, prompt) pairs, in a fixed order."""
     out: list[tuple[str, str]] = []
     train = ROOT / "safety" / "data" / "moderation_train.jsonl"
-    for line in train.read_text(encoding="utf-8").splitlines():
+    for line in train.read_text(encoding="utf-8").splitlines()[:TRAIN_LINES]:
         row = json.loads(line)
         if not row["labels"] and "everyday" in row.get("tags", []):
             out.append(("everyday", row["text"]))
     rng = random.Random(SEED)
-    for path in sorted((ROOT / "safety" / "data" / "corpora").glob("train_*.jsonl")):
+    for name in CORPORA:
+        path = ROOT / "safety" / "data" / "corpora" / f"{name}.jsonl"
         rows = [json.loads(x)["text"] for x in path.read_text().splitlines() if x]
         for text in rng.sample(rows, PER_CORPUS):
             text = text[:600]
