@@ -8,6 +8,8 @@ for help (allowed, see ``safety/data/README.md``), ``everyday`` ordinary chat (g
 one-word replies, "remember that I drive a bus", assistant requests). ``moderation_train.jsonl`` trains the
 embedded classifier; ``moderation_heldout.jsonl`` (written before the model was trained and
 never trained or tuned on; see ``safety/data/README.md``) is only ever evaluated.
+``moderation_train_translated.jsonl`` holds only retired held-out translations, for
+the multilingual model's training side.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 TRAIN_SET = DATA_DIR / "moderation_train.jsonl"
 HELDOUT_SET = DATA_DIR / "moderation_heldout.jsonl"
 EVERYDAY_HELDOUT_SET = DATA_DIR / "moderation_everyday_heldout.jsonl"
+# Held-out translations (evaluation only) and retired ones (training side only).
+HELDOUT_TRANSLATED_SETS = tuple(
+    DATA_DIR / f"moderation_heldout_{lang}.jsonl" for lang in ("fr", "es", "zh")
+)
+TRAIN_TRANSLATED_SET = DATA_DIR / "moderation_train_translated.jsonl"
 
 CORPORA_DIR = DATA_DIR / "corpora"
 # Benign text nobody here wrote (scripts/moderation_corpora.py; safety/data/README.md):
