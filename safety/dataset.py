@@ -8,6 +8,8 @@ for help (allowed, see ``safety/data/README.md``), ``everyday`` ordinary chat (g
 one-word replies, "remember that I drive a bus", assistant requests). ``moderation_train.jsonl`` trains the
 embedded classifier; ``moderation_heldout.jsonl`` (written before the model was trained and
 never trained or tuned on; see ``safety/data/README.md``) is only ever evaluated.
+``moderation_train_translated.jsonl`` holds only retired held-out translations, for
+the multilingual model's training side.
 """
 
 from __future__ import annotations
@@ -22,17 +24,37 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 TRAIN_SET = DATA_DIR / "moderation_train.jsonl"
 HELDOUT_SET = DATA_DIR / "moderation_heldout.jsonl"
 EVERYDAY_HELDOUT_SET = DATA_DIR / "moderation_everyday_heldout.jsonl"
+# Held-out translations (evaluation only) and retired ones (training side only).
+HELDOUT_TRANSLATED_SETS = tuple(
+    DATA_DIR / f"moderation_heldout_{lang}.jsonl" for lang in ("fr", "es", "zh")
+)
+TRAIN_TRANSLATED_SET = DATA_DIR / "moderation_train_translated.jsonl"
 
 CORPORA_DIR = DATA_DIR / "corpora"
 # Benign text nobody here wrote (scripts/moderation_corpora.py; safety/data/README.md):
 # the training side is read by moderation_train as hard negatives, the evaluation side
 # only by moderation_eval and bench/moderation_goals.py.
 TRAIN_CORPORA = tuple(
-    CORPORA_DIR / f"train_{n}.jsonl" for n in ("manpages", "python_library", "fortunes")
+    CORPORA_DIR / f"train_{n}.jsonl"
+    for n in (
+        "manpages",
+        "python_library",
+        "fortunes",
+        "debian_faq",
+        "python_tutorial",
+        "python_faq",
+        "fortunes_late",
+    )
 )
 EVAL_CORPORA = tuple(
     CORPORA_DIR / f"eval_{n}.jsonl"
-    for n in ("debian_faq", "python_tutorial", "python_faq", "fortunes")
+    for n in (
+        "debian_reference",
+        "developers_reference",
+        "git_doc",
+        "maint_guide",
+        "debian_handbook",
+    )
 )
 PERTURBED_SET = CORPORA_DIR / "perturbed.jsonl"
 

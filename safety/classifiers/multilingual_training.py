@@ -5,7 +5,7 @@ thresholds from 5-fold cross-validation on the training set under the same benig
 budgets), over multilingual-e5-small vectors and their nearest-exemplar similarities
 instead of MiniLM vectors and n-grams. The training set is English; the held-out
 translations (``safety/data/moderation_heldout_{fr,es,zh}.jsonl``) are never read
-here.
+here (retired ones are in ``moderation_train_translated.jsonl``).
 """
 
 from __future__ import annotations

@@ -12,12 +12,18 @@ import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 
+from safety.categories import Category
 from safety.classifiers.training import thresholds_choose
 from safety.dataset import (
     EVERYDAY_HELDOUT_SET,
     HELDOUT_SET,
+    HELDOUT_TRANSLATED_SETS,
     TAG_EVERYDAY,
+    TAG_SENSITIVE,
+    TAG_SUPPORT,
+    TRAIN_CORPORA,
     TRAIN_SET,
+    TRAIN_TRANSLATED_SET,
     examples_load,
 )
 
@@ -81,6 +87,43 @@ def test_everyday_heldout_set_is_fresh_benign_and_disjoint() -> None:
         e.text.lower().strip() for e in examples_load(HELDOUT_SET)
     }
     assert not {e.text.lower().strip() for e in everyday} & seen
+
+
+def test_heldout_set_has_the_documented_mix() -> None:
+    # safety/data/README.md: 25 per category, 100 benign (60 sensitive of which 10
+    # support, 20 plain, 20 everyday); 185 everyday; translations 10 per category + 20
+    held = examples_load(HELDOUT_SET)
+    assert len(held) == 350 and len(examples_load(EVERYDAY_HELDOUT_SET)) == 185
+    for category in Category:
+        assert sum(e.labels == {category} for e in held) == 25
+    benign = [e for e in held if e.benign]
+    assert sum(TAG_SENSITIVE in e.tags for e in benign) == 60
+    assert sum(TAG_SUPPORT in e.tags for e in benign) == 10
+    assert sum(TAG_EVERYDAY in e.tags for e in benign) == 20
+    for path in HELDOUT_TRANSLATED_SETS:
+        translated = examples_load(path)
+        assert len(translated) == 120 and sum(e.benign for e in translated) == 20
+
+
+def _word_runs(text: str, n: int = 8) -> set[tuple[str, ...]]:
+    words = re.sub(r"[^\w\s]", " ", text.lower()).split()
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def test_heldout_sets_share_no_text_or_8_word_run_with_the_training_side() -> None:
+    # the held-out discipline of safety/data/README.md, case and punctuation ignored
+    training = [
+        e.text
+        for path in (TRAIN_SET, TRAIN_TRANSLATED_SET, *TRAIN_CORPORA)
+        for e in examples_load(path)
+    ]
+    seen = {" ".join(re.sub(r"[^\w\s]", " ", t.lower()).split()) for t in training}
+    runs = set().union(*(_word_runs(t) for t in training))
+    for path in (HELDOUT_SET, EVERYDAY_HELDOUT_SET, *HELDOUT_TRANSLATED_SETS):
+        for e in examples_load(path):
+            key = " ".join(re.sub(r"[^\w\s]", " ", e.text.lower()).split())
+            assert key not in seen, (path.name, e.text)
+            assert not _word_runs(e.text) & runs, (path.name, e.text)
 
 
 def test_everyday_chat_has_its_own_threshold_budget() -> None:
