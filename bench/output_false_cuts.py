@@ -1,7 +1,7 @@
 """False cuts of ordinary answers: the embedded model's answers through output moderation.
 
     .venv/bin/python bench/output_false_cuts.py [--answers PATH] [--limit N] [--chunk 8]
-        [--ordinary]
+        [--ordinary] [--seen PATH]
 
 Reads ``safety/data/answers_smollm2.jsonl`` (SmolLM2's answers to training-side
 prompts, written by ``scripts/smollm2_answers.py``; every answer is benign, so every
@@ -15,7 +15,10 @@ batches with the bundled all-MiniLM-L6-v2 (the engine an embedding worker runs),
 
 Prints answers cut and flagged, the rate (goal <= 0.5 % on >= 1,000 answers), the
 categories, and each cut window with its score. ``--ordinary`` adds the 32 answers
-written for ``bench/moderation.py`` (``bench.corpus.ORDINARY_ANSWERS``).
+written for ``bench/moderation.py`` (``bench.corpus.ORDINARY_ANSWERS``). ``--seen``
+names a file of answers that were looked at before (their cuts read, e.g. an earlier
+version of the answers file): the rate is then also printed for the answers not in it,
+the figure nothing was tuned on.
 """
 
 from __future__ import annotations
@@ -55,7 +58,9 @@ def _classified_texts(answer: str, *, max_chars: int, first_chars: int) -> list[
 
 
 def main() -> None:
-    parser = option_parser(answers=str(ANSWERS), limit=0, chunk=8, ordinary=False)
+    parser = option_parser(
+        answers=str(ANSWERS), limit=0, chunk=8, ordinary=False, seen=""
+    )
     args = parser.parse_args()
     django_start({"LOG_LEVEL": "WARNING"})
     from django.conf import settings
@@ -136,6 +141,19 @@ def main() -> None:
         f"(goal <= 0.5 %), {flagged} flagged; hold, window <= {max_chars} chars, "
         f"first window <= {first_chars}"
     )
+    if args.seen:
+        seen = {
+            json.loads(line)["id"]
+            for line in Path(args.seen).read_text(encoding="utf-8").splitlines()
+            if line
+        }
+        fresh = [r for r in rows if r["id"] not in seen]
+        fresh_cuts = [c for c in cuts if c[0]["id"] not in seen]
+        fresh_rate = len(fresh_cuts) / len(fresh) if fresh else 0.0
+        print(
+            f"  of which not in {args.seen}: {len(fresh_cuts)}/{len(fresh)} = "
+            f"{fresh_rate:.2%}"
+        )
     print("categories:", ", ".join(f"{c} {n}" for c, n in categories.most_common()))
     for row, decision, shown_chars in cuts:
         print(

@@ -56,8 +56,9 @@ def web_warm() -> None:
       use: the turn's JSON names six URLs, and building them is most of a cold
       first POST (docs/benchmarks.md);
     - the modules the answer's stream imports on first use (output moderation);
-    - the input moderation classifier (SAFETY_INPUT_ENABLED; the embedded backend
-      reads its model file once per process).
+    - the moderation classifier (SAFETY_INPUT_ENABLED or SAFETY_OUTPUT_ENABLED: the
+      first turn or answer would load it; the embedded backend reads its model file
+      once per process).
 
     A missing model file is reported by the first turn that needs it, not here. No
     database or Redis is touched here: see :func:`services_warm_start`.
@@ -75,7 +76,7 @@ def web_warm() -> None:
     except Resolver404:
         pass
     url_regexes_warm()
-    if settings.SAFETY_INPUT_ENABLED:
+    if settings.SAFETY_INPUT_ENABLED or settings.SAFETY_OUTPUT_ENABLED:
         try:
             classifier_get()
         except (FileNotFoundError, ValueError, ImportError):

@@ -35,11 +35,26 @@ CORPORA_DIR = DATA_DIR / "corpora"
 # the training side is read by moderation_train as hard negatives, the evaluation side
 # only by moderation_eval and bench/moderation_goals.py.
 TRAIN_CORPORA = tuple(
-    CORPORA_DIR / f"train_{n}.jsonl" for n in ("manpages", "python_library", "fortunes")
+    CORPORA_DIR / f"train_{n}.jsonl"
+    for n in (
+        "manpages",
+        "python_library",
+        "fortunes",
+        "debian_faq",
+        "python_tutorial",
+        "python_faq",
+        "fortunes_late",
+    )
 )
 EVAL_CORPORA = tuple(
     CORPORA_DIR / f"eval_{n}.jsonl"
-    for n in ("debian_faq", "python_tutorial", "python_faq", "fortunes")
+    for n in (
+        "debian_reference",
+        "developers_reference",
+        "git_doc",
+        "maint_guide",
+        "debian_handbook",
+    )
 )
 PERTURBED_SET = CORPORA_DIR / "perturbed.jsonl"
 

@@ -3,7 +3,8 @@
     python scripts/moderation_corpora.py [--out safety/data/corpora]
 
 Reads documentation that Debian packages install (``apt-get install python3-doc
-debian-faq manpages fortunes-min fortunes``) and writes one JSONL file per source
+debian-faq manpages fortunes-min fortunes debian-reference-en developers-reference
+git-doc maint-guide debian-handbook``) and writes one JSONL file per source
 (``text``, ``labels`` ``[]``, ``tags`` ``["corpus", "<kind>"]``; kind is
 ``sentence``, ``question``, ``paragraph`` or ``code``), each a seeded sample of at
 most its quota, sorted as drawn, so a rerun on the same package versions writes the
@@ -11,12 +12,14 @@ same files. Then the perturbation set (:mod:`safety.perturbation`) from the
 evaluation files and the everyday held-out set.
 
 Sources (``SOURCES``): the *training* side (``train_*``: hard negatives for
-``moderation_train``) are the Linux man pages (package ``manpages``, sections 2-7) and
-the Python library reference and HOWTOs (``python3-doc``); the *evaluation* side
-(``eval_*``: only ever measured) is the Debian FAQ (``debian-faq``), the Python
-tutorial, the Python FAQ and the non-offensive fortunes (``fortunes-min``,
-``fortunes``; the offensive set, ``fortunes-off``, is not read). Raises
-``FileNotFoundError`` when a package is missing.
+``moderation_train``) are the Linux man pages (``manpages``, sections 2-7), the Python
+library reference and HOWTOs, tutorial and FAQ (``python3-doc``), the Debian FAQ
+(``debian-faq``) and the non-offensive fortunes (``fortunes-min``, ``fortunes``; the
+offensive set, ``fortunes-off``, is not read); the *evaluation* side (``eval_*``: only
+ever measured) is the Debian Reference, the Developer's Reference, git's
+documentation, the New Maintainers' Guide and the Debian Administrator's Handbook
+(English). A source moves from evaluation to training once its figures were looked
+at (safety/data/README.md). Raises ``FileNotFoundError`` when a package is missing.
 """
 
 from __future__ import annotations
@@ -35,13 +38,22 @@ if (
 ):  # run as `python scripts/moderation_corpora.py`: the repo root first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from scripts.corpus_readers import adoc_paragraphs, html_paragraphs  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "safety" / "data" / "corpora"
 PYDOC = Path("/usr/share/doc/python3-doc/html/_sources")
 MAN = Path("/usr/share/man")
 FAQ = Path("/usr/share/doc/debian/FAQ/debian-faq.en.txt.gz")
 FORTUNES = Path("/usr/share/games/fortunes")
+DEBIAN_REFERENCE = Path("/usr/share/debian-reference")
+DEVELOPERS_REFERENCE = Path("/usr/share/developers-reference/_sources")
+GIT_DOC = Path("/usr/share/doc/git-doc")
+MAINT_GUIDE = Path("/usr/share/doc/maint-guide/html")
+HANDBOOK = Path("/usr/share/doc/debian-handbook/html/en-US")
 SEED = 24
+# The perturbation set's seed: a new one for each new evaluation side.
+PERTURBED_SEED = 2412
 MIN_WORDS, MAX_CHARS = 3, 600
 PERTURBED_FROM_CORPORA = 2000
 # fortune files named before this train, the others evaluate (art ... kids | law ... zippy)
@@ -52,6 +64,12 @@ _RST_ROLE = re.compile(r":[\w:.-]+:`~?!?([^`<]*?)(?:\s*<[^>]*>)?`")
 _RST_LINK = re.compile(r"`([^`<]+?)\s*<[^>]+>`__?")
 _RST_MARK = re.compile(r"``|\*\*|(?<!\w)\*(?=\w)|(?<=\w)\*(?!\w)|`_?_?")
 _ROFF_FONT = re.compile(r"\\f(?:\[[^\]]*\]|\(..|.)")
+# macros that end a paragraph (``nf``/``EX`` start a code block), and macros whose
+# arguments are text
+_ROFF_BREAKS = frozenset(
+    "nf EX fi EE PP P LP SH SS TP IP TH sp br RS RE in TS TE".split()
+)
+_ROFF_TEXT = frozenset("B I BR IR RB RI BI IB SM UR MT".split())
 _ROFF_ESC = {
     r"\-": "-",
     r"\e": "\\",
@@ -150,27 +168,7 @@ def roff_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
             continue
         if line.startswith((".", "'")):
             macro, _, args = line[1:].partition(" ")
-            if macro in (
-                "nf",
-                "EX",
-                "fi",
-                "EE",
-                "PP",
-                "P",
-                "LP",
-                "SH",
-                "SS",
-                "TP",
-                "IP",
-                "TH",
-                "sp",
-                "br",
-                "RS",
-                "RE",
-                "in",
-                "TS",
-                "TE",
-            ):
+            if macro in _ROFF_BREAKS:
                 if block:
                     yield ("\n".join(block) if code else " ".join(block)), code
                 block = []
@@ -180,19 +178,7 @@ def roff_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
                 if macro == "IP" and args:
                     continue
                 continue
-            if macro in (
-                "B",
-                "I",
-                "BR",
-                "IR",
-                "RB",
-                "RI",
-                "BI",
-                "IB",
-                "SM",
-                "UR",
-                "MT",
-            ):
+            if macro in _ROFF_TEXT:
                 args = args.replace('"', "")
                 line = (
                     "".join(args.split())
@@ -270,7 +256,8 @@ def _fortune_files(train: bool) -> list[Path]:
     return [p for p in files if (p.name < FORTUNES_SPLIT) == train]
 
 
-# name -> (files, reader, quota)
+# name -> (files, reader, quota), in build order: a text already written by an
+# earlier file of the other side is left out (``main``)
 SOURCES: dict[
     str,
     tuple[Callable[[], list[Path]], Callable[[Path], Iterator[tuple[str, bool]]], int],
@@ -281,19 +268,48 @@ SOURCES: dict[
         rst_paragraphs,
         2500,
     ),
-    "eval_debian_faq": (
+    "train_fortunes": (lambda: _fortune_files(True), fortune_paragraphs, 2000),
+    # the evaluation side of the first claim (2026-12-03), looked at: now training
+    "train_debian_faq": (
         lambda: [FAQ] if FAQ.exists() else _files(FAQ.parent, FAQ.name),
         faq_paragraphs,
         1500,
     ),
-    "eval_python_tutorial": (
+    "train_python_tutorial": (
         lambda: _files(PYDOC, "tutorial/*.rst.txt"),
         rst_paragraphs,
         1500,
     ),
-    "eval_python_faq": (lambda: _files(PYDOC, "faq/*.rst.txt"), rst_paragraphs, 1500),
-    "train_fortunes": (lambda: _fortune_files(True), fortune_paragraphs, 2000),
-    "eval_fortunes": (lambda: _fortune_files(False), fortune_paragraphs, 2000),
+    "train_python_faq": (lambda: _files(PYDOC, "faq/*.rst.txt"), rst_paragraphs, 1500),
+    "train_fortunes_late": (lambda: _fortune_files(False), fortune_paragraphs, 2000),
+    "eval_debian_reference": (
+        lambda: _files(DEBIAN_REFERENCE, "*.en.html"),
+        html_paragraphs,
+        1500,
+    ),
+    "eval_developers_reference": (
+        lambda: _files(DEVELOPERS_REFERENCE, "*.rst.txt"),
+        rst_paragraphs,
+        1200,
+    ),
+    "eval_git_doc": (lambda: _files(GIT_DOC, "*.txt"), adoc_paragraphs, 1500),
+    "eval_maint_guide": (
+        lambda: _files(MAINT_GUIDE, "*.en.html"),
+        html_paragraphs,
+        800,
+    ),
+    "eval_debian_handbook": (lambda: _files(HANDBOOK, "*.html"), html_paragraphs, 1500),
+}
+# The training files of the first claim, which were built unfiltered; the files moved
+# from its evaluation side were filtered against these only (their texts are kept as
+# they were), the evaluation side is filtered against every training file.
+FIRST_TRAINING = ("train_manpages", "train_python_library", "train_fortunes")
+# A moved file keeps the sample it had under its first name (the seed names it).
+SAMPLED_AS = {
+    "train_debian_faq": "eval_debian_faq",
+    "train_python_tutorial": "eval_python_tutorial",
+    "train_python_faq": "eval_python_faq",
+    "train_fortunes_late": "eval_fortunes",
 }
 
 
@@ -309,7 +325,7 @@ def corpus_build(name: str) -> list[dict[str, object]]:
             if key not in seen and re.search(r"[A-Za-z]{2}", text):
                 seen.add(key)
                 units.append((text, kind))
-    rng = random.Random(f"{SEED}-{name}")
+    rng = random.Random(f"{SEED}-{SAMPLED_AS.get(name, name)}")
     keep = sorted(rng.sample(range(len(units)), min(quota, len(units))))
     return [
         {"text": units[i][0], "labels": [], "tags": ["corpus", units[i][1]]}
@@ -322,15 +338,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    first: set[str] = set()
     training: set[str] = set()
     # the training side first: a text found in both (the same fortune in two files)
-    # is left out of the evaluation side, so the two never share a text
-    for name in sorted(SOURCES, key=lambda n: not n.startswith("train_")):
+    # is left out of the later file, so the two sides never share a text
+    for name in SOURCES:
         rows = corpus_build(name)
+        if name in FIRST_TRAINING:
+            first |= {str(r["text"]).lower() for r in rows}
+        else:
+            earlier = training if name.startswith("eval_") else first
+            rows = [r for r in rows if str(r["text"]).lower() not in earlier]
         if name.startswith("train_"):
             training |= {str(r["text"]).lower() for r in rows}
-        else:
-            rows = [r for r in rows if str(r["text"]).lower() not in training]
         with (args.out / f"{name}.jsonl").open("w", encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -351,9 +371,14 @@ def perturbed_write(out: Path) -> None:
         for line in (out / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
     ]
     everyday = ROOT / "safety" / "data" / "moderation_everyday_heldout.jsonl"
-    rows = perturbation_set(texts, seed=SEED, size=PERTURBED_FROM_CORPORA)
+    rows = perturbation_set(texts, seed=PERTURBED_SEED, size=PERTURBED_FROM_CORPORA)
     rows += perturbation_set(
-        [json.loads(line)["text"] for line in everyday.read_text().splitlines() if line]
+        [
+            json.loads(line)["text"]
+            for line in everyday.read_text().splitlines()
+            if line
+        ],
+        seed=PERTURBED_SEED,
     )
     with (out / "perturbed.jsonl").open("w", encoding="utf-8") as f:
         for row in rows:

@@ -46,8 +46,21 @@ def test_importing_the_asgi_app_loads_the_tokenizer_urls_and_classifier():
     assert warmed == {"reverse_built": True, "tokenizer": 1, "classifier": 1}
 
 
+def test_with_output_moderation_alone_on_the_classifier_is_loaded_too():
+    warmed = _warmed(
+        SAFETY_INPUT_ENABLED="0",
+        SAFETY_OUTPUT_ENABLED="1",
+        MEMORY_TOKENIZER_ENGINE="scripted",
+    )
+    assert warmed["classifier"] == 1
+
+
 def test_with_moderation_off_the_classifier_is_not_loaded():
-    warmed = _warmed(SAFETY_INPUT_ENABLED="0", MEMORY_TOKENIZER_ENGINE="scripted")
+    warmed = _warmed(
+        SAFETY_INPUT_ENABLED="0",
+        SAFETY_OUTPUT_ENABLED="0",
+        MEMORY_TOKENIZER_ENGINE="scripted",
+    )
     assert warmed["classifier"] == 0 and warmed["reverse_built"]
 
 

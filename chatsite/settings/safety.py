@@ -46,16 +46,16 @@ SAFETY_INPUT_ENABLED = env.bool("SAFETY_INPUT_ENABLED", default=True)
 # this long, s (0: read on every request); admin edits apply within it.
 SAFETY_CONFIG_CACHE_S = env.float("SAFETY_CONFIG_CACHE_S", default=5.0)
 # Output moderation (safety/output.py): the answer is classified window by window as
-# it streams. Off by default (unlike input moderation): the embedded classifier,
-# trained on user requests, cuts ordinary answers: 2/357 SmolLM2 answers (0.56 %)
-# with SAFETY_OUTPUT_CONFIRM, against a goal of <= 0.5 % on >= 1,000
-# (safety/data/README.md). "hold": a window's text reaches clients
+# it streams. On by default, in "hold" mode: the figures that decide it (false cuts of
+# the embedded model's answers to benign prompts, goal <= 0.5 % on >= 1,000; TTFT
+# added by hold, goal p50 <= +300 ms) are in safety/data/README.md and
+# bench/results/. "hold": a window's text reaches clients
 # only once it was checked (no violating character is ever shown; costs TTFT);
 # "release": text streams at once and the answer is cut after a violating window
 # (the leak is at most one window). A window is one sentence (it ends after ".", "!"
 # or "?" followed by a space, or at a newline) of at most SAFETY_OUTPUT_WINDOW_CHARS
 # characters (characters, not tokens: replay over the stored text sees no tokens).
-SAFETY_OUTPUT_ENABLED = env.bool("SAFETY_OUTPUT_ENABLED", default=False)
+SAFETY_OUTPUT_ENABLED = env.bool("SAFETY_OUTPUT_ENABLED", default=True)
 SAFETY_OUTPUT_MODE = env("SAFETY_OUTPUT_MODE", default="hold")
 SAFETY_OUTPUT_WINDOW_CHARS = env.int("SAFETY_OUTPUT_WINDOW_CHARS", default=200)
 # The first window alone closes after at most this many characters (at a space; a

@@ -59,3 +59,9 @@ CHAT_BACKGROUND_JOBS = False
 # environment): a test about something else must not depend on the classifier's
 # verdicts on its texts.
 SAFETY_INPUT_ENABLED = env.bool("SAFETY_INPUT_ENABLED", default=False)
+# Output moderation too (on in the product, "hold"): off in tests unless a test asks
+# for it (the fixtures of tests/safety/test_output.py and
+# tests/gateway/test_generations_moderation.py, or SAFETY_OUTPUT_ENABLED=1 in the
+# environment): hold releases an answer window by window, and a test of streaming,
+# resuming or billing must not depend on the classifier's verdicts on its script.
+SAFETY_OUTPUT_ENABLED = env.bool("SAFETY_OUTPUT_ENABLED", default=False)

@@ -20,6 +20,9 @@ gate's probability, the others in proportion. A rule match (:mod:`.rules`) sets
 the training set (``moderation_train``) and are stored with the weights; the settings
 ``SAFETY_THRESHOLDS`` (and later the admin) override them.
 
+The model reads the text without its ids (URLs, hashes, paths, long numbers:
+:func:`safety.classifiers.features.ids_removed`), so an id added to a message changes
+neither its vector nor its n-grams; such a text is embedded once more without them.
 Serving is a few matrix-vector products in numpy (the exemplar similarities are one
 product with the ~2,900 stored training vectors, well under a millisecond); the text's vector comes from the
 embedding pool (or the caller's shared one). No model runs in the web process.
@@ -45,6 +48,7 @@ from safety.classifiers.features import (
     HeadWeights,
     exemplar_similarities,
     features,
+    ids_removed,
 )
 from safety.classifiers.rules import injection_match
 from safety.dataset import DATA_DIR
@@ -126,7 +130,9 @@ class EmbeddedClassifier(Classifier):
         self.thresholds = {**self.model.thresholds, **overrides, **(thresholds or {})}
         self.timeout_s = timeout_s
 
-    def _vectors(self, texts: Sequence[str]) -> list[list[float]]:
+    def vectors_embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """The 384-d vectors of ``texts`` from the embedding pool. Raises
+        :class:`ModerationUnavailable` when no embedding worker answers."""
         try:
             return embed_texts(list(texts), timeout_s=self.timeout_s).vectors
         except EmbeddingUnavailable as exc:
@@ -134,9 +140,9 @@ class EmbeddedClassifier(Classifier):
                 f"Content moderation is unavailable right now: {exc}"
             ) from exc
 
-    def _verdict(self, text: str, vector: Sequence[float]) -> Verdict:
-        scores = self.model.scores(self.model.inputs(text, vector))
-        if len(_WORDS.findall(text)) <= SHORT_TEXT_WORDS:
+    def _verdict(self, text: str, read: str, vector: Sequence[float]) -> Verdict:
+        scores = self.model.scores(self.model.inputs(read, vector))
+        if len(_WORDS.findall(read)) <= SHORT_TEXT_WORDS:
             scores[Category.PROMPT_INJECTION] = 0.0
         phrase = injection_match(text)
         if phrase is not None:
@@ -149,14 +155,21 @@ class EmbeddedClassifier(Classifier):
         )
 
     def classify(self, text: str, *, vector: Sequence[float] | None = None) -> Verdict:
-        """Judge ``text`` (see :meth:`Classifier.classify`); embeds it on the embedding
-        pool unless ``vector`` is given. Raises :class:`ModerationUnavailable` when no
-        embedding worker answers."""
-        if vector is None:
-            vector = self._vectors([text])[0]
-        return self._verdict(text, vector)
+        """Judge ``text`` (see :meth:`Classifier.classify`). The model reads the text
+        without its ids (:func:`~safety.classifiers.features.ids_removed`): ``vector``
+        (``text``'s own, shared with the turn) serves when the text has none; else, or
+        without it, the text is embedded on the embedding pool (one request). Raises
+        :class:`ModerationUnavailable` when no embedding worker answers."""
+        read = ids_removed(text)
+        if vector is None or read != text:
+            vector = self.vectors_embed([read])[0]
+        return self._verdict(text, read, vector)
 
     def classify_batch(self, texts: Sequence[str]) -> list[Verdict]:
         """Judge many texts with one embedding request."""
-        vectors = self._vectors(texts) if texts else []
-        return [self._verdict(t, v) for t, v in zip(texts, vectors, strict=True)]
+        reads = [ids_removed(t) for t in texts]
+        vectors = self.vectors_embed(reads) if texts else []
+        return [
+            self._verdict(t, r, v)
+            for t, r, v in zip(texts, reads, vectors, strict=True)
+        ]

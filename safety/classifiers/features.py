@@ -1,5 +1,6 @@
 """Input features of the embedded classifier: the sentence embedding, hashed word
-n-grams, hashed character n-grams, and similarities to labelled exemplars.
+n-grams, hashed character n-grams, and similarities to labelled exemplars, all of the
+text without its ids (:func:`ids_removed`).
 
 The all-MiniLM-L6-v2 vector says what a text is *about*; word n-grams carry the
 *intent* cues it blurs ("so I can", "without getting caught", "how did", "protect");
@@ -66,6 +67,69 @@ _PLACEHOLDERS = (
     (re.compile(r"\b(?=[a-z]*\d)(?=\d*[a-z])[0-9a-f]{4,}\b", re.I), " xhex "),
     (re.compile(r"\d+"), "0"),
 )
+
+
+# Ids a message may carry, removed before the text is embedded (``ids_removed``): a
+# URL, a UUID, a file path, a token of 4+ hex digits mixing letters and digits (a
+# git hash, "3f9a"), a token with 5+ digits ("884120"), a number after "#" or a word
+# that names an id ("#12", "ticket 48", "Order no. QZ-884", "ID42"), or 3+ digits
+# after letters ("QZ-884"), a number of 4+ digits that starts or ends the text; a
+# year inside a sentence ("in 1984 the") or "2,340" stays.
+_IDS = (
+    _PLACEHOLDERS[0][0],
+    _PLACEHOLDERS[1][0],
+    _PLACEHOLDERS[2][0],
+    re.compile(r"\b(?=[a-z]*\d)(?=\d*[a-z])[0-9a-f]{4,}\b", re.I),
+    re.compile(
+        r"\b(?:order|ticket|ref|id|invoice|case|issue|pr)\s*(?:no\.\s*)?#?\s*"
+        r"(?:[a-z]{1,4}-?)?\d[\w.-]*"
+        r"|\b(?:id|ref)\d[\w.-]*|#\s*[a-z]{0,4}-?\d[\w.-]*"
+        r"|[\w.-]*\d{5,}[\w.-]*|\b[a-z]+-?\d{3,}[\w.-]*"
+        r"|^\s*\d{4,}\b|\b\d{4,}\s*$",
+        re.I,
+    ),
+)
+# Separators left at the start ("ID42: text") or the end ("text -- ID42") of a text
+# whose id was cut off.
+_LEAD = re.compile(r"^\s*:?\s*")
+_TRAIL = re.compile(r"\s*(?:--)?\s*$")
+
+
+def _id_spans(text: str) -> list[tuple[int, int]]:
+    spans = sorted(m.span() for p in _IDS for m in p.finditer(text) if m.group())
+    merged: list[tuple[int, int]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def ids_removed(text: str) -> str:
+    """Return ``text`` without its ids (URLs, UUIDs, paths, hex ids, long numbers and
+    numbered tokens, see ``_IDS``) and the separator that joined one at either end
+    ("ID42: ", " -- 3f9a"), the spaces around one inside a line made one; ``text``
+    itself when it has none (or nothing else). The classifier embeds and reads this
+    text, so an id added to a message changes neither its vector nor its n-grams
+    (issue 24: "Count to five 3f9a" was refused as fraud)."""
+    out = text
+    for a, b in reversed(_id_spans(text)):
+        left, right = out[:a], out[b:]
+        if not left.strip():
+            left, right = "", _LEAD.sub("", right)
+        elif not right.strip():
+            left, right = _TRAIL.sub("", left), ""
+        else:
+            left, right = left.rstrip(" \t"), right.lstrip(" \t")
+            if (
+                left
+                and not left.endswith("\n")
+                and not right.startswith(("\n", ".", ",", ";", ":", "?", "!", ")"))
+            ):
+                left += " "
+        out = left + right
+    return out if out.strip() else text
 
 
 def text_normalise(text: str) -> str:

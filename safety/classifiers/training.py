@@ -11,7 +11,8 @@ here wrote (tag ``corpus``) within ``CORPUS_FP_BUDGET`` (0.3 %), then the catego
 with the lowest recall is lowered step by step while the budget holds. The held-out
 set is never read here.
 
-scikit-learn is needed only to train (it is installed with sentence-transformers);
+scikit-learn (and scipy, which it needs: the inputs are a sparse matrix while
+training) is needed only to train (it is installed with sentence-transformers);
 serving reads the saved arrays with numpy.
 """
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy import sparse
 
 from safety.categories import Category
 from safety.classifiers.features import (
@@ -31,6 +33,7 @@ from safety.classifiers.features import (
     exemplar_similarities,
     features,
     heads_score,
+    ids_removed,
 )
 from safety.dataset import TAG_CORPUS, TAG_EVERYDAY, Example
 
@@ -203,8 +206,11 @@ def inputs_with_exemplars(
 ) -> np.ndarray:
     """Append the scaled exemplar similarities of ``vectors`` against ``bank`` (see
     :func:`safety.classifiers.features.exemplar_similarities`) to the text features
-    ``x`` (n x TEXT_FEATURE_DIM); returns n x (TEXT_FEATURE_DIM + groups)."""
+    ``x`` (n x TEXT_FEATURE_DIM, an array or a scipy sparse matrix); returns n x
+    (TEXT_FEATURE_DIM + groups), of the same kind (CSR when sparse)."""
     sims = exemplar_similarities(vectors, bank, members, exclude=exclude)
+    if sparse.issparse(x):
+        return sparse.hstack([x, EXEMPLAR_SCALE * sims], format="csr")
     return np.hstack([x, EXEMPLAR_SCALE * sims])
 
 
@@ -215,9 +221,19 @@ def model_train(
     fp_budget: float = FP_BUDGET,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> TrainedModel:
-    """Train on ``examples`` with their 384-d ``vectors`` (same order); see module doc."""
+    """Train on ``examples`` with the 384-d ``vectors`` of their texts without ids
+    (:func:`~safety.classifiers.features.ids_removed`, what serving embeds; same
+    order); see module doc."""
     categories = list(Category)
-    x = np.stack([features(e.text, v) for e, v in zip(examples, vectors, strict=True)])
+    # sparse: the n-gram blocks are mostly zero, and the fits run several times
+    # faster on a CSR matrix (the same objective, so the same weights)
+    x = sparse.vstack(
+        [
+            sparse.csr_matrix(features(ids_removed(e.text), v))
+            for e, v in zip(examples, vectors, strict=True)
+        ],
+        format="csr",
+    )
     vecs = np.asarray(vectors, dtype=np.float32)
     y = np.array([[c in e.labels for c in categories] for e in examples])
     benign = ~y.any(axis=1)
@@ -286,7 +302,7 @@ def heads_cross_fit(
         oof, y, fp_budget=fp_budget, everyday=everyday, corpus=corpus
     )
     progress("fitting on the whole training set")
-    x_all = inputs_with_exemplars(x, vecs, vecs, members, exclude=np.arange(len(x)))
+    x_all = inputs_with_exemplars(x, vecs, vecs, members, exclude=np.arange(x.shape[0]))
     gate_w, gate_b, cat_w, cat_b = heads_fit(x_all, y, everyday, corpus)
     return TrainedModel(gate_w, gate_b, cat_w, cat_b, thresholds, oof, vecs, members)
 

@@ -20,7 +20,7 @@ from gateway.models import UsageRecord
 from inference import client as inference_client
 from inference import protocol
 from inference.engines.scripted import ScriptedEngine
-from safety.models import ModerationEvent
+from safety.models import Appeal, ModerationEvent
 from safety.output import window_split
 from tests.conversations.openai.helpers import asgi, ask, no_reservations
 from tests.gateway import factories
@@ -112,6 +112,30 @@ def test_hold_cuts_the_chat_answer_before_any_character_of_the_violating_window(
     # the thread shows the reason after a reload too
     page = auth_client.get(reverse("conversation-detail", args=[turn.conversation.id]))
     assert REASON in page.content.decode()
+
+
+def test_a_cut_answer_keeps_what_was_shown_names_the_category_and_can_be_appealed(
+    user, auth_client, start_worker
+):
+    """What the user sees of a cut after a reload: the text shown live, the reason
+    naming the category, and "This was a mistake", which appeals the cut's event."""
+    start_worker(ScriptedEngine(delay_ms=10))
+    turn, _url, result = _chat(user, auth_client)
+    assert result.text == CLEAN
+    answer_id = turn.assistant_message.id
+    page = auth_client.get(
+        reverse("conversation-detail", args=[turn.conversation.id])
+    ).content.decode()
+    appeal_url = reverse("moderation-answer-appeal", args=[answer_id])
+    assert CLEAN in page and "BOMB" not in page
+    assert REASON in page and "violence" in REASON
+    assert f'data-appeal-url="{appeal_url}"' in page
+    assert "This was a mistake" in page
+    response = auth_client.post(appeal_url)
+    assert response.status_code == 201
+    event = ModerationEvent.objects.get(job_id=str(answer_id))
+    assert response.json()["appeal"]["moderation_event_id"] == event.pk
+    assert Appeal.objects.get().event == event
 
 
 def test_release_cuts_the_chat_answer_after_the_violating_window(

@@ -11,7 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from safety.classifiers import classifier_get
-from safety.classifiers.features import char_ngram_features, ngram_features
+from safety.classifiers.features import (
+    char_ngram_features,
+    ids_removed,
+    ngram_features,
+)
 from safety.dataset import EVAL_CORPORA, PERTURBED_SET, TRAIN_CORPORA, examples_load
 from safety.perturbation import KINDS, perturb, perturbation_set
 
@@ -55,6 +59,21 @@ def test_ids_and_numbers_hash_to_the_same_ngrams_whatever_their_digits(
     text = f"Count to five {digits}, order {number}"
     assert np.array_equal(ngram_features(text), ngram_features(base))
     assert np.array_equal(char_ngram_features(text), char_ngram_features(base))
+
+
+def test_the_classifier_reads_a_text_with_an_added_id_as_the_text_itself() -> None:
+    rows = perturbation_set(ISSUE_TEXTS * 100, seed=5)
+    kept = [r for r in rows if r["tags"][1] != "code"]  # a snippet is text, not an id
+    same = sum(ids_removed(str(r["text"])) == ids_removed(str(r["base"])) for r in kept)
+    # all but hex ids spelled with letters only ("beef"), which read as a word
+    assert same >= 0.98 * len(kept)
+    assert ids_removed("Count to five 3f9a") == "Count to five"
+    assert ids_removed("ticket 48213: Summarise this.") == "Summarise this."
+    assert ids_removed("Order #AB-123456 What is it? -- https://x.example/a/1") == (
+        "What is it?"
+    )
+    for text in ("In 1984 the war ended.", "What is 17% of 2,340?", "Just say no."):
+        assert ids_removed(text) == text
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from inference.embeddings import EmbeddingUnavailable, embed_texts
 from safety.categories import Category
 from safety.classifiers.embedded import MODEL_PATH
+from safety.classifiers.features import ids_removed
 from safety.classifiers.training import (
     EVERYDAY_FP_BUDGET,
     FP_BUDGET,
@@ -102,7 +103,8 @@ class Command(BaseCommand):
         try:
             for i in range(0, len(examples), _BATCH):
                 batch = embed_texts(
-                    [e.text for e in examples[i : i + _BATCH]], timeout_s=120
+                    [ids_removed(e.text) for e in examples[i : i + _BATCH]],
+                    timeout_s=120,
                 )
                 vectors += batch.vectors
                 model_name = batch.model

