@@ -26,7 +26,13 @@ from safety.judging import query_vectors, texts_judge, verdict_shared
 from safety.models import Action, ModerationEvent
 from safety.selectors import SafetyConfig, safety_config
 from safety.suspensions import abuse_record
-from safety.windows import window_join, window_judge, window_text, window_turns
+from safety.windows import (
+    turn_keep,
+    window_join,
+    window_judge,
+    window_text,
+    window_turns,
+)
 
 __all__ = [
     "Match",
@@ -144,6 +150,8 @@ def input_moderate(
             turns=window, classifier=classifier_get(), known=query_vectors(query)
         )
         judged.append((joined, seen))
+    else:  # a first turn: its vector is read by the next turns' windows
+        turn_keep(query_vectors(query))
     _decide(
         user=user,
         judged=judged,
@@ -302,6 +310,8 @@ def messages_moderate(
         )
         verdicts.append(seen)
         judged.append((window, seen))
+    else:
+        turn_keep(query_vectors(query))
     own = {str(m.get("content") or "") for m in messages if m.get("role") == "user"}
     _decide(
         user=user,

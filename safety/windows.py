@@ -6,8 +6,10 @@ The window is judged on its joined text (the classifier's word and character n-g
 with the mean of its turns' own vectors (:func:`window_vector`), not an embedding of
 the joined text: each turn was embedded once already (the newest by the turn's shared
 vector; the earlier ones when they were sent, kept by :mod:`safety.verdicts`), so the
-window costs no embedding. What it catches against an embedded window text:
-``bench/window_recall.py`` (figures in ``bench/results/``).
+window costs no embedding, unless the mean's verdict comes near a category
+(SAFETY_WINDOW_EMBED_FROM): then the joined text is embedded and judged as before.
+What it catches against an embedded window text: ``bench/window_recall.py`` (figures
+in ``bench/results/``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from django.conf import settings
 
 from inference.embeddings import EmbeddingUnavailable, embed_texts
 from safety import verdicts as verdict_cache
@@ -78,33 +81,48 @@ def window_judge(
     """Judge the window of ``turns`` (the last user messages, oldest first, as
     :func:`window_turns` returns them) with ``classifier``.
 
-    A verdict cached for the window's text (:mod:`safety.verdicts`) is returned as
-    is. A backend that reads vectors judges the joined text (:func:`window_join`)
-    with :func:`window_vector` of the turns' vectors: ``known`` (text -> 384-d vector,
-    e.g. the newest message's shared vector) are kept for the next turns' windows,
-    the others read from what earlier turns kept (one Redis round trip for both), and
-    those missing (expired, never kept) embedded in one request and kept. Another
-    backend judges the joined text alone. The new verdict is cached.
+    A backend that reads vectors judges the joined text (:func:`window_join`) with
+    :func:`window_vector` of the turns' vectors: ``known`` (text -> 384-d vector, e.g.
+    the newest message's shared vector) are kept for the next turns' windows, the
+    others read from what earlier turns kept (one Redis round trip for both), and
+    those missing (expired, never kept) embedded in one request and kept. When that
+    verdict's top score reaches SAFETY_WINDOW_EMBED_FROM, the joined text is embedded
+    after all and judged again, and that verdict stands: the mean blurs what a split
+    request asks, so it only decides which windows pass without an embedding
+    (the level and what the mean alone misses: ``bench/window_recall.py``). Another
+    backend judges the joined text alone. The verdict is not cached: a window holds
+    the newest message, so it is new on every turn but a regenerate, and a cache
+    would cost a round trip on every turn to save one classification (~1 ms).
 
     Applies the fail policy: failing closed raises :class:`ModerationUnavailable`
     (embedding pool or backend down); failing open returns the unavailable verdict.
     """
     text = window_join(turns)
-    (cached,) = verdict_cache.verdicts_cached(backend=classifier.name, texts=[text])
-    if cached is not None:
-        return cached
     try:
-        vector = None
-        if classifier.uses_vector:
-            vector = window_vector(_turn_vectors(turns, known=known or {}))
+        if not classifier.uses_vector:
+            return classifier.classify(text)
+        vector = window_vector(_turn_vectors(turns, known=known or {}))
         verdict = classifier.classify(text, vector=vector)
+        if (
+            max(verdict.scores.values(), default=0.0)
+            >= settings.SAFETY_WINDOW_EMBED_FROM
+        ):
+            (vector,) = texts_embed([text])
+            verdict = classifier.classify(text, vector=vector)
     except ModerationUnavailable as exc:
         try:
             return unavailable_verdict(exc, classifier=classifier)
         except ModerationUnavailable as closed:  # the one clear message, no detail
             raise ModerationUnavailable() from closed
-    verdict_cache.verdicts_store(texts=[text], verdicts=[verdict])
     return verdict
+
+
+def turn_keep(known: Mapping[str, Sequence[float]]) -> None:
+    """Keep the vectors of ``known`` (a conversation's first user turn: text -> 384-d
+    vector) for the next turns' windows when SAFETY_WINDOW_TURNS is over 1 (one Redis
+    round trip; nothing when ``known`` is empty)."""
+    if known and settings.SAFETY_WINDOW_TURNS > 1:
+        verdict_cache.vectors_exchange(store=known, fetch=[])
 
 
 def _turn_vectors(

@@ -17,18 +17,20 @@ from safety.classifiers.base import Classifier, Verdict
 
 
 class VectorSpy(Classifier):
-    """Reads vectors; records what it was given; flags nothing."""
+    """Reads vectors; records what it was given; scores ``weapons`` at ``score``
+    (flagged from 0.5)."""
 
     name = "vector-spy"
     uses_vector = True
 
-    def __init__(self) -> None:
+    def __init__(self, score: float = 0.0) -> None:
         self.seen: list[tuple[str, Sequence[float] | None]] = []
+        self.score = score
 
     def classify(self, text: str, *, vector: Sequence[float] | None = None) -> Verdict:
         self.seen.append((text, vector))
         return Verdict.from_scores(
-            dict.fromkeys(Category, 0.0),
+            {**dict.fromkeys(Category, 0.0), Category.WEAPONS: self.score},
             thresholds=dict.fromkeys(Category, 0.5),
             backend=self.name,
         )
@@ -78,15 +80,18 @@ def test_a_window_is_judged_with_the_mean_of_its_turns_kept_vectors(settings):
     assert verdicts.vectors_exchange(store={}, fetch=[newest])[0] is not None
 
 
-def test_a_judged_window_is_served_from_the_verdict_cache(settings):
+def test_a_first_turn_keeps_its_vector_for_the_next_window(settings):
     settings.SAFETY_WINDOW_VECTOR_S = 60
-    settings.SAFETY_VERDICT_CACHE_S = 60
-    turns = _turns(2)
-    verdicts.vectors_exchange(store={turns[0]: _unit(4)}, fetch=[])
-    spy = VectorSpy()
-    for _ in range(2):  # a regenerate judges the same window again
-        windows.window_judge(turns=turns, classifier=spy, known={turns[1]: _unit(5)})
-    assert len(spy.seen) == 1
+    first, second = _turns(2)
+    windows.turn_keep({first: _unit(4)})
+    spy = VectorSpy()  # no embedding worker runs: a text it had to embed would fail
+    verdict = windows.window_judge(
+        turns=[first, second], classifier=spy, known={second: _unit(5)}
+    )
+    assert verdict.available and len(spy.seen) == 1
+    settings.SAFETY_WINDOW_TURNS = 1  # no window: nothing kept
+    windows.turn_keep({"Another first turn.": _unit(6)})
+    assert verdicts.vectors_exchange(store={}, fetch=["Another first turn."]) == [None]
 
 
 def test_a_turn_whose_vector_was_not_kept_is_embedded_once_and_then_kept(
@@ -134,3 +139,29 @@ def test_without_kept_vectors_every_earlier_turn_is_embedded(
 def test_no_vectors_make_no_window_vector():
     with pytest.raises(ValueError):
         windows.window_vector([])
+
+
+def test_a_window_near_a_category_on_the_mean_is_embedded_and_judged_again(
+    embedding_worker, settings, monkeypatch
+):
+    settings.SAFETY_WINDOW_VECTOR_S = 60
+    settings.SAFETY_WINDOW_EMBED_FROM = 0.2
+    embedded: list[list[str]] = []
+    original = windows.embed_texts
+    monkeypatch.setattr(
+        windows, "embed_texts", lambda t, **o: embedded.append(list(t)) or original(t)
+    )
+    first, second = _turns(2)
+    windows.turn_keep({first: _unit(9)})
+    below = VectorSpy(score=0.1)
+    windows.window_judge(
+        turns=[first, second], classifier=below, known={second: _unit(10)}
+    )
+    assert embedded == [] and len(below.seen) == 1
+    near = VectorSpy(score=0.3)
+    windows.window_judge(
+        turns=[first, second], classifier=near, known={second: _unit(10)}
+    )
+    assert embedded == [[f"{first}\n{second}"]]
+    (_, mean), (_, own) = near.seen
+    assert len(own or ()) == 384 and not np.allclose(mean, own)  # its own embedding
