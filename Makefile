@@ -132,10 +132,13 @@ bench-search: migrate
 	$(BIN)/python bench/search.py $(BENCH_ARGS)
 
 # input moderation's goal table on text nobody here wrote (false blocks, perturbation,
-# held-out recall, time per message); then output moderation off / release / hold:
+# held-out recall, time per message; the window of the last user turns: time per
+# turn, split-request recall); then output moderation off / release / hold:
 # TTFT, total time, TTFT added by hold; false cuts of the embedded model's answers
 bench-moderation: migrate
 	$(BIN)/python bench/moderation_goals.py
+	$(BIN)/python bench/input_window.py
+	$(BIN)/python bench/window_recall.py
 	$(BIN)/python bench/moderation.py $(BENCH_ARGS)
 	$(BIN)/python bench/output_false_cuts.py
 

@@ -144,6 +144,8 @@ BENCHES: list[Bench] = [
     ),
     Bench("document_screening", [], 120),
     Bench("moderation_goals", ["--limit", "200"], 420),
+    Bench("input_window", ["--turns", "30"], 240),
+    Bench("window_recall", ["--limit", "150"], 480),
     Bench("moderation", ["--prompts", "2", "--max-tokens", "32"], 240),
     Bench("output_false_cuts", ["--limit", "200"], 180),
     Bench(

@@ -17,22 +17,22 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from chatsite.errors import ModerationBlocked
-from inference.embeddings import EmbeddingUnavailable, TextVector
-from safety import verdicts as verdict_cache
+from inference.embeddings import TextVector
 from safety.categories import Category, category_info
-from safety.classifiers import (
-    ModerationUnavailable,
-    Verdict,
-    classifier_get,
-    classify_text,
-    unavailable_verdict,
-)
+from safety.classifiers import Verdict, classifier_get
 from safety.classifiers.normalize import text_views
 from safety.classifiers.rules import injection_direct
+from safety.judging import query_vectors, texts_judge, verdict_shared
 from safety.models import Action, ModerationEvent
 from safety.selectors import SafetyConfig, safety_config
 from safety.suspensions import abuse_record
-from safety.windows import window_text
+from safety.windows import (
+    turn_keep,
+    window_join,
+    window_judge,
+    window_text,
+    window_turns,
+)
 
 __all__ = [
     "Match",
@@ -110,25 +110,6 @@ def block_counts(match: Match, verdict: Verdict) -> bool:
     return match.score >= settings.SAFETY_SUSPEND_MIN_SCORE
 
 
-def _verdict(*, text: str, query: TextVector | None) -> Verdict:
-    """Classify ``text`` with the configured backend, reading the shared vector of
-    ``query`` (when it is of ``text``) instead of embedding again; applies the fail
-    policy (raises ModerationUnavailable when failing closed)."""
-    classifier = classifier_get()
-    vector = None
-    if query is not None and classifier.uses_vector and query.text == text:
-        try:
-            vector = query.vector
-        except EmbeddingUnavailable as exc:
-            logger.warning("no vector for input moderation: %s", exc)
-            return unavailable_verdict(ModerationUnavailable(), classifier=classifier)
-    try:
-        return classify_text(text, vector=vector, classifier=classifier)
-    except ModerationUnavailable as exc:
-        # failing closed: the user sees the one clear message, not the backend's detail
-        raise ModerationUnavailable() from exc
-
-
 def input_moderate(
     *,
     user: User,
@@ -138,7 +119,7 @@ def input_moderate(
     conversation_id: uuid.UUID | str | None = None,
     message_id: uuid.UUID | str | None = None,
     job_id: str = "",
-    window: str | None = None,
+    window: Sequence[str] | None = None,
 ) -> Verdict:
     """Screen a user's ``text`` before the gateway spends anything on it.
 
@@ -146,8 +127,10 @@ def input_moderate(
     turn's shared :class:`TextVector` of ``text`` (embedded once per turn: the
     classifier reads its vector instead of embedding again); ``conversation_id``,
     ``message_id``, ``job_id``: what an event refers to, when known; ``window``: the
-    conversation's last user turns joined (:func:`window_text`), judged too, so a
-    request split over several messages is caught (one more classification).
+    conversation's last user turns, oldest first, the newest ``text`` last
+    (:func:`safety.windows.window_turns`), judged joined too, so a request split over
+    several messages is caught (one more classification, with the mean of the turns'
+    vectors: :func:`safety.windows.window_judge`).
 
     Classifies, applies the per-category policies (:func:`policy_matches`) and
     records one :class:`ModerationEvent` when a category matches: ``block`` when any
@@ -157,17 +140,22 @@ def input_moderate(
     :class:`ModerationUnavailable` (503) when the backend is down and
     SAFETY_FAIL_CLOSED is set; failing open, the text passes unchecked (logged).
     """
-    verdict = _verdict(text=text, query=query)
+    verdict = verdict_shared(text=text, query=query)
     if not verdict.available:
         return verdict
     judged = [(text, verdict)]
-    if window and window != text:
-        (seen,) = texts_judge(texts=[window], query=query)
-        judged.append((window, seen))
+    joined = window_join(window) if window else None
+    if window and joined is not None and joined != text:
+        seen = window_judge(
+            turns=window, classifier=classifier_get(), known=query_vectors(query)
+        )
+        judged.append((joined, seen))
+    else:  # a first turn: its vector is read by the next turns' windows
+        turn_keep(query_vectors(query))
     _decide(
         user=user,
         judged=judged,
-        window=window,
+        window=joined,
         own={text},
         surface=surface,
         conversation_id=conversation_id,
@@ -287,50 +275,6 @@ def _decide(
         )
 
 
-def texts_judge(*, texts: list[str], query: TextVector | None) -> list[Verdict]:
-    """Judge each of ``texts``: cached verdicts first (:mod:`safety.verdicts`), then
-    the text of ``query`` with its shared vector, then the rest in one batch (one
-    embedding request); new verdicts are cached. Applies the fail policy (raises
-    ModerationUnavailable when failing closed; failing open, the unjudged texts get
-    an unavailable verdict)."""
-    classifier = classifier_get()
-    results: list[Verdict | None] = list(
-        verdict_cache.verdicts_cached(backend=classifier.name, texts=texts)
-    )
-    fresh: dict[int, Verdict] = {}
-    todo = [i for i, v in enumerate(results) if v is None]
-    shared = [
-        i
-        for i in todo
-        if query is not None and classifier.uses_vector and texts[i] == query.text
-    ]
-    try:
-        for i in shared:
-            fresh[i] = _verdict(text=texts[i], query=query)
-        for i in todo:  # a text embedded with the query (TextVector.also)
-            companion = None
-            if query is not None and classifier.uses_vector and i not in fresh:
-                companion = query.vector_of(texts[i])
-            if companion is not None:
-                fresh[i] = classifier.classify(texts[i], vector=companion)
-        rest = [i for i in todo if i not in fresh]
-        if rest:
-            batch = classifier.classify_batch([texts[i] for i in rest])
-            fresh.update(zip(rest, batch, strict=True))
-    except ModerationUnavailable as exc:
-        try:
-            down = unavailable_verdict(exc, classifier=classifier)
-        except ModerationUnavailable as closed:  # the one clear message, no detail
-            raise ModerationUnavailable() from closed
-        fresh.update((i, down) for i in todo if i not in fresh)
-    for i, verdict in fresh.items():
-        results[i] = verdict
-    verdict_cache.verdicts_store(
-        texts=[texts[i] for i in fresh], verdicts=list(fresh.values())
-    )
-    return [v for v in results if v is not None]
-
-
 def messages_moderate(
     *,
     user: User,
@@ -347,24 +291,32 @@ def messages_moderate(
     joined history would hide all but its start), in one batch (one embedding request
     for the texts not judged in the last SAFETY_VERDICT_CACHE_S s: an unchanged
     history costs one Redis MGET), plus the last SAFETY_WINDOW_TURNS user messages
-    joined (:func:`window_text`: a request split over messages). ``query``: the shared vector of the last user
-    message. One event at most per request, for the worst text (see
+    joined (:func:`safety.windows.window_judge`: a request split over messages).
+    ``query``: the shared vector of the last user message. One event at most per request, for the worst text (see
     :func:`input_moderate` for the actions and errors: ModerationBlocked,
     ModerationUnavailable). Returns the verdicts, one per distinct text.
     """
     texts = list(dict.fromkeys(str(m.get("content") or "") for m in messages))
-    window = window_text(messages, turns=settings.SAFETY_WINDOW_TURNS)
-    if window is not None and window not in texts:
-        texts.append(window)
     texts = [t for t in texts if t.strip()]
     if not texts:
         return []
-    verdicts = texts_judge(texts=texts, query=query)
+    turns = window_turns(messages, turns=settings.SAFETY_WINDOW_TURNS)
+    verdicts = texts_judge(texts=texts, query=query, keep=set(turns or ()))
+    judged = list(zip(texts, verdicts, strict=True))
+    window = window_join(turns) if turns else None
+    if turns and window is not None and window not in texts:
+        seen = window_judge(
+            turns=turns, classifier=classifier_get(), known=query_vectors(query)
+        )
+        verdicts.append(seen)
+        judged.append((window, seen))
+    else:
+        turn_keep(query_vectors(query))
     own = {str(m.get("content") or "") for m in messages if m.get("role") == "user"}
     _decide(
         user=user,
         window=window,
-        judged=list(zip(texts, verdicts, strict=True)),
+        judged=judged,
         own=own,
         surface=surface,
         conversation_id=None,

@@ -8,8 +8,13 @@ change still applies at once; SAFETY_VERDICT_CACHE_S bounds how long a retrained
 or a changed backend threshold takes to reach a cached text. A verdict given while the
 backend was down (fail open) is never stored.
 
+It also keeps the embeddings of users' messages for a while (:func:`vectors_exchange`),
+so the window of the last user turns is judged without embedding them again.
+
 Keys (this app owns them): ``safety:verdict:{backend}:{sha256 of the text}``, a JSON
-string ``{"scores": {category: score}, "flagged": [...], "hazards": [...]}``.
+string ``{"scores": {category: score}, "flagged": [...], "hazards": [...]}``;
+``safety:vector:{sha256 of the text}``, the text's vector
+(:func:`inference.vectors.vectors_encode`, one row).
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import redis
 from django.conf import settings
 
 from inference.connections import redis_sync
+from inference.embedding_model import EMBEDDING_DIM
+from inference.vectors import vectors_decode, vectors_encode
 from safety.categories import Category
 from safety.classifiers import Verdict
 
@@ -99,3 +106,46 @@ def verdicts_store(*, texts: Sequence[str], verdicts: Sequence[Verdict]) -> None
         pipe.execute()
     except redis.RedisError as exc:
         logger.warning("verdict cache unavailable: %s", exc)
+
+
+VECTOR_PREFIX = "safety:vector"
+
+
+def vector_key(text: str) -> str:
+    """Return the key of ``text``'s kept embedding (``safety:vector:{sha256}``)."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{VECTOR_PREFIX}:{digest}"
+
+
+def vectors_exchange(
+    *, store: Mapping[str, Sequence[float]], fetch: Sequence[str]
+) -> list[list[float] | None]:
+    """Keep the vectors of ``store`` (text -> 384-d vector) for
+    SAFETY_WINDOW_VECTOR_S seconds and read the kept vectors of ``fetch`` (None where
+    there is none), in one Redis round trip: the window of the last user turns reads
+    its earlier turns' vectors instead of embedding them again
+    (:func:`safety.windows.window_judge`). Stored as :func:`inference.vectors.vectors_encode`
+    text. Redis being down reads as misses and keeps nothing (logged)."""
+    ttl = settings.SAFETY_WINDOW_VECTOR_S
+    if ttl <= 0:
+        return [None] * len(fetch)
+    try:
+        pipe = redis_sync().pipeline(transaction=False)
+        for text, vector in store.items():
+            pipe.set(vector_key(text), vectors_encode([vector]), ex=ttl)
+        if fetch:
+            pipe.mget([vector_key(t) for t in fetch])
+        answers = pipe.execute()
+        raw = answers[-1] if fetch else []
+    except redis.RedisError as exc:
+        logger.warning("vector cache unavailable: %s", exc)
+        return [None] * len(fetch)
+    out: list[list[float] | None] = []
+    for value in raw:
+        try:
+            out.append(
+                vectors_decode(value, count=1, dim=EMBEDDING_DIM)[0] if value else None
+            )
+        except ValueError:  # another dimension: a miss
+            out.append(None)
+    return out

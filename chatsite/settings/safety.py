@@ -88,6 +88,16 @@ SAFETY_SUSPEND_CONFIRMING_BACKENDS = env.list(
 # SAFETY_WINDOW_TURNS user messages of the prompt joined (1: the newest alone), so a
 # request split over several messages is caught.
 SAFETY_WINDOW_TURNS = env.int("SAFETY_WINDOW_TURNS", default=3)
+# The window is judged with the mean of its turns' vectors, not an embedding of the
+# joined text: each user message's vector is kept in Redis this long, s, keyed by the
+# text's hash (~2 KB each), so the next turns' windows read it; a turn whose vector
+# expired is embedded again (0: never kept, every window embeds its earlier turns).
+SAFETY_WINDOW_VECTOR_S = env.int("SAFETY_WINDOW_VECTOR_S", default=3600)
+# The mean of the turns' vectors blurs a split request: a window whose verdict on it
+# has a top score at or above this (0..1) is embedded after all and judged again
+# (0: every window is embedded; above 1: never). Chosen on split requests of the
+# training set (bench/window_recall.py, bench/results/).
+SAFETY_WINDOW_EMBED_FROM = env.float("SAFETY_WINDOW_EMBED_FROM", default=0.05)
 # Memory facts are screened before they are stored by the hook named here (a dotted
 # path, like MEMORY_CHUNK_SCREENER; "" screens nothing).
 MEMORY_FACT_SCREENER = env(

@@ -32,6 +32,7 @@ from inference.params import params_unsupported
 from safety import selectors as safety_selectors
 from safety import services as safety_services
 from safety.models import ModerationEvent
+from safety.windows import window_turns
 
 # Where a request comes from, as moderation events record it (chat / api).
 Surface = ModerationEvent.Surface
@@ -140,7 +141,7 @@ def input_check(request: GenerationRequest, *, job_id: str) -> None:
     when it was sent) the text is ``request.query.text`` (the turn's own message,
     whose shared vector the classifier reads) or else the last user message, judged
     alone and with the prompt's previous user turns (the last SAFETY_WINDOW_TURNS
-    joined, :func:`safety.services.window_text`: a request split over messages).
+    joined, :func:`safety.windows.window_judge`: a request split over messages).
     ``job_id`` is what a moderation event refers to.
     Raises ModerationBlocked (400) or, failing closed, ModerationUnavailable (503).
     """
@@ -167,9 +168,7 @@ def input_check(request: GenerationRequest, *, job_id: str) -> None:
         conversation_id=request.conversation_id,
         message_id=request.message_id,
         job_id=job_id,
-        window=safety_services.window_text(
-            request.messages, turns=settings.SAFETY_WINDOW_TURNS
-        ),
+        window=window_turns(request.messages, turns=settings.SAFETY_WINDOW_TURNS),
     )
 
 

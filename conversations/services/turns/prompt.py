@@ -20,7 +20,6 @@ from gateway import generations
 from gateway.cache import CachePolicy
 from inference.embeddings import TextVector
 from memory.context import BuiltContext, turn_context
-from safety.windows import window_text
 
 
 def generation_params(params: dict[str, Any] | None) -> dict[str, Any]:
@@ -69,12 +68,6 @@ def prompt_build(
         history.append({"role": Message.Role.USER, "content": turn.content})
     while history and history[-1]["role"] == Message.Role.ASSISTANT:
         history.pop()
-    if settings.SAFETY_INPUT_ENABLED:
-        # input moderation judges the last user turns joined too: embedded with the
-        # question, in one request
-        window = window_text(history, turns=settings.SAFETY_WINDOW_TURNS)
-        if window is not None:
-            query.also(window)
     return turn_context(
         user_id=turn.user.pk,
         system_prompt=settings.CHAT_SYSTEM_PROMPT,

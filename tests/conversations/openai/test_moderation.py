@@ -12,6 +12,7 @@ from gateway import quota, selectors
 from gateway.models import UsageRecord
 from inference import embeddings
 from inference.engines.scripted import DEFAULT_TEXT, ScriptedEngine
+from safety import windows
 from safety.classifiers import embedded
 from safety.models import ModerationEvent
 from tests.conversations.openai.helpers import asgi, ask, no_reservations
@@ -244,6 +245,7 @@ async def test_an_unchanged_history_is_not_classified_again_on_the_next_call(
 
     monkeypatch.setattr(embeddings, "embed_texts", spy)
     monkeypatch.setattr(embedded, "embed_texts", spy)
+    monkeypatch.setattr(windows, "embed_texts", spy)
     history = [
         {"role": "system", "content": "You are a terse assistant for gardeners."},
         {"role": "user", "content": "When should I plant tulip bulbs?"},
@@ -254,11 +256,11 @@ async def test_an_unchanged_history_is_not_classified_again_on_the_next_call(
         "POST", "/v1/chat/completions", body=ask(messages=first), key=api_key
     )
     assert result.status == 200, result.body
-    # the last message with its shared vector, the rest of the history and the
-    # window of the last user turns joined (safety.services.window_text) in one batch
-    window = "When should I plant tulip bulbs?\nHow deep?"
+    # the last message with its shared vector, the rest of the history in one batch;
+    # the window of the last user turns joined is judged with its turns' vectors
+    # (safety.windows.window_judge): no text of its own is embedded
     assert sorted(map(sorted, seen)) == sorted(
-        [["How deep?"], sorted([*(m["content"] for m in history), window])]
+        [["How deep?"], sorted(m["content"] for m in history)]
     )
     seen.clear()
     # the client writes the assistant turn back; an ordinary one (the scripted engine's
@@ -271,12 +273,9 @@ async def test_an_unchanged_history_is_not_classified_again_on_the_next_call(
         "POST", "/v1/chat/completions", body=ask(messages=second), key=api_key
     )
     assert result.status == 200, result.body
-    # only what was not seen in the last SAFETY_VERDICT_CACHE_S is classified (and
-    # the new window)
-    window = "When should I plant tulip bulbs?\nHow deep?\nAnd how far apart?"
-    assert sorted(map(sorted, seen)) == sorted(
-        [["And how far apart?"], sorted([reply, window])]
-    )
+    # only what was not seen in the last SAFETY_VERDICT_CACHE_S is embedded (the new
+    # window reads its earlier turns' kept vectors)
+    assert sorted(map(sorted, seen)) == sorted([["And how far apart?"], [reply]])
     assert len(enqueued) == 2 and await _events() == []
 
 

@@ -1,0 +1,104 @@
+"""Judging texts for input moderation: a text with the turn's shared vector, many
+texts at once through the verdict cache (:mod:`safety.verdicts`). The policies and
+the events are :mod:`safety.services`'."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+
+from inference.embeddings import EmbeddingUnavailable, TextVector
+from safety import verdicts as verdict_cache
+from safety.classifiers import (
+    ModerationUnavailable,
+    Verdict,
+    classifier_get,
+    classify_text,
+    unavailable_verdict,
+)
+from safety.windows import texts_embed
+
+logger = logging.getLogger(__name__)
+
+
+def verdict_shared(*, text: str, query: TextVector | None) -> Verdict:
+    """Classify ``text`` with the configured backend, reading the shared vector of
+    ``query`` (when it is of ``text``) instead of embedding again; applies the fail
+    policy (raises ModerationUnavailable when failing closed)."""
+    classifier = classifier_get()
+    vector = None
+    if query is not None and classifier.uses_vector and query.text == text:
+        try:
+            vector = query.vector
+        except EmbeddingUnavailable as exc:
+            logger.warning("no vector for input moderation: %s", exc)
+            return unavailable_verdict(ModerationUnavailable(), classifier=classifier)
+    try:
+        return classify_text(text, vector=vector, classifier=classifier)
+    except ModerationUnavailable as exc:
+        # failing closed: the user sees the one clear message, not the backend's detail
+        raise ModerationUnavailable() from exc
+
+
+def query_vectors(query: TextVector | None) -> dict[str, list[float]]:
+    """The vector ``query`` already has, keyed by its stripped text (as
+    :func:`safety.windows.window_turns` gives the turns), or nothing."""
+    if query is None or query.error is not None:
+        return {}
+    vector = query.vector_of(query.text)
+    return {query.text.strip(): vector} if vector is not None else {}
+
+
+def texts_judge(
+    *, texts: list[str], query: TextVector | None, keep: Collection[str] = ()
+) -> list[Verdict]:
+    """Judge each of ``texts``: cached verdicts first (:mod:`safety.verdicts`), then
+    the text of ``query`` with its shared vector, then the rest in one batch (one
+    embedding request: with ``keep``, embedded here and each judged with its vector);
+    new verdicts are cached. The vectors of the texts that,
+    stripped, are in ``keep`` (the window's turns) are kept for
+    :func:`safety.windows.window_judge`. Applies the fail policy (raises
+    ModerationUnavailable when failing closed; failing open, the unjudged texts get
+    an unavailable verdict)."""
+    classifier = classifier_get()
+    results: list[Verdict | None] = list(
+        verdict_cache.verdicts_cached(backend=classifier.name, texts=texts)
+    )
+    fresh: dict[int, Verdict] = {}
+    todo = [i for i, v in enumerate(results) if v is None]
+    shared = [
+        i
+        for i in todo
+        if query is not None and classifier.uses_vector and texts[i] == query.text
+    ]
+    try:
+        for i in shared:
+            fresh[i] = verdict_shared(text=texts[i], query=query)
+        rest = [i for i in todo if i not in fresh]
+        if rest and classifier.uses_vector and keep:
+            vectors = texts_embed([texts[i] for i in rest])
+            verdict_cache.vectors_exchange(
+                store={
+                    texts[i].strip(): v
+                    for i, v in zip(rest, vectors, strict=True)
+                    if texts[i].strip() in keep
+                },
+                fetch=[],
+            )
+            for i, vector in zip(rest, vectors, strict=True):
+                fresh[i] = classifier.classify(texts[i], vector=vector)
+        elif rest:
+            batch = classifier.classify_batch([texts[i] for i in rest])
+            fresh.update(zip(rest, batch, strict=True))
+    except ModerationUnavailable as exc:
+        try:
+            down = unavailable_verdict(exc, classifier=classifier)
+        except ModerationUnavailable as closed:  # the one clear message, no detail
+            raise ModerationUnavailable() from closed
+        fresh.update((i, down) for i in todo if i not in fresh)
+    for i, verdict in fresh.items():
+        results[i] = verdict
+    verdict_cache.verdicts_store(
+        texts=[texts[i] for i in fresh], verdicts=list(fresh.values())
+    )
+    return [v for v in results if v is not None]
