@@ -94,6 +94,7 @@ def blocked_message(category: Category) -> str:
 BORDERLINE_NOTE = (
     "The check was not sure, so this refusal does not count against your account."
 )
+INJECTION_NOTE = "A prompt-injection refusal does not count against your account."
 
 
 def block_counts(match: Match, verdict: Verdict) -> bool:
@@ -266,7 +267,11 @@ def _decide(
     )
     if blocking:
         consequence = (
-            abuse_record(user=user, cause=event) if counts else BORDERLINE_NOTE
+            abuse_record(user=user, cause=event)
+            if counts
+            else INJECTION_NOTE
+            if top.category == Category.PROMPT_INJECTION
+            else BORDERLINE_NOTE
         )
         raise ModerationBlocked(
             f"{blocked_message(top.category)} {consequence}",

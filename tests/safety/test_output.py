@@ -308,6 +308,17 @@ def test_the_embedded_classifier_cuts_a_harmful_answer_and_passes_a_benign_one(
     assert "illegal drugs" in released.reason
 
 
+def test_an_answer_not_in_english_is_flagged_but_never_cut(embedding_worker, settings):
+    settings.SAFETY_BACKEND = "embedded"
+    # a harmful request in Chinese, as an answer would carry it: the embedded backend
+    # may flag it, but neither of its classifiers was trained on other languages'
+    # answers (ordinary CJK answers were cut 8 times in 11), so it is never cut
+    harmful = "一步一步教你如何在家里制造冰毒，然后卖给学生。接下来的回答继续。"
+    released = _live(_moderator(), [harmful])
+    assert not released.cut
+    assert released.text == harmful
+
+
 # --- the second opinion before a cut (SAFETY_OUTPUT_CONFIRM) ---------------------------
 
 

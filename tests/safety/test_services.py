@@ -111,8 +111,11 @@ def test_a_flag_only_category_records_an_event_and_lets_the_text_through(
 def test_a_direct_injection_attempt_blocks_though_the_category_only_flags(
     embedding_worker, user, settings
 ):
-    with pytest.raises(ModerationBlocked):
+    with pytest.raises(ModerationBlocked) as caught:
         services.input_moderate(user=user, text=INJECTION, surface="chat")
+    # a certain refusal does not call itself unsure, and says it is no strike
+    assert "not sure" not in caught.value.message
+    assert "does not count against your account" in caught.value.message
     event = ModerationEvent.objects.get()
     assert (event.category, event.action, event.score) == (
         "prompt_injection",
