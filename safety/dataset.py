@@ -44,11 +44,6 @@ TRAIN_CORPORA = tuple(
         "python_tutorial",
         "python_faq",
         "fortunes_late",
-    )
-)
-EVAL_CORPORA = tuple(
-    CORPORA_DIR / f"eval_{n}.jsonl"
-    for n in (
         "debian_reference",
         "developers_reference",
         "git_doc",
@@ -56,6 +51,7 @@ EVAL_CORPORA = tuple(
         "debian_handbook",
     )
 )
+EVAL_CORPORA: tuple[Path, ...] = ()
 PERTURBED_SET = CORPORA_DIR / "perturbed.jsonl"
 
 TAG_SENSITIVE = "sensitive"
