@@ -14,6 +14,7 @@ from django.db.models.functions import TruncDate
 from chatsite.errors import NotFound
 from conversations.models import Conversation, Feedback, Message
 from memory.models import Citation
+from safety import selectors as safety_selectors
 
 
 def _as_uuid(value: Any) -> uuid.UUID:
@@ -62,6 +63,8 @@ class ThreadItem:
     versions: list[Message] = field(default_factory=list)
     # the conversation owner's thumbs on ``message`` ("up" / "down"; "" = none)
     rating: str = ""
+    # an answer cut by output moderation whose cut the owner has appealed
+    appealed: bool = False
 
     @property
     def version_count(self) -> int:
@@ -159,7 +162,8 @@ def thread_leaf(*, conversation: Conversation) -> Message | None:
 def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
     """Return the current branch in order, each message with its versions.
 
-    Three queries whatever the length: messages, their citations, the ratings.
+    Three queries whatever the length: messages, their citations, the ratings; a
+    fourth, the appeals, when an answer on the branch was cut by output moderation.
     """
     citations = Prefetch(
         "citations",
@@ -173,10 +177,25 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
             user_id=conversation.user_id, message__conversation=conversation
         ).values_list("message_id", "rating")
     )
-    return [
-        ThreadItem(message=m, versions=tree.versions(m), rating=ratings.get(m.id, ""))
+    shown = [
+        m
         for m in tree.current_path(conversation)
         if m.role in (Message.Role.USER, Message.Role.ASSISTANT)
+    ]
+    cut = [str(m.id) for m in shown if m.status == Message.Status.FILTERED]
+    appealed = (
+        safety_selectors.appealed_answers(user_id=conversation.user_id, job_ids=cut)
+        if cut
+        else set()
+    )
+    return [
+        ThreadItem(
+            message=m,
+            versions=tree.versions(m),
+            rating=ratings.get(m.id, ""),
+            appealed=str(m.id) in appealed,
+        )
+        for m in shown
     ]
 
 

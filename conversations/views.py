@@ -80,6 +80,9 @@ def _chat_page(request: AuthenticatedRequest, conversation: Any = None) -> HttpR
         if suspension
         else "",
         "suspension_cause_id": suspension.cause_id if suspension else None,
+        "suspension_cause_appealed": safety_selectors.event_appealed(
+            event_id=suspension.cause_id if suspension else None
+        ),
         "conversations": selectors.conversation_list(user=request.user)[:200],
         "conversation": conversation,
         "items": selectors.thread_items(conversation=conversation)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC
 
@@ -14,7 +15,7 @@ from django.utils import timezone
 
 from chatsite.errors import Suspended
 from safety.categories import Category
-from safety.models import Action, CategoryPolicy, Suspension
+from safety.models import Action, Appeal, CategoryPolicy, ModerationEvent, Suspension
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,23 @@ def suspension_active(*, user: User) -> Suspension | None:
         .order_by("-until")
         .first()
     )
+
+
+def appealed_answers(*, user_id: int, job_ids: Iterable[str]) -> set[str]:
+    """Of ``job_ids`` (answers' job ids, in chat their message ids as text), those
+    whose cut by output moderation the user has already appealed. One query."""
+    return set(
+        Appeal.objects.filter(
+            user_id=user_id,
+            event__job_id__in=list(job_ids),
+            event__direction=ModerationEvent.Direction.OUTPUT,
+        ).values_list("event__job_id", flat=True)
+    )
+
+
+def event_appealed(*, event_id: int | None) -> bool:
+    """Whether moderation event ``event_id`` has an appeal (False for None)."""
+    return event_id is not None and Appeal.objects.filter(event_id=event_id).exists()
 
 
 def suspension_message(suspension: Suspension) -> str:

@@ -22,6 +22,21 @@ def completion_id(job_id: str) -> str:
     return "chatcmpl-" + job_id.replace("-", "")
 
 
+def appeal_path(cid: str) -> str:
+    """The path that appeals the cut of completion ``cid`` by output moderation."""
+    return f"/v1/moderation/completions/{cid}/appeal"
+
+
+def moderation_json(cid: str, reason: str) -> dict[str, Any]:
+    """The ``moderation`` object of an answer cut by the content filter
+    (``finish_reason: "content_filter"``): the sentence naming the category and the
+    path to appeal the cut (POST, docs/safety.md "Appeals")."""
+    return {
+        "reason": reason or "This answer was stopped by the content filter.",
+        "appeal_url": appeal_path(cid),
+    }
+
+
 def usage_json(usage: protocol.Usage) -> dict[str, Any]:
     """OpenAI's ``usage`` object (tokens)."""
     return {
@@ -45,11 +60,13 @@ def chunk_json(
     delta: dict[str, Any],
     finish_reason: str | None = None,
     include_usage: bool = False,
+    moderation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return one ``chat.completion.chunk`` with a single choice.
 
     ``created`` is in epoch seconds. With ``include_usage`` the chunk carries
     ``"usage": null``, as OpenAI's do when the final usage chunk is asked for.
+    ``moderation`` (:func:`moderation_json`) goes on the finish chunk of a cut answer.
     """
     obj: dict[str, Any] = {
         "id": cid,
@@ -68,6 +85,8 @@ def chunk_json(
     }
     if include_usage:
         obj["usage"] = None
+    if moderation is not None:
+        obj["moderation"] = moderation
     return obj
 
 
@@ -89,9 +108,11 @@ def completion_json(
     content: str,
     finish_reason: str,
     usage: protocol.Usage,
+    moderation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Return the non-streamed ``chat.completion`` (``created`` in epoch seconds)."""
-    return {
+    """Return the non-streamed ``chat.completion`` (``created`` in epoch seconds);
+    ``moderation`` as for :func:`chunk_json`."""
+    obj: dict[str, Any] = {
         "id": cid,
         "object": "chat.completion",
         "created": created,
@@ -111,6 +132,9 @@ def completion_json(
         ],
         "usage": usage_json(usage),
     }
+    if moderation is not None:
+        obj["moderation"] = moderation
+    return obj
 
 
 def model_list_json(models: list[tuple[str, str, str]]) -> dict[str, Any]:

@@ -116,6 +116,8 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
         "choices": _list_of("chunk_choice", length=1),
         # null on every chunk when the client asked for the final usage chunk
         "usage": Optional(_is(None)),
+        # the finish chunk of an answer cut by output moderation
+        "moderation": Optional(_nested("moderation")),
     },
     "chunk_choice": {
         "index": _is(0),
@@ -151,6 +153,15 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
         "system_fingerprint": _is(None),
         "choices": _list_of("completion_choice", length=1),
         "usage": _nested("usage"),
+        "moderation": Optional(_nested("moderation")),
+    },
+    "moderation": {
+        "reason": lambda v: isinstance(v, str) and bool(v),
+        "appeal_url": lambda v: (
+            isinstance(v, str)
+            and v.startswith("/v1/moderation/completions/chatcmpl-")
+            and v.endswith("/appeal")
+        ),
     },
     "completion_choice": {
         "index": _is(0),

@@ -29,6 +29,8 @@ from inference.embeddings import TextVector
 from inference.tokens import prompt_counter
 
 Generation = generations.Generation
+# OpenAI's finish reason of an answer cut by output moderation
+CONTENT_FILTER = "content_filter"
 
 
 def _model_check(model: str) -> None:
@@ -159,7 +161,10 @@ async def completion_stream(
                     yield chunks.data_line(error_json(outcome.error, openai=True))
                     return
                 generation.model = outcome.model or generation.model
-                yield chunks.data_line(chunk({}, outcome.openai_finish_reason))
+                finish = chunk({}, outcome.openai_finish_reason)
+                if outcome.openai_finish_reason == CONTENT_FILTER:
+                    finish["moderation"] = chunks.moderation_json(cid, outcome.reason)
+                yield chunks.data_line(finish)
                 if include_usage:
                     yield chunks.data_line(
                         chunks.usage_chunk_json(
@@ -191,11 +196,16 @@ async def completion_collect(generation: Generation) -> dict[str, Any]:
                 break
     if outcome.error is not None:
         raise outcome.error
+    cid = chunks.completion_id(generation.job_id)
+    finish_reason = outcome.openai_finish_reason or ""
     return chunks.completion_json(
-        cid=chunks.completion_id(generation.job_id),
+        cid=cid,
         created=generation.created,
         model=outcome.model or generation.model,
         content="".join(parts),
-        finish_reason=outcome.openai_finish_reason or "",
+        finish_reason=finish_reason,
         usage=outcome.usage,
+        moderation=chunks.moderation_json(cid, outcome.reason)
+        if finish_reason == CONTENT_FILTER
+        else None,
     )

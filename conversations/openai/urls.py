@@ -17,4 +17,9 @@ urlpatterns = [
         views.moderation_appeal,
         name="api-moderation-appeal",
     ),
+    path(
+        "v1/moderation/completions/<str:completion_id>/appeal",
+        views.completion_appeal,
+        name="api-completion-appeal",
+    ),
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -32,6 +33,7 @@ from chatsite.errors import (
     InvalidApiKey,
     InvalidInput,
     MethodNotAllowed,
+    NotFound,
     error_response,
 )
 from conversations.openai import chunks
@@ -52,7 +54,7 @@ from gateway import embeddings as gateway_embeddings
 from gateway import selectors as gateway_selectors
 from gateway import services as gateway
 from gateway.requestrate import RequestCount
-from safety.appeals import appeal_create
+from safety.appeals import answer_event_id, appeal_create
 
 # Response header naming the cache that answered ("exact" / "semantic"); absent: a model.
 CACHE_HEADER = "x-chatsite-cache"
@@ -239,15 +241,37 @@ async def _admission_release(
     )
 
 
-def _appeal(request: HttpRequest, event_id: int) -> dict[str, Any]:
-    """Authenticate and appeal the key's user's event ``event_id`` (JSON body
-    ``{"comment": "..."}``, optional); raise InvalidInput for a body that is not JSON."""
-    user = _api_user(request)
+def _appeal_comment(request: HttpRequest) -> Any:
+    """The optional ``comment`` of an appeal's JSON body; raise InvalidInput for a
+    body that is not JSON."""
     try:
         body = json.loads(request.body or b"{}")
     except ValueError:
         raise InvalidInput("The body must be JSON.", code="invalid_json") from None
-    comment = body.get("comment", "") if isinstance(body, dict) else ""
+    return body.get("comment", "") if isinstance(body, dict) else ""
+
+
+def _appeal(request: HttpRequest, event_id: int) -> dict[str, Any]:
+    """Authenticate and appeal the key's user's event ``event_id``."""
+    user = _api_user(request)
+    comment = _appeal_comment(request)
+    return appeal_json(appeal_create(user=user, event_id=event_id, comment=comment))
+
+
+def _completion_appeal(request: HttpRequest, completion_id: str) -> dict[str, Any]:
+    """Authenticate and appeal the cut of the key's user's completion
+    ``completion_id`` (``chatcmpl-`` and the job's UUID hex); raise NotFound for
+    another id, another user's completion or one output moderation did not cut."""
+    user = _api_user(request)
+    comment = _appeal_comment(request)
+    prefix, _, hex_id = completion_id.partition("-")
+    try:
+        if prefix != "chatcmpl":
+            raise ValueError(completion_id)
+        job_id = uuid.UUID(hex=hex_id)
+    except ValueError:
+        raise NotFound("This completion does not exist.") from None
+    event_id = answer_event_id(user=user, job_id=job_id)
     return appeal_json(appeal_create(user=user, event_id=event_id, comment=comment))
 
 
@@ -262,6 +286,23 @@ async def moderation_appeal(request: HttpRequest, event_id: int) -> HttpResponse
         return _wrong_method("POST")
     try:
         data = await db_brief(_appeal)(request, event_id)
+    except DomainError as exc:
+        return error_response(exc, openai=True)
+    return JsonResponse(data, status=201)
+
+
+@csrf_exempt
+@login_not_required
+@_request_count_headers
+async def completion_appeal(request: HttpRequest, completion_id: str) -> HttpResponse:
+    """``POST /v1/moderation/completions/<id>/appeal``: appeal the cut of one of the
+    key's user's completions by output moderation (the id is the completion's ``id``;
+    the cut answer's ``moderation.appeal_url``); 201, or 404 for an unknown id,
+    another user's completion or one that was not cut."""
+    if request.method != "POST":
+        return _wrong_method("POST")
+    try:
+        data = await db_brief(_completion_appeal)(request, completion_id)
     except DomainError as exc:
         return error_response(exc, openai=True)
     return JsonResponse(data, status=201)

@@ -8,6 +8,7 @@ resumed stream releases the same text; benign answers pass byte for byte."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from django.urls import reverse
 
 from conversations import services as chat
 from conversations.models import Message
+from conversations.openai import schemas
 from gateway import services as gateway_services
 from gateway.models import UsageRecord
 from inference import client as inference_client
@@ -136,6 +138,12 @@ def test_a_cut_answer_keeps_what_was_shown_names_the_category_and_can_be_appeale
     event = ModerationEvent.objects.get(job_id=str(answer_id))
     assert response.json()["appeal"]["moderation_event_id"] == event.pk
     assert Appeal.objects.get().event == event
+    # after a reload the appeal is shown as sent, not offered again
+    page = auth_client.get(
+        reverse("conversation-detail", args=[turn.conversation.id])
+    ).content.decode()
+    assert f'data-appeal-url="{appeal_url}"' not in page
+    assert "Appeal sent: staff will review this decision." in page
 
 
 def test_release_cuts_the_chat_answer_after_the_violating_window(
@@ -174,6 +182,13 @@ def test_the_api_stream_is_cut_with_content_filter_then_done(
     expected = CLEAN if mode == "hold" else CLEAN + VIOLENT
     assert content == expected
     assert chunks[-1]["choices"][0]["finish_reason"] == "content_filter"
+    cid = chunks[-1]["id"]
+    assert chunks[-1]["moderation"] == {
+        "reason": REASON,
+        "appeal_url": f"/v1/moderation/completions/{cid}/appeal",
+    }
+    assert all("moderation" not in c for c in chunks[:-1])
+    schemas.validate_chunk(chunks[-1])
     if mode == "hold":
         assert b"BOMB" not in result.body
     assert b"Then the answer" not in result.body
@@ -193,6 +208,48 @@ def test_a_non_streamed_api_answer_is_cut_with_content_filter(
     assert choice["message"]["content"] == CLEAN
     record = UsageRecord.objects.get(user=user)
     _assert_cut_and_billed(record.job_id, CLEAN)
+    schemas.validate_completion(result.json())
+    assert result.json()["moderation"]["reason"] == REASON
+
+
+def test_an_api_answer_cut_by_the_filter_is_appealed_with_its_completion_id(
+    user, other_user, api_key, start_worker
+):
+    """The cut completion's ``moderation.appeal_url`` appeals its output event (the
+    owner's key only); an id that is not a cut completion of the key's user is a 404."""
+    start_worker(ScriptedEngine(text=TEXT, delay_ms=10))
+    cut = asyncio.run(asgi("POST", "/v1/chat/completions", body=ask(), key=api_key))
+    url = cut.json()["moderation"]["appeal_url"]
+    other_key = gateway_services.api_key_create(user=other_user, name="other")[1]
+    stranger = asyncio.run(asgi("POST", url, body={}, key=other_key))
+    assert stranger.status == 404
+    schemas.validate_error(stranger.json())
+    assert not Appeal.objects.exists()
+
+    appealed = asyncio.run(
+        asgi("POST", url, body={"comment": "It was a recipe."}, key=api_key)
+    )
+    assert appealed.status == 201
+    event = ModerationEvent.objects.get(job_id=UsageRecord.objects.get().job_id)
+    assert appealed.json()["appeal"]["moderation_event_id"] == event.pk
+    appeal = Appeal.objects.get()
+    assert (appeal.event, appeal.user, appeal.comment) == (
+        event,
+        user,
+        "It was a recipe.",
+    )
+    # twice: the same appeal
+    again = asyncio.run(asgi("POST", url, body={}, key=api_key))
+    assert again.json()["appeal"]["id"] == appeal.pk and Appeal.objects.count() == 1
+
+    for bad in (
+        f"/v1/moderation/completions/chatcmpl-{uuid.uuid4().hex}/appeal",
+        "/v1/moderation/completions/chatcmpl-nothex/appeal",
+        "/v1/moderation/completions/cmpl-" + url.split("-")[1],
+    ):
+        response = asyncio.run(asgi("POST", bad, body={}, key=api_key))
+        assert response.status == 404, bad
+    assert asyncio.run(asgi("GET", url, key=api_key)).status == 405
 
 
 @pytest.mark.parametrize("mode", ["hold", "release"])
