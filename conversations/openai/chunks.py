@@ -28,7 +28,7 @@ def appeal_path(cid: str) -> str:
 
 
 def moderation_json(cid: str, reason: str) -> dict[str, Any]:
-    """The ``moderation`` object of an answer cut by the content filter
+    """The ``content_filter`` object of an answer cut by the content filter
     (``finish_reason: "content_filter"``): the sentence naming the category and the
     path to appeal the cut (POST, docs/safety.md "Appeals")."""
     return {
@@ -66,7 +66,7 @@ def chunk_json(
 
     ``created`` is in epoch seconds. With ``include_usage`` the chunk carries
     ``"usage": null``, as OpenAI's do when the final usage chunk is asked for.
-    ``moderation`` (:func:`moderation_json`) goes on the finish chunk of a cut answer.
+    ``content_filter`` (:func:`moderation_json`) goes on the finish chunk of a cut answer.
     """
     obj: dict[str, Any] = {
         "id": cid,
@@ -86,7 +86,7 @@ def chunk_json(
     if include_usage:
         obj["usage"] = None
     if moderation is not None:
-        obj["moderation"] = moderation
+        obj["content_filter"] = moderation
     return obj
 
 
@@ -111,7 +111,7 @@ def completion_json(
     moderation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return the non-streamed ``chat.completion`` (``created`` in epoch seconds);
-    ``moderation`` as for :func:`chunk_json`."""
+    ``content_filter`` as for :func:`chunk_json`."""
     obj: dict[str, Any] = {
         "id": cid,
         "object": "chat.completion",
@@ -133,7 +133,7 @@ def completion_json(
         "usage": usage_json(usage),
     }
     if moderation is not None:
-        obj["moderation"] = moderation
+        obj["content_filter"] = moderation
     return obj
 
 

@@ -117,7 +117,7 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
         # null on every chunk when the client asked for the final usage chunk
         "usage": Optional(_is(None)),
         # the finish chunk of an answer cut by output moderation
-        "moderation": Optional(_nested("moderation")),
+        "content_filter": Optional(_nested("content_filter")),
     },
     "chunk_choice": {
         "index": _is(0),
@@ -153,9 +153,9 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
         "system_fingerprint": _is(None),
         "choices": _list_of("completion_choice", length=1),
         "usage": _nested("usage"),
-        "moderation": Optional(_nested("moderation")),
+        "content_filter": Optional(_nested("content_filter")),
     },
-    "moderation": {
+    "content_filter": {
         "reason": lambda v: isinstance(v, str) and bool(v),
         "appeal_url": lambda v: (
             isinstance(v, str)

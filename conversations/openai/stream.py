@@ -163,7 +163,9 @@ async def completion_stream(
                 generation.model = outcome.model or generation.model
                 finish = chunk({}, outcome.openai_finish_reason)
                 if outcome.openai_finish_reason == CONTENT_FILTER:
-                    finish["moderation"] = chunks.moderation_json(cid, outcome.reason)
+                    finish["content_filter"] = chunks.moderation_json(
+                        cid, outcome.reason
+                    )
                 yield chunks.data_line(finish)
                 if include_usage:
                     yield chunks.data_line(

@@ -183,11 +183,11 @@ def test_the_api_stream_is_cut_with_content_filter_then_done(
     assert content == expected
     assert chunks[-1]["choices"][0]["finish_reason"] == "content_filter"
     cid = chunks[-1]["id"]
-    assert chunks[-1]["moderation"] == {
+    assert chunks[-1]["content_filter"] == {
         "reason": REASON,
         "appeal_url": f"/v1/moderation/completions/{cid}/appeal",
     }
-    assert all("moderation" not in c for c in chunks[:-1])
+    assert all("content_filter" not in c for c in chunks[:-1])
     schemas.validate_chunk(chunks[-1])
     if mode == "hold":
         assert b"BOMB" not in result.body
@@ -209,7 +209,7 @@ def test_a_non_streamed_api_answer_is_cut_with_content_filter(
     record = UsageRecord.objects.get(user=user)
     _assert_cut_and_billed(record.job_id, CLEAN)
     schemas.validate_completion(result.json())
-    assert result.json()["moderation"]["reason"] == REASON
+    assert result.json()["content_filter"]["reason"] == REASON
 
 
 def test_an_api_answer_cut_by_the_filter_is_appealed_with_its_completion_id(
@@ -219,7 +219,7 @@ def test_an_api_answer_cut_by_the_filter_is_appealed_with_its_completion_id(
     owner's key only); an id that is not a cut completion of the key's user is a 404."""
     start_worker(ScriptedEngine(text=TEXT, delay_ms=10))
     cut = asyncio.run(asgi("POST", "/v1/chat/completions", body=ask(), key=api_key))
-    url = cut.json()["moderation"]["appeal_url"]
+    url = cut.json()["content_filter"]["appeal_url"]
     other_key = gateway_services.api_key_create(user=other_user, name="other")[1]
     stranger = asyncio.run(asgi("POST", url, body={}, key=other_key))
     assert stranger.status == 404
