@@ -300,38 +300,23 @@ class TextVector:
         self.text = text
         self._vector: list[float] | None = None
         self._error: EmbeddingUnavailable | None = None
-        # companion texts embedded in the same request as ``text`` (see ``also``)
-        self._also: dict[str, list[float] | None] = {}
 
-    def also(self, text: str) -> None:
-        """Embed ``text`` in the same request as this one's, if that has not been made
-        yet (e.g. the window of the last user turns input moderation judges): a second
-        text in one batch costs far less than a second request. Read it with
-        :meth:`vector_of`."""
-        if self._vector is None and self._error is None and text != self.text:
-            self._also.setdefault(text, None)
-
-    def vector_of(self, text: str) -> list[float] | None:
-        """The vector of ``text`` when it was embedded with this one, else None."""
-        if text == self.text:
-            return self._vector
-        return self._also.get(text)
+    @property
+    def embedded(self) -> list[float] | None:
+        """The vector if it has been computed already, else None (never embeds)."""
+        return self._vector
 
     @property
     def vector(self) -> list[float]:
-        """The 384-d unit vector of ``text`` (embedded on first read, with the
-        companion texts of :meth:`also` in the same request)."""
+        """The 384-d unit vector of ``text`` (embedded on first read)."""
         if self._error is not None:
             raise self._error
         if self._vector is None:
-            extra = list(self._also)
             try:
-                vectors = embed_texts([self.text, *extra]).vectors
+                self._vector = embed_texts([self.text]).vectors[0]
             except EmbeddingUnavailable as exc:
                 self._error = exc
                 raise
-            self._vector = vectors[0]
-            self._also.update(zip(extra, vectors[1:], strict=True))
         return self._vector
 
     def get(self) -> list[float] | None:

@@ -45,7 +45,7 @@ def query_vectors(query: TextVector | None) -> dict[str, list[float]]:
     :func:`safety.windows.window_turns` gives the turns), or nothing."""
     if query is None or query.error is not None:
         return {}
-    vector = query.vector_of(query.text)
+    vector = query.embedded
     return {query.text.strip(): vector} if vector is not None else {}
 
 

@@ -1,5 +1,5 @@
-"""A turn's shared TextVector embeds the texts registered with ``also`` (the window of
-the last user turns input moderation judges) in the same request as its own."""
+"""A turn's shared TextVector embeds its text once, on first read, and says what it
+already has without embedding (``embedded``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from inference import embeddings
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("embedding_worker")]
 
 
-def test_companion_texts_are_embedded_in_the_same_request(monkeypatch):
+def test_the_text_is_embedded_once_on_first_read(monkeypatch):
     requests: list[list[str]] = []
     original = embeddings.embed_texts
 
@@ -20,14 +20,27 @@ def test_companion_texts_are_embedded_in_the_same_request(monkeypatch):
         return original(texts, **options)
 
     monkeypatch.setattr(embeddings, "embed_texts", spy)
-    query = embeddings.TextVector("How deep?")
-    query.also("When should I plant tulips?\nHow deep?")
-    assert query.vector_of("When should I plant tulips?\nHow deep?") is None
-    query.get()
-    assert requests == [["How deep?", "When should I plant tulips?\nHow deep?"]]
-    alone = original(["When should I plant tulips?\nHow deep?"]).vectors[0]
-    together = query.vector_of("When should I plant tulips?\nHow deep?")
-    assert together is not None
-    assert np.allclose(together, alone, atol=1e-4)
-    query.also("too late")  # after the request: not embedded, never waited for
-    assert query.vector_of("too late") is None and len(requests) == 1
+    query = embeddings.TextVector("When should I plant tulips?")
+    assert query.embedded is None and requests == []
+    first = query.get()
+    assert first is not None and query.vector == first and query.embedded == first
+    assert requests == [["When should I plant tulips?"]]
+    alone = original(["When should I plant tulips?"]).vectors[0]
+    assert np.allclose(first, alone, atol=1e-4)
+
+
+def test_an_unavailable_embedding_is_remembered_not_waited_for_again(monkeypatch):
+    calls = 0
+
+    def down(texts, **options):
+        nonlocal calls
+        calls += 1
+        raise embeddings.EmbeddingUnavailable("no worker")
+
+    monkeypatch.setattr(embeddings, "embed_texts", down)
+    query = embeddings.TextVector("hello")
+    assert query.get() is None and query.get() is None
+    assert calls == 1 and isinstance(query.error, embeddings.EmbeddingUnavailable)
+    with pytest.raises(embeddings.EmbeddingUnavailable):
+        _ = query.vector
+    assert query.embedded is None
