@@ -11,6 +11,7 @@ Standard library only.
 from __future__ import annotations
 
 import gzip
+import html
 import re
 from collections.abc import Iterator
 from html.parser import HTMLParser
@@ -251,3 +252,74 @@ def roff_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
             block.append(line.rstrip() if code else line.strip())
     if block:
         yield ("\n".join(block) if code else " ".join(block)), code
+
+
+# POD formatting codes: ``C<< a->b >>`` (two or more brackets, spaces inside) first,
+# then the innermost ``X<...>``; ``X<>``/``Z<>`` (index entries) drop, ``L<text|to>``
+# keeps its text, ``E<lt>`` is an entity.
+_POD_WIDE = re.compile(r"([A-Z])(<{2,})\s+(.*?)\s+(>{2,})", re.S)
+_POD_CODE = re.compile(r"([A-Z])<([^<>]*)>")
+_POD_ESC = {"lt": "<", "gt": ">", "verbar": "|", "sol": "/"}
+# commands whose paragraph is text: headings and list items; the others are dropped
+_POD_TEXT = frozenset("head1 head2 head3 head4 item".split())
+
+
+def _pod_code(match: re.Match[str]) -> str:
+    code, inner = match.group(1), match.group(2)
+    if code in "XZ":
+        return ""
+    if code == "E":
+        if inner.isdigit() or inner.lower().startswith("0x"):
+            return chr(int(inner, 0))
+        return _POD_ESC.get(inner, html.unescape(f"&{inner};"))
+    if code == "L":
+        text, bar, target = inner.partition("|")
+        if bar or "://" in inner:
+            return text
+        name, _, section = inner.partition("/")
+        section = section.strip('"')
+        return f'"{section}" in {name}' if name and section else section or name
+    return inner
+
+
+def _pod_wide(match: re.Match[str]) -> str:
+    return "" if match.group(1) in "XZ" else match.group(3)
+
+
+def pod_text(text: str) -> str:
+    """``text`` with its POD formatting codes (``C<...>``, ``C<< ... >>``,
+    ``L<text|target>``, ``L<perlfunc/open>``, ``E<gt>`` ...) reduced to what they
+    show; index entries (``X<...>``) dropped."""
+    text = _POD_WIDE.sub(_pod_wide, text)
+    while True:
+        reduced = _POD_CODE.sub(_pod_code, text)
+        if reduced == text:
+            return reduced
+        text = reduced
+
+
+def pod_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
+    """Paragraphs of a POD file (Perl's ``perlfaq*.pod``): blank-line separated; a
+    paragraph that starts indented is verbatim (code); ``=head``/``=item`` give their
+    text (a FAQ's question); other commands and ``=begin``/``=for`` blocks drop."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    skipping = False
+    for para in re.split(r"\n[ \t]*\n", text):
+        if not para.strip():
+            continue
+        if para.startswith("="):
+            command, _, rest = para[1:].partition(" ")
+            command = command.split("\n")[0]
+            if command == "begin":
+                skipping = True
+            elif command == "end":
+                skipping = False
+            elif command in _POD_TEXT and not skipping:
+                yield pod_text(" ".join(rest.split())), False
+            continue
+        if skipping:
+            continue
+        if para[0] in " \t":
+            yield "\n".join(line.rstrip() for line in para.splitlines()), True
+        else:
+            yield pod_text(" ".join(para.split())), False

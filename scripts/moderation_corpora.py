@@ -42,6 +42,7 @@ if (
 from scripts.corpus_readers import (  # noqa: E402
     adoc_paragraphs,
     html_paragraphs,
+    pod_paragraphs,
     roff_paragraphs,
     rst_paragraphs,
 )
@@ -59,7 +60,7 @@ MAINT_GUIDE = Path("/usr/share/doc/maint-guide/html")
 HANDBOOK = Path("/usr/share/doc/debian-handbook/html/en-US")
 SEED = 24
 # The perturbation set's seed: a new one for each new evaluation side.
-PERTURBED_SEED = 2412
+PERTURBED_SEED = 2512
 MIN_WORDS, MAX_CHARS = 3, 600
 PERTURBED_FROM_CORPORA = 2000
 # fortune files named before this train, the others evaluate (art ... kids | law ... zippy)
@@ -130,16 +131,24 @@ def _files(root: Path, pattern: str) -> list[Path]:
     return found
 
 
-def _manpages_files() -> list[Path]:
-    """Sections 2-7 of the ``manpages`` package (its dpkg file list), not every page
-    that other packages installed."""
-    listing = Path("/var/lib/dpkg/info/manpages.list")
+def _package_files(package: str, pattern: str) -> list[Path]:
+    """The files of Debian package ``package`` (its dpkg file list, so not what other
+    packages put beside them, nor a second path through a symlink) whose path matches
+    the regular expression ``pattern``, sorted."""
+    listing = Path(f"/var/lib/dpkg/info/{package}.list")
     if not listing.exists():
-        raise FileNotFoundError("install the manpages package")
+        raise FileNotFoundError(f"install the {package} package")
     names = listing.read_text().split()
-    return sorted(
-        Path(n) for n in names if re.match(r"/usr/share/man/man[2-7]/.+\.gz$", n)
-    )
+    found = sorted(Path(n) for n in names if re.match(pattern, n))
+    if not found:
+        raise FileNotFoundError(f"no file of {package} matches {pattern}")
+    return found
+
+
+def _manpages_files() -> list[Path]:
+    """Sections 2-7 of the ``manpages`` package, not every page that other packages
+    installed."""
+    return _package_files("manpages", r"/usr/share/man/man[2-7]/.+\.gz$")
 
 
 def _fortune_files(train: bool) -> list[Path]:
@@ -196,6 +205,38 @@ SOURCES: dict[
         lambda: _files(HANDBOOK, "*.html"),
         html_paragraphs,
         1500,
+    ),
+    # the evaluation side of the third claim (2026-12-04)
+    "eval_perl_faq": (
+        lambda: _package_files(
+            "perl-doc", r"/usr/share/perl/[\d.]+/pod/perlfaq\d\.pod$"
+        ),
+        pod_paragraphs,
+        1500,
+    ),
+    "eval_postgresql_doc": (
+        lambda: _package_files(
+            "postgresql-doc-15", r"/usr/share/doc/postgresql-doc-15/html/[^/]+\.html$"
+        ),
+        html_paragraphs,
+        1500,
+    ),
+    "eval_sqlite_doc": (
+        lambda: _package_files("sqlite3-doc", r"/usr/share/doc/sqlite3/[^/]+\.html$"),
+        html_paragraphs,
+        1200,
+    ),
+    "eval_bash_reference": (
+        lambda: _package_files("bash-doc", r"/usr/share/doc/bash/bashref\.html$"),
+        html_paragraphs,
+        1200,
+    ),
+    "eval_gnu_standards": (
+        lambda: _package_files(
+            "gnu-standards", r"/usr/share/doc/gnu-standards/(standards|maintain)\.html$"
+        ),
+        html_paragraphs,
+        1200,
     ),
 }
 # The training side in the order its files joined it. A file that joined in a later
@@ -289,10 +330,13 @@ def main() -> None:
     perturbed_write(args.out)
 
 
-def perturbed_write(out: Path) -> None:
-    """Write ``perturbed.jsonl``: ``PERTURBED_FROM_CORPORA`` texts drawn from the
-    evaluation files plus every text of the everyday held-out set, each with one piece
-    of noise (:func:`safety.perturbation.perturbation_set`)."""
+def perturbed_rows(out: Path, everyday: Path | None = None) -> list[dict[str, object]]:
+    """Return the rows of ``perturbed.jsonl``: ``PERTURBED_FROM_CORPORA`` texts drawn
+    from the evaluation files in ``out``, then every text of ``everyday`` (the everyday
+    held-out set; ``safety.dataset.EVERYDAY_HELDOUT_SET`` when None), each with one
+    piece of noise (:func:`safety.perturbation.perturbation_set`, seed
+    ``PERTURBED_SEED``)."""
+    from safety.dataset import EVERYDAY_HELDOUT_SET
     from safety.perturbation import perturbation_set
 
     texts = [
@@ -300,16 +344,23 @@ def perturbed_write(out: Path) -> None:
         for name in sorted(EVALUATION)
         for line in (out / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
     ]
-    everyday = ROOT / "safety" / "data" / "moderation_everyday_heldout.jsonl"
     rows = perturbation_set(texts, seed=PERTURBED_SEED, size=PERTURBED_FROM_CORPORA)
     rows += perturbation_set(
         [
             json.loads(line)["text"]
-            for line in everyday.read_text().splitlines()
+            for line in (everyday or EVERYDAY_HELDOUT_SET)
+            .read_text(encoding="utf-8")
+            .splitlines()
             if line
         ],
         seed=PERTURBED_SEED,
     )
+    return rows
+
+
+def perturbed_write(out: Path) -> None:
+    """Write ``perturbed.jsonl`` into ``out`` (:func:`perturbed_rows`)."""
+    rows = perturbed_rows(out)
     with (out / "perturbed.jsonl").open("w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
