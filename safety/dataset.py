@@ -51,7 +51,16 @@ TRAIN_CORPORA = tuple(
         "debian_handbook",
     )
 )
-EVAL_CORPORA: tuple[Path, ...] = ()
+EVAL_CORPORA = tuple(
+    CORPORA_DIR / f"eval_{n}.jsonl"
+    for n in (
+        "perl_faq",
+        "postgresql_doc",
+        "sqlite_doc",
+        "bash_reference",
+        "gnu_standards",
+    )
+)
 PERTURBED_SET = CORPORA_DIR / "perturbed.jsonl"
 
 TAG_SENSITIVE = "sensitive"

@@ -1,25 +1,26 @@
 """Build the benign corpora of the moderation classifier from text nobody here wrote.
 
-    python scripts/moderation_corpora.py [--out safety/data/corpora]
+    python scripts/moderation_corpora.py [--out safety/data/corpora] [--perturbed-only]
 
-Reads documentation that Debian packages install (``apt-get install python3-doc
-debian-faq manpages fortunes-min fortunes debian-reference-en developers-reference
-git-doc maint-guide debian-handbook``) and writes one JSONL file per source
-(``text``, ``labels`` ``[]``, ``tags`` ``["corpus", "<kind>"]``; kind is
-``sentence``, ``question``, ``paragraph`` or ``code``), each a seeded sample of at
-most its quota, sorted as drawn, so a rerun on the same package versions writes the
-same files. Then the perturbation set (:mod:`safety.perturbation`) from the
-evaluation files and the everyday held-out set.
+Reads documentation that Debian packages install (``apt-get install`` the packages
+named in safety/data/README.md) and writes one JSONL file per source (``text``,
+``labels`` ``[]``, ``tags`` ``["corpus", "<kind>"]``; kind is ``sentence``,
+``question``, ``paragraph`` or ``code``), each a seeded sample of at most its quota,
+sorted as drawn, so a rerun on the same package versions writes the same files. Then
+the perturbation set (:mod:`safety.perturbation`) from the evaluation files and the
+everyday held-out set; ``--perturbed-only`` rebuilds just that from the files in
+``--out``.
 
 Sources (``SOURCES``): the *training* side (``train_*``: hard negatives for
 ``moderation_train``) are the Linux man pages (``manpages``, sections 2-7), the Python
 library reference and HOWTOs, tutorial and FAQ (``python3-doc``), the Debian FAQ
-(``debian-faq``) and the non-offensive fortunes (``fortunes-min``, ``fortunes``; the
-offensive set, ``fortunes-off``, is not read); the *evaluation* side (``eval_*``: only
-ever measured) is the Debian Reference, the Developer's Reference, git's
-documentation, the New Maintainers' Guide and the Debian Administrator's Handbook
-(English). A source moves from evaluation to training once its figures were looked
-at (safety/data/README.md). Raises ``FileNotFoundError`` when a package is missing.
+(``debian-faq``), the non-offensive fortunes (``fortunes-min``, ``fortunes``; the
+offensive set, ``fortunes-off``, is not read), the Debian Reference, the Developer's
+Reference, git's documentation, the New Maintainers' Guide and the Debian
+Administrator's Handbook (English); the *evaluation* side (``eval_*``: only ever
+measured) is listed in ``SOURCES`` after them. A source moves from evaluation to
+training once its figures were looked at (safety/data/README.md). Raises
+``FileNotFoundError`` when a package is missing.
 """
 
 from __future__ import annotations
@@ -38,7 +39,13 @@ if (
 ):  # run as `python scripts/moderation_corpora.py`: the repo root first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.corpus_readers import adoc_paragraphs, html_paragraphs  # noqa: E402
+from scripts.corpus_readers import (  # noqa: E402
+    adoc_paragraphs,
+    html_paragraphs,
+    pod_paragraphs,
+    roff_paragraphs,
+    rst_paragraphs,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "safety" / "data" / "corpora"
@@ -53,31 +60,13 @@ MAINT_GUIDE = Path("/usr/share/doc/maint-guide/html")
 HANDBOOK = Path("/usr/share/doc/debian-handbook/html/en-US")
 SEED = 24
 # The perturbation set's seed: a new one for each new evaluation side.
-PERTURBED_SEED = 2412
+PERTURBED_SEED = 2512
 MIN_WORDS, MAX_CHARS = 3, 600
 PERTURBED_FROM_CORPORA = 2000
 # fortune files named before this train, the others evaluate (art ... kids | law ... zippy)
 FORTUNES_SPLIT = "l"
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(])")
-_RST_ROLE = re.compile(r":[\w:.-]+:`~?!?([^`<]*?)(?:\s*<[^>]*>)?`")
-_RST_LINK = re.compile(r"`([^`<]+?)\s*<[^>]+>`__?")
-_RST_MARK = re.compile(r"``|\*\*|(?<!\w)\*(?=\w)|(?<=\w)\*(?!\w)|`_?_?")
-_ROFF_FONT = re.compile(r"\\f(?:\[[^\]]*\]|\(..|.)")
-# macros that end a paragraph (``nf``/``EX`` start a code block), and macros whose
-# arguments are text
-_ROFF_BREAKS = frozenset(
-    "nf EX fi EE PP P LP SH SS TP IP TH sp br RS RE in TS TE".split()
-)
-_ROFF_TEXT = frozenset("B I BR IR RB RI BI IB SM UR MT".split())
-_ROFF_ESC = {
-    r"\-": "-",
-    r"\e": "\\",
-    r"\&": "",
-    r"\(em": "--",
-    r"\(en": "-",
-    "\\ ": " ",
-}
 
 
 def _units(paragraphs: Iterator[tuple[str, bool]]) -> Iterator[tuple[str, str]]:
@@ -97,101 +86,6 @@ def _units(paragraphs: Iterator[tuple[str, bool]]) -> Iterator[tuple[str, str]]:
         for sentence in _SENTENCE_END.split(para):
             if len(sentence.split()) >= MIN_WORDS and len(sentence) <= MAX_CHARS:
                 yield sentence, "question" if sentence.endswith("?") else "sentence"
-
-
-def rst_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
-    """Paragraphs of a reStructuredText file (Sphinx's ``_sources``): prose with roles
-    and markup reduced to their text, and literal blocks (after ``::`` or ``>>>``)."""
-    block: list[str] = []
-    code = False
-    in_literal = False
-    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        line = raw.rstrip()
-        stripped = line.strip()
-        indented = line.startswith((" ", "\t"))
-        if not stripped:
-            if block and not in_literal:
-                yield "\n".join(block) if code else " ".join(block), code
-                block, code = [], False
-            continue
-        if in_literal and not indented:
-            if block:
-                yield "\n".join(block), True
-            block, code, in_literal = [], False, False
-        if in_literal:
-            block.append(
-                line.strip()
-                if not block
-                else line[4:]
-                if line[:4] == "    "
-                else stripped
-            )
-            continue
-        if re.fullmatch(r"([=\-~^*+#\"'])\1{2,}", stripped) or stripped.startswith(
-            ".. "
-        ):
-            continue
-        if stripped.startswith(":") and re.match(r":\w+:", stripped) and not indented:
-            continue
-        if stripped.startswith(">>>"):
-            code = True
-            block.append(stripped)
-            continue
-        text = _RST_MARK.sub("", _RST_LINK.sub(r"\1", _RST_ROLE.sub(r"\1", stripped)))
-        if text.endswith("::"):
-            text = text[:-1]
-            block.append(text)
-            yield " ".join(block), False
-            block, code, in_literal = [], False, True
-            continue
-        block.append(text)
-    if block:
-        yield (
-            "\n".join(block) if code or in_literal else " ".join(block),
-            code or in_literal,
-        )
-
-
-def roff_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
-    """Paragraphs of a man page (roff source, gzipped): macro arguments kept as text,
-    fonts and escapes dropped, ``.nf``/``.EX`` blocks as code."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        lines = f.read().splitlines()
-    block: list[str] = []
-    code = False
-    for raw in lines:
-        line = _ROFF_FONT.sub("", raw)
-        for esc, rep in _ROFF_ESC.items():
-            line = line.replace(esc, rep)
-        if line.startswith(('.\\"', "'\\\"", '.\\"')) or line.startswith(".so "):
-            continue
-        if line.startswith((".", "'")):
-            macro, _, args = line[1:].partition(" ")
-            if macro in _ROFF_BREAKS:
-                if block:
-                    yield ("\n".join(block) if code else " ".join(block)), code
-                block = []
-                code = macro in ("nf", "EX") or (
-                    code and macro not in ("fi", "EE", "SH", "SS")
-                )
-                if macro == "IP" and args:
-                    continue
-                continue
-            if macro in _ROFF_TEXT:
-                args = args.replace('"', "")
-                line = (
-                    "".join(args.split())
-                    if macro in ("BR", "IR", "RB", "RI", "BI", "IB")
-                    and len(args.split()) <= 3
-                    else args
-                )
-            else:
-                continue
-        if line.strip():
-            block.append(line.rstrip() if code else line.strip())
-    if block:
-        yield ("\n".join(block) if code else " ".join(block)), code
 
 
 def faq_paragraphs(path: Path) -> Iterator[tuple[str, bool]]:
@@ -237,16 +131,24 @@ def _files(root: Path, pattern: str) -> list[Path]:
     return found
 
 
-def _manpages_files() -> list[Path]:
-    """Sections 2-7 of the ``manpages`` package (its dpkg file list), not every page
-    that other packages installed."""
-    listing = Path("/var/lib/dpkg/info/manpages.list")
+def _package_files(package: str, pattern: str) -> list[Path]:
+    """The files of Debian package ``package`` (its dpkg file list, so not what other
+    packages put beside them, nor a second path through a symlink) whose path matches
+    the regular expression ``pattern``, sorted."""
+    listing = Path(f"/var/lib/dpkg/info/{package}.list")
     if not listing.exists():
-        raise FileNotFoundError("install the manpages package")
+        raise FileNotFoundError(f"install the {package} package")
     names = listing.read_text().split()
-    return sorted(
-        Path(n) for n in names if re.match(r"/usr/share/man/man[2-7]/.+\.gz$", n)
-    )
+    found = sorted(Path(n) for n in names if re.match(pattern, n))
+    if not found:
+        raise FileNotFoundError(f"no file of {package} matches {pattern}")
+    return found
+
+
+def _manpages_files() -> list[Path]:
+    """Sections 2-7 of the ``manpages`` package, not every page that other packages
+    installed."""
+    return _package_files("manpages", r"/usr/share/man/man[2-7]/.+\.gz$")
 
 
 def _fortune_files(train: bool) -> list[Path]:
@@ -256,8 +158,8 @@ def _fortune_files(train: bool) -> list[Path]:
     return [p for p in files if (p.name < FORTUNES_SPLIT) == train]
 
 
-# name -> (files, reader, quota), in build order: a text already written by an
-# earlier file of the other side is left out (``main``)
+# name -> (files, reader, quota); ``train_*`` the training side, ``eval_*`` the
+# evaluation side (built in this order, each filtered as ``corpora_write`` says)
 SOURCES: dict[
     str,
     tuple[Callable[[], list[Path]], Callable[[Path], Iterator[tuple[str, bool]]], int],
@@ -282,34 +184,92 @@ SOURCES: dict[
     ),
     "train_python_faq": (lambda: _files(PYDOC, "faq/*.rst.txt"), rst_paragraphs, 1500),
     "train_fortunes_late": (lambda: _fortune_files(False), fortune_paragraphs, 2000),
-    "eval_debian_reference": (
+    # the evaluation side of the second claim (2026-12-04), looked at: now training
+    "train_debian_reference": (
         lambda: _files(DEBIAN_REFERENCE, "*.en.html"),
         html_paragraphs,
         1500,
     ),
-    "eval_developers_reference": (
+    "train_developers_reference": (
         lambda: _files(DEVELOPERS_REFERENCE, "*.rst.txt"),
         rst_paragraphs,
         1200,
     ),
-    "eval_git_doc": (lambda: _files(GIT_DOC, "*.txt"), adoc_paragraphs, 1500),
-    "eval_maint_guide": (
+    "train_git_doc": (lambda: _files(GIT_DOC, "*.txt"), adoc_paragraphs, 1500),
+    "train_maint_guide": (
         lambda: _files(MAINT_GUIDE, "*.en.html"),
         html_paragraphs,
         800,
     ),
-    "eval_debian_handbook": (lambda: _files(HANDBOOK, "*.html"), html_paragraphs, 1500),
+    "train_debian_handbook": (
+        lambda: _files(HANDBOOK, "*.html"),
+        html_paragraphs,
+        1500,
+    ),
+    # the evaluation side of the third claim (2026-12-04)
+    "eval_perl_faq": (
+        lambda: _package_files(
+            "perl-doc", r"/usr/share/perl/[\d.]+/pod/perlfaq\d\.pod$"
+        ),
+        pod_paragraphs,
+        1500,
+    ),
+    "eval_postgresql_doc": (
+        lambda: _package_files(
+            "postgresql-doc-15", r"/usr/share/doc/postgresql-doc-15/html/[^/]+\.html$"
+        ),
+        html_paragraphs,
+        1500,
+    ),
+    "eval_sqlite_doc": (
+        lambda: _package_files("sqlite3-doc", r"/usr/share/doc/sqlite3/[^/]+\.html$"),
+        html_paragraphs,
+        1200,
+    ),
+    "eval_bash_reference": (
+        lambda: _package_files("bash-doc", r"/usr/share/doc/bash/bashref\.html$"),
+        html_paragraphs,
+        1200,
+    ),
+    "eval_gnu_standards": (
+        lambda: _package_files(
+            "gnu-standards", r"/usr/share/doc/gnu-standards/(standards|maintain)\.html$"
+        ),
+        html_paragraphs,
+        1200,
+    ),
 }
-# The training files of the first claim, which were built unfiltered; the files moved
-# from its evaluation side were filtered against these only (their texts are kept as
-# they were), the evaluation side is filtered against every training file.
-FIRST_TRAINING = ("train_manpages", "train_python_library", "train_fortunes")
+# The training side in the order its files joined it. A file that joined in a later
+# round was built as evaluation, filtered against the rounds before it only, and keeps
+# those texts.
+TRAINING_ROUNDS: tuple[tuple[str, ...], ...] = (
+    ("train_manpages", "train_python_library", "train_fortunes"),
+    (
+        "train_debian_faq",
+        "train_python_tutorial",
+        "train_python_faq",
+        "train_fortunes_late",
+    ),
+    (
+        "train_debian_reference",
+        "train_developers_reference",
+        "train_git_doc",
+        "train_maint_guide",
+        "train_debian_handbook",
+    ),
+)
+EVALUATION = tuple(n for n in SOURCES if n.startswith("eval_"))
 # A moved file keeps the sample it had under its first name (the seed names it).
 SAMPLED_AS = {
     "train_debian_faq": "eval_debian_faq",
     "train_python_tutorial": "eval_python_tutorial",
     "train_python_faq": "eval_python_faq",
     "train_fortunes_late": "eval_fortunes",
+    "train_debian_reference": "eval_debian_reference",
+    "train_developers_reference": "eval_developers_reference",
+    "train_git_doc": "eval_git_doc",
+    "train_maint_guide": "eval_maint_guide",
+    "train_debian_handbook": "eval_debian_handbook",
 }
 
 
@@ -333,53 +293,74 @@ def corpus_build(name: str) -> list[dict[str, object]]:
     ]
 
 
+def corpora_write(out: Path) -> None:
+    """Write one ``<name>.jsonl`` a source into ``out``. A training file is filtered
+    against the texts of the rounds before its own (``TRAINING_ROUNDS``), an evaluation
+    file against every training file and the evaluation files before it, so the two
+    sides never share a text (the same fortune in two files, a sentence quoted twice).
+    """
+    written: set[str] = set()
+    for names in (*TRAINING_ROUNDS, *((n,) for n in EVALUATION)):
+        added: set[str] = set()
+        for name in names:
+            rows = [
+                r for r in corpus_build(name) if str(r["text"]).lower() not in written
+            ]
+            added |= {str(r["text"]).lower() for r in rows}
+            with (out / f"{name}.jsonl").open("w", encoding="utf-8") as f:
+                for row in rows:
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            print(f"{name}: {len(rows)} texts")
+        written |= added
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--perturbed-only",
+        action="store_true",
+        help="rebuild only perturbed.jsonl from the evaluation files in --out and "
+        "the everyday held-out set",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    first: set[str] = set()
-    training: set[str] = set()
-    # the training side first: a text found in both (the same fortune in two files)
-    # is left out of the later file, so the two sides never share a text
-    for name in SOURCES:
-        rows = corpus_build(name)
-        if name in FIRST_TRAINING:
-            first |= {str(r["text"]).lower() for r in rows}
-        else:
-            earlier = training if name.startswith("eval_") else first
-            rows = [r for r in rows if str(r["text"]).lower() not in earlier]
-        if name.startswith("train_"):
-            training |= {str(r["text"]).lower() for r in rows}
-        with (args.out / f"{name}.jsonl").open("w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        print(f"{name}: {len(rows)} texts")
+    if not args.perturbed_only:
+        corpora_write(args.out)
     perturbed_write(args.out)
 
 
-def perturbed_write(out: Path) -> None:
-    """Write ``perturbed.jsonl``: ``PERTURBED_FROM_CORPORA`` texts drawn from the
-    evaluation files plus every text of the everyday held-out set, each with one piece
-    of noise (:func:`safety.perturbation.perturbation_set`)."""
+def perturbed_rows(out: Path, everyday: Path | None = None) -> list[dict[str, object]]:
+    """Return the rows of ``perturbed.jsonl``: ``PERTURBED_FROM_CORPORA`` texts drawn
+    from the evaluation files in ``out``, then every text of ``everyday`` (the everyday
+    held-out set; ``safety.dataset.EVERYDAY_HELDOUT_SET`` when None), each with one
+    piece of noise (:func:`safety.perturbation.perturbation_set`, seed
+    ``PERTURBED_SEED``)."""
+    from safety.dataset import EVERYDAY_HELDOUT_SET
     from safety.perturbation import perturbation_set
 
     texts = [
         json.loads(line)["text"]
-        for name in sorted(SOURCES)
-        if name.startswith("eval_")
+        for name in sorted(EVALUATION)
         for line in (out / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
     ]
-    everyday = ROOT / "safety" / "data" / "moderation_everyday_heldout.jsonl"
     rows = perturbation_set(texts, seed=PERTURBED_SEED, size=PERTURBED_FROM_CORPORA)
     rows += perturbation_set(
         [
             json.loads(line)["text"]
-            for line in everyday.read_text().splitlines()
+            for line in (everyday or EVERYDAY_HELDOUT_SET)
+            .read_text(encoding="utf-8")
+            .splitlines()
             if line
         ],
         seed=PERTURBED_SEED,
     )
+    return rows
+
+
+def perturbed_write(out: Path) -> None:
+    """Write ``perturbed.jsonl`` into ``out`` (:func:`perturbed_rows`)."""
+    rows = perturbed_rows(out)
     with (out / "perturbed.jsonl").open("w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,8 +18,23 @@ from safety.classifiers.features import (
     ids_removed,
     ngram_features,
 )
-from safety.dataset import EVAL_CORPORA, PERTURBED_SET, TRAIN_CORPORA, examples_load
+from safety.dataset import (
+    CORPORA_DIR,
+    EVAL_CORPORA,
+    EVERYDAY_HELDOUT_SET,
+    PERTURBED_SET,
+    TRAIN_CORPORA,
+    examples_load,
+)
 from safety.perturbation import KINDS, perturb, perturbation_set
+from scripts.corpus_readers import pod_paragraphs
+from scripts.moderation_corpora import (
+    EVALUATION,
+    PERTURBED_SEED,
+    SOURCES,
+    TRAINING_ROUNDS,
+    perturbed_rows,
+)
 
 # Benign messages of the issue, refused by the previous model with an id added.
 ISSUE_TEXTS = [
@@ -31,19 +48,59 @@ ISSUE_TEXTS = [
 
 
 def test_the_evaluation_corpora_hold_5000_texts_none_shared_with_training() -> None:
-    evaluation = {e.text.lower() for p in EVAL_CORPORA for e in examples_load(p)}
+    rows = [e for p in EVAL_CORPORA for e in examples_load(p)]
+    evaluation = {e.text.lower() for e in rows}
     training = {e.text.lower() for p in TRAIN_CORPORA for e in examples_load(p)}
     assert len(evaluation) >= 5000
+    assert len(evaluation) == len(rows)  # no text in two evaluation files either
     assert evaluation.isdisjoint(training)
-    assert all(e.benign for p in EVAL_CORPORA for e in examples_load(p))
+    assert all(e.benign for e in rows)
 
 
-def test_the_perturbation_set_is_the_seeded_one() -> None:
-    rows = examples_load(PERTURBED_SET)
+def test_the_corpora_on_disk_are_the_sources_the_script_builds() -> None:
+    trained = [name for names in TRAINING_ROUNDS for name in names]
+    assert [p.stem for p in TRAIN_CORPORA] == trained
+    assert [p.stem for p in EVAL_CORPORA] == list(EVALUATION)
+    assert set(SOURCES) == {*trained, *EVALUATION}
+    assert all(n.startswith("train_") for n in trained)
+    on_disk = {p.name for p in CORPORA_DIR.glob("*.jsonl")}
+    assert on_disk == {p.name for p in (*TRAIN_CORPORA, *EVAL_CORPORA, PERTURBED_SET)}
+
+
+def test_the_perturbation_set_is_the_seeded_one_of_the_evaluation_side() -> None:
+    rows = [json.loads(line) for line in PERTURBED_SET.read_text().splitlines()]
     assert len(rows) >= 2000
+    assert rows == perturbed_rows(CORPORA_DIR)  # rerun --perturbed-only if not
+    evaluation = {e.text for p in EVAL_CORPORA for e in examples_load(p)}
+    everyday = {e.text for e in examples_load(EVERYDAY_HELDOUT_SET)}
+    assert {str(r["base"]) for r in rows} <= evaluation | everyday
+    assert PERTURBED_SEED != 2412  # each evaluation side gets a seed of its own
     again = perturbation_set(["Count to five"] * 3, seed=7)
     assert again == perturbation_set(["Count to five"] * 3, seed=7)
     assert {r["tags"][1] for r in perturbation_set(ISSUE_TEXTS * 20)} == set(KINDS)
+
+
+def test_pod_paragraphs_give_questions_prose_and_verbatim_code(tmp_path: Path) -> None:
+    pod = tmp_path / "perlfaq0.pod"
+    pod.write_text(
+        "=head1 NAME\n\nperlfaq0 - Z<>tests\n\n"
+        "=head2 How do I sort a hash by value?X<sort>\n\n"
+        "Use C<< $h{$a} <=> $h{$b} >> with B<sort>, see L<perlfunc/sort> and\n"
+        "L<the manual|perlop>: E<lt>3E<gt>.\n\n"
+        "    my @keys = sort { $h{$a} <=> $h{$b} } keys %h;\n"
+        "    print @keys;\n\n"
+        "=begin html\n\n<p>dropped</p>\n\n=end html\n\n=cut\n"
+    )
+    assert list(pod_paragraphs(pod)) == [
+        ("NAME", False),
+        ("perlfaq0 - tests", False),
+        ("How do I sort a hash by value?", False),
+        (
+            'Use $h{$a} <=> $h{$b} with sort, see "sort" in perlfunc and the manual: <3>.',
+            False,
+        ),
+        ("    my @keys = sort { $h{$a} <=> $h{$b} } keys %h;\n    print @keys;", True),
+    ]
 
 
 @given(
