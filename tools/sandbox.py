@@ -12,6 +12,7 @@ lists what the sandbox allows and refuses, and the settings.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -33,6 +34,10 @@ __all__ = [
 ]
 
 MIB = 1 << 20
+# How the launcher chain reports that it could not start the sandbox (exit status 1,
+# e.g. "bwrap: No permissions to create a new namespace" where the kernel refuses user
+# namespaces).
+LAUNCHER_ERROR = re.compile(r"(bwrap|setpriv|prlimit): ")
 
 
 @dataclass(frozen=True)
@@ -121,8 +126,8 @@ def python_run(code: str, *, limits: SandboxLimits | None = None) -> SandboxResu
 
     ``limits`` default to the Django settings (:meth:`SandboxLimits.from_settings`).
     Raises :class:`ValueError` when ``code`` is over ``code_bytes`` (UTF-8) and
-    :class:`SandboxUnavailable` when bwrap, prlimit or setpriv is missing or the uid
-    is root. What the code does (an exception, a kill) is in the result, not raised.
+    :class:`SandboxUnavailable` when bwrap, prlimit or setpriv is missing, the uid
+    is root, or the chain reports that it could not start the sandbox. What the code does (an exception, a kill) is in the result, not raised.
     """
     limits = limits or SandboxLimits.from_settings()
     program = code.encode("utf-8")
@@ -157,12 +162,15 @@ def python_run(code: str, *, limits: SandboxLimits | None = None) -> SandboxResu
         proc, stdin=program, keep_bytes=limits.output_bytes, wall_s=limits.wall_s
     )
     wall_ms = (time.monotonic() - started) * 1000
+    stderr = stream_text(done.stderr)
+    if done.returncode == 1 and not done.stdout.data and LAUNCHER_ERROR.match(stderr):
+        raise SandboxUnavailable(stderr.strip())
     code_ = done.returncode
     if code_ is not None and code_ < 0:  # bwrap itself was signalled
         code_ = 128 - code_
     return SandboxResult(
         stdout=stream_text(done.stdout),
-        stderr=stream_text(done.stderr),
+        stderr=stderr,
         exit_code=code_,
         timed_out=done.timed_out,
         killed=done.timed_out or (code_ is not None and code_ > 128),
