@@ -30,3 +30,19 @@ TOOLS_SANDBOX_OPEN_FILES = env.int("TOOLS_SANDBOX_OPEN_FILES", default=64)
 TOOLS_SANDBOX_OUTPUT_BYTES = env.int("TOOLS_SANDBOX_OUTPUT_BYTES", default=64 << 10)
 # Largest program accepted, bytes (UTF-8).
 TOOLS_SANDBOX_CODE_BYTES = env.int("TOOLS_SANDBOX_CODE_BYTES", default=256 << 10)
+
+# --- fetch_url: a web page as text (tools/fetch.py) ---------------------------------
+# Addresses the fetcher may reach although they are not public (loopback, private,
+# link-local): CIDR blocks, single addresses or exact host names, comma-separated.
+TOOLS_FETCH_ALLOW = env.list("TOOLS_FETCH_ALLOW", default=[])
+# Wall-clock limit of one fetch, redirects included, s.
+TOOLS_FETCH_TIMEOUT_S = env.float("TOOLS_FETCH_TIMEOUT_S", default=10.0)
+# Bytes of a response body read at most; the rest is not downloaded.
+TOOLS_FETCH_MAX_BYTES = env.int("TOOLS_FETCH_MAX_BYTES", default=2 << 20)
+# Characters of text returned at most (HTML is turned into text first).
+TOOLS_FETCH_MAX_CHARS = env.int("TOOLS_FETCH_MAX_CHARS", default=20_000)
+# Redirects followed at most; each hop's address is checked again.
+TOOLS_FETCH_MAX_REDIRECTS = env.int("TOOLS_FETCH_MAX_REDIRECTS", default=5)
+TOOLS_FETCH_USER_AGENT = env(
+    "TOOLS_FETCH_USER_AGENT", default="chatsite-fetch/1 (+fetch_url tool)"
+)
