@@ -15,6 +15,7 @@ refused. The text is cut at ``max_chars``.
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass, field
 
@@ -39,7 +40,9 @@ class FetchFailed(RuntimeError):
 class FetchLimits:
     """Bounds of one fetch: ``timeout_s`` of wall-clock time for all hops, s;
     ``max_bytes`` of body read; ``max_chars`` of text returned; ``max_redirects``
-    followed; ``allow``: the non-public addresses it may reach anyway."""
+    followed; ``allow``: the non-public addresses it may reach anyway; ``ca_file``:
+    a PEM file of the certificate authorities to trust (an internal CA) instead of
+    httpx's default, certifi's bundle; empty for the default."""
 
     timeout_s: float = 10.0
     max_bytes: int = 2 * MIB
@@ -47,6 +50,7 @@ class FetchLimits:
     max_redirects: int = 5
     allow: AllowList = field(default_factory=AllowList)
     user_agent: str = "chatsite-fetch/1 (+fetch_url tool)"
+    ca_file: str = ""
 
     @classmethod
     def from_settings(cls) -> FetchLimits:
@@ -60,6 +64,7 @@ class FetchLimits:
             max_redirects=settings.TOOLS_FETCH_MAX_REDIRECTS,
             allow=AllowList.parse(settings.TOOLS_FETCH_ALLOW),
             user_agent=settings.TOOLS_FETCH_USER_AGENT,
+            ca_file=settings.TOOLS_FETCH_CA_FILE,
         )
 
 
@@ -106,7 +111,10 @@ def url_fetch(url: str, *, limits: FetchLimits | None = None) -> FetchResult:
         target = httpx.URL(url)
     except httpx.InvalidURL as exc:
         raise FetchRefused(f"not a URL: {exc}") from exc
-    with httpx.Client(trust_env=False, follow_redirects=False) as client:
+    verify = (
+        ssl.create_default_context(cafile=limits.ca_file) if limits.ca_file else True
+    )
+    with httpx.Client(trust_env=False, follow_redirects=False, verify=verify) as client:
         for _hop in range(limits.max_redirects + 1):
             response = hop_send(client, target, limits=limits, deadline=deadline)
             try:

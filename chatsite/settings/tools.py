@@ -46,3 +46,5 @@ TOOLS_FETCH_MAX_REDIRECTS = env.int("TOOLS_FETCH_MAX_REDIRECTS", default=5)
 TOOLS_FETCH_USER_AGENT = env(
     "TOOLS_FETCH_USER_AGENT", default="chatsite-fetch/1 (+fetch_url tool)"
 )
+# PEM file of certificate authorities to trust (an internal CA) instead of certifi's.
+TOOLS_FETCH_CA_FILE = env("TOOLS_FETCH_CA_FILE", default="")

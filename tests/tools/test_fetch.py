@@ -5,9 +5,13 @@ allow-list names them, and bounds each fetch; pages come from a server on loopba
 from __future__ import annotations
 
 import ipaddress
+import shutil
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +33,9 @@ class Site(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.paths: list[str] = []
         self.release = threading.Event()  # lets /slow finish
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a refused TLS handshake is the test's subject, not noise
 
     @property
     def base(self) -> str:
@@ -226,3 +233,50 @@ def test_other_schemes_and_credentials_are_refused(url, match):
 def test_nothing_listening_is_a_failure_not_a_refusal():
     with pytest.raises(FetchFailed):
         url_fetch("http://127.0.0.1:9/", limits=loopback(timeout_s=2))
+
+
+def certificate_make(folder: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for the DNS name ``name`` and its key, made with
+    the openssl command."""
+    cert, key = folder / f"{name}.pem", folder / f"{name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-keyout", str(key), "-out", str(cert), "-subj", f"/CN={name}"]
+        + ["-addext", f"subjectAltName=DNS:{name}"],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@pytest.fixture
+def tls_site(tmp_path) -> Iterator[tuple[Site, Path, Path]]:
+    """The site over TLS with a certificate for "localhost", and a certificate for
+    another name."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed")
+    cert, key = certificate_make(tmp_path, "localhost")
+    other, _ = certificate_make(tmp_path, "other.test")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server = Site()
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, cert, other
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_https_goes_to_the_checked_address_and_verifies_the_name(tls_site):
+    site, cert, other = tls_site
+    url = f"https://localhost:{site.server_address[1]}/page.html"
+    allow = AllowList.parse(["localhost"])
+    result = url_fetch(url, limits=FetchLimits(allow=allow, ca_file=str(cert)))
+    assert result.status == 200 and "First paragraph" in result.text
+    # The connection is made to the address, the certificate checked against the name.
+    with pytest.raises(FetchFailed, match="CERTIFICATE_VERIFY_FAILED"):
+        url_fetch(url, limits=FetchLimits(allow=allow, ca_file=str(other)))
+    assert site.paths == ["/page.html"]
