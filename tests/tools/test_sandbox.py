@@ -198,6 +198,13 @@ def test_an_infinite_loop_is_killed_at_the_wall_clock_limit_with_its_children():
     assert wait_until(lambda: not marked(marker), timeout_s=5), marked(marker)
 
 
+def test_a_program_that_closes_its_output_still_meets_the_wall_clock_limit():
+    code = "import os\nos.close(1)\nos.close(2)\nwhile True:\n    pass\n"
+    result = run(code, wall_s=1.5, cpu_s=30)
+    assert result.timed_out and result.killed
+    assert 1400 <= result.wall_ms < 5000
+
+
 def test_cpu_time_is_cut_by_the_cpu_limit():
     result = run("while True:\n    pass\n", cpu_s=1, wall_s=10.0)
     assert result.killed and not result.timed_out
