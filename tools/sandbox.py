@@ -127,7 +127,8 @@ def python_run(code: str, *, limits: SandboxLimits | None = None) -> SandboxResu
     ``limits`` default to the Django settings (:meth:`SandboxLimits.from_settings`).
     Raises :class:`ValueError` when ``code`` is over ``code_bytes`` (UTF-8) and
     :class:`SandboxUnavailable` when bwrap, prlimit or setpriv is missing, the uid
-    is root, or the chain reports that it could not start the sandbox. What the code does (an exception, a kill) is in the result, not raised.
+    is root, or the chain reports that it could not start the sandbox. What the
+    code does (an exception, a kill) is in the result, not raised.
     """
     limits = limits or SandboxLimits.from_settings()
     program = code.encode("utf-8")
