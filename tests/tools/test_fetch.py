@@ -107,7 +107,7 @@ def site() -> Iterator[Site]:
 
 def loopback(**changes: object) -> FetchLimits:
     """Limits whose allow-list names 127.0.0.1 alone."""
-    return FetchLimits(allow=AllowList.parse(["127.0.0.1/32"]), **changes)  # type: ignore[arg-type]
+    return FetchLimits(allow=AllowList.parse(["127.0.0.1/32"]), **changes)
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ PYTHON = "/usr/bin/python3"
 
 def limits(**changes: object) -> SandboxLimits:
     """The test settings' limits with ``changes``."""
-    return dataclasses.replace(SandboxLimits.from_settings(), **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(SandboxLimits.from_settings(), **changes)
 
 
 def run(code: str, **changes: object) -> SandboxResult:
