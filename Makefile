@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export WEB_HOST WEB_PORT
 
-.PHONY: venv services test-services migrate run stop test lint browser proxy vendor screenshots bench bench-retrieval bench-embeddings bench-moderation bench-sse bench-search clean
+.PHONY: venv services test-services migrate run stop test lint browser sandbox proxy vendor screenshots bench bench-retrieval bench-embeddings bench-moderation bench-sse bench-search clean
 
 # llama-cpp-python is compiled here. ggml's AMX kernels (chosen by -march=native on
 # Sapphire Rapids Xeons) crash with a segfault in ggml_backend_amx_mul_mat on these
@@ -73,6 +73,15 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium is not installed (needs root): browser tests will be skipped"; fi
 
+# Debian's bubblewrap for the run_python tool's sandbox (tools/sandbox.py; its tests are
+# skipped without it).
+sandbox:
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's bubblewrap for the Python tool's sandbox"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	else echo "bubblewrap is not installed (needs root): the Python tool and its tests are off"; fi
+
 # Debian's HAProxy and nginx for the scale-out tests and bench (deploy/haproxy.cfg,
 # deploy/nginx.conf; each proxy's tests are skipped without it). The tests run their
 # own copies on loopback ports with private files, never the packages' services.
@@ -108,7 +117,7 @@ vendor:
 test-services: venv
 	CHATSITE_SERVICES=test $(BIN)/python scripts/services.py up
 
-test: test-services lint browser proxy
+test: test-services lint browser sandbox proxy
 	CHATSITE_SERVICES=test $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # docs/screenshots/*.png of the README, taken in Chromium from a live stack with a
@@ -118,7 +127,7 @@ screenshots: test-services browser
 
 # every benchmark under bench/ at a quick size (bench/run_all.py, well under 15 min):
 # one Markdown table in bench/results/<date>-<commit>.md. BENCH_ARGS='--only search'
-bench: migrate
+bench: migrate sandbox
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 
 bench-retrieval: migrate

@@ -69,6 +69,12 @@ def _needs_vllm() -> str | None:
     return None
 
 
+def _needs_bwrap() -> str | None:
+    if shutil.which("bwrap") or shutil.which("bwrap", path="/usr/bin"):
+        return None
+    return "needs bubblewrap (make sandbox)"
+
+
 def _sse_args() -> list[str]:
     # Through one daphne always; through two behind HAProxy only where it is installed.
     targets = ["one", "proxy"] if _haproxy() else ["one"]
@@ -143,6 +149,7 @@ BENCHES: list[Bench] = [
         embedding_worker=True,
     ),
     Bench("document_screening", [], 120),
+    Bench("tools", ["--runs", "30"], 60, needs=_needs_bwrap),
     Bench("moderation_goals", ["--limit", "200"], 420),
     Bench("input_window", ["--turns", "30"], 240),
     Bench("window_recall", ["--limit", "150"], 480),

@@ -398,3 +398,6 @@ from chatsite.settings.evaluation import *  # noqa: E402, F403
 
 # Safety (moderation, documents screening, abuse limits): chatsite/settings/safety.py
 from chatsite.settings.safety import *  # noqa: E402, F403
+
+# Tools (the run_python sandbox): chatsite/settings/tools.py
+from chatsite.settings.tools import *  # noqa: E402, F403

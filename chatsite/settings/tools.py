@@ -1,0 +1,50 @@
+"""Tool settings (DESIGN §13: the tool registry and its built-in tools), kept apart
+from base.py, which star-imports them. Values come from the same django-environ
+``env``; docs/tools.md explains each limit."""
+
+from chatsite.settings.environment import env
+
+# --- run_python: Python in a bubblewrap sandbox (tools/sandbox.py) -------------------
+# The uid/gid the sandboxed code runs as when the launcher is root (setpriv drops to
+# them before bwrap starts); default nobody/nogroup. A launcher that is not root runs
+# the sandbox as its own uid: RLIMIT_NPROC then counts that uid's other processes too.
+TOOLS_SANDBOX_UID = env.int("TOOLS_SANDBOX_UID", default=65534)
+TOOLS_SANDBOX_GID = env.int("TOOLS_SANDBOX_GID", default=65534)
+# Debian's interpreter (not the virtualenv's): only /usr is visible in the sandbox.
+TOOLS_SANDBOX_PYTHON = env("TOOLS_SANDBOX_PYTHON", default="/usr/bin/python3")
+# Wall-clock limit of one run, s: then the whole sandbox is killed.
+TOOLS_SANDBOX_WALL_S = env.float("TOOLS_SANDBOX_WALL_S", default=10.0)
+# CPU time of each process in it, s (RLIMIT_CPU; SIGKILL one second later).
+TOOLS_SANDBOX_CPU_S = env.int("TOOLS_SANDBOX_CPU_S", default=5)
+# Address space of each process, bytes (RLIMIT_AS).
+TOOLS_SANDBOX_MEMORY_BYTES = env.int("TOOLS_SANDBOX_MEMORY_BYTES", default=256 << 20)
+# Processes and threads of the sandbox uid (RLIMIT_NPROC).
+TOOLS_SANDBOX_PROCESSES = env.int("TOOLS_SANDBOX_PROCESSES", default=64)
+# Largest file the code may write, bytes (RLIMIT_FSIZE).
+TOOLS_SANDBOX_FILE_BYTES = env.int("TOOLS_SANDBOX_FILE_BYTES", default=16 << 20)
+# Size of each writable tmpfs (/scratch, which /tmp points to, and /dev/shm), bytes.
+TOOLS_SANDBOX_DISK_BYTES = env.int("TOOLS_SANDBOX_DISK_BYTES", default=64 << 20)
+# Open files of each process (RLIMIT_NOFILE).
+TOOLS_SANDBOX_OPEN_FILES = env.int("TOOLS_SANDBOX_OPEN_FILES", default=64)
+# stdout and stderr are each kept up to this many bytes, then cut with a note.
+TOOLS_SANDBOX_OUTPUT_BYTES = env.int("TOOLS_SANDBOX_OUTPUT_BYTES", default=64 << 10)
+# Largest program accepted, bytes (UTF-8).
+TOOLS_SANDBOX_CODE_BYTES = env.int("TOOLS_SANDBOX_CODE_BYTES", default=256 << 10)
+
+# --- fetch_url: a web page as text (tools/fetch.py) ---------------------------------
+# Addresses the fetcher may reach although they are not public (loopback, private,
+# link-local): CIDR blocks, single addresses or exact host names, comma-separated.
+TOOLS_FETCH_ALLOW = env.list("TOOLS_FETCH_ALLOW", default=[])
+# Wall-clock limit of one fetch, redirects included, s.
+TOOLS_FETCH_TIMEOUT_S = env.float("TOOLS_FETCH_TIMEOUT_S", default=10.0)
+# Bytes of a response body read at most; the rest is not downloaded.
+TOOLS_FETCH_MAX_BYTES = env.int("TOOLS_FETCH_MAX_BYTES", default=2 << 20)
+# Characters of text returned at most (HTML is turned into text first).
+TOOLS_FETCH_MAX_CHARS = env.int("TOOLS_FETCH_MAX_CHARS", default=20_000)
+# Redirects followed at most; each hop's address is checked again.
+TOOLS_FETCH_MAX_REDIRECTS = env.int("TOOLS_FETCH_MAX_REDIRECTS", default=5)
+TOOLS_FETCH_USER_AGENT = env(
+    "TOOLS_FETCH_USER_AGENT", default="chatsite-fetch/1 (+fetch_url tool)"
+)
+# PEM file of certificate authorities to trust (an internal CA) instead of certifi's.
+TOOLS_FETCH_CA_FILE = env("TOOLS_FETCH_CA_FILE", default="")
