@@ -282,13 +282,7 @@ async def moderation_appeal(request: HttpRequest, event_id: int) -> HttpResponse
     """``POST /v1/moderation/events/<id>/appeal``: appeal a moderation decision of the
     key's user (the id is an error body's ``moderation_event_id``); 201, or 404 for an
     unknown id or another user's event."""
-    if request.method != "POST":
-        return _wrong_method("POST")
-    try:
-        data = await db_brief(_appeal)(request, event_id)
-    except DomainError as exc:
-        return error_response(exc, openai=True)
-    return JsonResponse(data, status=201)
+    return await _appeal_respond(_appeal, request, event_id)
 
 
 @csrf_exempt
@@ -297,12 +291,22 @@ async def moderation_appeal(request: HttpRequest, event_id: int) -> HttpResponse
 async def completion_appeal(request: HttpRequest, completion_id: str) -> HttpResponse:
     """``POST /v1/moderation/completions/<id>/appeal``: appeal the cut of one of the
     key's user's completions by output moderation (the id is the completion's ``id``;
-    the cut answer's ``moderation.appeal_url``); 201, or 404 for an unknown id,
+    the cut answer's ``content_filter.appeal_url``); 201, or 404 for an unknown id,
     another user's completion or one that was not cut."""
+    return await _appeal_respond(_completion_appeal, request, completion_id)
+
+
+async def _appeal_respond(
+    appeal: Callable[[HttpRequest, Any], dict[str, Any]],
+    request: HttpRequest,
+    ref: Any,
+) -> HttpResponse:
+    """Run ``appeal(request, ref)`` for a POST: 201 with its body, the error's status
+    for a DomainError, 405 for another method."""
     if request.method != "POST":
         return _wrong_method("POST")
     try:
-        data = await db_brief(_completion_appeal)(request, completion_id)
+        data = await db_brief(appeal)(request, ref)
     except DomainError as exc:
         return error_response(exc, openai=True)
     return JsonResponse(data, status=201)
