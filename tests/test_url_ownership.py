@@ -73,8 +73,22 @@ def owned() -> dict[str, Any]:
         text=f"Refused {SECRET}",
         backend="embedded",
     )
+    # an API answer of A's cut by output moderation (its completion id is appealed)
+    cut_job = uuid.uuid4()
+    ModerationEvent.objects.create(
+        user=alice,
+        surface="api",
+        direction="output",
+        category="weapons",
+        score=0.99,
+        action="block",
+        text=f"Cut {SECRET}",
+        job_id=str(cut_job),
+        backend="embedded",
+    )
     values = {
         "event_id": str(event.pk),
+        "completion_id": f"chatcmpl-{cut_job.hex}",
         "conversation_id": str(conv.id),
         "message_id": str(answer.id),
         "key_id": str(key.id),
