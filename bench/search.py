@@ -12,8 +12,9 @@ rolled back at the end: nothing stays in the database.
    1-2 per question and 2-8 per answer, mixed with everyday chat phrases, so the
    vocabulary has a long tail as real chats do. Then ANALYZE.
 2. --queries searches, each for a random user and a random query: a single word
-   drawn from the corpus (frequent or rare), two words, a quoted phrase, or a word
-   with an excluded word (websearch syntax). Each is timed end to end through
+   drawn from the corpus (frequent or rare), two words, a quoted phrase, a word
+   with an excluded word (websearch syntax), or the first 3 letters or more of a
+   word (every word of a query is a prefix). Each is timed end to end through
    conversations.search.conversation_search (title query, ranked message query,
    snippets of the shown rows: three SQL queries), p50/p99 in ms; the message
    query's plan is printed once.
@@ -55,11 +56,10 @@ def main() -> None:
     django_start()
     from django.conf import settings
     from django.contrib.auth import get_user_model
-    from django.contrib.postgres.search import SearchQuery
     from django.db import connection, transaction
 
     from conversations.models import Conversation, Message
-    from conversations.search import conversation_search
+    from conversations.search import TsQuery, conversation_search, prefix_tsquery
 
     rng = random.Random(0)
     pool = sentences(20_000) + CHAT_PHRASES * 200
@@ -127,35 +127,41 @@ def main() -> None:
 
         def query() -> str:
             kind = rng.random()
-            if kind < 0.35:
+            if kind < 0.3:
                 return rng.choice(frequent)
-            if kind < 0.6:
+            if kind < 0.5:
                 return rng.choice(rare)
-            if kind < 0.8:
+            if kind < 0.65:
                 return f"{rng.choice(frequent)} {rng.choice(rare)}"
-            if kind < 0.9:
+            if kind < 0.75:
                 words_of = re.findall(r"[A-Za-z]+", rng.choice(pool))
                 start = rng.randrange(max(1, len(words_of) - 2))
                 return '"' + " ".join(words_of[start : start + 3]) + '"'
-            return f"{rng.choice(frequent)} -{rng.choice(frequent)}"
+            if kind < 0.85:
+                return f"{rng.choice(frequent)} -{rng.choice(frequent)}"
+            # the start of a word, as typed before it is finished
+            word = rng.choice(vocabulary)
+            return word[: rng.randint(3, max(3, len(word) - 1))]
 
         plan_user = users[0]
-        with connection.cursor() as c:
-            sql, params = (
-                Message.objects.filter(
-                    conversation__user=plan_user,
-                    search_vector=SearchQuery(
-                        frequent[0],
-                        search_type="websearch",
-                        config=settings.CHAT_SEARCH_CONFIG,
-                    ),
+        for planned in (frequent[0], rare[0], rare[0][:4]):
+            with connection.cursor() as c:
+                sql, params = (
+                    Message.objects.filter(
+                        conversation__user=plan_user,
+                        search_vector=TsQuery(
+                            prefix_tsquery(
+                                text=planned, config=settings.CHAT_SEARCH_CONFIG
+                            )
+                        ),
+                    )
+                    .values("id")
+                    .query.sql_with_params()
                 )
-                .values("id")
-                .query.sql_with_params()
-            )
-            c.execute("EXPLAIN " + sql, params)
-            plan = " | ".join(r[0].strip() for r in c.fetchall())
-        print(f"message query plan ({frequent[0]!r}): {plan[:400]}")
+                c.execute("EXPLAIN " + sql, params)
+                plan = " | ".join(r[0].strip() for r in c.fetchall())
+            index = "msg_search_gin" if "msg_search_gin" in plan else "no GIN index"
+            print(f"message query plan ({planned!r}, {index}): {plan[:300]}")
 
         for label, queries in (("warm-up", 20), ("measured", args.queries)):
             latencies: list[float] = []

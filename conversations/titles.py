@@ -1,4 +1,5 @@
-"""Which model-written conversation title may replace the first-message title.
+"""Conversation titles: the first-message title (:func:`title_from_message`) and which
+model-written title may replace it (:func:`title_acceptable`).
 
 Issue 11 ("Titles"): the title model (a small one) often answers the question instead
 of naming it, and testers saw good first-message titles replaced by "105", "I'm glad to
@@ -9,8 +10,12 @@ pin it down.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 # A title is short: at most this many characters and words (docs/chat.md, Titles).
 TITLE_MAX_CHARS = 60
@@ -79,3 +84,67 @@ def title_acceptable(title: str, *, answer: str = "") -> bool:
         if " " + " ".join(words) + " " in joined:
             return False
     return True
+
+
+# Only the start of a message is parsed for its title (characters): a title needs one
+# paragraph, and the parse runs in the request that sends the first message.
+TITLE_SOURCE_MAX_CHARS = 2_000
+# Left off the end of a cut title before its ellipsis.
+_CUT_TRAILING = " ,;:-\u2013\u2014([{"
+
+
+@functools.cache
+def _markdown() -> MarkdownIt:
+    # the chat page's dialect (conversations/rendering.py): CommonMark, tables, ~~
+    return MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
+
+
+def _inline_text(token: Token) -> str:
+    """The plain text of an inline token: text, code and image alt text; breaks as
+    spaces; link targets, emphasis and other markup left out."""
+    parts = []
+    for child in token.children or []:
+        if child.type in ("text", "code_inline", "image"):
+            parts.append(child.content)  # an image's content is its alt text
+        elif child.type in ("softbreak", "hardbreak"):
+            parts.append(" ")
+    return "".join(parts)
+
+
+def markdown_first_text(text: str) -> str:
+    """Return the plain text of the first block of Markdown ``text`` that has any (a
+    paragraph, heading, list item, table cell; a code block's first line), spaces
+    collapsed; ``""`` when there is none. Only the first TITLE_SOURCE_MAX_CHARS
+    characters are read."""
+    for token in _markdown().parse(text[:TITLE_SOURCE_MAX_CHARS]):
+        if token.type == "inline":
+            plain = _inline_text(token)
+        elif token.type in ("fence", "code_block"):
+            plain = next((ln for ln in token.content.splitlines() if ln.strip()), "")
+        else:
+            continue
+        plain = " ".join(plain.split())
+        if plain:
+            return plain
+    return ""
+
+
+def title_from_message(text: str, *, max_chars: int) -> str:
+    """Return the title a conversation gets from its first message ``text``: the
+    plain text of its first paragraph (:func:`markdown_first_text`: "Tell me about
+    **cats**" gives "Tell me about cats"), else its words as typed, at most
+    ``max_chars`` characters: a longer one is cut at the last word boundary that
+    leaves room for "…" (mid-word only when the first word alone is too long).
+    Never empty: text with nothing visible gives "New chat". The rule: docs/chat.md,
+    "Titles".
+    """
+    line = markdown_first_text(text) or " ".join(text[:TITLE_SOURCE_MAX_CHARS].split())
+    if not line:
+        return "New chat"
+    if len(line) <= max_chars:
+        return line
+    cut = line[: max_chars - 1]
+    if line[max_chars - 1] != " " and " " in cut:
+        cut = cut.rsplit(" ", 1)[0]
+    cut = cut.rstrip(_CUT_TRAILING) or line[: max_chars - 1]
+    return cut + "…"

@@ -27,8 +27,9 @@ _CONTENT_TYPES = {
 
 @require_safe
 def search_page(request: AuthenticatedRequest) -> HttpResponse:
-    """The search results page (``?q=``, web-search syntax); 400 with the reason for
-    an empty or too long query."""
+    """The search results page (``?q=``, web-search syntax, words match as prefixes);
+    the user's recent chats when ``q`` is blank or absent; 400 with the reason for a
+    too long query or a NUL character."""
     query = request.GET.get("q", "")
     try:
         results = conversation_search(user=request.user, query=query)

@@ -219,7 +219,7 @@ CELERY_BEAT_SCHEDULE = {
 # --- Chat -------------------------------------------------------------------------
 # Longest user message accepted, in characters (about 8,000 tokens). Longer: 413.
 CHAT_MAX_MESSAGE_CHARS = env.int("CHAT_MAX_MESSAGE_CHARS", default=32_000)
-# Titles default to the first user message cut to this many characters.
+# Titles from the first user message (Markdown stripped) are cut to this many characters.
 CHAT_TITLE_MAX_CHARS = 60
 # Which documents a new chat's answers search until the user picks: "all"
 # (every ready document, filtered by MEMORY_RETRIEVE_MIN_SCORE) or "none".

@@ -9,6 +9,7 @@ from django.conf import settings
 
 from chatsite.errors import InvalidInput, PayloadTooLarge
 from chatsite.storable import text_problem
+from conversations.titles import title_from_message
 
 # Unicode categories that show nothing: controls, format marks (zero-width), separators
 _INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}
@@ -49,12 +50,10 @@ def validate_content(content: Any) -> str:
 
 
 def title_from_text(text: str) -> str:
-    """Return a conversation title: the text's first line, cut to CHAT_TITLE_MAX_CHARS.
+    """Return a conversation's title from its first message: the first paragraph's
+    plain text (Markdown stripped), cut at a word boundary with "…" to
+    CHAT_TITLE_MAX_CHARS characters (:func:`conversations.titles.title_from_message`).
 
-    Never empty: whitespace-only text gives "New chat".
+    Never empty: text with nothing visible gives "New chat".
     """
-    line = " ".join(text.split())
-    limit = settings.CHAT_TITLE_MAX_CHARS
-    if len(line) > limit:
-        line = line[: limit - 1].rstrip() + "…"
-    return line or "New chat"
+    return title_from_message(text, max_chars=settings.CHAT_TITLE_MAX_CHARS)

@@ -253,7 +253,7 @@ def test_round_trip_gives_the_same_messages_parents_times_and_order(
     copy = Conversation.objects.exclude(id=conv.id).get(user=user)
     assert response.redirect_chain[-1][0] == f"/c/{copy.id}/"
     assert "Imported 1 conversation." in response.content.decode()
-    assert copy.title == conv.title
+    assert copy.title == f"{conv.title} (imported)"  # the user has the original
     assert (copy.created_at, copy.updated_at) == (conv.created_at, conv.updated_at)
     assert shape(copy) == shape(conv)
     assert not set(copy.messages.values_list("id", flat=True)) & set(
@@ -301,11 +301,56 @@ def test_import_belongs_to_the_importer_and_drops_citations_of_others(
     client.force_login(other_user)
     upload(client, data)
     copy = Conversation.objects.get(user=other_user)
+    assert copy.title == conv.title  # the first of that title for this user
     assert copy.messages.count() == 5
     assert not Citation.objects.filter(message__conversation=copy).exists()
     assert Feedback.objects.get(message__conversation=copy).user == other_user
     # the original owner does not see the copy
     assert Conversation.objects.filter(user=conv.user).count() == 1
+
+
+def titled_export(user, *titles):
+    """An export file of ``user``'s new conversations titled ``titles`` (one message
+    each); the conversations are deleted again unless the title starts with "keep"."""
+    convs = [Conversation.objects.create(user=user, title=t) for t in titles]
+    for conv in convs:
+        Message.objects.create(conversation=conv, role="user", content="Hi")
+    data = json.dumps(exports.conversations_export_json(user=user)).encode()
+    Conversation.objects.filter(id__in=[c.id for c in convs]).exclude(
+        title__startswith="keep"
+    ).delete()
+    return data
+
+
+def test_an_imported_copy_of_a_title_the_user_has_is_marked_imported(user):
+    data = titled_export(user, "keep Trip plans", "Recipes", "Recipes")
+    titles = [
+        c.title
+        for c in services.conversations_import(user=user, data=data).conversations
+    ]
+    # newest first in the export; repeated titles within one file are kept
+    assert sorted(titles) == ["Recipes", "Recipes", "keep Trip plans (imported)"]
+    again = services.conversations_import(user=user, data=data).conversations
+    assert sorted(c.title for c in again) == [
+        "Recipes (imported)",
+        "Recipes (imported)",
+        "keep Trip plans (imported)",
+    ]
+
+
+def test_a_long_title_marked_imported_stays_within_200_characters(user):
+    long_title = "keep " + "word " * 60
+    data = titled_export(user, long_title[:200].strip())
+    (copy,) = services.conversations_import(user=user, data=data).conversations
+    assert len(copy.title) <= 200 and copy.title.endswith(" (imported)")
+    assert copy.title.startswith("keep word word")
+
+
+def test_another_users_titles_do_not_mark_an_import(user, other_user):
+    Conversation.objects.create(user=other_user, title="Shared name")
+    data = titled_export(user, "Shared name")
+    (copy,) = services.conversations_import(user=user, data=data).conversations
+    assert copy.title == "Shared name"
 
 
 def test_a_streaming_message_is_imported_as_stopped(user):

@@ -4,6 +4,7 @@ real PostgreSQL."""
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 
 import pytest
@@ -16,7 +17,7 @@ from django.urls import reverse
 from chatsite.errors import InvalidInput
 from conversations import search_sql, services
 from conversations.models import Conversation, Message
-from conversations.search import conversation_search
+from conversations.search import conversation_search, prefix_tsquery
 
 pytestmark = pytest.mark.django_db
 
@@ -138,11 +139,126 @@ def test_title_matches_come_first_then_messages_by_rank(user):
     assert message_hits(results) == [often.id, once.id]
 
 
-@pytest.mark.parametrize("query", ["", "   ", None, "x" * 201])
-def test_an_empty_or_too_long_query_is_refused_with_a_reason(user, query):
+@pytest.mark.parametrize("query", ["x" * 201, "nul\x00byte"])
+def test_a_too_long_or_nul_query_is_refused_with_a_reason(user, query):
     with pytest.raises(InvalidInput) as caught:
         conversation_search(user=user, query=query)
-    assert caught.value.code in {"empty_query", "query_too_long"}
+    assert caught.value.code in {"query_too_long", "invalid_character"}
+
+
+@pytest.mark.parametrize("query", ["", "   ", None])
+def test_a_blank_query_returns_the_recent_conversations_newest_first(user, query):
+    older, _ = chat(user, "Older <b>chat</b>", "hello", "hi")
+    newer, _ = chat(user, "Newer chat", "hello again", "hi again")
+    Conversation.objects.filter(id=older.id).update(
+        updated_at=newer.updated_at - dt.timedelta(hours=1)
+    )
+    results = conversation_search(user=user, query=query)
+    assert [r.conversation_id for r in results] == [newer.id, older.id]
+    assert [r.message_id for r in results] == [None, None]
+    assert str(results[1].title) == "Older &lt;b&gt;chat&lt;/b&gt;"
+    assert len(conversation_search(user=user, query=query, limit=1)) == 1
+
+
+def test_a_title_is_found_by_the_start_of_a_word(user):
+    conv, _ = chat(user, "Untitled chat", "hello", "hi")
+    services.conversation_rename(
+        user=user, conversation_id=conv.id, title="zebrafishwombat"
+    )
+    results = conversation_search(user=user, query="zebrafish")
+    assert [(r.conversation_id, r.message_id) for r in results] == [(conv.id, None)]
+    assert str(results[0].title) == "<mark>zebrafishwombat</mark>"
+
+
+def test_a_message_is_found_by_the_start_of_a_word_and_highlighted(user):
+    _c, (question, _a) = chat(user, "Animals", "what is a quokkaplatypus?", "unknown")
+    results = conversation_search(user=user, query="quokka")
+    assert message_hits(results) == [question.id]
+    assert "<mark>quokkaplatypus</mark>" in str(results[0].snippet)
+
+
+def test_a_word_whose_stem_differs_still_finds_longer_words(user):
+    # english stems "happy" to 'happi', not a prefix of the stored 'happyland'; the
+    # word as typed is a prefix too; the stem still finds "happiness"
+    _c, (land, _a) = chat(user, "Parks", "a day at happyland", "fun")
+    _c, (joy, _b) = chat(user, "Mood", "what is happiness", "a feeling")
+    assert set(message_hits(conversation_search(user=user, query="happy"))) == {
+        land.id,
+        joy.id,
+    }
+
+
+def test_prefixes_keep_phrases_exclusion_and_or(user):
+    _c, (fox, _a) = chat(user, "One", "the quick brownish fox", "ok")
+    _c, (dog, _b) = chat(user, "Two", "quick brownish fox and dogfood", "ok")
+    _c, (cat, _d) = chat(user, "Three", "a catamaran", "ok")
+    assert set(message_hits(conversation_search(user=user, query='"quick brown"'))) == {
+        fox.id,
+        dog.id,
+    }
+    assert message_hits(conversation_search(user=user, query='"quick brown" -dog')) == [
+        fox.id
+    ]
+    either = conversation_search(user=user, query="dogf or catam")
+    assert set(message_hits(either)) == {dog.id, cat.id}
+    assert conversation_search(user=user, query='"brown quick"') == []
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "zebra'fish",
+        "zebra\\fish",
+        "zebra:* & | ! ( ) <-> <2> fish",
+        "'",
+        '"',
+        "''",
+        "\\",
+        ":*",
+        "!(",
+        "a'b\\'c",
+        "zebra:A*",
+        "&|!():*<>",
+        "' | 'x",
+        "'zebra':* | 'a'",
+    ],
+)
+def test_tsquery_syntax_in_the_query_is_only_text(user, query):
+    chat(user, "zebrafishwombat", "the zebra and the fish", "ok")
+    results = conversation_search(user=user, query=query)  # never raises
+    for result in results:
+        assert result.conversation_id
+
+
+def test_a_quote_in_the_query_cannot_widen_it_into_an_or(user):
+    chat(user, "Secret", "nothing here", "ok")
+    # were the quote tsquery syntax, "' | 'nothing" would match every message
+    assert conversation_search(user=user, query="zzz' | 'nothing") == []
+
+
+def test_the_prefix_query_is_built_from_postgresqls_lexemes():
+    assert prefix_tsquery(text="zebrafish", config="english") == "'zebrafish':*"
+    assert prefix_tsquery(text="happy -dogs", config="english") == (
+        "('happi':* | 'happy':*) & !('dog':* | 'dogs':*)"
+    )
+    # a stop word dropped: the stemmed reading alone
+    assert prefix_tsquery(text="the happy", config="english") == "'happi':*"
+    assert prefix_tsquery(text="the", config="english") == ""
+    assert prefix_tsquery(text="it's", config="english") == ""
+    assert prefix_tsquery(text="o'neil", config="english") == ("'o':* <-> 'neil':*")
+
+
+def test_the_prefix_query_uses_the_gin_indexes(user):
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        for table in ("conversations_message", "conversations_conversation"):
+            cursor.execute(
+                f"EXPLAIN SELECT id FROM {table} WHERE search_vector @@ "  # noqa: S608
+                "(%s)::tsquery",
+                [prefix_tsquery(text="zebra happy", config="english")],
+            )
+            plan = " ".join(row[0] for row in cursor.fetchall())
+            assert "_search_gin" in plan, plan
 
 
 def test_a_query_of_stop_words_only_matches_nothing(user):
@@ -173,10 +289,21 @@ def test_search_page_lists_results_and_links_to_the_message(auth_client, user):
     assert "A &lt;<mark>quasar</mark>&gt; is…" in html
 
 
-def test_search_page_says_why_an_empty_query_is_refused(auth_client):
-    response = auth_client.get(reverse("conversation-search"), {"q": "  "})
+@pytest.mark.parametrize("params", [{"q": "  "}, {}])
+def test_search_page_lists_recent_chats_for_an_empty_query(auth_client, user, params):
+    conv, _ = chat(user, "Recent travel plans", "hello", "hi")
+    response = auth_client.get(reverse("conversation-search"), params)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Recent chats" in html
+    assert f'href="/c/{conv.id}/"' in html and "Recent travel plans" in html
+    assert "No results" not in html and "Title match" not in html
+
+
+def test_search_page_says_why_a_too_long_query_is_refused(auth_client):
+    response = auth_client.get(reverse("conversation-search"), {"q": "x" * 201})
     assert response.status_code == 400
-    assert "Type a word or phrase to search for." in response.content.decode()
+    assert "at most 200 characters" in response.content.decode()
     assert "search-result" not in response.content.decode()
 
 
@@ -201,8 +328,8 @@ def test_the_chat_page_has_a_labelled_search_box_and_message_anchors(auth_client
 
 def test_search_config_apply_regenerates_the_columns_with_the_setting(user, settings):
     # DDL is transactional in PostgreSQL: the test's rollback restores 'english'
-    chat(user, "Runs", "I was running all day", "ok")
-    assert conversation_search(user=user, query="run")  # english stems
+    chat(user, "Moods", "I felt happiness all day", "ok")
+    assert conversation_search(user=user, query="happy")  # english stems: 'happi'
     with connection.cursor() as cursor:
         # check the inserts' deferred foreign keys now: ALTER TABLE refuses to run
         # with pending trigger events (the command runs in a fresh transaction)
@@ -215,8 +342,8 @@ def test_search_config_apply_regenerates_the_columns_with_the_setting(user, sett
     assert "now use 'simple'" in out.getvalue()
     expressions = search_sql.columns_config(connection=connection)
     assert all("'simple'::regconfig" in e for e in expressions.values())
-    assert conversation_search(user=user, query="run") == []  # no stemming now
-    assert conversation_search(user=user, query="running")
+    assert conversation_search(user=user, query="happy") == []  # no stemming now
+    assert conversation_search(user=user, query="happiness")
     call_command("search_config_apply", "--check", stdout=io.StringIO())
 
 

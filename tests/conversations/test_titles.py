@@ -1,5 +1,5 @@
-"""The title policy (conversations/titles.py): which model-written title may replace
-the first-message title (issue 11). Table tests with the bad titles a tester saw, and
+"""The title policy (conversations/titles.py): the first-message title, and which
+model-written title may replace it (issue 11). Table tests with the bad titles a tester saw, and
 properties over generated text."""
 
 from __future__ import annotations
@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conversations.titles import TITLE_MAX_CHARS, TITLE_MAX_WORDS, title_acceptable
+from conversations import services
+from conversations.models import Conversation
+from conversations.titles import (
+    TITLE_MAX_CHARS,
+    TITLE_MAX_WORDS,
+    title_acceptable,
+    title_from_message,
+)
+from inference.engines.scripted import ScriptedEngine
 
 PLANETS_ANSWER = (
     "The two planets mentioned are Mars and Venus. Mars is the fourth planet from "
@@ -99,3 +107,75 @@ def test_a_number_alone_is_never_a_title(number, end):
 )
 def test_a_title_ending_like_a_sentence_or_cut_is_refused(words, end):
     assert not title_acceptable(" ".join(words).capitalize() + end, answer="")
+
+
+# --- the first-message title (title_from_message) --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("message", "title"),
+    [
+        (
+            "Hello! Tell me three facts about **cats**\n\nAnd one about dogs.",
+            "Hello! Tell me three facts about cats",
+        ),
+        (
+            "Hello! Tell me three facts about **cats**, and why they sleep so much "
+            "during the day?",
+            "Hello! Tell me three facts about cats, and why they sleep…",
+        ),
+        ("# Trip *plans*\n\nthree weeks", "Trip plans"),
+        ("- first _item_\n- second", "first item"),
+        ("> quoted `code` here", "quoted code here"),
+        (
+            "[the docs](https://example.com/x) &amp; ![a chart](c.png)",
+            "the docs & a chart",
+        ),
+        ("```python\n\nprint('hi')\n```\nwhy?", "print('hi')"),
+        ("~~old~~ new\nplan", "old new plan"),
+        ("Hi\nthere", "Hi there"),
+        ("   hello   there  ", "hello there"),
+        ("---", "---"),  # Markdown with no text: the words as typed
+        (" \n\t ", "New chat"),
+        ("x" * 80, "x" * 59 + "…"),  # one word too long: cut inside it
+    ],
+)
+def test_the_first_message_title_is_its_first_paragraph_as_plain_text(message, title):
+    assert title_from_message(message, max_chars=60) == title
+
+
+def test_a_long_first_line_is_cut_at_a_word_boundary_with_an_ellipsis():
+    message = "Plan a three-week trip through Japan with trains only, please, " * 3
+    title = title_from_message(message, max_chars=60)
+    assert title == "Plan a three-week trip through Japan with trains only…"
+    assert len(title) <= 60 and message.startswith(title[:-1])
+
+
+@given(st.text(max_size=300), st.integers(min_value=8, max_value=200))
+def test_a_first_message_title_is_never_empty_or_too_long(message, max_chars):
+    title = title_from_message(message, max_chars=max_chars)
+    assert 0 < len(title) <= max_chars
+    assert title == title.strip()
+
+
+@given(st.lists(st.from_regex(r"[A-Za-z]{1,12}", fullmatch=True), min_size=1))
+def test_a_cut_title_ends_at_a_word_boundary(words):
+    message = " ".join(words)
+    title = title_from_message(message, max_chars=40)
+    if len(message) <= 40:
+        assert title == message
+    else:
+        kept = title.removesuffix("…").split(" ")
+        assert title.endswith("…") and len(title) <= 40
+        if len(words[0]) < 40:
+            assert kept == words[: len(kept)]
+
+
+@pytest.mark.django_db
+def test_a_new_chat_is_titled_by_its_first_message_without_markdown(start_worker, user):
+    start_worker(ScriptedEngine(text="Sure! Cats sleep a lot."))
+    turn = services.turn_start(
+        user=user, content="Hello! Tell me three facts about **cats**\n\nThanks"
+    )
+    conversation = Conversation.objects.get(id=turn.conversation.id)
+    assert conversation.title == "Hello! Tell me three facts about cats"

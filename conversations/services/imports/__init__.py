@@ -34,6 +34,7 @@ from conversations.services.imports.records import (
     conversations_count_check,
     fail,
     limits_check,
+    title_of_copy,
 )
 from memory.models import Chunk, Citation
 from safety.screening import history_screen
@@ -141,7 +142,10 @@ def _store(
     flags: dict[str, str],
 ) -> list[Conversation]:
     """Create the rows (bulk, four inserts per kind at most); return the conversations.
-    ``flags``: the category code of each flagged text (marks its messages)."""
+    ``flags``: the category code of each flagged text (marks its messages). A
+    conversation whose title the user already has is titled "<title> (imported)"
+    (:func:`title_of_copy`), so a copy reads apart from its original; titles repeated
+    within the file are kept as they are."""
     chunk_ids = {
         c for conv in conversations for m in conv.messages for _n, c in m.citations
     }
@@ -153,10 +157,16 @@ def _store(
     feedback: list[Feedback] = []
     citations: list[Citation] = []
     leaves: list[tuple[Conversation, uuid.UUID]] = []
+    taken = set(
+        Conversation.objects.filter(
+            user=user, title__in={c.title for c in conversations}
+        ).values_list("title", flat=True)
+    )
     for imported in conversations:
+        title = imported.title
         conv = Conversation(
             user=user,
-            title=imported.title,
+            title=title_of_copy(title) if title in taken else title,
             created_at=imported.created_at,
             updated_at=imported.updated_at,
         )

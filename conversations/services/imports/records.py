@@ -15,6 +15,10 @@ from chatsite.storable import datetime_problem, text_problem
 
 # A title that is empty in the file.
 UNTITLED = "Imported conversation"
+# Added to the title of an imported conversation whose title the importer already has.
+IMPORTED_SUFFIX = " (imported)"
+# Longest stored title, in characters (the rename limit too).
+TITLE_MAX_CHARS = 200
 
 
 @dataclass
@@ -88,8 +92,15 @@ def title_clean(value: Any, where: str) -> str:
     """Return a stored title: spaces collapsed, at most 200 characters, never empty."""
     if value is None:
         return UNTITLED
-    title = " ".join(text_field(value, where, "title").split())[:200].strip()
-    return title or UNTITLED
+    title = " ".join(text_field(value, where, "title").split())
+    return title[:TITLE_MAX_CHARS].strip() or UNTITLED
+
+
+def title_of_copy(title: str) -> str:
+    """Return ``title`` marked as an imported copy: "<title> (imported)", the title
+    cut so that the whole stays within TITLE_MAX_CHARS characters."""
+    keep = TITLE_MAX_CHARS - len(IMPORTED_SUFFIX)
+    return title[:keep].rstrip() + IMPORTED_SUFFIX
 
 
 def count_field(value: Any, where: str, name: str) -> int | None:
