@@ -9,7 +9,9 @@ one-word replies, "remember that I drive a bus", assistant requests). ``moderati
 embedded classifier; ``moderation_heldout.jsonl`` (written before the model was trained and
 never trained or tuned on; see ``safety/data/README.md``) is only ever evaluated.
 ``moderation_train_translated.jsonl`` holds only retired held-out translations, for
-the multilingual model's training side.
+the multilingual model's training side; each row also names its language (``lang``,
+``fr``/``es``/``zh``) and the English training text it translates (``of``), so that
+cross-validation keeps a translation in its original's fold.
 """
 
 from __future__ import annotations
@@ -71,11 +73,15 @@ TAG_CORPUS = "corpus"
 
 @dataclass(frozen=True)
 class Example:
-    """One labelled text; ``labels`` empty means benign (must not be flagged)."""
+    """One labelled text; ``labels`` empty means benign (must not be flagged).
+    ``of``: for a translation, the English text it translates (empty otherwise);
+    ``lang``: its language code (empty for English)."""
 
     text: str
     labels: frozenset[Category] = field(default_factory=frozenset)
     tags: frozenset[str] = field(default_factory=frozenset)
+    of: str = ""
+    lang: str = ""
 
     @property
     def benign(self) -> bool:
@@ -100,6 +106,8 @@ def examples_load(path: Path | str) -> list[Example]:
                         text=str(row["text"]),
                         labels=frozenset(Category(c) for c in row.get("labels", [])),
                         tags=frozenset(row.get("tags", [])),
+                        of=str(row.get("of", "")),
+                        lang=str(row.get("lang", "")),
                     )
                 )
             except (ValueError, KeyError, TypeError) as exc:

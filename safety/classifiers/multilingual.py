@@ -13,8 +13,9 @@ The model (``safety/data/multilingual_model.npz``, written by
 ``manage.py moderation_train_multilingual``): the layout of the embedded model (a
 gate and a category head, :mod:`safety.classifiers.training`) over the e5 vector and
 its nearest-exemplar similarities, without n-grams (they are English words).
-Thresholds from 5-fold cross-validation on the English training set, like the
-embedded model's.
+Thresholds from 5-fold cross-validation on the training set (English and the
+retired translations, each translation in its original's fold), like the embedded
+model's.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 The same procedure as :mod:`safety.classifiers.training` (gate and category head,
 thresholds from 5-fold cross-validation on the training set under the same benign
 budgets), over multilingual-e5-small vectors and their nearest-exemplar similarities
-instead of MiniLM vectors and n-grams. The training set is English; the held-out
-translations (``safety/data/moderation_heldout_{fr,es,zh}.jsonl``) are never read
-here (retired ones are in ``moderation_train_translated.jsonl``).
+instead of MiniLM vectors and n-grams. The training set is English plus retired
+translations (``moderation_train_translated.jsonl``), each in its English original's
+fold (:func:`translation_groups`); the held-out translations
+(``safety/data/moderation_heldout_{fr,es,zh}.jsonl``) are never read here.
 """
 
 from __future__ import annotations
@@ -24,14 +25,29 @@ from safety.classifiers.training import (
 from safety.dataset import TAG_EVERYDAY, Example
 
 
+def translation_groups(examples: Sequence[Example]) -> np.ndarray:
+    """Return one group number per example (n ints): a translation (``of`` set) gets
+    the number of the first example whose text is its ``of``, every other example
+    its own. A translation whose original is not among ``examples`` is a group of
+    its own too (nothing of it is in another fold)."""
+    first: dict[str, int] = {}
+    for i, e in enumerate(examples):
+        if not e.of:
+            first.setdefault(e.text, i)
+    return np.array([first.get(e.of, i) if e.of else i for i, e in enumerate(examples)])
+
+
 def multilingual_train(
     examples: Sequence[Example],
     vectors: np.ndarray,
     *,
     fp_budget: float = FP_BUDGET,
+    grouped: bool = True,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> TrainedModel:
-    """Train on ``examples`` with their e5 ``vectors`` (n x 384, unit length)."""
+    """Train on ``examples`` with their e5 ``vectors`` (n x 384, unit length); with
+    ``grouped`` (default) cross-validation keeps each translation in its original's
+    fold (:func:`translation_groups`), without it the folds ignore the link."""
     categories = list(Category)
     vecs = np.asarray(vectors, dtype=np.float32)
     y = np.array([[c in e.labels for c in categories] for e in examples])
@@ -44,7 +60,14 @@ def multilingual_train(
     )
     everyday = np.array([TAG_EVERYDAY in e.tags for e in examples]) & benign
     return heads_cross_fit(
-        vecs, vecs, y, strata, everyday=everyday, fp_budget=fp_budget, progress=progress
+        vecs,
+        vecs,
+        y,
+        strata,
+        everyday=everyday,
+        groups=translation_groups(examples) if grouped else None,
+        fp_budget=fp_budget,
+        progress=progress,
     )
 
 

@@ -216,14 +216,16 @@ def inputs_with_exemplars(
 
 def model_train(
     examples: Sequence[Example],
-    vectors: Sequence[Sequence[float]],
+    vectors: Sequence[Sequence[float]] | np.ndarray,
     *,
     fp_budget: float = FP_BUDGET,
+    corpus_budget: float = CORPUS_FP_BUDGET,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> TrainedModel:
     """Train on ``examples`` with the 384-d ``vectors`` of their texts without ids
     (:func:`~safety.classifiers.features.ids_removed`, what serving embeds; same
-    order); see module doc."""
+    order); see module doc. ``corpus_budget``: the benign corpus budget (a fraction)
+    of :func:`thresholds_choose`."""
     categories = list(Category)
     # sparse: the n-gram blocks are mostly zero, and the fits run several times
     # faster on a CSR matrix (the same objective, so the same weights)
@@ -259,8 +261,27 @@ def model_train(
         everyday=everyday,
         corpus=corpus,
         fp_budget=fp_budget,
+        corpus_budget=corpus_budget,
         progress=progress,
     )
+
+
+def folds_split(
+    strata: np.ndarray, groups: np.ndarray | None = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Return the ``FOLDS`` (train rows, test rows) index pairs of cross-validation,
+    stratified over ``strata`` (n ints); with ``groups`` (n ints) the rows of one group
+    always share a fold (scikit-learn's ``StratifiedGroupKFold``), so a translation is
+    never judged by a model that trained on its original. Seeded: the same inputs give
+    the same folds."""
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
+
+    rows = np.zeros(len(strata))
+    if groups is None:
+        folds = StratifiedKFold(FOLDS, shuffle=True, random_state=0)
+        return list(folds.split(rows, strata))
+    grouped = StratifiedGroupKFold(FOLDS, shuffle=True, random_state=0)
+    return list(grouped.split(rows, strata, groups))
 
 
 def heads_cross_fit(
@@ -271,21 +292,21 @@ def heads_cross_fit(
     *,
     everyday: np.ndarray,
     corpus: np.ndarray | None = None,
+    groups: np.ndarray | None = None,
     fp_budget: float = FP_BUDGET,
+    corpus_budget: float = CORPUS_FP_BUDGET,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> TrainedModel:
-    """Cross-validate (``FOLDS`` stratified folds over ``strata``) and fit the heads:
-    ``x`` (n x d) the text inputs without exemplar similarities, ``vecs`` (n x 384)
-    the vectors the exemplars are compared on, ``y`` (n x categories) the labels;
-    thresholds from the out-of-fold scores (:func:`thresholds_choose`), then the heads
-    fitted on every row. The one procedure of the embedded and multilingual models."""
-    from sklearn.model_selection import StratifiedKFold
-
+    """Cross-validate (``FOLDS`` stratified folds over ``strata``, rows of one of
+    ``groups`` in one fold: :func:`folds_split`) and fit the heads: ``x`` (n x d) the
+    text inputs without exemplar similarities, ``vecs`` (n x 384) the vectors the
+    exemplars are compared on, ``y`` (n x categories) the labels; thresholds from the
+    out-of-fold scores (:func:`thresholds_choose`), then the heads fitted on every
+    row. The one procedure of the embedded and multilingual models."""
     members = exemplar_groups(y, everyday, corpus)
     oof = np.zeros(y.shape)
-    folds = StratifiedKFold(FOLDS, shuffle=True, random_state=0)
     fold_corpus = (lambda rows: None) if corpus is None else (lambda rows: corpus[rows])
-    for k, (train, test) in enumerate(folds.split(x, strata), start=1):
+    for k, (train, test) in enumerate(folds_split(strata, groups), start=1):
         progress(f"cross-validation fold {k}/{FOLDS}")
         # The fold's own training rows are the exemplars: a training row is compared
         # with the others (leave-one-out), as a new text would be with all of them.
@@ -299,7 +320,12 @@ def heads_cross_fit(
             *heads_fit(x_train, y[train], everyday[train], fold_corpus(train)),
         )
     thresholds = thresholds_choose(
-        oof, y, fp_budget=fp_budget, everyday=everyday, corpus=corpus
+        oof,
+        y,
+        fp_budget=fp_budget,
+        everyday=everyday,
+        corpus=corpus,
+        corpus_budget=corpus_budget,
     )
     progress("fitting on the whole training set")
     x_all = inputs_with_exemplars(x, vecs, vecs, members, exclude=np.arange(x.shape[0]))
