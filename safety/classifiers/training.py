@@ -5,7 +5,7 @@ scikit-learn's ``LogisticRegression`` (L2, ``class_weight="balanced"``: the clas
 are uneven) and picks the per-category thresholds from 5-fold cross-validation on the
 *training* set only (:func:`thresholds_choose`): all categories start at the lowest
 common threshold whose out-of-fold benign false-positive rate (flagged as anything)
-is within ``FP_BUDGET`` (4 %, under the 5 % target of :mod:`safety.evaluation`) and
+is within ``FP_BUDGET`` (5 %, the target of :mod:`safety.evaluation`) and
 whose rate on everyday chat is within ``EVERYDAY_FP_BUDGET`` (1 %) and on text nobody
 here wrote (tag ``corpus``) within ``CORPUS_FP_BUDGET`` (0.3 %), then the category
 with the lowest recall is lowered step by step while the budget holds. The held-out
@@ -40,7 +40,10 @@ from safety.dataset import TAG_CORPUS, TAG_EVERYDAY, Example
 # Inverse L2 strengths, chosen by cross-validation on the training set.
 GATE_C = 16.0
 CATEGORY_C = 4.0
-FP_BUDGET = 0.04
+# The other benign pool is mostly sensitive topics written here; with ordinary text
+# under budgets of its own this is the budget that sets recall. Chosen on out-of-fold
+# scores (safety/data/README.md, "The other-benign budget").
+FP_BUDGET = 0.05
 # Ordinary chat (tag ``everyday``) is counted apart, with its own, tighter budget: many
 # easy benign examples in the pool would otherwise loosen the budget on the hard ones
 # (sensitive topics), and blocking "thanks" is worse than blocking a borderline question.
