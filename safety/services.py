@@ -12,9 +12,11 @@ import logging
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.utils import timezone
 
 from chatsite.errors import ModerationBlocked
 from inference.embeddings import TextVector
@@ -95,6 +97,25 @@ BORDERLINE_NOTE = (
     "The check was not sure, so this refusal does not count against your account."
 )
 INJECTION_NOTE = "A prompt-injection refusal does not count against your account."
+REPEAT_NOTE = (
+    "You sent this message before: a repeat does not count against your account again."
+)
+
+
+def block_repeated(*, user: User, text: str) -> bool:
+    """Whether ``text`` (exactly) already had a counted block of the user's within
+    SAFETY_ABUSE_HALF_LIFE_S seconds: a retry of the same message is one violation,
+    not another strike (a user retrying a message the classifier misjudged was
+    suspended for it)."""
+    since = timezone.now() - timedelta(seconds=settings.SAFETY_ABUSE_HALF_LIFE_S)
+    return ModerationEvent.objects.filter(
+        user_id=user.pk,
+        direction=ModerationEvent.Direction.INPUT,
+        action=ModerationEvent.EventAction.BLOCK,
+        abuse=True,
+        text=text,
+        created_at__gte=since,
+    ).exists()
 
 
 def block_counts(match: Match, verdict: Verdict) -> bool:
@@ -242,6 +263,8 @@ def _decide(
         else ModerationEvent.EventAction.FLAG
     )
     counts = bool(blocking) and block_counts(top, verdict)
+    repeated = counts and block_repeated(user=user, text=text)
+    counts = counts and not repeated
     event = ModerationEvent.objects.create(
         user=user,
         surface=surface,
@@ -269,6 +292,8 @@ def _decide(
         consequence = (
             abuse_record(user=user, cause=event)
             if counts
+            else REPEAT_NOTE
+            if repeated
             else INJECTION_NOTE
             if top.category == Category.PROMPT_INJECTION
             else BORDERLINE_NOTE
