@@ -43,7 +43,9 @@ class Utf8Decoder:
     """Turn a stream of byte pieces into whole-character text.
 
     Bytes of a character split across pieces are held back until the character is
-    complete; invalid bytes become U+FFFD instead of raising (DESIGN §5).
+    complete; invalid bytes become U+FFFD instead of raising (DESIGN §5). A character
+    left incomplete when the stream ends (an answer cut at its token limit in the
+    middle of a multi-byte character) is dropped, not shown as U+FFFD.
     """
 
     def __init__(self) -> None:
@@ -54,8 +56,10 @@ class Utf8Decoder:
         return self._decoder.decode(piece)
 
     def flush(self) -> str:
-        """Return what is left at the end of the stream (incomplete bytes as U+FFFD)."""
-        return self._decoder.decode(b"", final=True)
+        """Return what is left at the end of the stream: nothing, as the decoder holds
+        back only the start of a character that never completed (dropped)."""
+        self._decoder.reset()
+        return ""
 
 
 class Engine(abc.ABC):
