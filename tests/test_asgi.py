@@ -35,14 +35,18 @@ async def _routed_to(path: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return got[0]
 
 
+# a value for each API route's parameters (a route without any is absent)
+_SAMPLE_KWARGS: dict[str, dict[str, object]] = {
+    "api-moderation-appeal": {"event_id": 7},
+    "api-completion-appeal": {"completion_id": "chatcmpl-" + "0" * 32},
+}
+
+
 async def test_every_api_url_goes_to_the_api_handler_and_site_paths_do_not(
     monkeypatch,
 ):
     api_paths = [
-        reverse(
-            pattern.name,
-            kwargs={"event_id": 7} if "<" in str(pattern.pattern) else None,
-        )
+        reverse(pattern.name, kwargs=_SAMPLE_KWARGS.get(pattern.name))
         for pattern in api_urls.urlpatterns
     ]
     assert api_paths == [
@@ -50,6 +54,7 @@ async def test_every_api_url_goes_to_the_api_handler_and_site_paths_do_not(
         "/v1/models",
         "/v1/embeddings",
         "/v1/moderation/events/7/appeal",
+        "/v1/moderation/completions/chatcmpl-" + "0" * 32 + "/appeal",
     ]
     for api_path in api_paths:
         assert await _routed_to(api_path, monkeypatch) == "api"
