@@ -28,6 +28,9 @@ COMMON = frozenset({"max_tokens", "temperature", "top_p", "stop", "seed"})
 SAMPLING = frozenset(
     {"presence_penalty", "frequency_penalty", "logit_bias", "response_format"}
 )
+# OpenAI tool calling (``tools``, ``tool_choice``, ``parallel_tool_calls``): an engine
+# that implements them emits :class:`inference.engines.base.ToolCallDelta`.
+TOOLS = frozenset({"tools", "tool_choice", "parallel_tool_calls"})
 INTERNAL = frozenset({"script", "ignore_eos", "top_k", "repeat_penalty"})
 
 # The ``error`` event code of a generation whose parameters its engine found invalid

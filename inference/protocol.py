@@ -34,7 +34,10 @@ Events on ``inf:gen:{job_id}`` (payload schemas in :data:`EVENT_SCHEMAS`)
   A generation the gateway answers from its cache (no job, no worker) carries
   ``"cache": "exact"|"semantic"`` too (optional field; ``worker`` is ``"cache"``).
 - ``token`` ``{"t": str}``, whole Unicode characters only.
-- ``done``  ``{"finish_reason": "stop"|"length"|"cancelled"|"content_filter",
+- ``tool_call`` ``{"index": int, "id"?: str, "name"?: str, "arguments_delta": str}``:
+  one piece of a tool call the model makes (:func:`tool_call_fields`); a generation
+  that made calls ends with ``done`` ``finish_reason: "tool_calls"``.
+- ``done``  ``{"finish_reason": "stop"|"length"|"cancelled"|"content_filter"|"tool_calls",
   "usage": Usage, "ttft_ms": int|None, "latency_ms": int}``: terminal.
 - ``error`` ``{"code": str, "message": str, "usage": Usage|None}``: terminal. A worker
   that ends a job with an error after it wrote tokens (its engine failed, or crash
@@ -75,6 +78,7 @@ GROUP = "workers"
 
 EVENT_META = "meta"
 EVENT_TOKEN = "token"
+EVENT_TOOL_CALL = "tool_call"
 EVENT_DONE = "done"
 EVENT_ERROR = "error"
 EVENT_EMBEDDING = "embedding"
@@ -89,8 +93,16 @@ FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 FINISH_CANCELLED = "cancelled"
 FINISH_CONTENT_FILTER = "content_filter"
+# The model ended its turn with tool calls (``tool_call`` events before ``done``).
+FINISH_TOOL_CALLS = "tool_calls"
 FINISH_REASONS = frozenset(
-    {FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_CONTENT_FILTER}
+    {
+        FINISH_STOP,
+        FINISH_LENGTH,
+        FINISH_CANCELLED,
+        FINISH_CONTENT_FILTER,
+        FINISH_TOOL_CALLS,
+    }
 )
 
 # Error codes a generation can end with (the `code` of an `error` event).
@@ -241,9 +253,11 @@ PRIORITY_BACKGROUND = -1
 class Job:
     """One request as it travels on ``inf:q:{pool}``: a generation or an embedding.
 
-    ``messages`` are OpenAI chat messages (``{"role", "content"}``); ``params`` holds
-    sampling parameters (``max_tokens`` in tokens, ``temperature``, ``top_p``, ``stop``)
-    and engine-specific options (``script`` for the scripted engine). ``enqueued_at``
+    ``messages`` are OpenAI chat messages (``{"role", "content"}``; an assistant
+    message may carry ``tool_calls`` and a ``tool`` message ``tool_call_id``);
+    ``params`` holds sampling parameters (``max_tokens`` in tokens, ``temperature``,
+    ``top_p``, ``stop``), the tool-calling ones under their OpenAI names (``tools``,
+    ``tool_choice``, ``parallel_tool_calls``) and engine-specific options (``script`` for the scripted engine). ``enqueued_at``
     and ``deadline`` are epoch seconds: a job still queued at its deadline is dropped.
     ``kind`` is :data:`KIND_GENERATE` or :data:`KIND_EMBED`; an embedding job has no
     messages and carries the texts to embed in ``input``. ``priority`` is set by the
@@ -252,7 +266,7 @@ class Job:
     """
 
     job_id: str
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     params: dict[str, Any] = field(default_factory=dict)
     user_ref: str = ""
     priority: int = 0
@@ -317,6 +331,12 @@ EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
         "cache": Optional(lambda v: v in CACHE_KINDS),
     },
     EVENT_TOKEN: {"t": str},
+    EVENT_TOOL_CALL: {
+        "index": int,
+        "id": Optional(lambda v: isinstance(v, str) and v != ""),
+        "name": Optional(lambda v: isinstance(v, str) and v != ""),
+        "arguments_delta": str,
+    },
     EVENT_DONE: {
         "finish_reason": lambda v: v in FINISH_REASONS,
         "usage": _is_usage,
@@ -356,6 +376,23 @@ def event_fields(event_type: str, payload: dict[str, Any]) -> RedisFields:
     """Validate and serialise an event to stream-entry fields (``e``, ``d``)."""
     event_validate(event_type, payload)
     return {"e": event_type, "d": json.dumps(payload, ensure_ascii=False)}
+
+
+def tool_call_fields(
+    *, index: int, arguments_delta: str, id: str | None = None, name: str | None = None
+) -> RedisFields:
+    """Validate and serialise a ``tool_call`` event (one piece of one call).
+
+    The first event of a call (its ``index``, 0-based in the order the model made
+    the calls) carries ``id`` and ``name``; the call's JSON arguments are the
+    concatenation of its events' ``arguments_delta`` in stream order.
+    """
+    payload: dict[str, Any] = {"index": index, "arguments_delta": arguments_delta}
+    if id is not None:
+        payload["id"] = id
+    if name is not None:
+        payload["name"] = name
+    return event_fields(EVENT_TOOL_CALL, payload)
 
 
 def token_fields(text: str) -> RedisFields:

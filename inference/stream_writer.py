@@ -29,12 +29,16 @@ class TokenWriter:
     def __init__(self, publish: Publish, job_id: str) -> None:
         self._publish = publish
         self._job_id = job_id
-        self._pending: list[str] = []
+        self._pending: list[redis_types.RedisFields] = []
         self._flush: asyncio.Task[None] | None = None
 
     def add(self, text: str) -> None:
         """Queue one token event; start a flush unless one is running."""
-        self._pending.append(text)
+        self.add_event(protocol.token_fields(text))
+
+    def add_event(self, fields: redis_types.RedisFields) -> None:
+        """Queue one event (a ``tool_call``), in order with the tokens."""
+        self._pending.append(fields)
         if self._flush is None or self._flush.done():
             if self._flush is not None:
                 self._flush.result()  # a failed write ends the job
@@ -43,9 +47,7 @@ class TokenWriter:
     async def _write(self) -> None:
         while self._pending:
             batch, self._pending = self._pending, []
-            await self._publish(
-                self._job_id, [protocol.token_fields(text) for text in batch]
-            )
+            await self._publish(self._job_id, batch)
 
     async def flushed(self) -> None:
         """Wait until every queued token is written (raises what a write raised)."""

@@ -35,7 +35,13 @@ from redis.exceptions import ResponseError
 from inference import metrics, protocol, redis_types
 from inference.client import WORKER_TTL_S, terminal_append
 from inference.connections import redis_async_new
-from inference.engines.base import Delta, Engine, EngineError, Finish
+from inference.engines.base import (
+    Delta,
+    Engine,
+    EngineError,
+    Finish,
+    ToolCallDelta,
+)
 from inference.intake import JobIntake
 from inference.outage import RedisOutageTolerance
 from inference.recovery import CrashRecovery
@@ -321,6 +327,18 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
                     itl.observe(now - last_at)
                 last_at = now
                 tokens.add(item.text)
+            elif isinstance(item, ToolCallDelta):
+                if first_token_at is None:
+                    first_token_at = time.time()
+                last_at = time.time()
+                tokens.add_event(
+                    protocol.tool_call_fields(
+                        index=item.index,
+                        id=item.id,
+                        name=item.name,
+                        arguments_delta=item.arguments,
+                    )
+                )
             elif isinstance(item, Finish):
                 await tokens.flushed()
                 if (

@@ -1,6 +1,7 @@
 """The engine interface every backend implements (DESIGN §6).
 
 ``generate(job)`` is an async iterator of :class:`Delta` (text, whole Unicode characters)
+and :class:`ToolCallDelta` (pieces of tool calls, only when the job offers ``tools``)
 that always ends with exactly one :class:`Finish` carrying the finish reason and the exact
 token usage. ``abort(job_id)`` makes the running generation finish with
 ``finish_reason="cancelled"`` within one decode step.
@@ -21,6 +22,23 @@ class Delta:
     """A piece of generated text: one or more whole Unicode characters."""
 
     text: str
+
+
+@dataclass
+class ToolCallDelta:
+    """A piece of a tool call the model makes (a ``tool_call`` event, DESIGN §5).
+
+    ``index`` numbers the calls of one generation from 0 in the order they are made.
+    The first piece of a call carries ``id`` (``call_…``) and ``name``; its
+    ``arguments`` may be ``""``. Later pieces carry only argument text. The call's
+    JSON arguments are its pieces' ``arguments`` joined in order: exactly the string
+    a non-streamed generation returns (``"{}"`` for a tool without parameters).
+    """
+
+    index: int
+    arguments: str
+    id: str | None = None
+    name: str | None = None
 
 
 @dataclass
@@ -76,7 +94,7 @@ class Engine(abc.ABC):
         """Release the model."""
 
     @abc.abstractmethod
-    def generate(self, job: Job) -> AsyncIterator[Delta | Finish]:
+    def generate(self, job: Job) -> AsyncIterator[Delta | ToolCallDelta | Finish]:
         """Yield the job's text deltas, then one :class:`Finish`.
 
         Raises :class:`EngineError` when generation fails.
