@@ -12,7 +12,10 @@ them. Each schema is checked by the tests on real streams
 - ``done``: the stored answer (:func:`conversations.sse.message_payload`);
 - ``error``: a failed answer (the stored answer plus ``code``/``message``/retry
   fields), or a stream that broke (``code``, ``message``, ``message_id``, retry
-  fields only).
+  fields only);
+- ``tool_step``: one tool step's block, running or finished
+  (:func:`conversations.sse.tool_step_payload`): the tool loop's relay sends it, and
+  ``static/chat.js`` inserts its ``html`` into the answer (``ChatTools.insertStep``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ def _citations(value: Any) -> bool:
 
 
 SSE_QUEUE = "queue"
+SSE_TOOL_STEP = "tool_step"
+_STEP_STATES = {"running", "done", "error", "missing"}
 # The first frame of an answer streamed in its POST's response (conversations.sse.
 # turn_stream_response): what the JSON of a started turn carries.
 SSE_TURN = "turn"
@@ -91,6 +96,12 @@ SSE_SCHEMAS: dict[str, dict[str, Any]] = {
     "token": {"t": str},
     "meta": protocol.EVENT_SCHEMAS[protocol.EVENT_META],
     SSE_QUEUE: {"position": _position},
+    SSE_TOOL_STEP: {
+        "message_id": str,
+        "index": _position,
+        "state": lambda v: v in _STEP_STATES,
+        "html": str,
+    },
     "done": _ANSWER,
     # a failed answer carries the stored answer; a broken stream only the error
     "error": {

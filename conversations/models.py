@@ -93,6 +93,12 @@ class Message(models.Model):
     answer it follows (None for a first message). Regenerating adds a sibling answer,
     editing a user message a sibling user message; messages with the same parent and
     role are versions of each other, and ``Conversation.current_leaf`` picks the branch.
+
+    An answer that uses tools is a chain: user → assistant with ``tool_calls``
+    (finish reason ``tool_calls``) → one ``tool`` message per call, each the parent of
+    the next → the next assistant message (more calls, or the answer). Every link is a
+    parent, so the path to the answer holds the whole chain, and a regenerated answer
+    (a sibling of the chain's first assistant message) replaces all of it on its branch.
     """
 
     class Role(models.TextChoices):
@@ -147,6 +153,18 @@ class Message(models.Model):
     # An imported message input moderation flagged (the category's code): kept and
     # shown, marked, but never sent in a prompt (conversations.selectors).
     moderation_category = models.CharField(max_length=32, blank=True, default="")
+    # An assistant message that calls tools: the calls in the model's order, each
+    # {"id": "call_…", "name": str, "arguments": str}, ``arguments`` the JSON text
+    # exactly as generated (never re-serialised). Empty on every other message.
+    tool_calls = models.JSONField(default=list, blank=True)
+    # A tool result (role "tool"): the id of the call it answers (one of the
+    # ``tool_calls`` of the chain's assistant message above it) and the tool's name;
+    # ``content`` is the result text as the tool returned it (bounded by the tool).
+    tool_call_id = models.CharField(max_length=100, blank=True, default="")
+    tool_name = models.CharField(max_length=200, blank=True, default="")
+    # What the page shows of a tool result (conversations.tool_steps.detail_clean):
+    # {"label": str ("Ran Python"), "truncated": bool, "error": bool}.
+    tool_detail = models.JSONField(default=dict, blank=True)
     # full-text search vector of the content, kept by PostgreSQL (conversations.search)
     search_vector = _search_vector("content")
 

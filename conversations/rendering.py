@@ -29,6 +29,7 @@ from html import escape
 
 import nh3
 from django.conf import settings
+from django.template.loader import render_to_string
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
 from markdown_it.renderer import RendererHTML
@@ -39,6 +40,8 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
+
+from conversations.tool_steps import ToolStep
 
 # nowrap: markdown-it must not wrap pygments' own <div><pre> in another <pre><code>.
 _FORMATTER = HtmlFormatter(nowrap=True)
@@ -231,3 +234,18 @@ def answer_to_html(
     if not message_id:
         return html
     return citations_link(html, message_id=message_id, numbers=citations)
+
+
+def tool_step_html(*, step: ToolStep) -> str:
+    """Return the page's block of one tool step: ``templates/chat/_tool_step.html``,
+    the same HTML the thread renders after a reload (``chat/_message.html`` includes
+    it), so a block sent live reads the same.
+
+    A ``<details id="step-<calling message id>-<call index>">``, collapsed, whose
+    summary is the step's label (with "running…", "failed" or "no result"), opening
+    to the call's arguments and the result. Everything from the model or the tool is
+    escaped by the template (never raw HTML); code and results sit in ``<pre>``.
+    ``static/chat.js`` inserts it (``ChatTools.insertStep``), replacing a block with
+    the same id (a running step by its finished one).
+    """
+    return render_to_string("chat/_tool_step.html", {"step": step})

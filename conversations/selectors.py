@@ -13,6 +13,7 @@ from django.db.models.functions import TruncDate
 
 from chatsite.errors import NotFound
 from conversations.models import Conversation, Feedback, Message
+from conversations.tool_steps import ToolStep, openai_tool_calls
 from memory.models import Citation
 from safety import selectors as safety_selectors
 
@@ -52,11 +53,24 @@ def message_get(*, user: User, conversation_id: Any, message_id: Any) -> Message
 
 
 @dataclass
+class ToolRound:
+    """An assistant message of an answer's chain that called tools (``message``, its
+    text shown before its blocks when it has any) and one :class:`ToolStep` per call."""
+
+    message: Message
+    steps: list[ToolStep]
+
+
+@dataclass
 class ThreadItem:
     """A message as shown on the current branch, with its versions.
 
-    ``versions`` are the messages with the same parent and role (``message`` among
-    them), oldest first: regenerated answers, or edited user messages.
+    ``versions`` are the messages with the same parent and role as ``head`` (the
+    shown message itself, or for an answer that used tools the first message of its
+    chain), oldest first: regenerated answers, or edited user messages. An answer's
+    ``rounds`` are the tool calls of its chain before it, in order (empty without
+    tools); when the chain ended without an answer (stopped, or tools still running),
+    ``message`` is its last assistant message and is one of the rounds.
     """
 
     message: Message
@@ -65,6 +79,8 @@ class ThreadItem:
     rating: str = ""
     # an answer cut by output moderation whose cut the owner has appealed
     appealed: bool = False
+    head: Message | None = None
+    rounds: list[ToolRound] = field(default_factory=list)
 
     @property
     def version_count(self) -> int:
@@ -75,7 +91,13 @@ class ThreadItem:
     def version_index(self) -> int:
         """The shown message's 1-based position among its versions ("2" of "2/3")."""
         ids = [v.id for v in self.versions]
-        return ids.index(self.message.id) + 1 if self.message.id in ids else 1
+        head = self.head or self.message
+        return ids.index(head.id) + 1 if head.id in ids else 1
+
+    @property
+    def ends_in_calls(self) -> bool:
+        """True when the shown message is itself a round of tool calls (no answer)."""
+        return bool(self.message.tool_calls)
 
     @property
     def previous_version(self) -> Message | None:
@@ -159,11 +181,94 @@ def thread_leaf(*, conversation: Conversation) -> Message | None:
     return path[-1] if path else None
 
 
+def _tool_rounds(chain: list[Message], *, upto: int) -> list[ToolRound]:
+    """Return the rounds of tool calls among ``chain[:upto]`` (an answer's chain:
+    assistant and tool messages), each call with the result stored for it."""
+    rounds: list[ToolRound] = []
+    for i, m in enumerate(chain[:upto]):
+        if m.role != Message.Role.ASSISTANT or not m.tool_calls:
+            continue
+        results: dict[str, Message] = {}
+        for r in chain[i + 1 :]:
+            if r.role != Message.Role.TOOL:
+                break
+            results.setdefault(r.tool_call_id, r)
+        steps = [
+            ToolStep(message=m, index=k, result=results.get(call["id"]))
+            for k, call in enumerate(m.tool_calls)
+        ]
+        rounds.append(ToolRound(message=m, steps=steps))
+    return rounds
+
+
+def _shown(path: list[Message]) -> list[tuple[Message, Message, list[ToolRound]]]:
+    """Return the branch ``path`` as shown: ``(message, head, rounds)`` per user
+    message and per answer, an answer's chain of tool calls folded into it."""
+    shown: list[tuple[Message, Message, list[ToolRound]]] = []
+    i = 0
+    while i < len(path):
+        m = path[i]
+        if m.role == Message.Role.USER:
+            shown.append((m, m, []))
+            i += 1
+            continue
+        j = i
+        while j < len(path) and path[j].role != Message.Role.USER:
+            j += 1
+        chain = [x for x in path[i:j] if x.role != Message.Role.SYSTEM]
+        i = j
+        answers = [k for k, x in enumerate(chain) if x.role == Message.Role.ASSISTANT]
+        if not answers:
+            continue  # tool results without a call: nothing to show them under
+        last = answers[-1]
+        answer = chain[last]
+        rounds = _tool_rounds(chain, upto=last + 1 if answer.tool_calls else last)
+        shown.append((answer, chain[answers[0]], rounds))
+    return shown
+
+
+def tool_steps_get(
+    *, user: User, conversation_id: Any, message_id: Any, running: bool = False
+) -> list[ToolStep]:
+    """Return the steps of the assistant message ``message_id``'s tool calls, in call
+    order, each with the result stored for it (None while it has none; ``running``
+    marks those as still running). For the page's live blocks
+    (:func:`conversations.rendering.tool_step_html`). Two queries. Raises NotFound
+    (not the user's conversation or message); an answer without calls has no steps.
+    """
+    message = message_get(
+        user=user, conversation_id=conversation_id, message_id=message_id
+    )
+    if message.role != Message.Role.ASSISTANT or not message.tool_calls:
+        return []
+    ids = [c["id"] for c in message.tool_calls]
+    rows = Message.objects.filter(
+        conversation_id=message.conversation_id,
+        role=Message.Role.TOOL,
+        tool_call_id__in=ids,
+    )
+    # only the results of this message's own chain (another chain may reuse an id)
+    chain: dict[str, Message] = {}
+    node: Any = message.id
+    by_parent = {r.parent_id: r for r in rows}
+    while node in by_parent and len(chain) < len(ids):
+        r = by_parent[node]
+        chain[r.tool_call_id] = r
+        node = r.id
+    return [
+        ToolStep(message=message, index=k, result=chain.get(i), running=running)
+        for k, i in enumerate(ids)
+    ]
+
+
 def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
     """Return the current branch in order, each message with its versions.
 
-    Three queries whatever the length: messages, their citations, the ratings; a
-    fourth, the appeals, when an answer on the branch was cut by output moderation.
+    An answer that used tools is one item: its chain's tool calls and results are
+    its ``rounds`` and its versions are those of the chain's first message (what a
+    regenerate replaces). Three queries whatever the length: messages, their
+    citations, the ratings; a fourth, the appeals, when an answer on the branch was
+    cut by output moderation.
     """
     citations = Prefetch(
         "citations",
@@ -177,12 +282,8 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
             user_id=conversation.user_id, message__conversation=conversation
         ).values_list("message_id", "rating")
     )
-    shown = [
-        m
-        for m in tree.current_path(conversation)
-        if m.role in (Message.Role.USER, Message.Role.ASSISTANT)
-    ]
-    cut = [str(m.id) for m in shown if m.status == Message.Status.FILTERED]
+    shown = _shown(tree.current_path(conversation))
+    cut = [str(m.id) for m, _, _ in shown if m.status == Message.Status.FILTERED]
     appealed = (
         safety_selectors.appealed_answers(user_id=conversation.user_id, job_ids=cut)
         if cut
@@ -191,31 +292,83 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
     return [
         ThreadItem(
             message=m,
-            versions=tree.versions(m),
+            versions=tree.versions(head),
             rating=ratings.get(m.id, ""),
             appealed=str(m.id) in appealed,
+            head=head,
+            rounds=rounds,
         )
-        for m in shown
+        for m, head, rounds in shown
     ]
 
 
+def _usable(m: Message) -> bool:
+    """An assistant message the model may see: it did not fail and is not streaming."""
+    return m.status not in (Message.Status.STREAMING, Message.Status.ERROR)
+
+
 def _promptable(messages: list[Message], *, asked: Any = None) -> list[Message]:
-    """Keep user messages and answers with text that did not fail or still stream
-    (the model should not see an empty or failed reply), leaving out messages flagged
-    by moderation at import (``moderation_category``) except ``asked``, the id of the
-    question a turn answers (admission screens it under the policies in force)."""
+    """Keep what a prompt may hold of the branch ``messages``, in order.
+
+    User messages and answers with text that did not fail or still stream (the model
+    should not see an empty or failed reply); a round of tool calls only whole: the
+    calling message with exactly one result per call right after it (never a call
+    without its result nor a result without its call: a round the loop did not finish
+    is left out). Messages flagged by moderation at import (``moderation_category``)
+    are left out, and with them their whole round, except ``asked``, the id of the
+    question a turn answers (admission screens it under the policies in force).
+    """
     kept: list[Message] = []
-    for m in messages:
-        if m.moderation_category and m.id != asked:
-            continue
-        if m.role == Message.Role.ASSISTANT and (
-            m.status in (Message.Status.STREAMING, Message.Status.ERROR)
-            or not m.content
-        ):
-            continue
-        if m.role in (Message.Role.USER, Message.Role.ASSISTANT):
-            kept.append(m)
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        i += 1
+        flagged = bool(m.moderation_category) and m.id != asked
+        if m.role == Message.Role.USER:
+            if not flagged:
+                kept.append(m)
+        elif m.role == Message.Role.ASSISTANT and m.tool_calls:
+            results: list[Message] = []
+            while i < len(messages) and messages[i].role == Message.Role.TOOL:
+                results.append(messages[i])
+                i += 1
+            whole = sorted(r.tool_call_id for r in results) == sorted(
+                c["id"] for c in m.tool_calls
+            )
+            if (
+                whole
+                and not flagged
+                and _usable(m)
+                and not any(r.moderation_category for r in results)
+            ):
+                kept += [m, *results]
+        elif m.role == Message.Role.ASSISTANT:
+            if not flagged and _usable(m) and m.content:
+                kept.append(m)
+        # system messages, and tool results not right after their call: left out
     return kept
+
+
+def prompt_message(m: Message) -> dict[str, Any]:
+    """Return a stored message as an OpenAI chat message: ``{"role", "content"}``;
+    an assistant's calls as ``tool_calls`` (:func:`conversations.tool_steps.
+    openai_tool_calls`, arguments exactly as generated); a tool result as ``{"role":
+    "tool", "tool_call_id", "name", "content"}`` (raw: :func:`memory.context.
+    context_build` quotes it as data and drops ``name`` before the engine sees it)."""
+    if m.role == Message.Role.TOOL:
+        return {
+            "role": "tool",
+            "tool_call_id": m.tool_call_id,
+            "name": m.tool_name,
+            "content": m.content,
+        }
+    if m.role == Message.Role.ASSISTANT and m.tool_calls:
+        return {
+            "role": "assistant",
+            "content": m.content,
+            "tool_calls": openai_tool_calls(m.tool_calls),
+        }
+    return {"role": m.role, "content": m.content}
 
 
 def context_messages(
@@ -224,7 +377,8 @@ def context_messages(
     """Return the messages a prompt may hold, oldest first: the path from the root to
     ``upto`` (inclusive), or the current branch when ``upto`` is None.
 
-    Answers that ended in an error or are still streaming are left out.
+    Answers that ended in an error or are still streaming are left out; rounds of tool
+    calls are kept only whole (see :func:`_promptable`).
     """
     tree = message_tree(conversation=conversation)
     if upto is None:
@@ -234,20 +388,27 @@ def context_messages(
 
 def history_and_summary(
     *, conversation: Conversation, upto: Message | None
-) -> tuple[list[dict[str, str]], str, int]:
+) -> tuple[list[dict[str, Any]], str, int]:
     """Return ``(history, summary, covers)`` for a prompt that continues after ``upto``.
 
     ``history`` is the path from the root to ``upto`` (inclusive; empty when None)
-    as OpenAI chat messages, failed and streaming answers left out. ``summary`` is the
+    as OpenAI chat messages (:func:`prompt_message`), failed and streaming answers
+    left out, rounds of tool calls kept only whole. ``upto`` may be the last tool
+    result of a turn's chain: the history then ends with the question and the
+    chain so far, for the turn's next step. ``summary`` is the
     conversation's rolling summary, used only when its ``summary_upto`` lies on that
     path (it summarises a linear prefix; another branch's summary would leak that
     branch), and ``covers`` how many leading history messages it summarises (0
     without a summary).
     """
     path = message_tree(conversation=conversation).path_to(upto.id) if upto else []
-    # a regenerate answers ``upto`` itself: a question flagged at import is kept for
-    # admission to screen; a new message follows ``upto`` (an answer), never kept so
-    asked = upto.id if upto is not None and upto.role == Message.Role.USER else None
+    # a regenerate answers ``upto`` itself, the next step of a tool chain the question
+    # above it: a question flagged at import is kept for admission to screen; a new
+    # message follows ``upto`` (an answer), never kept so
+    asked = None
+    if upto is not None and upto.role in (Message.Role.USER, Message.Role.TOOL):
+        users = [m.id for m in path if m.role == Message.Role.USER]
+        asked = users[-1] if users else None
     messages = _promptable(path, asked=asked)
     upto_id = conversation.summary_upto_id
     on_path = [m.created_at for m in path if m.id == upto_id]
@@ -256,7 +417,7 @@ def history_and_summary(
     if on_path:
         summary = conversation.summary
         covers = sum(1 for m in messages if m.created_at <= on_path[0])
-    history = [{"role": m.role, "content": m.content} for m in messages]
+    history = [prompt_message(m) for m in messages]
     return history, summary, covers
 
 

@@ -48,7 +48,8 @@ from chatsite.sse import frame_json, sse_frame
 from conversations import selectors, services
 from conversations.events import SSE_QUEUE, SSE_TURN
 from conversations.models import Message
-from conversations.rendering import answer_to_html
+from conversations.rendering import answer_to_html, tool_step_html
+from conversations.tool_steps import ToolStep
 from gateway import generations
 from inference import protocol
 
@@ -98,6 +99,20 @@ def message_payload(message: Message) -> dict[str, Any]:
         "cache": message.cache_kind,
         "citations": citations,
         "memory_unavailable": message.memory_unavailable,
+    }
+
+
+def tool_step_payload(step: ToolStep) -> dict[str, Any]:
+    """Return the ``tool_step`` frame's data for one step (schema in
+    :mod:`conversations.events`): ``{"message_id"`` (the calling assistant message),
+    ``"index"`` (the call's position), ``"state"`` ("running", "done", "error",
+    "missing"), ``"html"`` (:func:`conversations.rendering.tool_step_html`, the block
+    the thread shows after a reload)``}``. Sync (renders a template)."""
+    return {
+        "message_id": str(step.message.id),
+        "index": step.index,
+        "state": step.state,
+        "html": tool_step_html(step=step),
     }
 
 

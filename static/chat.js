@@ -155,6 +155,34 @@
     article.dispatchEvent(new CustomEvent("chat:finished", {bubbles: true, detail: data}));
   }
 
+  // Insert a tool step's block into an answer: `html` is the server's rendering of
+  // templates/chat/_tool_step.html (conversations.rendering.tool_step_html: every
+  // model and tool text escaped there, as the thread after a reload), the one place
+  // besides the server-rendered thread where HTML is set. A block with the same id (a
+  // running step, a frame sent again after a reconnect) is replaced, keeping it open
+  // if the reader opened it; new blocks go after the others, before the answer text.
+  function insertStep(article, html) {
+    const holder = document.createElement("div");
+    holder.innerHTML = html;
+    const block = holder.querySelector("details.tool-step");
+    if (!block) return null;
+    const old = block.id ? document.getElementById(block.id) : null;
+    if (old) {
+      block.open = old.open;
+      old.replaceWith(block);
+      return block;
+    }
+    let steps = article.querySelector(".tool-steps");
+    if (!steps) {
+      steps = document.createElement("div");
+      steps.className = "tool-steps";
+      article.insertBefore(steps, article.querySelector(".msg-body"));
+    }
+    steps.append(block);
+    return block;
+  }
+  window.ChatTools = {insertStep: insertStep};
+
   // Model, tokens and time to first token under an answer, from its `done` / `error`
   // frame (the same text as the server renders in _message.html).
   function fillFooter(article, data) {
@@ -314,6 +342,12 @@
       markCached(article, JSON.parse(e.data).cache);
     });
     source.addEventListener("queue", function (e) { showQueue(article, JSON.parse(e.data).position); });
+    // a tool step of this answer, running or finished (conversations.sse.tool_step_payload)
+    source.addEventListener("tool_step", function (e) {
+      lastId = e.lastEventId || lastId;
+      hideQueue(article);
+      insertStep(article, JSON.parse(e.data).html);
+    });
     source.addEventListener("done", function (e) {
       finish(article, JSON.parse(e.data), false);
       end();

@@ -6,7 +6,8 @@
 - :mod:`.feedback`: thumbs up/down on answers;
 - :mod:`.imports`: import conversations from our JSON export or ChatGPT's;
 - :mod:`.threads`: edit a message (a new branch), switch versions and branches.
-- :mod:`.scope`: which documents a conversation's answers may quote.
+- :mod:`.scope`: which documents a conversation's answers may quote;
+- :mod:`.tool_steps`: an answer's tool calls and their results, in the tree.
 """
 
 from conversations.services.answers import (
@@ -27,6 +28,11 @@ from conversations.services.imports import conversations_import
 from conversations.services.scope import conversation_scope_set
 from conversations.services.text import title_from_text
 from conversations.services.threads import thread_switch, turn_edit
+from conversations.services.tool_steps import (
+    tool_calls_store,
+    tool_result_append,
+    tool_step_append,
+)
 from conversations.services.turns import (
     BUSY_MESSAGE,
     Turn,
@@ -53,6 +59,9 @@ __all__ = [
     "streaming_messages_reap",
     "thread_switch",
     "title_from_text",
+    "tool_calls_store",
+    "tool_result_append",
+    "tool_step_append",
     "turn_edit",
     "turn_regenerate",
     "turn_start",

@@ -19,6 +19,21 @@ from inference.tokens import prompt_counter
 from memory import summary as memory_summary
 
 
+def _chain_answer(head: Message) -> Message:
+    """Return the answer at the end of the tool chain that starts with ``head`` (the
+    newest version at each link), or ``head`` when the chain has no final answer."""
+    tree = selectors.message_tree(conversation=head.conversation)
+    node = head
+    while True:
+        below = [
+            c for c in tree.children.get(node.id, []) if c.role != Message.Role.USER
+        ]
+        if not below:
+            break
+        node = below[-1]
+    return node if node.role == Message.Role.ASSISTANT else head
+
+
 def conversation_title_generate(*, conversation_id: Any) -> str | None:
     """Title a conversation after its first exchange; return the title set, or None.
 
@@ -47,6 +62,8 @@ def conversation_title_generate(*, conversation_id: Any) -> str | None:
         .order_by("-created_at")
         .first()
     )
+    if answer is not None and answer.tool_calls:
+        answer = _chain_answer(answer)
     title = None
     if (
         answer is not None
@@ -87,7 +104,13 @@ def conversation_summarize(*, conversation_id: Any) -> bool:
     conversation = Conversation.objects.filter(id=conversation_id).first()
     if conversation is None:
         return False
-    messages = selectors.context_messages(conversation=conversation)
+    # the exchange only: the user's messages and the answers; tool calls and results
+    # are the answers' working, not summarised (a summary of a prefix drops them)
+    messages = [
+        m
+        for m in selectors.context_messages(conversation=conversation)
+        if m.role != Message.Role.TOOL and not m.tool_calls
+    ]
     upto = conversation.summary_upto
     # The summary covers a prefix of one branch: roll it forward only on that branch;
     # on another branch (an edit or a switch) start a new summary of the current one.

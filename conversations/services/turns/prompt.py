@@ -54,11 +54,12 @@ def prompt_build(
 
     The history is the branch from the root to ``turn.upto`` (never another branch's
     messages), with the rolling summary when it lies on that branch, plus
-    ``turn.content`` when the turn sends a new message; trailing answers are dropped.
+    ``turn.content`` when the turn sends a new message; trailing answers are dropped
+    (a trailing round of tool calls and results, the turn's chain so far, is kept).
     ``max_tokens`` is the answer's reserve, in tokens; ``query`` the question's shared
     embedding; ``scope`` the documents retrieval may search.
     """
-    history: list[dict[str, str]] = []
+    history: list[dict[str, Any]] = []
     summary, covers = "", 0
     if turn.conversation is not None:
         history, summary, covers = selectors.history_and_summary(

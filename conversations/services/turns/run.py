@@ -131,7 +131,9 @@ def turn_regenerate(
 ) -> Turn:
     """Answer a question again: a new sibling version of the answer ``message_id``
     (default: the last question of the current branch), made current; the earlier
-    versions stay, reachable with the version switcher.
+    versions stay, reachable with the version switcher. For an answer that used tools
+    the question is the user message above its chain, and the new answer is a sibling
+    of the chain's first message: it replaces the whole chain on its branch.
 
     Raises NotFound (not the user's conversation or message), InvalidInput
     (``message_id`` is not an answer), Conflict (an answer is streaming, or there is
@@ -149,7 +151,10 @@ def turn_regenerate(
             raise InvalidInput(
                 "Only an answer can be regenerated.", code="not_regenerable"
             )
-        question = Message.objects.get(id=answer.parent_id)
+        # the question the answer's chain (tool calls and results, if any) answers
+        path = selectors.message_tree(conversation=conversation).path_to(answer.id)
+        users = [m for m in path if m.role == Message.Role.USER]
+        question = users[-1] if users else None
     else:
         path = selectors.message_tree(conversation=conversation).current_path(
             conversation
