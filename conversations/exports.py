@@ -4,8 +4,12 @@
 JSON (``format`` EXPORT_FORMAT, ``version`` EXPORT_VERSION) carries every message of
 every branch (regenerated answers included) with its parent id, role, content,
 status, model, ISO 8601 timestamps, finish reason, token counts (tokens), TTFT and
-latency (ms), citations and the owner's feedback; ``conversations.services.imports``
-reads it back. Markdown shows the displayed thread (:func:`selectors.thread_items`).
+latency (ms), citations and the owner's feedback, and tool steps: an assistant
+message's ``tool_calls`` (``[{"id", "name", "arguments"}]``, arguments as generated),
+a ``tool`` message's ``tool_call_id``, ``tool_name`` and ``tool_detail`` (``{"label",
+"truncated", "error"}``); ``conversations.services.imports`` reads it back. Markdown
+shows the displayed thread (:func:`selectors.thread_items`), each tool step as its
+label with the call's arguments and the result in code blocks.
 """
 
 from __future__ import annotations
@@ -62,6 +66,10 @@ def _message_json(
         "ttft_ms": m.ttft_ms,
         "latency_ms": m.latency_ms,
         "cache_kind": m.cache_kind,
+        "tool_calls": m.tool_calls,
+        "tool_call_id": m.tool_call_id,
+        "tool_name": m.tool_name,
+        "tool_detail": m.tool_detail,
         "citations": [
             {
                 "number": c.number,
@@ -140,6 +148,35 @@ def conversations_export_json(
     }
 
 
+def _fenced(text: str, lang: str = "") -> list[str]:
+    """Return ``text`` as a Markdown code block whose fence is longer than any run of
+    backticks inside it (so the text cannot close it)."""
+    runs = [len(r) for r in re.findall(r"`+", text)]
+    fence = "`" * max(3, max(runs, default=0) + 1)
+    return [fence + lang, text, fence]
+
+
+def _steps_markdown(rounds: list[selectors.ToolRound], shown: Message) -> list[str]:
+    """Return the lines of an answer's tool steps: per step its label, then the
+    call's arguments and the result in code blocks, all as a quote."""
+    lines: list[str] = []
+    for r in rounds:
+        if r.message.content.strip() and r.message.id != shown.id:
+            lines += ["", r.message.content.strip()]
+        for step in r.steps:
+            state = {"error": " (failed)", "missing": " (no result)"}.get(
+                step.state, ""
+            )
+            body = [f"**{step.label}**{state} · `{step.call['name']}`", ""]
+            body += ["Arguments:", *_fenced(step.call["arguments"], "json")]
+            if step.result is not None:
+                cut = " (cut short)" if step.detail["truncated"] else ""
+                body += ["", f"Result{cut}:", *_fenced(step.result.content)]
+            quoted = [line for entry in body for line in entry.split("\n")]
+            lines += ["", *("> " + line if line else ">" for line in quoted)]
+    return lines
+
+
 def _when(value: dt.datetime) -> str:
     return timezone.localtime(value, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
@@ -159,7 +196,10 @@ def _conversation_markdown(conversation: Conversation) -> str:
             head += f" · {m.model}"
         if m.status not in (Message.Status.COMPLETE, Message.Status.STREAMING):
             head += f" · {m.get_status_display()}"
-        lines += ["", head, "", m.content.strip() or "*(no text)*"]
+        lines += ["", head]
+        lines += _steps_markdown(item.rounds, m)
+        if m.content.strip() or not item.rounds:
+            lines += ["", m.content.strip() or "*(no text)*"]
     return "\n".join(lines) + "\n"
 
 

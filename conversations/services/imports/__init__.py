@@ -9,7 +9,13 @@ CHAT_IMPORT_MAX_MESSAGES, CHAT_IMPORT_MAX_MESSAGE_CHARS.
 
 Screened like a typed message (:func:`safety.screening.history_screen`): a message the
 content policy would block is imported but marked (``Message.moderation_category``)
-and never sent in a prompt; the result says how many.
+and never sent in a prompt; the result says how many. Tool steps are screened the
+same way: a tool result's text, and each call's arguments (marking the calling
+message); a marked step leaves the prompt with its whole round.
+
+Tool steps must be whole in the file's tree: a ``tool`` message's nearest message
+above its chain of results is the assistant message whose ``tool_calls`` has its
+``tool_call_id``, with at most one result per call.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from conversations.services.imports.chatgpt import chatgpt_parse
 from conversations.services.imports.native import native_parse
 from conversations.services.imports.records import (
     ImportedConversation,
+    ImportedMessage,
     conversations_count_check,
     fail,
     limits_check,
@@ -105,6 +112,7 @@ def import_file_parse(*, data: bytes) -> list[ImportedConversation]:
     limits_check(conversations)
     for i, conversation in enumerate(conversations, 1):
         _tree_check(conversation, f"Conversation {i}")
+        _tool_chain_check(conversation, f"Conversation {i}")
         # every field the readers did not check by name (model, pool, ids...)
         value_check(dataclasses.asdict(conversation), where=f"Conversation {i}")
     return conversations
@@ -133,6 +141,38 @@ def _tree_check(conversation: ImportedConversation, where: str) -> None:
             path.add(node)
             node = parents[node]
         settled |= path
+
+
+def _tool_chain_check(conversation: ImportedConversation, where: str) -> None:
+    """Raise InvalidInput when a tool result does not answer a call of the assistant
+    message above its chain, or a call has two results (call after _tree_check)."""
+    by_key = {m.key: m for m in conversation.messages}
+    for m in conversation.messages:
+        if m.role != Message.Role.TOOL:
+            continue
+        node = by_key.get(m.parent_key) if m.parent_key else None
+        answered = {m.tool_call_id}
+        while node is not None and node.role == Message.Role.TOOL:
+            if node.tool_call_id in answered:
+                raise fail(
+                    where,
+                    f"the tool call {node.tool_call_id[:40]!r} has two results.",
+                )
+            answered.add(node.tool_call_id)
+            node = by_key.get(node.parent_key) if node.parent_key else None
+        if node is None or node.role != Message.Role.ASSISTANT:
+            raise fail(
+                where,
+                f"tool result {m.key[:40]!r} does not follow the assistant message "
+                "that called the tool.",
+            )
+        if m.tool_call_id not in {c["id"] for c in node.tool_calls}:
+            raise fail(
+                where,
+                f"tool result {m.key[:40]!r} answers the call "
+                f"{m.tool_call_id[:40]!r}, which the assistant message above it "
+                "did not make.",
+            )
 
 
 def _store(
@@ -191,7 +231,11 @@ def _store(
                 ttft_ms=m.ttft_ms,
                 latency_ms=m.latency_ms,
                 cache_kind=m.cache_kind,
-                moderation_category=flags.get(m.content, ""),
+                tool_calls=m.tool_calls,
+                tool_call_id=m.tool_call_id,
+                tool_name=m.tool_name,
+                tool_detail=m.tool_detail,
+                moderation_category=_flag(m, flags),
             )
             messages.append(message)
             if m.feedback is not None:
@@ -216,6 +260,17 @@ def _store(
     return rows
 
 
+def _screened(m: ImportedMessage) -> list[str]:
+    """The texts of a message that reach prompts: its content, its calls' arguments."""
+    texts = [m.content] if m.content else []
+    return texts + [c["arguments"] for c in m.tool_calls if c["arguments"]]
+
+
+def _flag(m: ImportedMessage, flags: dict[str, str]) -> str:
+    """The category of the first of ``m``'s texts moderation flagged, or ""."""
+    return next((flags[t] for t in _screened(m) if t in flags), "")
+
+
 def conversations_import(*, user: User, data: bytes) -> ImportResult:
     """Import every conversation of the file ``data`` (bytes) for ``user``, in one
     transaction; return them in the file's order with the count of flagged messages.
@@ -226,13 +281,14 @@ def conversations_import(*, user: User, data: bytes) -> ImportResult:
     stored.
     """
     conversations = import_file_parse(data=data)
-    texts = [m.content for c in conversations for m in c.messages if m.content]
+    messages = [m for c in conversations for m in c.messages]
+    texts = [t for m in messages for t in _screened(m)]
     flags = {
         t: f
         for t, f in zip(texts, history_screen(user=user, texts=texts), strict=True)
         if f
     }
-    flagged = sum(1 for t in texts if t in flags)
+    flagged = sum(1 for m in messages if _flag(m, flags))
     with transaction.atomic():
         stored = _store(user=user, conversations=conversations, flags=flags)
     return ImportResult(conversations=stored, flagged=flagged)

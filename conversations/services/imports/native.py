@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django.conf import settings
+
 from conversations.exports import EXPORT_FORMAT, EXPORT_VERSION
 from conversations.models import Feedback, Message
 from conversations.services.imports.records import (
@@ -15,6 +17,13 @@ from conversations.services.imports.records import (
     text_field,
     time_field,
     title_clean,
+)
+from conversations.tool_steps import (
+    CALL_ID_MAX_CHARS,
+    NAME_MAX_CHARS,
+    ToolStepProblem,
+    calls_clean,
+    detail_clean,
 )
 
 # A message still streaming when it was exported has stopped for good in the copy.
@@ -78,6 +87,47 @@ def _citations(value: Any, where: str) -> list[tuple[int, int]]:
     return out
 
 
+def _tool_fields(m: dict[str, Any], role: str, where: str) -> dict[str, Any]:
+    """Return a message's tool fields (conversations.tool_steps shapes): calls only on
+    an assistant message, a call id, name and detail only (and always) on a tool
+    result; raise InvalidInput naming the problem otherwise."""
+    calls = m.get("tool_calls") or []
+    call_id = m.get("tool_call_id") or ""
+    name = m.get("tool_name") or ""
+    detail = m.get("tool_detail") or {}
+    try:
+        if role == Message.Role.TOOL:
+            if calls:
+                raise ToolStepProblem("a tool result cannot carry `tool_calls`.")
+            if not call_id or not name:
+                raise ToolStepProblem(
+                    "a tool result needs `tool_call_id` and `tool_name`."
+                )
+            return {
+                "tool_call_id": text_field(
+                    call_id, where, "tool_call_id", limit=CALL_ID_MAX_CHARS
+                ),
+                "tool_name": text_field(name, where, "tool_name", limit=NAME_MAX_CHARS),
+                "tool_detail": detail_clean(detail),
+            }
+        if call_id or name or detail:
+            raise ToolStepProblem(
+                "`tool_call_id`, `tool_name` and `tool_detail` belong on tool results "
+                "only."
+            )
+        if not calls:
+            return {}
+        if role != Message.Role.ASSISTANT:
+            raise ToolStepProblem("only an assistant message can carry `tool_calls`.")
+        return {
+            "tool_calls": calls_clean(
+                calls, arguments_max_chars=settings.CHAT_IMPORT_MAX_MESSAGE_CHARS
+            )
+        }
+    except ToolStepProblem as exc:
+        raise fail(where, str(exc)[0].upper() + str(exc)[1:]) from None
+
+
 def _message(value: Any, where: str) -> ImportedMessage:
     m = _object(value, where)
     key = text_field(m.get("id"), where, "id", limit=_SHORT)
@@ -85,12 +135,13 @@ def _message(value: Any, where: str) -> ImportedMessage:
     status = _choice(
         m.get("status", "complete"), where, "status", Message.Status.values
     )
+    role = _choice(m.get("role"), where, "role", Message.Role.values)
     return ImportedMessage(
         key=key,
         parent_key=None
         if parent is None
         else text_field(parent, where, "parent_id", limit=_SHORT),
-        role=_choice(m.get("role"), where, "role", Message.Role.values),
+        role=role,
         content=text_field(m.get("content"), where, "content"),
         created_at=timestamp_field(m.get("created_at"), where, "created_at"),
         status=_STATUS_ON_IMPORT.get(status, status),
@@ -110,6 +161,7 @@ def _message(value: Any, where: str) -> ImportedMessage:
         ),
         citations=_citations(m.get("citations", []), where),
         feedback=_feedback(m.get("feedback"), where),
+        **_tool_fields(m, role, where),
     )
 
 

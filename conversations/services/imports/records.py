@@ -44,6 +44,12 @@ class ImportedMessage:
     # our own format only: chunk ids with their numbers, and the owner's rating
     citations: list[tuple[int, int]] = field(default_factory=list)
     feedback: dict[str, Any] | None = None
+    # our own format only: an assistant's tool calls, a tool result's call and detail
+    # (conversations.tool_steps shapes)
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
+    tool_call_id: str = ""
+    tool_name: str = ""
+    tool_detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -143,7 +149,11 @@ def limits_check(conversations: list[ImportedConversation]) -> None:
             "once. Nothing was imported.",
             code="import_too_large",
         )
-    chars = sum(len(m.content) for c in conversations for m in c.messages)
+    chars = sum(
+        len(m.content) + sum(len(t["arguments"]) for t in m.tool_calls)
+        for c in conversations
+        for m in c.messages
+    )
     most = settings.CHAT_IMPORT_MAX_TOTAL_CHARS
     if chars > most:
         raise InvalidInput(
