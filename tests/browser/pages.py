@@ -50,6 +50,55 @@ def seed_account(user: Any) -> Document:
     return document
 
 
+def seed_tool_chat(user: Any) -> str:
+    """Give ``user`` a conversation whose answer ran two tools (Python, a web search
+    with an error); return its path."""
+    from conversations.models import Conversation, Message
+
+    conv = Conversation.objects.create(user=user, title="Stripes and powers")
+    question = Message.objects.create(
+        conversation=conv, role="user", content="How many stripes, and 2**10?"
+    )
+    calling = Message.objects.create(
+        conversation=conv,
+        role="assistant",
+        parent=question,
+        content="Let me check.",
+        finish_reason="tool_calls",
+        tool_calls=[
+            {"id": "c1", "name": "run_python", "arguments": '{"code": "print(2**10)"}'},
+            {"id": "c2", "name": "web_search", "arguments": '{"query": "zebra"}'},
+        ],
+    )
+    first = Message.objects.create(
+        conversation=conv,
+        role="tool",
+        parent=calling,
+        content="1024",
+        tool_call_id="c1",
+        tool_name="run_python",
+        tool_detail={"label": "Ran Python", "truncated": False, "error": False},
+    )
+    second = Message.objects.create(
+        conversation=conv,
+        role="tool",
+        parent=first,
+        content="The search backend is off.",
+        tool_call_id="c2",
+        tool_name="web_search",
+        tool_detail={"label": "Searched the web for “zebra”", "error": True},
+    )
+    answer = Message.objects.create(
+        conversation=conv,
+        role="assistant",
+        parent=second,
+        content="2**10 is **1024**.",
+        finish_reason="stop",
+    )
+    Conversation.objects.filter(id=conv.id).update(current_leaf=answer)
+    return f"/c/{conv.id}/"
+
+
 def signed_in_paths(document: Document) -> list[str]:
     """The signed-in pages besides the chat (which a test visits with an answer)."""
     return [

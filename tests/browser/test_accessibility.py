@@ -1,7 +1,7 @@
 """Accessibility of every page in Chromium: axe-core finds no serious or critical
 violation (all violations are printed), on the chat with a streamed answer, the
-Documents, document, Memory, Settings, confirmation and error pages, and the sign-in
-and sign-up pages; the chat, Documents and Settings in the dark palette too.
+Documents, document, Memory, Settings, confirmation and error pages, an answer whose
+tool steps are shown collapsed and open, and the sign-in and sign-up pages; the chat, Documents and Settings in the dark palette too.
 
 Skipped where Chromium is not installed.
 """
@@ -15,6 +15,7 @@ from tests.browser.pages import (
     SIGNED_OUT_PATHS,
     axe_violations,
     seed_account,
+    seed_tool_chat,
     signed_in_paths,
 )
 
@@ -39,6 +40,14 @@ def test_no_serious_or_critical_axe_violation_on_any_page(page, site, user):
     for path in signed_in_paths(document):
         page.goto(site + path)
         _check(page, found)
+    # an answer that ran tools: its steps collapsed, then opened
+    page.goto(site + seed_tool_chat(user))
+    page.wait_for_selector("details.tool-step")
+    _check(page, found)
+    page.evaluate(
+        "document.querySelectorAll('details.tool-step').forEach(d => d.open = true)"
+    )
+    _check(page, found, suffix=" (tool steps open)")
     page.emulate_media(color_scheme="dark")  # the dark palette's contrast too
     for path in [chat_url, "/documents/", "/settings/"]:
         page.goto(site + path if path.startswith("/") else path)
