@@ -421,6 +421,20 @@ def history_and_summary(
     return history, summary, covers
 
 
+def answer_question(*, answer: Message) -> Message | None:
+    """Return the user message ``answer`` answers: its parent, or for the last answer
+    of a tool chain the user message above the chain (None if there is none). One
+    query, two for a chain."""
+    if answer.parent_id is None:
+        return None
+    parent = Message.objects.filter(id=answer.parent_id).first()
+    if parent is None or parent.role == Message.Role.USER:
+        return parent
+    path = message_tree(conversation=answer.conversation).path_to(answer.id)
+    users = [m for m in path if m.role == Message.Role.USER]
+    return users[-1] if users else None
+
+
 def feedback_satisfaction(
     *, start: dt.date | None = None, end: dt.date | None = None
 ) -> list[dict[str, Any]]:

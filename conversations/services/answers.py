@@ -128,19 +128,6 @@ def streaming_messages_reap(*, older_than_s: float = 5.0) -> int:
     return done
 
 
-def _question_of(answer: Message) -> Message | None:
-    """Return the user message ``answer`` answers: its parent, or for the last answer
-    of a tool chain the user message above the chain (None if there is none)."""
-    if answer.parent_id is None:
-        return None
-    parent = Message.objects.filter(id=answer.parent_id).first()
-    if parent is None or parent.role == Message.Role.USER:
-        return parent
-    path = selectors.message_tree(conversation=answer.conversation).path_to(answer.id)
-    users = [m for m in path if m.role == Message.Role.USER]
-    return users[-1] if users else None
-
-
 def _after_answer(*, message_id: Any) -> None:
     """Queue the background work of a finished answer (DESIGN §9): title the
     conversation after its first exchange, roll its summary, extract user facts."""
@@ -159,7 +146,7 @@ def _after_answer(*, message_id: Any) -> None:
         return
     tasks.summarize_conversation.delay(conversation_id)
     if settings.MEMORY_EXTRACT_FACTS and message.parent_id:
-        question = _question_of(message)
+        question = selectors.answer_question(answer=message)
         if question is not None:
             memory_tasks.extract_facts.delay(
                 message.conversation.user_id,

@@ -662,4 +662,4 @@ def test_a_finished_intermediate_step_queues_no_title_summary_or_facts(
     assert queued == []
     answers._after_answer(message_id=final.id)
     assert queued == ["title", "summary"]
-    assert answers._question_of(final) == question
+    assert selectors.answer_question(answer=final) == question

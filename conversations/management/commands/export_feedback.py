@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from conversations import selectors
-from conversations.models import Feedback
+from conversations.models import Feedback, Message
 
 COLUMNS = [
     "updated_at",
@@ -68,9 +68,18 @@ def feedback_row(feedback: Feedback) -> dict[str, Any]:
         "ttft_ms": feedback.ttft_ms,
         "prompt_tokens": feedback.prompt_tokens,
         "completion_tokens": feedback.completion_tokens,
-        "question": message.parent.content if message.parent else "",
+        "question": _question(message),
         "answer": message.content,
     }
+
+
+def _question(message: Message) -> str:
+    """The text of the question an answer answers (above its tool chain, if any)."""
+    parent = message.parent
+    if parent is None or parent.role == Message.Role.USER:
+        return parent.content if parent else ""
+    question = selectors.answer_question(answer=message)
+    return question.content if question else ""
 
 
 class _Raw:
