@@ -15,7 +15,11 @@ them. Each schema is checked by the tests on real streams
   fields only);
 - ``tool_step``: one tool step's block, running or finished
   (:func:`conversations.sse.tool_step_payload`): the tool loop's relay sends it, and
-  ``static/chat.js`` inserts its ``html`` into the answer (``ChatTools.insertStep``).
+  ``static/chat.js`` inserts its ``html`` into the answer (``ChatTools.insertStep``);
+- ``next``: ``{"message_id", "stream_url", "stop_url"}`` — the tool step ended and the
+  turn's next message is generated; its frames follow in the same response;
+- ``step_end``: ``{"message_id", "state"}`` — the turn ended at a tool step ("stopped"
+  by the user, or "limit").
 """
 
 from __future__ import annotations
@@ -48,6 +52,12 @@ _STEP_STATES = {"running", "done", "error", "missing"}
 # The first frame of an answer streamed in its POST's response (conversations.sse.
 # turn_stream_response): what the JSON of a started turn carries.
 SSE_TURN = "turn"
+# After an answer that called tools: the turn's next message, whose generation the
+# same response relays next (``stream_url``/``stop_url`` to follow it on their own).
+SSE_NEXT = "next"
+# A turn whose tool step ended without a next message: ``state`` "stopped" (the user
+# stopped it) or "limit" (a round past CHAT_TOOL_MAX_STEPS).
+SSE_STEP_END = "step_end"
 
 
 def _position(value: Any) -> bool:
@@ -102,6 +112,8 @@ SSE_SCHEMAS: dict[str, dict[str, Any]] = {
         "state": lambda v: v in _STEP_STATES,
         "html": str,
     },
+    SSE_NEXT: {"message_id": str, "stream_url": str, "stop_url": str},
+    SSE_STEP_END: {"message_id": str, "state": lambda v: v in {"stopped", "limit"}},
     "done": _ANSWER,
     # a failed answer carries the stored answer; a broken stream only the error
     "error": {

@@ -421,6 +421,34 @@ def history_and_summary(
     return history, summary, covers
 
 
+def chain_next(*, message: Message) -> Message | None:
+    """Return the answer that continues the tool chain of ``message`` (an assistant
+    message that called tools): the newest assistant child of its last result, or
+    None (no result yet, or the turn ended there). Two queries."""
+    ids = [c["id"] for c in message.tool_calls or []]
+    if not ids:
+        return None
+    by_parent = {
+        r.parent_id: r.id
+        for r in Message.objects.filter(
+            conversation_id=message.conversation_id,
+            role=Message.Role.TOOL,
+            tool_call_id__in=ids,
+        )
+    }
+    node = message.id
+    while node in by_parent:
+        node = by_parent[node]
+    if node == message.id:
+        return None
+    return (
+        Message.objects.select_related("conversation")
+        .filter(parent_id=node, role=Message.Role.ASSISTANT)
+        .order_by("-created_at")
+        .first()
+    )
+
+
 def answer_question(*, answer: Message) -> Message | None:
     """Return the user message ``answer`` answers: its parent, or for the last answer
     of a tool chain the user message above the chain (None if there is none). One

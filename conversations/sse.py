@@ -31,9 +31,11 @@ INFERENCE_DETACH_GRACE_S unless a client re-attaches.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -46,12 +48,22 @@ from chatsite.db import connection_release, db_brief
 from chatsite.errors import DomainError, InvalidInput, error_response, error_sse
 from chatsite.sse import frame_json, sse_frame
 from conversations import selectors, services
-from conversations.events import SSE_QUEUE, SSE_TURN
+from conversations.events import (
+    SSE_NEXT,
+    SSE_QUEUE,
+    SSE_STEP_END,
+    SSE_TOOL_STEP,
+    SSE_TURN,
+)
 from conversations.models import Message
 from conversations.rendering import answer_to_html, tool_step_html
+from conversations.services.turns import tools
 from conversations.tool_steps import ToolStep
 from gateway import generations
 from inference import protocol
+
+# how often the relay looks at a running tool step, in seconds
+STEP_POLL_S = 0.1
 
 
 def token_frame(text: str, event_id: str) -> str:
@@ -151,13 +163,38 @@ def _resume_point(request: HttpRequest) -> str:
 
 
 async def relay_events(message: Message, after: str) -> AsyncGenerator[str, None]:
-    """Yield the SSE frames of ``message``'s generation after stream id ``after``.
+    """Yield the SSE frames of ``message``'s generation after stream id ``after``,
+    and of the turn's later steps when it called tools.
 
     A thin adapter over :func:`gateway.generations.generation_follow` (resumable: a
     client that leaves detaches; the answer is settled through
-    :class:`conversations.services.MessageRecorder`).
+    :class:`conversations.services.MessageRecorder`). After the ``done`` frame of an
+    answer that called tools (finish ``tool_calls``) the stream stays open: a
+    ``tool_step`` frame per call as it runs and ends, then ``next`` (the turn's next
+    message, whose generation follows in the same response, from its start), or
+    ``step_end`` (stopped, or the step limit) / ``error`` (the next step could not
+    start) when the turn ends there.
     """
     yield "retry: 1000\n\n"
+    current: Message | None = message
+    while current is not None:
+        async with aclosing(_message_events(current, after)) as frames:
+            async for frame in frames:
+                yield frame
+        calling = await db_brief(_calling_get)(current.id)
+        if calling is None:
+            return
+        current, after = None, protocol.STREAM_START
+        async with aclosing(_step_events(calling)) as steps:
+            async for item in steps:
+                if isinstance(item, Message):
+                    current = item
+                else:
+                    yield item
+
+
+async def _message_events(message: Message, after: str) -> AsyncGenerator[str, None]:
+    """The frames of one answer's generation (the final ``done``/``error`` included)."""
     if message.status != Message.Status.STREAMING:
         yield await _final_frame(message.id, None)
         return
@@ -190,6 +227,100 @@ async def relay_events(message: Message, after: str) -> AsyncGenerator[str, None
                 yield error_sse(item.error, message_id=str(message.id))
                 return
             last_sent = time.monotonic()
+
+
+def _calling_get(message_id: Any) -> Message | None:
+    """The answer ``message_id`` if it ended calling tools (its turn goes on)."""
+    message = (
+        Message.objects.select_related("conversation__user")
+        .filter(id=message_id, finish_reason=protocol.FINISH_TOOL_CALLS)
+        .first()
+    )
+    return message if message is not None and message.tool_calls else None
+
+
+@dataclass
+class _StepView:
+    """One look at a running tool step: its state, the blocks that changed, the
+    next message (when the next generation started)."""
+
+    state: str
+    payloads: list[dict[str, Any]]
+    next: Message | None = None
+    error: str = ""
+    code: str = ""
+
+
+def _step_look(calling: Message, known: dict[int, str]) -> _StepView:
+    """Read the step of ``calling`` (its Redis state; its results when they changed)."""
+    # no state: the step never ran here, or long ago: what the tree holds
+    state = tools.step_state(message_id=calling.id)
+    name = state["state"] if state else tools.STEP_NEXT
+    running = name == tools.STEP_RUNNING
+    steps = selectors.tool_steps_get(
+        user=calling.conversation.user,
+        conversation_id=calling.conversation_id,
+        message_id=calling.id,
+        running=running,
+    )
+    payloads = [
+        tool_step_payload(step) for step in steps if known.get(step.index) != step.state
+    ]
+    for p in payloads:
+        known[p["index"]] = p["state"]
+    view = _StepView(name, payloads)
+    if state is None:
+        view.next = selectors.chain_next(message=calling)
+        if view.next is None:
+            view.state = tools.STEP_STOPPED
+    elif name == tools.STEP_NEXT:
+        view.next = Message.objects.select_related("conversation").get(id=state["next"])
+    elif name == tools.STEP_FAILED:
+        view.error, view.code = state.get("error", ""), state.get("code", "")
+    return view
+
+
+async def _step_events(calling: Message) -> AsyncGenerator[str | Message, None]:
+    """The frames of ``calling``'s tool step while it runs; ends with the next message
+    (a :class:`Message`, to relay next) or the frame that ends the turn."""
+    known: dict[int, str] = {}
+    last_sent = time.monotonic()
+    while True:
+        view = await db_brief(_step_look)(calling, known)
+        for payload in view.payloads:
+            yield sse_frame(SSE_TOOL_STEP, payload)
+            last_sent = time.monotonic()
+        if view.next is not None:
+            yield sse_frame(
+                SSE_NEXT,
+                {
+                    "message_id": str(view.next.id),
+                    "stream_url": reverse(
+                        "message-stream", args=[view.next.conversation_id, view.next.id]
+                    ),
+                    "stop_url": reverse(
+                        "message-stop", args=[view.next.conversation_id, view.next.id]
+                    ),
+                },
+            )
+            yield view.next
+            return
+        if view.state == tools.STEP_FAILED:
+            failed = DomainError(
+                view.error or "The next step of this answer could not start.",
+                code=view.code or "tool_step_failed",
+            )
+            yield error_sse(failed, message_id=str(calling.id))
+            return
+        if view.state in tools.STEP_ENDS:
+            yield sse_frame(
+                SSE_STEP_END, {"message_id": str(calling.id), "state": view.state}
+            )
+            return
+        if time.monotonic() - last_sent >= settings.SSE_HEARTBEAT_S:
+            yield ": ping\n\n"
+            last_sent = time.monotonic()
+        await asyncio.sleep(STEP_POLL_S)
 
 
 def _stream_target(

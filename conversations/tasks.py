@@ -21,3 +21,9 @@ def title_conversation(conversation_id: str) -> str | None:
 def summarize_conversation(conversation_id: str) -> bool:
     """Roll the conversation's summary forward if its unsummarised history is long."""
     return services.conversation_summarize(conversation_id=conversation_id)
+
+
+@shared_task(name="conversations.tasks.tool_step")
+def tool_step(message_id: str) -> str:
+    """Run the tool calls of a settled answer and start the turn's next step."""
+    return services.tool_step_run(message_id=message_id)

@@ -11,6 +11,8 @@ from django.conf import settings
 
 from safety.categories import Category
 from safety.classifiers import ModerationUnavailable, classifier_get
+from safety.judging import texts_judge
+from safety.models import Action
 from safety.selectors import safety_config
 from safety.services import policy_matches
 
@@ -73,4 +75,36 @@ def chunks_screen(
         flags.append(
             (matches[0].category.value, round(matches[0].score, 4)) if matches else None
         )
+    return flags
+
+
+def tool_results_screen(*, texts: Sequence[str]) -> list[str | None]:
+    """Screen tool results before they enter a prompt (data, like document chunks).
+
+    Returns, per text, None or the category code of its highest-scoring match: a
+    category of SAFETY_DOCUMENTS_CATEGORIES (prompt injection) at its
+    SAFETY_DOCUMENTS_THRESHOLDS floor, as for chunks, or any other category whose
+    input policy blocks (what a typed message would be refused for). Records no event
+    and blocks nobody: the caller replaces a flagged result by a note.
+    SAFETY_INPUT_ENABLED off: flags nothing. A backend that is down fails open
+    (logged) or, with SAFETY_FAIL_CLOSED, raises :class:`ModerationUnavailable`.
+    """
+    if not settings.SAFETY_INPUT_ENABLED or not texts:
+        return [None] * len(texts)
+    verdicts = texts_judge(texts=list(texts), query=None)
+    wanted = {Category(c) for c in settings.SAFETY_DOCUMENTS_CATEGORIES}
+    floors = {
+        Category(c): float(t)
+        for c, t in (settings.SAFETY_DOCUMENTS_THRESHOLDS or {}).items()
+    }
+    config = safety_config()
+    flags: list[str | None] = []
+    for verdict in verdicts:
+        matches = [
+            m
+            for m in policy_matches(verdict, config=config)
+            if (m.category in wanted and m.score >= floors.get(m.category, 0.0))
+            or (m.category not in wanted and m.action == Action.BLOCK)
+        ]
+        flags.append(matches[0].category.value if matches else None)
     return flags

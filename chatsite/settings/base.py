@@ -319,6 +319,17 @@ MEMORY_EXTRACT_FACTS = env.bool("MEMORY_EXTRACT_FACTS", default=True)
 MEMORY_SMALL_POOL = env("MEMORY_SMALL_POOL", default=INFERENCE_DEFAULT_POOL)
 # After an answer: title the conversation, roll its summary, extract facts (Celery).
 CHAT_BACKGROUND_JOBS = env.bool("CHAT_BACKGROUND_JOBS", default=True)
+# --- The chat's tool loop (conversations.services.turns.tools) -----------------------
+# Rounds of tool calls one turn may make; the generation after the last round is
+# offered no tools, so the model answers.
+CHAT_TOOL_MAX_STEPS = env.int("CHAT_TOOL_MAX_STEPS", default=4)
+# The tools offered to a user: a dotted path to ``provider(*, user) -> list of tools``
+# (each with name, description, parameters, timeout_s and ``async run(arguments,
+# context)``); "" offers none.
+CHAT_TOOLS_PROVIDER = env("CHAT_TOOLS_PROVIDER", default="")
+# How long a tool step's state and the conversation's "tool running" mark live in
+# Redis (seconds): longer than any tool's wall-clock limit.
+CHAT_TOOL_STEP_TTL_S = env.int("CHAT_TOOL_STEP_TTL_S", default=600)
 # --- Search, export and import (conversations.search, .transfer) ----------------------
 # PostgreSQL text-search configuration of the search columns and of every query
 # ('english' stems English words; 'simple' only lower-cases, for any language). The

@@ -40,6 +40,7 @@ from conversations.services.turns import (
     turn_start,
     turn_stop,
 )
+from conversations.services.turns.tools import tool_step_run
 
 __all__ = [
     "BUSY_MESSAGE",
@@ -61,6 +62,7 @@ __all__ = [
     "title_from_text",
     "tool_calls_store",
     "tool_result_append",
+    "tool_step_run",
     "tool_step_append",
     "turn_edit",
     "turn_regenerate",

@@ -18,7 +18,10 @@ from django.utils import timezone
 
 from conversations import selectors
 from conversations.models import Conversation, Message
+from conversations.services.turns import tools
+from conversations.tool_steps import ToolStepProblem, calls_clean
 from gateway import generations
+from inference import protocol
 from inference.protocol import FINISH_TOOL_CALLS
 from memory import tasks as memory_tasks
 
@@ -69,11 +72,19 @@ class MessageRecorder:
             fields["error"] = outcome.error.message
         elif outcome.reason:  # why a filtered answer was cut: shown under it
             fields["error"] = outcome.reason
+        calls = _calls_stored(job_id=job_id, outcome=outcome)
+        if calls:
+            fields["tool_calls"] = calls
+        elif outcome.finish_reason == FINISH_TOOL_CALLS:
+            fields["finish_reason"] = protocol.FINISH_STOP  # no call to run
         updated = Message.objects.filter(
             id=job_id, status=Message.Status.STREAMING
         ).update(**fields)
         if not updated:
             return False
+        if calls:
+            # the turn goes on: its tool step runs once this commits
+            transaction.on_commit(lambda: _tool_step_queue(message_id=job_id))
         Conversation.objects.filter(messages__id=job_id).update(
             updated_at=timezone.now()
         )
@@ -83,6 +94,31 @@ class MessageRecorder:
 
 
 RECORDER = MessageRecorder()
+
+
+def _calls_stored(*, job_id: str, outcome: generations.Outcome) -> list[dict[str, str]]:
+    """The calls of a generation that ended with ``tool_calls``, cleaned as stored
+    (:func:`conversations.tool_steps.calls_clean`); empty when there are none or they
+    cannot be stored (the answer then ends as a plain answer)."""
+    calls = tools.outcome_calls(job_id=job_id, outcome=outcome)
+    if not calls:
+        return []
+    try:
+        return calls_clean(
+            calls, arguments_max_chars=settings.CHAT_IMPORT_MAX_MESSAGE_CHARS
+        )
+    except ToolStepProblem:
+        return []
+
+
+def _tool_step_queue(*, message_id: Any) -> None:
+    """Claim the tool step of ``message_id`` (the conversation is busy from now) and
+    queue it (``conversations.tasks.tool_step``)."""
+    from conversations import tasks
+
+    message = Message.objects.filter(id=message_id).first()
+    if message is not None and tools.tool_step_claim(message=message):
+        tasks.tool_step.delay(str(message_id))
 
 
 def message_finalize(*, message_id: Any) -> Message | None:

@@ -28,7 +28,7 @@ from gateway import cache, quota, routing, selectors
 from gateway.cache import CacheHit
 from gateway.generations.request import GenerationRequest
 from gateway.models import ModelPool
-from inference.params import params_unsupported
+from inference.params import TOOLS, params_unsupported
 from safety import selectors as safety_selectors
 from safety import services as safety_services
 from safety.models import ModerationEvent
@@ -82,6 +82,17 @@ class UnsupportedParameter(InvalidInput):
     :data:`inference.params.ENGINE_PARAMS`)."""
 
     code = "unsupported_parameter"
+
+
+def tools_fit(*, pool: ModelPool, params: dict[str, Any], optional: bool) -> None:
+    """Drop the tool parameters from ``params`` (in place) when they are an offer
+    (``optional``, :attr:`GenerationRequest.tools_optional`) the engine of ``pool``
+    does not implement; otherwise leave them for :func:`params_check`."""
+    if optional and params_unsupported(
+        engine=pool.engine, params=[k for k in params if k in TOOLS]
+    ):
+        for name in TOOLS:
+            params.pop(name, None)
 
 
 def params_check(*, pool: ModelPool, params: dict[str, Any], strict: bool) -> None:
@@ -208,6 +219,7 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
         )
     params = dict(request.params)
     opt_in = bool(params.pop(cache.CACHE_PARAM, False))
+    tools_fit(pool=pool, params=params, optional=request.tools_optional)
     params_check(pool=pool, params=params, strict=request.max_tokens_strict)
     max_tokens = int(params.get("max_tokens") or settings.CHAT_MAX_TOKENS)
     params["max_tokens"] = max(1, min(max_tokens, pool.max_output_tokens))
@@ -250,6 +262,7 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
             )
         pool = routing.pool_admit(pool=pool, plan=plan, fallback=request.fallback)
         # a fallback pool must honour the parameters too (its limit lowers max_tokens)
+        tools_fit(pool=pool, params=params, optional=request.tools_optional)
         params_check(pool=pool, params=params, strict=False)
         params["max_tokens"] = min(params["max_tokens"], pool.max_output_tokens)
         if material is not None:

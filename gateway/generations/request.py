@@ -41,7 +41,10 @@ class GenerationRequest:
     - ``fallback``: False refuses a saturated pool rather than replacing it by its
       fallback (evaluation runs pin their pool);
     - ``max_tokens_strict``: a ``max_tokens`` above the routed pool's limit is refused
-      (the API: the client chose it) rather than lowered to the limit.
+      (the API: the client chose it) rather than lowered to the limit;
+    - ``tools_optional``: the tool parameters (:data:`inference.params.TOOLS`) are an
+      offer (the chat's tools): dropped, not refused, when the routed pool's engine
+      does not implement them.
 
     Frozen: admission copies ``params`` before it caps them, and nothing downstream
     changes the request.
@@ -61,3 +64,4 @@ class GenerationRequest:
     client_authored: bool = False
     fallback: bool = True
     max_tokens_strict: bool = False
+    tools_optional: bool = False

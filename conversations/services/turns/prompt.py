@@ -8,6 +8,7 @@ row is locked while it runs. :func:`generation_request` turns it into the
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
@@ -101,6 +102,23 @@ def cache_policy(
     )
 
 
+def tools_tokens(tools: list[dict[str, Any]]) -> int:
+    """Return the tokens reserved for the tool definitions ``tools`` in a prompt: their
+    JSON's characters / 3, rounded up (a chat template renders them into the prompt,
+    and the messages' count does not include them; 3 characters a token errs long)."""
+    if not tools:
+        return 0
+    return -(-len(json.dumps(tools, ensure_ascii=False)) // 3)
+
+
+def tools_params(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """Return the generation parameters that offer ``tools`` (OpenAI definitions):
+    ``tools`` and ``tool_choice: "auto"``; none when ``tools`` is empty."""
+    if not tools:
+        return {}
+    return {"tools": tools, "tool_choice": "auto"}
+
+
 def generation_request(
     turn: TurnRequest,
     built: BuiltContext,
@@ -109,6 +127,7 @@ def generation_request(
     model: str | None,
     query: TextVector,
     opt_in: bool,
+    tools: list[dict[str, Any]] | None = None,
 ) -> generations.GenerationRequest:
     """Return the gateway request for the turn's answer to the prompt ``built``.
 
@@ -116,21 +135,29 @@ def generation_request(
     (``built.prompt_tokens``, the serving tokenizer's); input moderation reads
     ``query``, the same vector as memory and the semantic cache. ``params`` the
     sampling parameters, ``model`` an explicit pool/model choice (None: routing),
-    ``opt_in`` the user's cache preference.
+    ``opt_in`` the user's cache preference. ``tools`` (OpenAI definitions) are offered
+    with ``tool_choice: "auto"`` when the routed engine implements tools (dropped
+    otherwise), their tokens (:func:`tools_tokens`) reserved with the prompt's; a turn
+    offered tools never uses the answer caches (a cached answer has no tool calls).
     """
     conversation, question = turn.conversation, turn.question
+    tools = tools or []
+    extra = tools_tokens(tools)
     return generations.GenerationRequest(
         user=turn.user,
         messages=built.messages,
-        prompt_tokens=built.prompt_tokens,
-        context_tokens=built.prompt_tokens,
-        params=params,
+        prompt_tokens=built.prompt_tokens + extra,
+        context_tokens=built.prompt_tokens + extra,
+        params={**params, **tools_params(tools)},
+        tools_optional=bool(tools),
         surface=generations.Surface.CHAT,
         query=query,
         conversation_id=conversation.pk if conversation is not None else None,
         message_id=question.pk if question is not None else None,
         model=model,
-        cache_policy=cache_policy(
+        cache_policy=None
+        if tools or turn.last is not None
+        else cache_policy(
             built,
             query=query,
             # the user asks for a new answer: never a cached one (a complete new

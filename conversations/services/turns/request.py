@@ -20,6 +20,10 @@ class TurnRequest:
     new conversation (with ``content`` only). ``scope`` is a document scope sent with
     the message, stored on the conversation; None keeps the conversation's (a new one:
     CHAT_DOCUMENT_SCOPE_DEFAULT).
+
+    ``last`` set (with ``question``) makes it the next step of a tool chain: the
+    history ends at ``last`` (the chain's last tool result) and the answer is its
+    child; ``tools_withdrawn`` (the step limit reached) offers that answer no tools.
     """
 
     user: User
@@ -28,6 +32,8 @@ class TurnRequest:
     question: Message | None = None
     after: Message | None = None
     scope: Scope | None = None
+    last: Message | None = None
+    tools_withdrawn: bool = False
 
     def __post_init__(self) -> None:
         """Raise ValueError unless exactly one of ``content`` and ``question`` is set."""
@@ -45,7 +51,10 @@ class TurnRequest:
     @property
     def upto(self) -> Message | None:
         """The last stored message of the prompt's history: ``after`` for a new
-        message, the question itself to answer it again."""
+        message, ``last`` for a tool chain's next step, the question itself to answer
+        it again."""
+        if self.last is not None:
+            return self.last
         return self.after if self.content is not None else self.question
 
 

@@ -26,9 +26,14 @@ from memory.context import BuiltContext
 BUSY_MESSAGE = "An answer is still being written in this conversation. Stop it or wait for it to finish."
 
 
-def idle_check(conversation: Conversation) -> None:
-    """Raise Conflict (``conversation_busy``) if an answer streams in ``conversation``."""
+def idle_check(conversation: Conversation, *, tools: bool = True) -> None:
+    """Raise Conflict (``conversation_busy``) if an answer streams in ``conversation``
+    or (``tools``) one of its tool steps runs (:func:`.tools.tool_running`)."""
+    from conversations.services.turns.tools import tool_running
+
     if conversation.messages.filter(status=Message.Status.STREAMING).exists():
+        raise Conflict(BUSY_MESSAGE, code="conversation_busy")
+    if tools and tool_running(conversation_id=conversation.pk):
         raise Conflict(BUSY_MESSAGE, code="conversation_busy")
 
 
@@ -126,7 +131,8 @@ def thread_rows_store(
     """
     assert turn.conversation is not None
     thread = Conversation.objects.select_for_update().get(pk=turn.conversation.pk)
-    idle_check(thread)
+    # a tool chain's next step runs under its own step's "tool running" mark
+    idle_check(thread, tools=turn.last is None)
     if turn.scope is not None:
         scope_store(conversation=thread, scope=scope)
     if turn.content is not None:
@@ -142,7 +148,7 @@ def thread_rows_store(
         asked = turn.question
     answer = assistant_create(
         conversation=thread,
-        parent=asked,
+        parent=turn.last if turn.last is not None else asked,
         admission=admission,
         memory_unavailable=built.memory_unavailable,
     )

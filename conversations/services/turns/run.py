@@ -24,11 +24,13 @@ from conversations import selectors
 from conversations.models import Message
 from conversations.services.scope import scope_parse
 from conversations.services.text import validate_content
+from conversations.services.turns import tools
 from conversations.services.turns.prompt import (
     generation_params,
     generation_request,
     prompt_build,
     scope_in_force,
+    tools_tokens,
 )
 from conversations.services.turns.request import Turn, TurnRequest
 from conversations.services.turns.rows import idle_check, rows_store
@@ -56,8 +58,13 @@ def turn_run(
     scope = turn.scope if turn.scope is not None else scope_in_force(turn.conversation)
     # The question is embedded at most once, on first need, for everyone who needs it.
     query = TextVector(turn.text)
+    offered = [] if turn.tools_withdrawn else tools.tools_definitions(user=turn.user)
     built = prompt_build(
-        turn, scope=scope, max_tokens=int(sampling["max_tokens"]), query=query
+        turn,
+        scope=scope,
+        # the tool definitions take room in the prompt the messages' count omits
+        max_tokens=int(sampling["max_tokens"]) + tools_tokens(offered),
+        query=query,
     )
     request = generation_request(
         turn,
@@ -66,6 +73,7 @@ def turn_run(
         model=model,
         query=query,
         opt_in=preference.reuse_cached_answers,
+        tools=offered,
     )
     started = generations.generation_start(
         request, store=functools.partial(rows_store, turn, built=built, scope=scope)
@@ -182,7 +190,9 @@ def turn_stop(*, user: User, conversation_id: Any, message_id: Any) -> Message:
     """Ask the worker to stop a streaming answer; the partial text is kept as ``cancelled``.
 
     The answer is finalised when the worker's terminal event arrives (within a decode
-    step). Stopping an answer that already ended is a no-op. Raises NotFound.
+    step). For an answer whose tool calls are running, the running tool is cancelled
+    and the turn ends there, the chain so far kept (:func:`.tools.tool_step_stop`).
+    Stopping an answer that already ended is a no-op. Raises NotFound.
     """
     message = selectors.message_get(
         user=user, conversation_id=conversation_id, message_id=message_id
@@ -191,4 +201,7 @@ def turn_stop(*, user: User, conversation_id: Any, message_id: Any) -> Message:
         raise InvalidInput("Only an answer can be stopped.", code="not_stoppable")
     if message.status == Message.Status.STREAMING:
         generations.generation_cancel(job_id=message.job_id)
+    elif message.tool_calls:
+        # its tools are running: cancel them and end the turn (the chain is kept)
+        tools.tool_step_stop(message_id=message.id)
     return message

@@ -1,0 +1,410 @@
+"""The chat's tool loop: model → tool calls → results → model, until an answer.
+
+A generation of the chat that ends with ``finish_reason: "tool_calls"`` is settled like
+any other (:class:`conversations.services.MessageRecorder`), its calls stored on its
+answer message in the same transaction; then :func:`tool_step_run` runs the step, as a
+Celery task queued on commit (``conversations.tasks.tool_step``), so it goes on when
+the browser leaves:
+
+1. once per message (a Redis ``SET NX`` on :func:`step_key`), the conversation marked
+   busy meanwhile (:func:`busy_key`: a new turn gets Conflict, as while an answer
+   streams);
+2. each call is run through the tool offered to the user (:func:`tools_offered`; an
+   unknown or disabled tool, bad JSON arguments, a tool that fails or passes its
+   wall-clock limit: an error result the model reads), screened
+   (:func:`safety.documents.tool_results_screen`: a flagged result is replaced by a
+   note) and appended as a ``tool`` message (:func:`conversations.services.tool_steps.
+   tool_result_append`); the step's progress is kept in :func:`step_key` for the relay;
+3. the next generation starts as the chain's continuation (:func:`.run.turn_run`
+   with ``last`` the last result): its answer becomes the leaf, offered the same
+   tools, except after CHAT_TOOL_MAX_STEPS rounds, when none are offered so the model
+   answers. The user's quota is checked by its admission like any generation's.
+
+Stop (:func:`tool_step_stop`) cancels the running tool (its task is cancelled: the
+sandbox kills its process) and ends the turn with the chain so far kept.
+
+The tools come from CHAT_TOOLS_PROVIDER, a dotted path to ``provider(*, user)``
+returning the user's enabled tools, each with ``name``, ``description``,
+``parameters`` (JSON Schema), ``timeout_s`` and ``async run(arguments, context)``
+returning text or an object with ``content`` (and optionally ``truncated``,
+``error``, ``label``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.utils.module_loading import import_string
+
+from chatsite.errors import DomainError
+from conversations import selectors
+from conversations.models import Message
+from conversations.services.tool_steps import tool_result_append
+from conversations.tool_steps import ToolOutput
+from inference import client as inference_client
+from inference.connections import redis_sync
+from inference.protocol import EVENT_TOOL_CALL, FINISH_TOOL_CALLS
+
+logger = logging.getLogger(__name__)
+
+# states of a step (the value of step_key's "state")
+STEP_RUNNING = "running"
+STEP_NEXT = "next"  # the next generation started: "next" holds its message id
+STEP_STOPPED = "stopped"  # the user stopped it: the turn ends here
+STEP_FAILED = "failed"  # the next generation could not start: "error" says why
+STEP_LIMIT = "limit"  # a round past CHAT_TOOL_MAX_STEPS: not run
+STEP_ENDS = {STEP_NEXT, STEP_STOPPED, STEP_FAILED, STEP_LIMIT}
+
+SCREENED_NOTE = (
+    "[The tool's result was withheld: it goes against the content policy ({category}).]"
+)
+STOPPED_NOTE = "[Stopped by the user before the tool finished.]"
+# how often a running tool checks for the user's stop, in seconds
+STOP_POLL_S = 0.05
+
+
+def step_key(message_id: Any) -> str:
+    """The Redis key of the tool step of the calling message ``message_id``: a JSON
+    object ``{"state", "done" (results stored), "next" (message id), "error"}``."""
+    return f"chat:toolstep:{message_id}"
+
+
+def busy_key(conversation_id: Any) -> str:
+    """The Redis key that marks a tool running in ``conversation_id`` (its value: the
+    calling message's id)."""
+    return f"chat:toolbusy:{conversation_id}"
+
+
+def stop_key(message_id: Any) -> str:
+    """The Redis key of the user's stop of ``message_id``'s tool step."""
+    return f"chat:toolstop:{message_id}"
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Who a tool runs for: the user, their conversation and the calling message."""
+
+    user_id: int
+    conversation_id: str
+    message_id: str
+
+
+def tools_offered(*, user: User) -> dict[str, Any]:
+    """Return the tools offered to ``user`` by name (CHAT_TOOLS_PROVIDER; none when
+    it is unset)."""
+    if not settings.CHAT_TOOLS_PROVIDER:
+        return {}
+    provider = import_string(settings.CHAT_TOOLS_PROVIDER)
+    return {t.name: t for t in provider(user=user)}
+
+
+def tools_definitions(*, user: User) -> list[dict[str, Any]]:
+    """Return the OpenAI ``tools`` definitions of the tools offered to ``user``."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters,
+            },
+        }
+        for t in tools_offered(user=user).values()
+    ]
+
+
+def calls_from_events(events: list[Any]) -> list[dict[str, str]]:
+    """Assemble the tool calls of a generation from its ``tool_call`` events (in
+    stream order): ``[{"id", "name", "arguments"}]`` by index, each call's arguments
+    its pieces joined."""
+    calls: dict[int, dict[str, str]] = {}
+    for event in events:
+        if event.type != EVENT_TOOL_CALL:
+            continue
+        data = event.data
+        call = calls.setdefault(
+            int(data["index"]), {"id": "", "name": "", "arguments": ""}
+        )
+        if data.get("id"):
+            call["id"] = data["id"]
+        if data.get("name"):
+            call["name"] = data["name"]
+        call["arguments"] += data.get("arguments_delta") or ""
+    return [calls[i] for i in sorted(calls)]
+
+
+def outcome_calls(*, job_id: str, outcome: Any) -> list[dict[str, str]]:
+    """The tool calls a settled generation made, as stored on its message: the
+    outcome's assembled calls when it carries them (dicts of ``id``/``name``/
+    ``arguments``, or OpenAI's ``function`` shape), else from its stream's events.
+    Empty unless it finished with ``tool_calls``."""
+    if outcome.finish_reason != FINISH_TOOL_CALLS:
+        return []
+    carried = getattr(outcome, "tool_calls", None)
+    if carried is None:
+        return calls_from_events(inference_client.generation_events(job_id=job_id))
+    out = []
+    for c in carried:
+        c = c if isinstance(c, dict) else vars(c)
+        function = c.get("function") or {}
+        out.append(
+            {
+                "id": str(c.get("id") or ""),
+                "name": str(c.get("name") or function.get("name") or ""),
+                "arguments": str(
+                    c.get("arguments", function.get("arguments", "")) or ""
+                ),
+            }
+        )
+    return out
+
+
+def tool_running(*, conversation_id: Any) -> bool:
+    """Whether a tool step runs in ``conversation_id`` (one Redis read)."""
+    return bool(redis_sync().exists(busy_key(conversation_id)))
+
+
+def step_state(*, message_id: Any) -> dict[str, Any] | None:
+    """Return the state of ``message_id``'s tool step (:func:`step_key`), or None
+    when it never ran or its state expired."""
+    raw = redis_sync().get(step_key(message_id))
+    return json.loads(raw) if raw else None
+
+
+def _state_set(message_id: Any, **state: Any) -> None:
+    redis_sync().set(
+        step_key(message_id), json.dumps(state), ex=settings.CHAT_TOOL_STEP_TTL_S
+    )
+
+
+def tool_step_claim(*, message: Message) -> bool:
+    """Mark ``message``'s step as running and its conversation busy, once: False if
+    it was claimed already. Called when the calling generation settles, so no new
+    turn slips in before the step's task starts."""
+    r = redis_sync()
+    ttl = settings.CHAT_TOOL_STEP_TTL_S
+    claimed = r.set(
+        step_key(message.id),
+        json.dumps({"state": STEP_RUNNING, "done": 0}),
+        nx=True,
+        ex=ttl,
+    )
+    if claimed:
+        r.set(busy_key(message.conversation_id), str(message.id), ex=ttl)
+    return bool(claimed)
+
+
+def tool_step_stop(*, message_id: Any) -> None:
+    """Ask the running tool step of ``message_id`` to stop (a no-op when none runs)."""
+    state = step_state(message_id=message_id)
+    if state is not None and state.get("state") == STEP_RUNNING:
+        redis_sync().set(stop_key(message_id), "1", ex=settings.CHAT_TOOL_STEP_TTL_S)
+
+
+def _stopped(message_id: Any) -> bool:
+    return bool(redis_sync().exists(stop_key(message_id)))
+
+
+def _result_fields(value: Any) -> tuple[str, bool, bool, str]:
+    """``(content, truncated, error, label)`` of what a tool's run returned."""
+    if isinstance(value, str):
+        return value, False, False, ""
+    return (
+        str(getattr(value, "content", "")),
+        bool(getattr(value, "truncated", False)),
+        bool(getattr(value, "error", False)),
+        str(getattr(value, "label", "") or ""),
+    )
+
+
+async def _call_run(
+    tool: Any, arguments: dict[str, Any], context: ToolContext
+) -> tuple[ToolOutput | None, bool]:
+    """Run one call; return ``(output without its call id, stopped)``. The tool's
+    task is cancelled when the user stops the step or its ``timeout_s`` passes."""
+    task = asyncio.ensure_future(tool.run(arguments, context))
+    limit = float(getattr(tool, "timeout_s", 0) or settings.CHAT_TOOL_STEP_TTL_S)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while not task.done():
+        await asyncio.wait({task}, timeout=STOP_POLL_S)
+        if task.done():
+            break
+        stopped = await asyncio.to_thread(_stopped, context.message_id)
+        if stopped or loop.time() >= deadline:
+            task.cancel()
+            try:
+                await task
+            except BaseException:  # noqa: BLE001 - the tool's own end, reported below
+                pass
+            if stopped:
+                return ToolOutput("", STOPPED_NOTE, error=True), True
+            return (
+                ToolOutput(
+                    "", f"The tool ran past its limit of {limit:g} s.", error=True
+                ),
+                False,
+            )
+    try:
+        content, truncated, error, label = _result_fields(task.result())
+    except Exception as exc:  # noqa: BLE001 - a failing tool is a result the model reads
+        logger.warning("tool %s failed: %s", getattr(tool, "name", "?"), exc)
+        return ToolOutput("", f"The tool failed: {exc}", error=True), False
+    return ToolOutput("", content, label=label, truncated=truncated, error=error), False
+
+
+def _call_output(
+    call: dict[str, str], offered: dict[str, Any], context: ToolContext
+) -> tuple[ToolOutput, bool]:
+    """The output of one stored call (an error output for an unknown tool or bad
+    arguments), and whether the user stopped it."""
+    tool = offered.get(call["name"])
+    if tool is None:
+        text = f"There is no tool named {call['name']!r} available."
+        return ToolOutput(call["id"], text, error=True), False
+    try:
+        arguments = json.loads(call["arguments"] or "{}")
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        text = "The tool's arguments are not a JSON object."
+        return ToolOutput(call["id"], text, error=True), False
+    output, stopped = asyncio.run(_call_run(tool, arguments, context))
+    assert output is not None
+    return (
+        ToolOutput(
+            call["id"],
+            output.content,
+            label=output.label,
+            truncated=output.truncated,
+            error=output.error,
+        ),
+        stopped,
+    )
+
+
+def _screened(output: ToolOutput) -> ToolOutput:
+    """``output``, or a note in its place when screening flags its text."""
+    from safety.documents import tool_results_screen
+
+    if not output.content.strip():
+        return output
+    try:
+        flag = tool_results_screen(texts=[output.content])[0]
+    except DomainError:  # moderation unavailable, failing closed: nothing unchecked
+        flag = "unchecked"
+    if flag is None:
+        return output
+    return ToolOutput(
+        output.tool_call_id,
+        SCREENED_NOTE.format(category=flag),
+        label=output.label,
+        error=True,
+    )
+
+
+def _rounds(message: Message) -> int:
+    """How many rounds of tool calls the turn of ``message`` made, its own included."""
+    path = selectors.message_tree(conversation=message.conversation).path_to(message.id)
+    rounds = 0
+    for m in reversed(path):
+        if m.role == Message.Role.USER:
+            break
+        if m.role == Message.Role.ASSISTANT and m.tool_calls:
+            rounds += 1
+    return rounds
+
+
+def tool_step_run(*, message_id: Any) -> str:
+    """Run the tool step of the settled calling message ``message_id`` and start the
+    turn's next generation; return the step's end state (:data:`STEP_ENDS`, or
+    "skipped" when the message calls no tools or another run holds the step).
+
+    Idempotent: the step is claimed once (:func:`tool_step_claim`); the conversation
+    is busy until the next generation is stored (or the step ends without one).
+    """
+    message = (
+        Message.objects.select_related("conversation__user")
+        .filter(id=message_id)
+        .first()
+    )
+    if message is None or message.finish_reason != FINISH_TOOL_CALLS:
+        return "skipped"
+    if not message.tool_calls:
+        return "skipped"
+    state = step_state(message_id=message.id) or {}
+    if state.get("state") in STEP_ENDS:
+        return "skipped"
+    if not state:
+        tool_step_claim(message=message)
+    r = redis_sync()
+    # one runner: the claim marks the step, this lock who runs it
+    if not r.set(
+        f"{step_key(message.id)}:run", "1", nx=True, ex=settings.CHAT_TOOL_STEP_TTL_S
+    ):
+        return "skipped"
+    conversation, user = message.conversation, message.conversation.user
+    try:
+        return _step(message, conversation_id=conversation.pk, user=user)
+    finally:
+        r.delete(busy_key(conversation.pk), stop_key(message.id))
+
+
+def _step(message: Message, *, conversation_id: Any, user: User) -> str:
+    from conversations.services.turns.request import TurnRequest
+    from conversations.services.turns.run import turn_run
+
+    rounds = _rounds(message)
+    if rounds > settings.CHAT_TOOL_MAX_STEPS:
+        _state_set(message.id, state=STEP_LIMIT, done=0)
+        return STEP_LIMIT
+    offered = tools_offered(user=user)
+    context = ToolContext(user.pk, str(conversation_id), str(message.id))
+    done, last = 0, None
+    for call in message.tool_calls:
+        if _stopped(message.id):
+            _state_set(message.id, state=STEP_STOPPED, done=done)
+            return STEP_STOPPED
+        output, stopped = _call_output(call, offered, context)
+        last = tool_result_append(
+            user=user,
+            conversation_id=conversation_id,
+            message_id=message.id,
+            output=output if stopped else _screened(output),
+        )
+        done += 1
+        if stopped:
+            _state_set(message.id, state=STEP_STOPPED, done=done)
+            return STEP_STOPPED
+        _state_set(message.id, state=STEP_RUNNING, done=done)
+    if _stopped(message.id):
+        _state_set(message.id, state=STEP_STOPPED, done=done)
+        return STEP_STOPPED
+    question = selectors.answer_question(answer=message)
+    if question is None or last is None:
+        _state_set(message.id, state=STEP_FAILED, done=done, error="")
+        return STEP_FAILED
+    turn = TurnRequest(
+        user=user,
+        conversation=message.conversation,
+        question=question,
+        last=last,
+        tools_withdrawn=rounds >= settings.CHAT_TOOL_MAX_STEPS,
+    )
+    try:
+        started = turn_run(turn, params=None, model=message.pool or None)
+    except DomainError as exc:
+        _state_set(
+            message.id, state=STEP_FAILED, done=done, error=exc.message, code=exc.code
+        )
+        return STEP_FAILED
+    _state_set(
+        message.id, state=STEP_NEXT, done=done, next=str(started.assistant_message.id)
+    )
+    return STEP_NEXT
