@@ -14,6 +14,7 @@ from django.db.models.functions import TruncDate
 from chatsite.errors import NotFound
 from conversations.models import Conversation, Feedback, Message
 from conversations.tool_steps import ToolStep, openai_tool_calls
+from inference.connections import redis_sync
 from memory.models import Citation
 from safety import selectors as safety_selectors
 
@@ -81,6 +82,8 @@ class ThreadItem:
     appealed: bool = False
     head: Message | None = None
     rounds: list[ToolRound] = field(default_factory=list)
+    # the chain's tool step runs now: the page follows the stream of ``message``
+    tools_running: bool = False
 
     @property
     def version_count(self) -> int:
@@ -289,7 +292,7 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
         if cut
         else set()
     )
-    return [
+    items = [
         ThreadItem(
             message=m,
             versions=tree.versions(head),
@@ -300,6 +303,21 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
         )
         for m, head, rounds in shown
     ]
+    if items and items[-1].message.tool_calls:
+        # the branch ends at a tool step: running, unless the turn ended there
+        items[-1].tools_running = tool_running(conversation_id=conversation.pk)
+    return items
+
+
+def tool_busy_key(conversation_id: Any) -> str:
+    """The Redis key that marks a tool step running in ``conversation_id`` (its
+    value: the calling message's id; set and cleared by the tool loop)."""
+    return f"chat:toolbusy:{conversation_id}"
+
+
+def tool_running(*, conversation_id: Any) -> bool:
+    """Whether a tool step runs in ``conversation_id`` (one Redis read)."""
+    return bool(redis_sync().exists(tool_busy_key(conversation_id)))
 
 
 def _usable(m: Message) -> bool:

@@ -183,6 +183,32 @@
   }
   window.ChatTools = {insertStep: insertStep};
 
+  // An answer that called tools ended (its `done` frame, finish "tool_calls"): its
+  // text (sanitised on the server) moves above the tool blocks, and the body waits
+  // for the next message's text, streamed into the same article.
+  function toolRound(article, data) {
+    const body = article.querySelector(".msg-body");
+    const view = views.get(article);
+    if (view) view.stop();
+    views.delete(article);
+    hideQueue(article);
+    let steps = article.querySelector(".tool-steps");
+    if (!steps) {
+      steps = document.createElement("div");
+      steps.className = "tool-steps";
+      article.insertBefore(steps, body);
+    }
+    if (data.content && !steps.querySelector('[data-round="' + data.message_id + '"]')) {
+      const interim = document.createElement("div");
+      interim.className = "tool-interim markdown";
+      interim.dataset.round = data.message_id;
+      interim.innerHTML = data.html;
+      steps.append(interim);
+    }
+    body.innerHTML = "";
+    delete body.dataset.raw;
+  }
+
   // Model, tokens and time to first token under an answer, from its `done` / `error`
   // frame (the same text as the server renders in _message.html).
   function fillFooter(article, data) {
@@ -349,10 +375,32 @@
       insertStep(article, JSON.parse(e.data).html);
     });
     source.addEventListener("done", function (e) {
-      finish(article, JSON.parse(e.data), false);
+      const data = JSON.parse(e.data);
+      if (data.finish_reason === "tool_calls") {
+        // the model called tools: the turn goes on in this stream (tool_step, then
+        // next); its text so far stays above the step's blocks
+        toolRound(article, data);
+        return;
+      }
+      finish(article, data, false);
       end();
       // for features in their own files (static/titles.js polls the new title)
       document.dispatchEvent(new CustomEvent("chat:answer-done", {detail: {article: article}}));
+    });
+    // the tool step ended and the turn's next message is generated: follow its own
+    // stream (a reconnect then resumes in the right one)
+    source.addEventListener("next", function (e) {
+      const data = JSON.parse(e.data);
+      source.close();
+      article.id = "m-" + data.message_id;
+      article.dataset.messageId = data.message_id;
+      stream(article, data.stream_url, data.stop_url, 0);
+    });
+    // the turn ended at a tool step (stopped, or the step limit)
+    source.addEventListener("step_end", function (e) {
+      const data = JSON.parse(e.data);
+      finish(article, {status: data.state === "stopped" ? "cancelled" : "complete"}, false);
+      end();
     });
     source.addEventListener("error", function (e) {
       // no data: a connection error; EventSource reconnects with Last-Event-ID by itself.

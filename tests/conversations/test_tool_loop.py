@@ -11,7 +11,7 @@ import threading
 import pytest
 from django.urls import reverse
 
-from conversations import selectors, services
+from conversations import selectors
 from conversations.events import sse_validate
 from conversations.models import Conversation, Message
 from conversations.services.turns import tools
@@ -61,9 +61,7 @@ def relay(client, body, **options):
 
 def chain(conversation_id):
     conversation = Conversation.objects.get(id=conversation_id)
-    path = selectors.message_tree(conversation=conversation).current_path(
-        conversation
-    )
+    path = selectors.message_tree(conversation=conversation).current_path(conversation)
     return [(m.role, m.status, m.finish_reason) for m in path]
 
 
@@ -159,6 +157,14 @@ def test_stop_during_a_running_tool_cancels_it_and_keeps_the_chain(
             reverse("message-send", args=[conversation_id]), {"content": "Hello?"}
         )
         assert busy.status_code == 409
+        # a reload while the tool runs: the page follows the calling message's stream
+        page = auth_client.get(reverse("conversation-detail", args=[conversation_id]))
+        html = page.content.decode()
+        stream_url = reverse("message-stream", args=[conversation_id, calling_id])
+        assert f'id="m-{calling_id}"' in html
+        article = html[html.index(f'id="m-{calling_id}"') :].split(">", 1)[0]
+        assert 'data-status="streaming"' in article
+        assert f'data-stream-url="{stream_url}"' in article
         stopped = auth_client.post(
             reverse("message-stop", args=[conversation_id, calling_id])
         )
@@ -171,7 +177,10 @@ def test_stop_during_a_running_tool_cancels_it_and_keeps_the_chain(
     stopper.join(30)
     assert stopper_done.is_set()
     assert tool_loop_tools.CANCELLED.is_set()
-    assert result.last("step_end").data == {"message_id": calling_id, "state": "stopped"}
+    assert result.last("step_end").data == {
+        "message_id": calling_id,
+        "state": "stopped",
+    }
     assert "next" not in [e.event for e in result.events]
     assert chain(conversation_id) == [
         ("user", "complete", ""),
@@ -193,7 +202,9 @@ def test_a_harmful_tool_result_is_replaced_by_a_note(
 
     def screen(*, texts):
         screened.extend(texts)
-        return ["prompt_injection" if "Ignore all previous" in t else None for t in texts]
+        return [
+            "prompt_injection" if "Ignore all previous" in t else None for t in texts
+        ]
 
     # the screening backend (safety's classifier) is its own tests' subject
     monkeypatch.setattr("safety.documents.tool_results_screen", screen)
@@ -221,7 +232,9 @@ def test_a_reload_mid_turn_follows_the_calling_message_to_the_answer(
     again = relay(auth_client, body)
     names = [e.event for e in again.events]
     assert names[0] == "done" and "tool_step" in names and "next" in names
-    assert again.last("done").data["message_id"] == first.last("next").data["message_id"]
+    assert (
+        again.last("done").data["message_id"] == first.last("next").data["message_id"]
+    )
 
 
 def test_another_users_stream_and_stop_are_not_found(

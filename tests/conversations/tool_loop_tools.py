@@ -77,7 +77,12 @@ class ToolEngine(ScriptedEngine):
     its text. Keeps every job it receives."""
 
     def __init__(
-        self, *, tool: str = "echo", arguments: str = '{"text": "hi"}', rounds: int = 1, **options: Any
+        self,
+        *,
+        tool: str = "echo",
+        arguments: str = '{"text": "hi"}',
+        rounds: int = 1,
+        **options: Any,
     ) -> None:
         super().__init__(**options)
         self.tool, self.arguments, self.rounds = tool, arguments, rounds
@@ -96,7 +101,9 @@ class ToolEngine(ScriptedEngine):
             yield ToolCallDelta(0, self.arguments[half:])
             yield Finish(
                 protocol.FINISH_TOOL_CALLS,
-                Usage(prompt_tokens=self.count_tokens(job.messages), completion_tokens=5),
+                Usage(
+                    prompt_tokens=self.count_tokens(job.messages), completion_tokens=5
+                ),
             )
             return
         async for item in super().generate(job):

@@ -75,10 +75,8 @@ def step_key(message_id: Any) -> str:
     return f"chat:toolstep:{message_id}"
 
 
-def busy_key(conversation_id: Any) -> str:
-    """The Redis key that marks a tool running in ``conversation_id`` (its value: the
-    calling message's id)."""
-    return f"chat:toolbusy:{conversation_id}"
+busy_key = selectors.tool_busy_key
+tool_running = selectors.tool_running
 
 
 def stop_key(message_id: Any) -> str:
@@ -163,11 +161,6 @@ def outcome_calls(*, job_id: str, outcome: Any) -> list[dict[str, str]]:
             }
         )
     return out
-
-
-def tool_running(*, conversation_id: Any) -> bool:
-    """Whether a tool step runs in ``conversation_id`` (one Redis read)."""
-    return bool(redis_sync().exists(busy_key(conversation_id)))
 
 
 def step_state(*, message_id: Any) -> dict[str, Any] | None:
