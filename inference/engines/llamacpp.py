@@ -16,6 +16,28 @@ Job params (:data:`inference.params.ENGINE_PARAMS`): ``max_tokens``, ``temperatu
 logits each step), ``response_format`` (a grammar: JSON for ``json_object``, the
 schema's for ``json_schema``); ours: ``top_k``, ``repeat_penalty``.
 
+Tools (``tools``, ``tool_choice``, ``parallel_tool_calls``, OpenAI's shapes): a chat
+template that renders ``tools`` in the Hermes format (``<tool_call>`` in it, as Qwen2.5's)
+is given them; any other (SmolLM2's) gets them in the system message as
+``<tools>[...]</tools>`` with the instruction to answer ``<tool_call>{"name": ...,
+"arguments": {...}}</tool_call>``, and past assistant ``tool_calls`` and ``tool``
+results are written back in that format (:func:`inference.toolcalls.plain_messages`).
+``tool_choice``: ``none`` offers no tools; ``auto`` (the default) reads calls from the
+text as it streams (:class:`inference.toolcalls.ToolCallExtractor`: text before a call
+is content; text that is not a well-formed call to an offered tool stays content);
+``required`` or a named function constrain the answer with a grammar built from the
+tools' JSON Schemas: only ``<tool_call>`` blocks whose arguments fit the schema (``{}``
+for a tool without parameters), at most :data:`MAX_PARALLEL_CALLS`, one with
+``parallel_tool_calls`` false. Calls stream as
+:class:`~inference.engines.base.ToolCallDelta` (arguments token by token, as generated)
+and end with ``finish_reason="tool_calls"``; a call cut by ``max_tokens`` ends with
+``length``. A named function not among the tools, or a schema llama.cpp cannot compile,
+is an EngineError ``invalid_parameter``. Prompt counts (:meth:`ChatPrompt.count`,
+:meth:`LlamaCppEngine.count_tokens`) take ``tools``/``tool_choice``: the tools
+rendered into the prompt are prompt tokens. SmolLM2-135M makes well-formed calls under
+the grammar but does not choose a tool by itself under ``auto``
+(bench/results/2026-12-04-tool-models.md).
+
 Background jobs (``Job.priority`` < 0: titles, summaries, facts from the pool's
 background lane) run on a context of their own, so they never evict the chat slots'
 prefix: a follow-up turn then prefills only its new tokens. With one shared context a

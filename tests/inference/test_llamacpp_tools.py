@@ -8,6 +8,7 @@ import pytest
 from inference.engines.base import Delta, EngineError, Finish, ToolCallDelta
 from inference.engines.llamacpp import LlamaCppEngine
 from inference.protocol import Job
+from inference.tokens import prompt_counter
 from inference.toolcalls import join
 
 pytestmark = pytest.mark.slow
@@ -137,6 +138,8 @@ def test_auto_lets_the_model_answer_in_text_and_none_does_not_offer_the_tools(en
     assert sum(isinstance(i, Delta) for i in items) > 3
     assert items[-1].finish_reason in {"stop", "length"}
     assert items[-1].usage.prompt_tokens == engine.count_tokens(ASK, tools=TOOLS)
+    # the web tier's count (a vocabulary-only load) includes the tools too
+    assert prompt_counter("llamacpp")(ASK, tools=TOOLS) == items[-1].usage.prompt_tokens
 
     none = {**params, "tool_choice": "none"}
     items = collect(engine, Job(job_id="none", messages=ASK, params=none))
