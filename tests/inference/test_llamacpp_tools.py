@@ -193,3 +193,50 @@ def test_a_call_cut_by_max_tokens_finishes_length(engine):
     items = collect(engine, Job(job_id="cut", messages=ASK, params=params))
     assert isinstance(items[-1], Finish)
     assert items[-1].finish_reason == "length"
+
+
+# the tool parts of Qwen2.5's chat template (Hermes format), abridged
+HERMES_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n<tools>"
+    "{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools><|im_end|>\n"
+    "{% endif %}"
+    "{% for m in messages %}{% if m.role == 'assistant' and m.tool_calls %}"
+    "<|im_start|>assistant\n{{ m.content }}"
+    "{% for c in m.tool_calls %}<tool_call>\n"
+    '{"name": "{{ c.function.name }}", "arguments": '
+    "{{ c.function.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n"
+    "{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}"
+    "\n</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
+    "{% endfor %}<|im_start|>assistant\n"
+)
+
+
+def test_a_template_that_renders_tools_itself_is_given_them():
+    from llama_cpp import Llama
+
+    from inference.engines.llamacpp import ChatPrompt, bundled_model_path
+
+    llm = Llama(model_path=str(bundled_model_path()), vocab_only=True, verbose=False)
+    try:
+        llm.metadata["tokenizer.chat_template"] = HERMES_TEMPLATE
+        chat = ChatPrompt(llm)
+        assert chat.native_tools
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+        }
+        messages = [
+            *ASK,
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "Sunny."},
+        ]
+        prompt = chat.render(messages, tools=[WEATHER])
+    finally:
+        llm.close()
+    assert '<tools>{"type": "function", "function": {"name": "get_weather"' in prompt
+    # the arguments string became the object the template expects (not a JSON string)
+    assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in prompt
+    assert "<tool_response>\nSunny.\n</tool_response>" in prompt
+    assert "None" not in prompt
