@@ -240,3 +240,23 @@ def test_a_template_that_renders_tools_itself_is_given_them():
     assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in prompt
     assert "<tool_response>\nSunny.\n</tool_response>" in prompt
     assert "None" not in prompt
+
+
+def test_the_next_step_of_a_tool_exchange_reuses_the_kv_prefix(engine):
+    # above temperature 0 (at 0 the prompt is evaluated whole): the tools sit in the
+    # system message at the start, so the step after a call prefills only the call
+    # and its result
+    params = {"max_tokens": 4, "temperature": 0.7, "tools": TOOLS}
+    first = collect(engine, Job(job_id="step-1", messages=ASK, params=params))
+    call = {
+        "id": "call_abc",
+        "type": "function",
+        "function": {"name": "get_time", "arguments": "{}"},
+    }
+    messages = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_abc", "content": "12:00"},
+    ]
+    second = collect(engine, Job(job_id="step-2", messages=messages, params=params))
+    assert second[-1].usage.cached_tokens >= first[-1].usage.prompt_tokens - 2
