@@ -39,7 +39,7 @@ INTERNAL = frozenset({"script", "ignore_eos", "top_k", "repeat_penalty"})
 ERROR_INVALID_PARAMETER = "invalid_parameter"
 
 ENGINE_PARAMS: dict[str, frozenset[str]] = {
-    "llamacpp": COMMON | SAMPLING,
+    "llamacpp": COMMON | SAMPLING | TOOLS,
     "vllm": COMMON | SAMPLING,
     "openai": COMMON | SAMPLING,
     "scripted": COMMON,

@@ -8,15 +8,28 @@ job; it counts with the serving model's own tokenizer and chat template:
   engine's ``prompt_tokens``.
 - ``scripted`` (tests, benchmarks): the scripted engine's own rule.
 
-Counters are loaded once per process and shared (read-only; no per-user state).
+Counters are loaded once per process and shared (read-only; no per-user state). A
+counter takes the OpenAI ``tools`` and ``tool_choice`` of the request as keywords: the
+llama.cpp count includes the tools rendered into the prompt (none under ``"none"``);
+the scripted rule ignores them.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from typing import Any, Protocol
 
-Counter = Callable[[list[dict[str, str]]], int]
+
+class Counter(Protocol):
+    """``messages -> prompt tokens`` (OpenAI chat messages), tools included."""
+
+    def __call__(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
+    ) -> int: ...
 
 
 @functools.cache
@@ -32,5 +45,15 @@ def prompt_counter(engine: str = "llamacpp", model_path: str | None = None) -> C
     if engine == "scripted":
         from inference.engines.scripted import ScriptedEngine
 
-        return ScriptedEngine().count_tokens
+        scripted = ScriptedEngine().count_tokens
+
+        def count(
+            messages: list[dict[str, Any]],
+            *,
+            tools: list[dict[str, Any]] | None = None,
+            tool_choice: Any = None,
+        ) -> int:
+            return scripted(messages)
+
+        return count
     raise ValueError(f"unknown engine {engine!r}: choose llamacpp or scripted")

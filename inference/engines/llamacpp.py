@@ -16,6 +16,28 @@ Job params (:data:`inference.params.ENGINE_PARAMS`): ``max_tokens``, ``temperatu
 logits each step), ``response_format`` (a grammar: JSON for ``json_object``, the
 schema's for ``json_schema``); ours: ``top_k``, ``repeat_penalty``.
 
+Tools (``tools``, ``tool_choice``, ``parallel_tool_calls``, OpenAI's shapes): a chat
+template that renders ``tools`` in the Hermes format (``<tool_call>`` in it, as Qwen2.5's)
+is given them; any other (SmolLM2's) gets them in the system message as
+``<tools>[...]</tools>`` with the instruction to answer ``<tool_call>{"name": ...,
+"arguments": {...}}</tool_call>``, and past assistant ``tool_calls`` and ``tool``
+results are written back in that format (:func:`inference.toolcalls.plain_messages`).
+``tool_choice``: ``none`` offers no tools; ``auto`` (the default) reads calls from the
+text as it streams (:class:`inference.toolcalls.ToolCallExtractor`: text before a call
+is content; text that is not a well-formed call to an offered tool stays content);
+``required`` or a named function constrain the answer with a grammar built from the
+tools' JSON Schemas: only ``<tool_call>`` blocks whose arguments fit the schema (``{}``
+for a tool without parameters), at most :data:`MAX_PARALLEL_CALLS`, one with
+``parallel_tool_calls`` false. Calls stream as
+:class:`~inference.engines.base.ToolCallDelta` (arguments token by token, as generated)
+and end with ``finish_reason="tool_calls"``; a call cut by ``max_tokens`` ends with
+``length``. A named function not among the tools, or a schema llama.cpp cannot compile,
+is an EngineError ``invalid_parameter``. Prompt counts (:meth:`ChatPrompt.count`,
+:meth:`LlamaCppEngine.count_tokens`) take ``tools``/``tool_choice``: the tools
+rendered into the prompt are prompt tokens. SmolLM2-135M makes well-formed calls under
+the grammar but does not choose a tool by itself under ``auto``
+(bench/results/2026-12-04-tool-models.md).
+
 Background jobs (``Job.priority`` < 0: titles, summaries, facts from the pool's
 background lane) run on a context of their own, so they never evict the chat slots'
 prefix: a follow-up turn then prefills only its new tokens. With one shared context a
@@ -37,13 +59,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from inference import protocol
+from inference import protocol, toolcalls
 from inference.engines.base import (
     Delta,
     Engine,
     EngineError,
     Finish,
     StopText,
+    ToolCallDelta,
     Utf8Decoder,
 )
 from inference.params import ERROR_INVALID_PARAMETER
@@ -91,6 +114,10 @@ class ChatPrompt:
             bos_token=llm._model.token_get_text(bos) if bos != -1 else "",
             stop_token_ids=[eos],
         )
+        # a template that renders ``tools`` itself in the Hermes format (Qwen2.5's)
+        # gets them; any other is given them in the system message
+        # (:func:`inference.toolcalls.plain_messages`)
+        self.native_tools = "tools" in template and toolcalls.OPEN in template
         self.stop_ids = {eos}
         for special in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
             ids = llm.tokenize(special.encode(), add_bos=False, special=True)
@@ -98,21 +125,72 @@ class ChatPrompt:
                 self.stop_ids.add(ids[0])
         self._lock = threading.Lock()
 
-    def render(self, messages: list[dict[str, str]]) -> str:
-        """Return the prompt text of ``messages`` (with the generation prompt appended)."""
-        return self.formatter(messages=messages).prompt
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
+        """Return the prompt text of ``messages`` (with the generation prompt appended).
 
-    def tokens(self, messages: list[dict[str, str]], *, llm: Any = None) -> list[int]:
+        ``messages`` are OpenAI chat messages (assistant ``tool_calls`` and ``tool``
+        results included); ``tools``: the OpenAI tools offered to the model (None: none).
+        """
+        if self.native_tools:
+            return self.formatter(
+                messages=_native_messages(messages), tools=tools or None
+            ).prompt
+        return self.formatter(messages=toolcalls.plain_messages(messages, tools)).prompt
+
+    def tokens(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        llm: Any = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[int]:
         """Return the prompt token ids of ``messages`` (tokenized with ``llm`` if given)."""
-        prompt = self.render(messages).encode("utf-8")
+        prompt = self.render(messages, tools=tools).encode("utf-8")
         if llm is not None:
             return llm.tokenize(prompt, add_bos=False, special=True)
         with self._lock:
             return self.llm.tokenize(prompt, add_bos=False, special=True)
 
-    def count(self, messages: list[dict[str, str]]) -> int:
-        """Return the number of prompt tokens of ``messages``."""
-        return len(self.tokens(messages))
+    def count(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
+    ) -> int:
+        """Return the number of prompt tokens of ``messages`` with ``tools`` offered
+        (not offered under ``tool_choice`` ``"none"``): the engine's ``prompt_tokens``."""
+        offered = toolcalls.offered_tools({"tools": tools, "tool_choice": tool_choice})
+        return len(self.tokens(messages, tools=offered))
+
+
+def _native_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return ``messages`` for a template that renders tool calls itself: content never
+    None, and each call's arguments as an object (as Hugging Face templates expect)."""
+    out = []
+    for message in messages:
+        m = dict(message)
+        if m.get("content") is None:
+            m["content"] = ""
+        if m.get("tool_calls"):
+            calls = []
+            for call in m["tool_calls"]:
+                function = dict(call.get("function") or {})
+                try:
+                    function["arguments"] = json.loads(
+                        function.get("arguments") or "{}"
+                    )
+                except (TypeError, ValueError):
+                    pass
+                calls.append({**call, "function": function})
+            m["tool_calls"] = calls
+        out.append(m)
+    return out
 
 
 def chat_prompt_load(model_path: str | Path | None = None) -> ChatPrompt:
@@ -179,6 +257,67 @@ def _grammar(response_format: dict[str, Any] | None) -> Any:
             f"response_format: the JSON Schema cannot be turned into a grammar: {exc}",
             code=ERROR_INVALID_PARAMETER,
         ) from exc
+
+
+MAX_PARALLEL_CALLS = 4
+
+
+def _call_schema(tool: dict[str, Any]) -> dict[str, Any]:
+    function = tool["function"]
+    parameters = function.get("parameters") or {}
+    if not parameters.get("properties") and not parameters.get("additionalProperties"):
+        parameters = {"const": {}}  # no parameters: exactly "{}"
+    return {
+        "type": "object",
+        "properties": {"name": {"const": function["name"]}, "arguments": parameters},
+        "required": ["name", "arguments"],
+    }
+
+
+def _tool_grammar(
+    tools: list[dict[str, Any]], *, name: str | None, parallel: bool
+) -> Any:
+    """Return the grammar of an answer that is only tool calls: one (or, with
+    ``parallel``, up to :data:`MAX_PARALLEL_CALLS`) ``<tool_call>`` blocks, each a JSON
+    object ``{"name": ..., "arguments": ...}`` whose arguments fit that tool's JSON
+    Schema; only the tool ``name`` if given. Raises EngineError
+    (``invalid_parameter``) for an unknown name or a schema llama.cpp cannot compile."""
+    from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
+
+    chosen = [t for t in tools if name is None or t["function"]["name"] == name]
+    if not chosen:
+        raise EngineError(
+            f"tool_choice names the function {name!r}, which is not among the tools.",
+            code=ERROR_INVALID_PARAMETER,
+        )
+    schemas = [_call_schema(t) for t in chosen]
+    schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    try:
+        gbnf = json_schema_to_gbnf(json.dumps(schema))
+        gbnf = gbnf.replace(_LOOSE_CHAR, _JSON_CHAR, 1)
+        gbnf = gbnf.replace("root ::=", "tool-call-object ::=", 1)
+        block = r'"<tool_call>\n" tool-call-object "\n</tool_call>"'
+        more = f' ("\\n" {block}){{0,{MAX_PARALLEL_CALLS - 1}}}' if parallel else ""
+        gbnf = f"root ::= {block}{more}\n{gbnf}"
+        return LlamaGrammar.from_string(gbnf, verbose=False)
+    except Exception as exc:  # noqa: BLE001 - the schema's fault, told to the client
+        raise EngineError(
+            f"tools: a function's JSON Schema cannot be turned into a grammar: {exc}",
+            code=ERROR_INVALID_PARAMETER,
+        ) from exc
+
+
+def _emit_text(
+    emit: Any, extractor: toolcalls.ToolCallExtractor | None, text: str
+) -> None:
+    """Emit generated ``text``: as it is, or split into content and call pieces."""
+    if not text:
+        return
+    if extractor is None:
+        emit(Delta(text))
+        return
+    for piece in extractor.feed(text):
+        emit(piece)
 
 
 class LlamaCppEngine(Engine):
@@ -248,16 +387,33 @@ class LlamaCppEngine(Engine):
         """Shut the slot threads down."""
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def _tokens(self, llm: Any, messages: list[dict[str, str]]) -> list[int]:
-        return self._prompt.tokens(messages, llm=llm)
+    def _tokens(
+        self,
+        llm: Any,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[int]:
+        return self._prompt.tokens(messages, llm=llm, tools=tools)
 
-    def count_tokens(self, messages: list[dict[str, str]]) -> int:
-        """Return the prompt tokens of ``messages`` rendered with the model's chat template."""
+    def count_tokens(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
+    ) -> int:
+        """Return the prompt tokens of ``messages`` rendered with the model's chat
+        template, with ``tools`` offered (not under ``tool_choice`` ``"none"``)."""
+        offered = toolcalls.offered_tools({"tools": tools, "tool_choice": tool_choice})
         with self._lock:
-            return len(self._tokens(self._counter, messages))
+            return len(self._tokens(self._counter, messages, offered))
 
     def _fit(
-        self, llm: Any, messages: list[dict[str, str]], max_tokens: int
+        self,
+        llm: Any,
+        messages: list[dict[str, Any]],
+        max_tokens: int,
+        tools: list[dict[str, Any]] | None = None,
     ) -> tuple[list[int], int]:
         """Drop the oldest turns until prompt + answer fit ``n_ctx``; return tokens, max_tokens.
 
@@ -265,13 +421,13 @@ class LlamaCppEngine(Engine):
         (``context_overflow``) if even those leave no room to answer.
         """
         msgs = list(messages)
-        tokens = self._tokens(llm, msgs)
+        tokens = self._tokens(llm, msgs, tools)
         while len(tokens) + max_tokens > self.n_ctx and len(msgs) > 2:
             drop = 1 if msgs[0]["role"] == "system" else 0
             del msgs[drop]
             while len(msgs) > drop + 1 and msgs[drop]["role"] != "user":
                 del msgs[drop]
-            tokens = self._tokens(llm, msgs)
+            tokens = self._tokens(llm, msgs, tools)
         room = self.n_ctx - len(tokens)
         if room < 1:
             raise EngineError(
@@ -302,7 +458,9 @@ class LlamaCppEngine(Engine):
                 llm.reset()
             seed = params.get("seed")
             llm.set_seed(self.seed if seed is None else int(seed) & 0xFFFFFFFF)
-            tokens, max_tokens = self._fit(llm, job.messages, job.max_tokens)
+            tools = toolcalls.offered_tools(params)
+            tokens, max_tokens = self._fit(llm, job.messages, job.max_tokens, tools)
+            extractor, grammar = self._tool_setup(params, tools)
             cached = 0
             for a, b in zip(llm._input_ids[: llm.n_tokens], tokens, strict=False):
                 if a != b:
@@ -327,7 +485,7 @@ class LlamaCppEngine(Engine):
                 presence_penalty=float(params.get("presence_penalty", 0.0)),
                 frequency_penalty=float(params.get("frequency_penalty", 0.0)),
                 logits_processor=_logit_bias(llm, params.get("logit_bias")),
-                grammar=_grammar(params.get("response_format")),
+                grammar=grammar,
             ):
                 if abort.is_set():
                     finish = protocol.FINISH_CANCELLED
@@ -337,16 +495,23 @@ class LlamaCppEngine(Engine):
                     break
                 usage.completion_tokens += 1
                 text = stopper.feed(decoder.feed(llm.detokenize([token])))
-                if text:
-                    emit(Delta(text))
-                if stopper.hit:
+                _emit_text(emit, extractor, text)
+                if stopper.hit or (extractor is not None and extractor.done):
                     finish = protocol.FINISH_STOP
                     break
                 if usage.completion_tokens >= max_tokens:
                     break
             tail = stopper.feed(decoder.flush()) + stopper.flush()
-            if tail:
-                emit(Delta(tail))
+            _emit_text(emit, extractor, tail)
+            if extractor is not None:
+                for piece in extractor.flush():
+                    emit(piece)
+                if (
+                    extractor.calls
+                    and not extractor.in_call
+                    and finish != protocol.FINISH_CANCELLED
+                ):
+                    finish = protocol.FINISH_TOOL_CALLS
             emit(Finish(finish, usage))
         except EngineError as exc:
             emit(exc)
@@ -355,7 +520,24 @@ class LlamaCppEngine(Engine):
         finally:
             contexts.put(llm)
 
-    async def generate(self, job: Job) -> AsyncIterator[Delta | Finish]:
+    @staticmethod
+    def _tool_setup(
+        params: dict[str, Any], tools: list[dict[str, Any]] | None
+    ) -> tuple[toolcalls.ToolCallExtractor | None, Any]:
+        """Return the job's tool-call extractor (None without tools offered) and its
+        grammar: the tool calls' for ``required`` or a named function, else the
+        ``response_format`` one (or None)."""
+        if not tools:
+            return None, _grammar(params.get("response_format"))
+        parallel = params.get("parallel_tool_calls") is not False
+        names = [t["function"]["name"] for t in tools if t.get("function")]
+        name = toolcalls.forced_tool(params)
+        extractor = toolcalls.ToolCallExtractor(names=names, parallel=parallel)
+        if name is None and params.get("tool_choice") != "required":
+            return extractor, _grammar(params.get("response_format"))
+        return extractor, _tool_grammar(tools, name=name, parallel=parallel)
+
+    async def generate(self, job: Job) -> AsyncIterator[Delta | ToolCallDelta | Finish]:
         """Run the job in a slot thread; yield its deltas, then a Finish."""
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[Any] = asyncio.Queue()
