@@ -252,3 +252,28 @@ def test_another_users_stream_and_stop_are_not_found(
     assert stranger.get(body["assistant_message"]["stream_url"]).status_code == 404
     stop = stranger.post(reverse("message-stop", args=[conversation_id, calling_id]))
     assert stop.status_code == 404
+
+
+def test_a_turn_past_the_users_budget_ends_with_its_chain_kept(
+    start_worker, auth_client, user
+):
+    from tests.gateway import factories
+
+    def budget_spent():  # the user's plan changes while the tool runs
+        from django.db import connection
+
+        factories.subscribe(user, factories.plan(tokens_per_minute=60))
+        connection.close()  # this thread's own
+
+    tool_loop_tools.ON_RUN.append(budget_spent)
+    engine = ToolEngine(text="Never sent.")
+    start_worker(engine)
+    body = send(auth_client, "Use a tool.")
+    result = relay(auth_client, body)
+    error = result.last("error").data
+    assert error["code"] == "quota_minute"
+    assert error["message_id"] == body["assistant_message"]["id"]
+    conversation_id = body["conversation"]["id"]
+    assert [r for r, _, _ in chain(conversation_id)] == ["user", "assistant", "tool"]
+    assert len(engine.jobs) == 1
+    assert not tools.tool_running(conversation_id=conversation_id)

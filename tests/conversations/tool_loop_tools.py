@@ -18,6 +18,8 @@ from inference.engines.scripted import ScriptedEngine
 from inference.protocol import Usage
 
 SAID: dict[str, str] = {}
+# run (in a thread) while ``echo`` runs: what else happens meanwhile
+ON_RUN: list[Any] = []
 WAITING = threading.Event()
 CANCELLED = threading.Event()
 
@@ -41,6 +43,8 @@ class Echo:
     timeout_s = 10.0
 
     async def run(self, arguments: dict[str, Any], context: Any) -> ToolResult:
+        for hook in ON_RUN:
+            await asyncio.to_thread(hook)
         return ToolResult(SAID.get("text", arguments["text"]), label="Echoed")
 
 
@@ -67,6 +71,7 @@ def provider(*, user: Any) -> list[Any]:
 
 def reset() -> None:
     SAID.clear()
+    ON_RUN.clear()
     WAITING.clear()
     CANCELLED.clear()
 

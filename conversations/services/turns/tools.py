@@ -145,7 +145,7 @@ def outcome_calls(*, job_id: str, outcome: Any) -> list[dict[str, str]]:
     if outcome.finish_reason != FINISH_TOOL_CALLS:
         return []
     carried = getattr(outcome, "tool_calls", None)
-    if carried is None:
+    if not carried:
         return calls_from_events(inference_client.generation_events(job_id=job_id))
     out = []
     for c in carried:
@@ -345,6 +345,11 @@ def tool_step_run(*, message_id: Any) -> str:
     conversation, user = message.conversation, message.conversation.user
     try:
         return _step(message, conversation_id=conversation.pk, user=user)
+    except Exception:
+        # the turn ends here, the chain so far kept; the relay's stream says so
+        logger.exception("tool step of %s failed", message.id)
+        _state_set(message.id, state=STEP_FAILED, done=0, error="")
+        raise
     finally:
         r.delete(busy_key(conversation.pk), stop_key(message.id))
 
