@@ -47,6 +47,7 @@ from conversations import selectors
 from conversations.models import Message
 from conversations.services.tool_steps import tool_result_append
 from conversations.tool_steps import ToolOutput
+from gateway import generations
 from inference import client as inference_client
 from inference.connections import redis_sync
 from inference.protocol import EVENT_TOOL_CALL, FINISH_TOOL_CALLS
@@ -194,10 +195,16 @@ def tool_step_claim(*, message: Message) -> bool:
 
 
 def tool_step_stop(*, message_id: Any) -> None:
-    """Ask the running tool step of ``message_id`` to stop (a no-op when none runs)."""
+    """Ask the running tool step of ``message_id`` to stop; when its next generation
+    has started already (the page did not hear of it yet), stop that one. A no-op
+    when the step ended otherwise."""
     state = step_state(message_id=message_id)
-    if state is not None and state.get("state") == STEP_RUNNING:
+    if state is None:
+        return
+    if state.get("state") == STEP_RUNNING:
         redis_sync().set(stop_key(message_id), "1", ex=settings.CHAT_TOOL_STEP_TTL_S)
+    elif state.get("state") == STEP_NEXT and state.get("next"):
+        generations.generation_cancel(job_id=str(state["next"]))
 
 
 def _stopped(message_id: Any) -> bool:
@@ -205,11 +212,13 @@ def _stopped(message_id: Any) -> bool:
 
 
 def _result_fields(value: Any) -> tuple[str, bool, bool, str]:
-    """``(content, truncated, error, label)`` of what a tool's run returned."""
+    """``(content, truncated, error, label)`` of what a tool's run returned: text, or
+    an object with ``content`` (or ``text``) and optionally ``truncated``, ``error``,
+    ``label``."""
     if isinstance(value, str):
         return value, False, False, ""
     return (
-        str(getattr(value, "content", "")),
+        str(getattr(value, "content", None) or getattr(value, "text", "") or ""),
         bool(getattr(value, "truncated", False)),
         bool(getattr(value, "error", False)),
         str(getattr(value, "label", "") or ""),
