@@ -170,6 +170,9 @@ def test_stop_during_a_running_tool_cancels_it_and_keeps_the_chain(
         )
         assert stopped.status_code == 202
         stopper_done.set()
+        from django.db import connection
+
+        connection.close()  # this thread's own
 
     stopper = threading.Thread(target=stop_when_waiting)
     stopper.start()
@@ -277,3 +280,29 @@ def test_a_turn_past_the_users_budget_ends_with_its_chain_kept(
     assert [r for r, _, _ in chain(conversation_id)] == ["user", "assistant", "tool"]
     assert len(engine.jobs) == 1
     assert not tools.tool_running(conversation_id=conversation_id)
+
+
+def test_tools_are_not_offered_to_an_engine_without_them(
+    start_worker, auth_client, monkeypatch
+):
+    monkeypatch.setitem(
+        inference_params.ENGINE_PARAMS, "llamacpp", inference_params.COMMON
+    )
+    engine = ToolEngine(text="Plain answer.")
+    start_worker(engine)
+    body = send(auth_client, "Use a tool.")
+    result = relay(auth_client, body)
+    assert result.last("done").data["finish_reason"] == "stop"
+    assert "tools" not in engine.jobs[0].params
+    assert "tool_choice" not in engine.jobs[0].params
+
+
+def test_without_a_tools_provider_a_turn_offers_no_tools(
+    start_worker, auth_client, settings
+):
+    settings.CHAT_TOOLS_PROVIDER = ""
+    engine = ToolEngine(text="Plain answer.")
+    start_worker(engine)
+    body = send(auth_client, "Hello.")
+    relay(auth_client, body)
+    assert "tools" not in engine.jobs[0].params
