@@ -306,3 +306,33 @@ def test_without_a_tools_provider_a_turn_offers_no_tools(
     body = send(auth_client, "Hello.")
     relay(auth_client, body)
     assert "tools" not in engine.jobs[0].params
+
+
+def test_a_tool_turn_streams_whole_in_the_response_of_its_post(
+    start_worker, auth_client
+):
+    from urllib.parse import urlencode
+
+    csrf = "t" * 32
+    auth_client.cookies["csrftoken"] = csrf
+    start_worker(ToolEngine(text="Posted answer."))
+    result = asyncio.run(
+        asgi_sse(
+            reverse("message-send-new"),
+            method="POST",
+            body=urlencode({"content": "Use a tool."}).encode(),
+            cookie=f"{session_cookie(auth_client)}; csrftoken={csrf}",
+            headers={
+                "accept": "text/event-stream",
+                "x-csrftoken": csrf,
+                "content-type": "application/x-www-form-urlencoded",
+            },
+        )
+    )
+    assert result.status == 201
+    names = [e.event for e in result.events]
+    assert names[0] == "turn"
+    assert "tool_step" in names and "next" in names
+    final = result.last("done").data
+    assert final["message_id"] == result.last("next").data["message_id"]
+    assert "Posted answer." in final["html"]
