@@ -251,12 +251,18 @@ class _StepView:
     code: str = ""
 
 
-def _step_look(calling: Message, known: dict[int, str]) -> _StepView:
-    """Read the step of ``calling`` (its Redis state; its results when they changed)."""
+def _step_look(calling: Message, known: dict[Any, Any]) -> _StepView:
+    """Read the step of ``calling``: its Redis state, and its results when that
+    changed since the last look (``known``: each block's state sent, by index, and
+    under None the step's last ``(state, results done)``)."""
     # no state: the step never ran here, or long ago: what the tree holds
     state = tools.step_state(message_id=calling.id)
     name = state["state"] if state else tools.STEP_NEXT
     running = name == tools.STEP_RUNNING
+    mark = (name, state.get("done")) if state else None
+    if running and mark == known.get(None):
+        return _StepView(name, [])  # nothing new: no query
+    known[None] = mark
     steps = selectors.tool_steps_get(
         user=calling.conversation.user,
         conversation_id=calling.conversation_id,
@@ -283,7 +289,7 @@ def _step_look(calling: Message, known: dict[int, str]) -> _StepView:
 async def _step_events(calling: Message) -> AsyncGenerator[str | Message, None]:
     """The frames of ``calling``'s tool step while it runs; ends with the next message
     (a :class:`Message`, to relay next) or the frame that ends the turn."""
-    known: dict[int, str] = {}
+    known: dict[Any, Any] = {}
     last_sent = time.monotonic()
     while True:
         view = await db_brief(_step_look)(calling, known)
