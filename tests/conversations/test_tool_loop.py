@@ -11,7 +11,7 @@ import threading
 import pytest
 from django.urls import reverse
 
-from conversations import selectors
+from conversations import selectors, services
 from conversations.events import sse_validate
 from conversations.models import Conversation, Message
 from conversations.services.turns import tools
@@ -336,3 +336,60 @@ def test_a_tool_turn_streams_whole_in_the_response_of_its_post(
     final = result.last("done").data
     assert final["message_id"] == result.last("next").data["message_id"]
     assert "Posted answer." in final["html"]
+
+
+@pytest.fixture
+def celery_worker_thread(monkeypatch):
+    """The tool step's task run by a worker of its own (a thread), as Celery does in
+    production, rather than inline where the generation settles."""
+    from conversations import tasks
+
+    threads = []
+
+    def run(message_id):
+        from django.db import connection
+
+        try:
+            tasks.tool_step(message_id)
+        finally:
+            connection.close()
+
+    def delay(message_id):
+        thread = threading.Thread(target=run, args=(message_id,))
+        threads.append(thread)
+        thread.start()
+
+    monkeypatch.setattr(tasks.tool_step, "delay", delay)
+    yield
+    for thread in threads:
+        thread.join(30)
+
+
+@pytest.mark.usefixtures("celery_worker_thread")
+def test_the_relay_shows_a_tool_running_then_its_stop(start_worker, auth_client, user):
+    start_worker(ToolEngine(tool="wait", arguments="{}"))
+    body = send(auth_client, "Wait for it.")
+    calling_id = body["assistant_message"]["id"]
+    conversation_id = body["conversation"]["id"]
+
+    def stop():
+        from django.db import connection
+
+        services.turn_stop(
+            user=user, conversation_id=conversation_id, message_id=calling_id
+        )
+        connection.close()  # this thread's own
+
+    def stop_once_running(result):
+        steps = [e.data for e in result.events if e.event == "tool_step"]
+        if steps and steps[-1]["state"] == "running" and not stop_sent:
+            stop_sent.append(True)
+            threading.Thread(target=stop).start()
+        return False
+
+    stop_sent: list[bool] = []
+    result = relay(auth_client, body, stop_when=stop_once_running)
+    states = [e.data["state"] for e in result.events if e.event == "tool_step"]
+    assert states[0] == "running" and states[-1] == "error"
+    assert result.last("step_end").data["state"] == "stopped"
+    assert tool_loop_tools.CANCELLED.is_set()

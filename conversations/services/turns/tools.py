@@ -238,7 +238,7 @@ async def _call_run(
         await asyncio.wait({task}, timeout=STOP_POLL_S)
         if task.done():
             break
-        stopped = await asyncio.to_thread(_stopped, context.message_id)
+        stopped = _stopped(context.message_id)  # one Redis read, ~0.1 ms
         if stopped or loop.time() >= deadline:
             task.cancel()
             try:
