@@ -40,7 +40,7 @@ ERROR_INVALID_PARAMETER = "invalid_parameter"
 
 ENGINE_PARAMS: dict[str, frozenset[str]] = {
     "llamacpp": COMMON | SAMPLING | TOOLS,
-    "vllm": COMMON | SAMPLING,
+    "vllm": COMMON | SAMPLING | TOOLS,
     "openai": COMMON | SAMPLING,
     "scripted": COMMON,
 }

@@ -10,8 +10,27 @@ so ``prompt_tokens`` is exact; ``completion_tokens`` counts the generated token 
 and the generation finishes with ``finish_reason="cancelled"``. Job params used:
 ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``repeat_penalty``, ``stop``,
 ``seed``, ``presence_penalty``, ``frequency_penalty``, ``logit_bias``,
-``response_format`` (vLLM structured outputs) and ``ignore_eos`` (benchmarks and
-tests: generate exactly ``max_tokens``).
+``response_format`` (vLLM structured outputs), ``ignore_eos`` (benchmarks and
+tests: generate exactly ``max_tokens``) and the tool-calling ones below.
+
+Tool calling (``tools``, ``tool_choice`` ``none``/``auto``/``required``/named function,
+``parallel_tool_calls``) is vLLM's own, set up as its OpenAI server does with
+``--enable-auto-tool-choice --tool-call-parser hermes --tool-strict-level parameter``:
+the job becomes a vLLM ``ChatCompletionRequest``; the prompt is rendered with the tools
+by the tools chat template (``tool_chat_template``: the model's own template when it
+mentions ``tools``, else ``vllm_hermes_tools.jinja`` next to this module, ChatML with
+Hermes ``<tool_call>`` calls: SmolLM2's template has no tools); the parser
+(``tool_parser``, default ``hermes``, from vLLM's ``ParserManager``) adjusts the
+request, which constrains every call with vLLM structured outputs (an xgrammar
+structural tag holding each call's arguments to its tool's JSON Schema: ``required`` and
+a named choice must call, and with ``parallel_tool_calls: false`` only once; ``auto``
+is free text until the model opens ``<tool_call>``), and its streaming extractor
+(``Parser.parse_delta`` -> the tool parser's ``extract_tool_calls_streaming``) turns the
+generated text into text deltas and :class:`ToolCallDelta` pieces (the first with id
+``call_…`` and name, then argument fragments). Tools without ``parameters`` take
+``{"type": "object", "properties": {}}`` so their arguments are ``"{}"``. A generation
+that made calls finishes ``tool_calls``. A ``tool_choice`` naming no offered tool, or
+given without tools, raises EngineError ``invalid_parameter``.
 
 vLLM lives in its own venv (``.venv-vllm``, ``make test-vllm``): it pins its own torch
 and transformers. On CPU it needs an HF checkpoint (``scripts/smollm2_hf.py`` converts
@@ -21,16 +40,22 @@ the bundled SmolLM2 GGUF); the KV cache size is ``kv_cache_gib`` (GiB of RAM).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from inference import protocol
-from inference.engines.base import Delta, Engine, EngineError, Finish
+from inference.engines.base import Delta, Engine, EngineError, Finish, ToolCallDelta
+from inference.params import ERROR_INVALID_PARAMETER
 from inference.protocol import Job, Usage
 
 DEFAULT_MODEL_DIR = ".var/models/smollm2-hf"
+DEFAULT_TOOL_PARSER = "hermes"
+# ChatML with Hermes tool calls, for models whose own template has no tools
+HERMES_TOOLS_TEMPLATE = Path(__file__).with_name("vllm_hermes_tools.jinja")
+_EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 
 _FINISH_REASONS = {
     "stop": protocol.FINISH_STOP,
@@ -50,6 +75,102 @@ def _structured(response_format: dict[str, Any] | None) -> Any:
     if response_format.get("type") == "json_schema":
         return StructuredOutputsParams(json=response_format["schema"])
     return StructuredOutputsParams(json_object=True)
+
+
+def _tools_normalised(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return ``tools`` with an empty-object schema for a function without
+    ``parameters`` (its call then has arguments ``"{}"``, not any JSON value)."""
+    out = []
+    for tool in tools:
+        fn = tool.get("function") or {}
+        if fn.get("parameters") is None:
+            tool = {**tool, "function": {**fn, "parameters": _EMPTY_PARAMETERS}}
+        out.append(tool)
+    return out
+
+
+def _response_format_openai(response_format: dict[str, Any]) -> dict[str, Any]:
+    """Return a job's ``response_format`` in the OpenAI shape vLLM's request takes."""
+    if response_format.get("type") == "json_schema":
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "response", "schema": response_format["schema"]},
+        }
+    return {"type": "json_object"}
+
+
+def _json_layout_exact(node: Any) -> Any:
+    """Return a structural-tag tree whose JSON-Schema contents allow no free
+    whitespace: ``", "`` and ``": "`` between items, nothing else (``json.dumps``'s
+    layout, which vLLM's non-streamed parse writes the arguments in).
+
+    xgrammar's structural tags otherwise allow any whitespace inside a call's JSON: a
+    small model then writes newlines and indentation until it runs out of tokens, and
+    the streamed arguments differ from the non-streamed ones by their whitespace.
+    """
+    if isinstance(node, list):
+        return [_json_layout_exact(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if node.get("type") == "json_schema" and node.get("style", "json") == "json":
+        from xgrammar import Grammar
+
+        schema = json.dumps(node["json_schema"])
+        grammar = Grammar.from_json_schema(schema, any_whitespace=False)
+        return {"type": "grammar", "grammar": str(grammar)}
+    return {key: _json_layout_exact(value) for key, value in node.items()}
+
+
+class ToolSession:
+    """One generation's tool calling: the vLLM request and its streaming parser.
+
+    ``request`` is the adjusted ``ChatCompletionRequest`` (its ``structured_outputs``
+    hold the call constraint); :meth:`feed` turns each output delta into text and
+    :class:`ToolCallDelta` pieces; ``called`` is True once a call has started.
+    """
+
+    def __init__(self, *, parser: Any, request: Any, prompt_tokens: list[int]):
+        self.parser = parser
+        self.request = request
+        self.prompt_tokens = prompt_tokens
+        self.single = request.parallel_tool_calls is False
+        self.called = False
+
+    def feed(
+        self, *, text: str, token_ids: list[int], finished: bool
+    ) -> list[Delta | ToolCallDelta]:
+        """Return the pieces of one output delta (``text``/``token_ids`` new this
+        step; ``finished`` on the last one), in order: text first, then calls."""
+        message = self.parser.parse_delta(
+            delta_text=text,
+            delta_token_ids=token_ids,
+            request=self.request,
+            prompt_token_ids=self.prompt_tokens,
+            finished=finished,
+        )
+        out: list[Delta | ToolCallDelta] = []
+        if message is None:
+            return out
+        if message.content:
+            out.append(Delta(message.content))
+        for call in message.tool_calls or []:
+            if self.single and call.index > 0:
+                continue  # as vLLM's server: parallel_tool_calls=false keeps one
+            fn = call.function
+            name = fn.name if fn is not None else None
+            arguments = (fn.arguments if fn is not None else None) or ""
+            if call.id is None and not arguments:
+                continue
+            call_id = None
+            if call.id is not None:
+                call_id = "call_" + call.id.removeprefix("chatcmpl-tool-")
+                self.called = True
+            out.append(
+                ToolCallDelta(
+                    index=call.index, arguments=arguments, id=call_id, name=name
+                )
+            )
+        return out
 
 
 class SchedulerCounts:
@@ -107,7 +228,10 @@ class VllmEngine(Engine):
 
     ``max_model_len`` is the context window in tokens; ``kv_cache_gib`` the KV cache in
     GiB (on CPU: RAM); ``dtype`` ``bfloat16`` or ``float32``; ``max_concurrency`` the
-    number of requests batched together (vLLM ``max_num_seqs``).
+    number of requests batched together (vLLM ``max_num_seqs``). ``tool_parser`` is a
+    vLLM tool-parser name (``--tool-call-parser``); ``tool_chat_template`` the path of
+    the Jinja template that renders prompts with tools (None: the model's own when it
+    renders tools, else :data:`HERMES_TOOLS_TEMPLATE`).
     """
 
     name = "vllm"
@@ -122,6 +246,8 @@ class VllmEngine(Engine):
         dtype: str = "bfloat16",
         enforce_eager: bool = True,
         seed: int = 0,
+        tool_parser: str = DEFAULT_TOOL_PARSER,
+        tool_chat_template: str | None = None,
     ) -> None:
         self.model_dir = Path(model_dir or DEFAULT_MODEL_DIR).resolve()
         self.model = self.model_dir.name
@@ -131,6 +257,10 @@ class VllmEngine(Engine):
         self.dtype = dtype
         self.enforce_eager = enforce_eager
         self.seed = seed
+        self.tool_parser = tool_parser
+        self.tool_chat_template = tool_chat_template
+        self._tools_template: str | None = None
+        self._parser_cls: Any = None
         self.counts = SchedulerCounts()
         self._engine: Any = None
         self._tokenizer: Any = None
@@ -156,9 +286,18 @@ class VllmEngine(Engine):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from transformers import AutoTokenizer
         from vllm import AsyncEngineArgs
+        from vllm.parser.parser_manager import ParserManager
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
+        self._parser_cls = ParserManager.get_parser(
+            tool_parser_name=self.tool_parser,
+            enable_auto_tools=True,
+            # every tool strict: a call's arguments always fit its JSON Schema
+            tool_strict_level="parameter",
+            model_name=self.model,
+            tokenizer=self._tokenizer,
+        )
         args = AsyncEngineArgs(
             model=str(self.model_dir),
             served_model_name=[self.model],
@@ -186,10 +325,35 @@ class VllmEngine(Engine):
         """Return how many requests vLLM's front end still tracks (not yet finished)."""
         return self._engine.get_num_unfinished_requests() if self._engine else 0
 
-    def _tokens(self, messages: list[dict[str, str]]) -> list[int]:
-        prompt = self._tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
+    def _template_with_tools(self) -> str:
+        """Return the Jinja chat template that renders tools (see the class doc)."""
+        if self._tools_template is None:
+            if self.tool_chat_template:
+                self._tools_template = Path(self.tool_chat_template).read_text()
+            else:
+                own = self._tokenizer.chat_template or ""
+                self._tools_template = (
+                    own if "tools" in own else HERMES_TOOLS_TEMPLATE.read_text()
+                )
+        return self._tools_template
+
+    def _tokens(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[int]:
+        if tools:
+            prompt = self._tokenizer.apply_chat_template(
+                messages,
+                tools=tools,
+                chat_template=self._template_with_tools(),
+                tokenize=False,
+                add_generation_prompt=True,
+            )
+        else:
+            prompt = self._tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
         return list(self._tokenizer.encode(prompt, add_special_tokens=False))
 
     def count_tokens(self, messages: list[dict[str, str]]) -> int:
@@ -201,7 +365,10 @@ class VllmEngine(Engine):
         return len(self._tokens(messages))
 
     def _fit(
-        self, messages: list[dict[str, str]], max_tokens: int
+        self,
+        messages: list[dict[str, Any]],
+        max_tokens: int,
+        tools: list[dict[str, Any]] | None = None,
     ) -> tuple[list[int], int]:
         """Drop the oldest turns until prompt + answer fit ``max_model_len`` tokens.
 
@@ -210,13 +377,13 @@ class VllmEngine(Engine):
         (``context_overflow``) if even those leave no room to answer.
         """
         msgs = list(messages)
-        tokens = self._tokens(msgs)
+        tokens = self._tokens(msgs, tools)
         while len(tokens) + max_tokens > self.max_model_len and len(msgs) > 2:
             drop = 1 if msgs[0]["role"] == "system" else 0
             del msgs[drop]
             while len(msgs) > drop + 1 and msgs[drop]["role"] != "user":
                 del msgs[drop]
-            tokens = self._tokens(msgs)
+            tokens = self._tokens(msgs, tools)
         room = self.max_model_len - len(tokens)
         if room < 1:
             raise EngineError(
@@ -237,13 +404,80 @@ class VllmEngine(Engine):
             self._pending_aborts.add(task)
             task.add_done_callback(self._pending_aborts.discard)
 
-    def _sampling(self, job: Job, max_tokens: int) -> Any:
+    def tool_session(self, job: Job, prompt_tokens: list[int]) -> ToolSession | None:
+        """Return the job's :class:`ToolSession` (None when it offers no tools).
+
+        Builds vLLM's ``ChatCompletionRequest`` from the job as vLLM's OpenAI server
+        does and lets the tool parser adjust it (structured outputs for the calls).
+        Raises EngineError (``invalid_parameter``) for a ``tool_choice`` without tools
+        or naming a function that is not among them, or tools vLLM rejects.
+        """
+        p = job.params
+        tools = p.get("tools")
+        choice = p.get("tool_choice")
+        if not tools:
+            if choice not in (None, "none", "auto"):
+                raise EngineError(
+                    "tool_choice: no tools were given to choose from.",
+                    code=ERROR_INVALID_PARAMETER,
+                )
+            return None
+        if isinstance(choice, dict):
+            wanted = (choice.get("function") or {}).get("name")
+            names = {(t.get("function") or {}).get("name") for t in tools}
+            if wanted not in names:
+                raise EngineError(
+                    f"tool_choice: {wanted!r} is not one of the tools given.",
+                    code=ERROR_INVALID_PARAMETER,
+                )
+        from pydantic import ValidationError
+        from vllm.entrypoints.openai.chat_completion.protocol import (
+            ChatCompletionRequest,
+        )
+
+        fields: dict[str, Any] = {
+            "model": self.model,
+            "messages": job.messages,
+            "tools": _tools_normalised(tools),
+            "tool_choice": choice or "auto",
+        }
+        if p.get("parallel_tool_calls") is not None:
+            fields["parallel_tool_calls"] = bool(p["parallel_tool_calls"])
+        if p.get("response_format"):
+            fields["response_format"] = _response_format_openai(p["response_format"])
+        try:
+            request = ChatCompletionRequest(**fields)
+            parser = self._parser_cls(self._tokenizer, request.tools)
+            if request.tool_choice != "none":
+                request = parser.adjust_request(request)
+            constraint = request.structured_outputs
+            if constraint is not None and constraint.structural_tag:
+                tag = _json_layout_exact(json.loads(constraint.structural_tag))
+                constraint.structural_tag = json.dumps(tag)
+        except (ValidationError, ValueError) as exc:
+            raise EngineError(
+                f"tools: vLLM cannot use them: {exc}", code=ERROR_INVALID_PARAMETER
+            ) from exc
+        return ToolSession(parser=parser, request=request, prompt_tokens=prompt_tokens)
+
+    def _sampling(
+        self, job: Job, max_tokens: int, tools: ToolSession | None = None
+    ) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         p = job.params
         seed = p.get("seed")
         bias = p.get("logit_bias")
+        structured = _structured(p.get("response_format"))
+        skip_special_tokens = True
+        if tools is not None:
+            request = tools.request
+            if request.structured_outputs is not None:
+                structured = request.structured_outputs
+            elif request.response_format is None:
+                structured = None
+            skip_special_tokens = request.skip_special_tokens
         return SamplingParams(
             max_tokens=max_tokens,
             temperature=float(p.get("temperature", 0.7)),
@@ -253,15 +487,17 @@ class VllmEngine(Engine):
             presence_penalty=float(p.get("presence_penalty", 0.0)),
             frequency_penalty=float(p.get("frequency_penalty", 0.0)),
             logit_bias={int(k): v for k, v in bias.items()} if bias else None,
-            structured_outputs=_structured(p.get("response_format")),
+            structured_outputs=structured,
+            skip_special_tokens=skip_special_tokens,
             stop=p.get("stop") or None,
             seed=int(seed) if seed is not None else None,
             ignore_eos=bool(p.get("ignore_eos", False)),
             output_kind=RequestOutputKind.DELTA,
         )
 
-    async def generate(self, job: Job) -> AsyncIterator[Delta | Finish]:
-        """Stream the job through vLLM; yield its deltas, then a Finish with usage.
+    async def generate(self, job: Job) -> AsyncIterator[Delta | ToolCallDelta | Finish]:
+        """Stream the job through vLLM; yield its text and tool-call deltas, then a
+        Finish with usage (``tool_calls`` when calls were made).
 
         Raises :class:`EngineError` when the prompt does not fit or vLLM fails.
         """
@@ -270,7 +506,13 @@ class VllmEngine(Engine):
         from vllm import TokensPrompt
 
         try:
-            tokens, max_tokens = self._fit(job.messages, job.max_tokens)
+            tools = job.params.get("tools") or None
+            tokens, max_tokens = self._fit(
+                job.messages,
+                job.max_tokens,
+                _tools_normalised(tools) if tools else None,
+            )
+            session = self.tool_session(job, tokens)
             usage = Usage(prompt_tokens=len(tokens))
             if job.job_id in self._aborted:
                 yield Finish(protocol.FINISH_CANCELLED, usage)
@@ -280,7 +522,7 @@ class VllmEngine(Engine):
             try:
                 async for out in self._engine.generate(
                     TokensPrompt(prompt_token_ids=tokens),
-                    self._sampling(job, max_tokens),
+                    self._sampling(job, max_tokens, session),
                     job.job_id,
                 ):
                     if out.num_cached_tokens:
@@ -289,7 +531,14 @@ class VllmEngine(Engine):
                         )
                     for completion in out.outputs[:1]:
                         usage.completion_tokens += len(completion.token_ids)
-                        if completion.text:
+                        if session is not None:
+                            for piece in session.feed(
+                                text=completion.text,
+                                token_ids=list(completion.token_ids),
+                                finished=completion.finish_reason is not None,
+                            ):
+                                yield piece
+                        elif completion.text:
                             yield Delta(completion.text)
                         if completion.finish_reason:
                             finish = _FINISH_REASONS.get(
@@ -303,6 +552,9 @@ class VllmEngine(Engine):
                 raise EngineError(f"vLLM failed: {exc!r}") from exc
             if job.job_id in self._aborted:
                 finish = protocol.FINISH_CANCELLED
+            elif session is not None and session.called:
+                if finish == protocol.FINISH_STOP:
+                    finish = protocol.FINISH_TOOL_CALLS
             yield Finish(finish, usage)
         finally:
             self._running.discard(job.job_id)

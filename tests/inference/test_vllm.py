@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import threading
 import time
@@ -24,7 +25,8 @@ from django.conf import settings
 
 from inference import client as inference_client
 from inference import protocol
-from inference.engines.base import Delta, Finish
+from inference.engines.base import Delta, EngineError, Finish, ToolCallDelta
+from inference.params import ERROR_INVALID_PARAMETER
 from inference.protocol import Job
 from inference.worker import Worker
 from tests.inference.helpers import terminal, wait_events
@@ -38,7 +40,7 @@ except ImportError:
         "vllm is not installed here (run `make test-vllm`)", allow_module_level=True
     )
 
-from inference.engines.vllm import VllmEngine  # noqa: E402
+from inference.engines.vllm import VllmEngine, _tools_normalised  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -295,3 +297,215 @@ def test_worker_serves_concurrent_jobs_and_a_cancel_with_the_vllm_engine(
 
 async def _noop() -> None:
     return None
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+        },
+    },
+}
+CLOCK = {
+    "type": "function",
+    "function": {"name": "get_time", "description": "The current time"},
+}
+WEATHER_QUESTION = "What is the weather in Paris right now?"
+
+
+async def _collect_calls(
+    engine: VllmEngine, job: Job
+) -> tuple[str, list[ToolCallDelta], Finish]:
+    text: list[str] = []
+    pieces: list[ToolCallDelta] = []
+    finish: Finish | None = None
+    async for item in engine.generate(job):
+        if isinstance(item, Delta):
+            text.append(item.text)
+        elif isinstance(item, ToolCallDelta):
+            pieces.append(item)
+        else:
+            finish = item
+    assert finish is not None, "generation ended without a Finish"
+    return "".join(text), pieces, finish
+
+
+def _calls(pieces: list[ToolCallDelta]) -> list[dict[str, str]]:
+    """Assemble streamed pieces into calls, checking the ToolCallDelta contract."""
+    calls: dict[int, dict[str, str]] = {}
+    for piece in pieces:
+        if piece.index not in calls:
+            assert piece.id and piece.id.startswith("call_"), piece
+            assert piece.name, piece
+            calls[piece.index] = {"id": piece.id, "name": piece.name, "arguments": ""}
+        else:
+            assert piece.id is None and piece.name is None, piece
+        calls[piece.index]["arguments"] += piece.arguments
+    assert sorted(calls) == list(range(len(calls)))
+    return [calls[i] for i in sorted(calls)]
+
+
+def test_named_tool_choice_streams_one_call_whose_arguments_fit_the_schema(
+    vllm_engine,
+):
+    engine, lt = vllm_engine
+    job = _job(
+        WEATHER_QUESTION,
+        max_tokens=80,
+        tools=[WEATHER, CLOCK],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
+    text, pieces, finish = lt.run(_collect_calls(engine, job), STEP_TIMEOUT_S)
+
+    [call] = _calls(pieces)
+    assert call["name"] == "get_weather"
+    assert pieces[0].arguments == ""  # the first piece: id and name only
+    args = json.loads(call["arguments"])
+    assert set(args) == {"city", "unit"}
+    assert isinstance(args["city"], str)
+    assert args["unit"] in {"celsius", "fahrenheit"}
+    assert finish.finish_reason == "tool_calls"
+    assert not text.strip()
+
+
+def test_required_tool_choice_calls_a_tool_without_parameters_with_empty_object(
+    vllm_engine,
+):
+    engine, lt = vllm_engine
+    job = _job(
+        "What time is it?",
+        max_tokens=60,
+        tools=[CLOCK],
+        tool_choice="required",
+        parallel_tool_calls=False,
+    )
+    _, pieces, finish = lt.run(_collect_calls(engine, job), STEP_TIMEOUT_S)
+
+    [call] = _calls(pieces)
+    assert call["name"] == "get_time"
+    assert call["arguments"] == "{}"
+    assert finish.finish_reason == "tool_calls"
+
+
+def test_streamed_arguments_are_those_of_vllms_non_streamed_parse(vllm_engine):
+    """The pieces joined equal what vLLM's non-streaming path (the whole output
+    parsed at once by the same tool parser, as ``vllm serve`` answers a request
+    without ``stream``) returns for the same prompt at temperature 0."""
+    engine, lt = vllm_engine
+    job = _job(
+        WEATHER_QUESTION,
+        max_tokens=80,
+        seed=7,
+        tools=[WEATHER, CLOCK],
+        tool_choice="required",
+    )
+    _, pieces, finish = lt.run(_collect_calls(engine, job), STEP_TIMEOUT_S)
+    streamed = _calls(pieces)
+
+    async def non_streamed() -> list[tuple[str, str]]:
+        from vllm import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        tokens, max_tokens = engine._fit(
+            job.messages, job.max_tokens, _tools_normalised(job.params["tools"])
+        )
+        session = engine.tool_session(job, tokens)
+        sampling = engine._sampling(job, max_tokens, session)
+        sampling.output_kind = RequestOutputKind.FINAL_ONLY
+        final = None
+        async for out in engine._engine.generate(
+            TokensPrompt(prompt_token_ids=tokens), sampling, f"ns-{job.job_id}"
+        ):
+            final = out
+        _, _, calls = session.parser.parse(
+            final.outputs[0].text, session.request, enable_auto_tools=True
+        )
+        return [(c.name, c.arguments) for c in calls]
+
+    whole = lt.run(non_streamed(), STEP_TIMEOUT_S)
+
+    assert finish.finish_reason == "tool_calls"
+    assert whole == [(c["name"], c["arguments"]) for c in streamed]
+    assert len(pieces) > len(streamed) + 1  # the arguments came in several pieces
+
+
+def test_tool_choice_none_answers_in_text(vllm_engine):
+    engine, lt = vllm_engine
+    job = _job("Say hello.", max_tokens=12, tools=[WEATHER, CLOCK], tool_choice="none")
+    text, pieces, finish = lt.run(_collect_calls(engine, job), STEP_TIMEOUT_S)
+    assert pieces == []
+    assert text.strip()
+    assert finish.finish_reason in {"stop", "length"}
+
+
+def test_a_tool_result_round_trip_produces_an_answer(vllm_engine):
+    engine, lt = vllm_engine
+    ask = _job(
+        WEATHER_QUESTION,
+        max_tokens=80,
+        tools=[WEATHER],
+        tool_choice="required",
+    )
+    _, pieces, first = lt.run(_collect_calls(engine, ask), STEP_TIMEOUT_S)
+    [call] = _calls(pieces)
+    assert first.finish_reason == "tool_calls"
+
+    answer = Job(
+        job_id=f"t-{uuid.uuid4().hex[:8]}",
+        messages=[
+            *ask.messages,
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {
+                            "name": call["name"],
+                            "arguments": call["arguments"],
+                        },
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": call["id"],
+                "content": '{"temperature": 18, "sky": "sunny"}',
+            },
+        ],
+        params={
+            "temperature": 0.0,
+            "max_tokens": 24,
+            "tools": [WEATHER],
+            "tool_choice": "none",
+        },
+    )
+    text, pieces, finish = lt.run(_collect_calls(engine, answer), STEP_TIMEOUT_S)
+    assert pieces == []
+    assert text.strip()
+    assert finish.finish_reason in {"stop", "length"}
+    # the tools, the call and its result are all in the prompt
+    plain = engine.count_tokens(answer.messages[:1])
+    assert finish.usage.prompt_tokens > plain + 50
+
+
+def test_a_tool_choice_that_names_no_offered_tool_is_refused(vllm_engine):
+    engine, lt = vllm_engine
+    job = _job(
+        "Hi",
+        max_tokens=5,
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "launch_rocket"}},
+    )
+    with pytest.raises(EngineError) as err:
+        lt.run(_collect_calls(engine, job), STEP_TIMEOUT_S)
+    assert err.value.code == ERROR_INVALID_PARAMETER
