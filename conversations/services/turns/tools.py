@@ -38,6 +38,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.utils.module_loading import import_string
@@ -277,7 +278,10 @@ def _call_output(
     if not isinstance(arguments, dict):
         text = "The tool's arguments are not a JSON object."
         return ToolOutput(call["id"], text, error=True), False
-    output, stopped = asyncio.run(_call_run(tool, arguments, context))
+    # async_to_sync, not asyncio.run: a tool's thread-sensitive sync_to_async steps
+    # (its ORM reads) then run in this thread, also when this step runs inside a
+    # request's sync_to_async (the settling relay, Celery eager)
+    output, stopped = async_to_sync(_call_run)(tool, arguments, context)
     assert output is not None
     return (
         ToolOutput(
