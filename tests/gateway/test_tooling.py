@@ -8,6 +8,7 @@ import pytest
 from gateway.tooling import SEARCH_DOCUMENTS
 from memory import services as memory_services
 from tests.conftest import make_user
+from tests.tools.conftest import _async_orm_connections_closed  # noqa: F401
 from tools.registry import ToolContext, registered_tools, tool_run
 
 pytestmark = [
