@@ -3,12 +3,12 @@
 Each enabled :class:`~tools.models.McpServer` is asked for its tools (``tools/list``)
 at most every TOOLS_MCP_LIST_TTL_S seconds per process; a server that cannot be
 reached within TOOLS_MCP_LIST_TIMEOUT_S, or answers with an error, offers no tools
-until the next try, and :func:`mcp_tools` says so in a note (the turn goes on without
-them). A listed tool becomes a :class:`~tools.registry.Tool` named
-``<server>__<tool>`` (characters outside OpenAI's ``[a-zA-Z0-9_-]`` become ``_``; the
-name is cut at 64). A call opens its own session (``tools/call``), limited to
-TOOLS_MCP_CALL_TIMEOUT_S; the content's text blocks are the model's text, other
-blocks are named, ``is_error`` is an error result.
+until it is asked again TOOLS_MCP_RETRY_S seconds later, and :func:`mcp_tools` says
+so in a note (the turn goes on without them). A listed tool becomes a
+:class:`~tools.registry.Tool` named ``<server>__<tool>`` (characters outside
+OpenAI's ``[a-zA-Z0-9_-]`` become ``_``; the name is cut at 64). A call opens its own
+session (``tools/call``), limited to TOOLS_MCP_CALL_TIMEOUT_S; the content's text
+blocks are the model's text, other blocks are named, ``is_error`` is an error result.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ async def server_list(server: McpServer) -> list[Tool]:
 
 async def server_tools(server: McpServer) -> tuple[list[Tool], str]:
     """Return ``server``'s tools and "" or, when it fails, no tools and a note;
-    reuses a listing younger than TOOLS_MCP_LIST_TTL_S."""
+    reuses a listing younger than TOOLS_MCP_LIST_TTL_S (a failure: TOOLS_MCP_RETRY_S)."""
     key = (server.url, server.updated_at.isoformat())
     now = time.monotonic()
     hit = _CACHE.get(server.pk)
@@ -143,7 +143,7 @@ async def server_tools(server: McpServer) -> tuple[list[Tool], str]:
         note = (
             f'MCP server "{server.name}" is unavailable: {reason or type(exc).__name__}'
         )
-    ttl = float(settings.TOOLS_MCP_LIST_TTL_S)
+    ttl = float(settings.TOOLS_MCP_RETRY_S if note else settings.TOOLS_MCP_LIST_TTL_S)
     _CACHE[server.pk] = _Cached(key=key, expires=now + ttl, tools=tools, note=note)
     return tools, note
 

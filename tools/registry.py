@@ -142,9 +142,12 @@ def text_cap(text: str, *, limit: int) -> tuple[str, bool]:
 
 
 def arguments_error(tool: Tool, arguments: Any) -> str | None:
-    """Return why ``arguments`` do not fit ``tool``'s schema, or None when they do."""
+    """Return why ``arguments`` do not fit ``tool``'s schema, or None when they do.
+    Raises :class:`jsonschema.exceptions.SchemaError` when the schema itself is not
+    valid JSON Schema (an MCP server's)."""
     if not isinstance(arguments, dict):
         return "the arguments must be a JSON object"
+    jsonschema.Draft202012Validator.check_schema(tool.parameters)
     validator = jsonschema.Draft202012Validator(tool.parameters)
     problem = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
     if problem is None:
@@ -184,7 +187,14 @@ async def tool_run(
     parsed = arguments_parse(arguments)
     if isinstance(parsed, str):
         return ToolResult(text=f"{tool.name}: {parsed}", error=True)
-    problem = arguments_error(tool, parsed)
+    try:
+        problem = arguments_error(tool, parsed)
+    except jsonschema.exceptions.SchemaError as exc:  # an MCP server's broken schema
+        return ToolResult(
+            text=f"{tool.name} cannot be called: its parameter schema is invalid "
+            f"({exc.message})",
+            error=True,
+        )
     if problem is not None:
         return ToolResult(text=f"{tool.name}: invalid arguments: {problem}", error=True)
     wall_s = tool.wall_s()

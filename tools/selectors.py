@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tools.builtin import builtin_offered
 from tools.mcp import mcp_tools
 from tools.models import ToolPreference, ToolSwitch
-from tools.registry import Tool, registered_tools
+from tools.registry import Tool, openai_tools, registered_tools
 
 __all__ = ["ToolOffer", "tool_choices", "tools_available", "tools_permitted"]
 
@@ -19,6 +20,10 @@ class ToolOffer:
 
     tools: list[Tool]
     notes: list[str]
+
+    def openai(self) -> list[dict[str, Any]]:
+        """Return OpenAI's ``tools`` request parameter for the offered tools."""
+        return openai_tools(self.tools)
 
     def get(self, name: str) -> Tool | None:
         """Return the offered tool ``name``, or None (the model named another)."""

@@ -66,6 +66,8 @@ TOOLS_SEARCH_MAX_BYTES = env.int("TOOLS_SEARCH_MAX_BYTES", default=1 << 20)
 # --- MCP servers (tools/mcp.py) -------------------------------------------------------
 # Seconds a server's tool listing is reused before it is asked again.
 TOOLS_MCP_LIST_TTL_S = env.float("TOOLS_MCP_LIST_TTL_S", default=60.0)
+# Seconds a server that failed to list is left out before it is asked again.
+TOOLS_MCP_RETRY_S = env.float("TOOLS_MCP_RETRY_S", default=15.0)
 # Seconds to connect and list a server's tools; a server slower than that is skipped.
 TOOLS_MCP_LIST_TIMEOUT_S = env.float("TOOLS_MCP_LIST_TIMEOUT_S", default=5.0)
 # Wall-clock limit of one MCP tool call, s.

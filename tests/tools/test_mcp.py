@@ -143,3 +143,25 @@ async def test_a_users_choice_turns_tools_off_for_them_only(user, django_user_mo
     await sync_to_async(tool_choice_set)(user_id=user.id, disabled=[])
     again = {t.name for t in (await tools_available(user_id=user.id, plan="")).tools}
     assert "run_python" in again
+
+
+def test_staff_register_an_mcp_server_and_switch_a_tool_in_the_admin(admin_client):
+    response = admin_client.post(
+        "/admin/tools/mcpserver/add/",
+        {"name": "calc", "url": "http://10.0.0.5:8000/mcp", "enabled": "on"},
+    )
+    assert response.status_code == 302, response.content[:2000]
+    assert McpServer.objects.get(name="calc").url == "http://10.0.0.5:8000/mcp"
+    bad = admin_client.post(
+        "/admin/tools/mcpserver/add/",
+        {"name": "has space", "url": "http://10.0.0.5:8000/mcp", "enabled": "on"},
+    )
+    assert bad.status_code == 200  # the form again, with the name's error
+    assert not McpServer.objects.filter(name="has space").exists()
+    response = admin_client.post(
+        "/admin/tools/toolswitch/add/",
+        {"tool": "run_python", "off_for_plans": "free\r\nstudent"},
+    )
+    assert response.status_code == 302
+    switch = ToolSwitch.objects.get(tool="run_python")
+    assert (switch.enabled, switch.plans_off()) == (False, {"free", "student"})

@@ -195,3 +195,10 @@ async def test_fetch_url_reads_a_loopback_page_through_the_allow_list(site, sett
     assert "in a script" not in result.text
     assert result.detail["status"] == 200
     assert FETCH_URL.label({"url": url}, result) == f"Read {url}"
+
+
+async def test_a_tool_whose_schema_is_invalid_gives_an_error_result():
+    tool = echo_tool(parameters={"type": "object", "properties": {"a": {"type": 5}}})
+    result = await tool_run(tool, arguments={"a": 1}, context=CONTEXT)
+    assert result.error
+    assert "its parameter schema is invalid" in result.text
