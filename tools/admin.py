@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.db import models
 
 from tools.models import McpServer, ToolSwitch
 
@@ -7,6 +8,7 @@ from tools.models import McpServer, ToolSwitch
 class McpServerAdmin(admin.ModelAdmin):
     list_display = ["name", "url", "enabled", "updated_at"]
     list_filter = ["enabled"]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
 
 @admin.register(ToolSwitch)

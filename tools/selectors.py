@@ -10,7 +10,13 @@ from tools.mcp import mcp_tools
 from tools.models import ToolPreference, ToolSwitch
 from tools.registry import Tool, openai_tools, registered_tools
 
-__all__ = ["ToolOffer", "tool_choices", "tools_available", "tools_permitted"]
+__all__ = [
+    "ToolOffer",
+    "tool_choices",
+    "tool_menu",
+    "tools_available",
+    "tools_permitted",
+]
 
 
 @dataclass(frozen=True)
@@ -61,3 +67,11 @@ async def tools_available(*, user_id: int, plan: str) -> ToolOffer:
     return ToolOffer(
         tools=[t for t in offer.tools if t.name not in off], notes=offer.notes
     )
+
+
+async def tool_menu(*, user_id: int, plan: str) -> list[tuple[Tool, bool]]:
+    """Return the composer's list: each tool staff allow for ``plan``, by name, with
+    whether the user has it on."""
+    offer = await tools_permitted(plan=plan)
+    off = await tool_choices(user_id=user_id)
+    return [(t, t.name not in off) for t in sorted(offer.tools, key=lambda t: t.name)]

@@ -18,7 +18,7 @@ from mcp.server.mcpserver import MCPServer
 from tools.mcp import mcp_cache_clear
 from tools.models import McpServer, ToolSwitch
 from tools.registry import ToolContext, tool_run
-from tools.selectors import tools_available
+from tools.selectors import tool_menu, tools_available
 from tools.services import tool_choice_set
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,6 +140,9 @@ async def test_a_users_choice_turns_tools_off_for_them_only(user, django_user_mo
     theirs = {t.name for t in (await tools_available(user_id=other.id, plan="")).tools}
     assert "run_python" not in mine and "fetch_url" not in mine
     assert {"run_python", "fetch_url"} <= theirs
+    menu = {t.name: on for t, on in await tool_menu(user_id=user.id, plan="")}
+    assert menu["run_python"] is False
+    assert menu["search_documents"] is True
     await sync_to_async(tool_choice_set)(user_id=user.id, disabled=[])
     again = {t.name for t in (await tools_available(user_id=user.id, plan="")).tools}
     assert "run_python" in again
