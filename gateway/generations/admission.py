@@ -123,6 +123,15 @@ def prompt_tokens_estimate(messages: list[dict[str, str]]) -> int:
     )
 
 
+def tools_involved(*, messages: list[dict[str, Any]], params: dict[str, Any]) -> bool:
+    """True when a request offers ``tools`` or carries a tool exchange (an assistant
+    message with ``tool_calls`` or a ``tool`` message): the answer caches (keyed on
+    text) are neither read nor filled for it."""
+    if params.get("tools"):
+        return True
+    return any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
+
+
 def last_user_text(messages: list[dict[str, str]]) -> str:
     """The content of the last ``user`` message of ``messages`` ("" if none)."""
     for message in reversed(messages):
@@ -226,6 +235,8 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
     )
     material = None
     cache_policy = request.cache_policy
+    if tools_involved(messages=messages, params=params):
+        cache_policy = None  # a cached plain answer never answers a tool exchange
     try:
         if cache_policy is not None:
             if opt_in and not cache_policy.opt_in:

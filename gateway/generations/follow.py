@@ -12,6 +12,11 @@ relay and the OpenAI-compatible API, streamed or not. It owns, in one place:
   and grows with the streams the process follows (:func:`coalesce_interval_s`);
 - the stream policies (:mod:`gateway.generations.policy`): a client only ever sees
   released text; a cut cancels the engine and the answer ends ``content_filter``;
+- tool calls: each ``tool_call`` event is relayed at once as a :class:`ToolCall`
+  (text before it released first, so the order is the engine's). The policies
+  screen the answer's text, not a call's arguments: arguments are addressed to the
+  client's program, not shown as the answer, and what a tool returns comes back as a
+  ``tool`` message that input moderation screens. After a cut no call is relayed;
 - the watchdog (queue timeout, no live worker) while the stream is idle, on the
   event loop (no Redis call until a deadline passed; pool liveness is asked once per
   pool per second per process), and, for
@@ -81,6 +86,19 @@ class Meta:
 
 
 @dataclass
+class ToolCall:
+    """One piece of a tool call (a ``tool_call`` event): ``index`` numbers the calls
+    from 0; the first piece of a call has ``id`` and ``name``; ``arguments`` is this
+    piece's argument text (the call's arguments are its pieces joined)."""
+
+    index: int
+    arguments: str
+    event_id: str
+    id: str | None = None
+    name: str | None = None
+
+
+@dataclass
 class Idle:
     """Nothing arrived for READ_BLOCK_MS ms (a surface may send a heartbeat)."""
 
@@ -112,7 +130,7 @@ class Broken:
     error: DomainError
 
 
-Item = Delta | Meta | Idle | Queued | Ended | Broken
+Item = Delta | ToolCall | Meta | Idle | Queued | Ended | Broken
 
 
 def _stream_broken(exc: BaseException) -> ServiceUnavailable:
@@ -263,6 +281,16 @@ async def generation_follow(
                 if event.type == protocol.EVENT_META:
                     generation.model = event.data.get("model") or generation.model
                     yield Meta(event.data, event.id)
+                    continue
+                if event.type == protocol.EVENT_TOOL_CALL:
+                    if not cut:
+                        yield ToolCall(
+                            index=event.data["index"],
+                            arguments=event.data["arguments_delta"],
+                            event_id=event.id,
+                            id=event.data.get("id"),
+                            name=event.data.get("name"),
+                        )
                     continue
                 if not event.is_terminal:
                     continue
