@@ -13,9 +13,10 @@ exercised exactly. Options come from the constructor and can be overridden per j
   before the first one, finish ``stop``.
 - ``tool_calls`` (list): calls emitted after the text when the job offers ``tools``,
   each ``{"name": str, "arguments": str, "id"?: str, "pieces"?: [int, ...]}``;
-  ``pieces`` are the lengths (characters) of the argument pieces sent as separate
+  ``pieces`` are the lengths (UTF-8 bytes) of the argument pieces sent as separate
   :class:`ToolCallDelta` items (the rest goes in a last piece; default: the whole
-  string in the first piece), so a test chooses the split points. Each piece costs
+  string in the first piece), so a test chooses the split points, also inside a
+  character (its bytes are held for the next piece, as an engine's decoder does). Each piece costs
   one completion token; the finish reason is ``tool_calls``. ``tool_choice``
   ``"none"`` emits none, a named function only its calls, ``parallel_tool_calls``
   false only the first.
@@ -118,15 +119,20 @@ class ScriptedEngine(Engine):
 
     @staticmethod
     def _call_deltas(index: int, call: dict[str, Any]) -> list[ToolCallDelta]:
-        """The pieces of scripted call ``index`` (split at ``pieces`` lengths)."""
-        arguments = call["arguments"]
-        parts, start = [], 0
+        """The pieces of scripted call ``index``: its arguments' UTF-8 bytes cut at the
+        ``pieces`` lengths and decoded as an engine does (the bytes of a character
+        cut in two wait for the next piece; a later piece left empty is not sent)."""
+        raw = call["arguments"].encode()
+        cuts, start = [], 0
         for size in call.get("pieces") or ():
-            parts.append(arguments[start : start + size])
+            cuts.append(raw[start : start + size])
             start += size
-        if start < len(arguments) or not parts:
-            parts.append(arguments[start:])
-        deltas = [ToolCallDelta(index=index, arguments=part) for part in parts]
+        if start < len(raw) or not cuts:
+            cuts.append(raw[start:])
+        decoder = Utf8Decoder()
+        texts = [decoder.feed(cut) for cut in cuts]
+        deltas = [ToolCallDelta(index=index, arguments=texts[0])]
+        deltas += [ToolCallDelta(index=index, arguments=t) for t in texts[1:] if t]
         deltas[0].id = call.get("id") or f"call_scripted{index}"
         deltas[0].name = call["name"]
         return deltas
