@@ -110,16 +110,24 @@ def params_check(*, pool: ModelPool, params: dict[str, Any], strict: bool) -> No
         raise exc
 
 
-def prompt_tokens_estimate(messages: list[dict[str, str]]) -> int:
+def prompt_tokens_estimate(messages: list[dict[str, Any]]) -> int:
     """Return a deliberately high estimate of a prompt's tokens, for reservations only.
 
-    ``ceil(characters / GATEWAY_CHARS_PER_TOKEN) + 4`` per message (the chat template's
+    ``ceil(characters / GATEWAY_CHARS_PER_TOKEN) + 4`` per message (tool calls'
+    names and arguments count as characters) (the chat template's
     overhead) plus 2. Used when the caller has no count from the serving model's
     tokenizer; settlement corrects the reservation to the real count.
     """
     per_token = settings.GATEWAY_CHARS_PER_TOKEN
-    return 2 + sum(
-        4 + math.ceil(len(str(m.get("content", ""))) / per_token) for m in messages
+    return 2 + sum(4 + math.ceil(_message_chars(m) / per_token) for m in messages)
+
+
+def _message_chars(message: dict[str, Any]) -> int:
+    """The characters of a message's content and of its tool calls (name and
+    arguments)."""
+    calls = message.get("tool_calls") or ()
+    return len(str(message.get("content") or "")) + sum(
+        len(c["function"]["name"]) + len(c["function"]["arguments"]) for c in calls
     )
 
 
