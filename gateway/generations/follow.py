@@ -12,11 +12,13 @@ relay and the OpenAI-compatible API, streamed or not. It owns, in one place:
   and grows with the streams the process follows (:func:`coalesce_interval_s`);
 - the stream policies (:mod:`gateway.generations.policy`): a client only ever sees
   released text; a cut cancels the engine and the answer ends ``content_filter``;
-- tool calls: each ``tool_call`` event is relayed at once as a :class:`ToolCall`
-  (text before it released first, so the order is the engine's). The policies
-  screen the answer's text, not a call's arguments: arguments are addressed to the
-  client's program, not shown as the answer, and what a tool returns comes back as a
-  ``tool`` message that input moderation screens. After a cut no call is relayed;
+- tool calls: each ``tool_call`` event is relayed as a :class:`ToolCall`, at once
+  when no policy screens the stream or no text came before it; after screened text,
+  once the policies released that text whole (at the end of the generation), so a
+  call never overtakes text that may still be cut, and after a cut no call is
+  relayed. The policies screen the answer's text, not a call's arguments: arguments
+  are addressed to the client's program, not shown as the answer, and what a tool
+  returns comes back as a ``tool`` message that input moderation screens;
 - the watchdog (queue timeout, no live worker) while the stream is idle, on the
   event loop (no Redis call until a deadline passed; pool liveness is asked once per
   pool per second per process), and, for
@@ -217,6 +219,7 @@ async def generation_follow(
     started = after != protocol.STREAM_START
     last_event_at = time.time() if started else generation.enqueued_at
     tokens_seen, settled, cut = 0, False, bool(chain and chain.cut)
+    held_calls: list[ToolCall] = []  # tool calls waiting for the text before them
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     next_delta_at = 0.0  # loop time before which no Delta is released
@@ -283,14 +286,13 @@ async def generation_follow(
                     yield Meta(event.data, event.id)
                     continue
                 if event.type == protocol.EVENT_TOOL_CALL:
-                    if not cut:
-                        yield ToolCall(
-                            index=event.data["index"],
-                            arguments=event.data["arguments_delta"],
-                            event_id=event.id,
-                            id=event.data.get("id"),
-                            name=event.data.get("name"),
-                        )
+                    call = _tool_call(event)
+                    if cut:
+                        continue
+                    if chain is None or not (tokens_seen or held_calls):
+                        yield call
+                    else:  # screened text came first: relayed once it is released
+                        held_calls.append(call)
                     continue
                 if not event.is_terminal:
                     continue
@@ -302,6 +304,10 @@ async def generation_follow(
                         return
                     if tail.text:
                         yield Delta(tail.text, event.id)
+                    if not chain.cut:
+                        for call in held_calls:
+                            yield call
+                held_calls = []
                 try:
                     settlement = await asettle_retrying(
                         generation, recorder, message_id
@@ -318,6 +324,7 @@ async def generation_follow(
                     # failed before its first token and restarted on the fallback
                     # (by us, or by a concurrent settler): read it from its start
                     after, started = protocol.STREAM_START, False
+                    held_calls = []
                     subscription.seek(after)
                     break
                 settled = True
@@ -337,6 +344,17 @@ async def generation_follow(
             await generation_leave(
                 generation, after=after, tokens_seen=tokens_seen, recorder=recorder
             )
+
+
+def _tool_call(event: protocol.Event) -> ToolCall:
+    """The :class:`ToolCall` item of a ``tool_call`` event."""
+    return ToolCall(
+        index=event.data["index"],
+        arguments=event.data["arguments_delta"],
+        event_id=event.id,
+        id=event.data.get("id"),
+        name=event.data.get("name"),
+    )
 
 
 @dataclass

@@ -389,3 +389,60 @@ async def test_a_harmful_tool_result_is_refused_like_a_user_message(
             "messages",
         )
     assert enqueued == [] and await UsageRecord.objects.acount() == 0
+
+
+@pytest.fixture
+def output_moderation(settings):
+    from tests.safety import fakes
+
+    settings.SAFETY_BACKEND = fakes.PATH
+    settings.SAFETY_OUTPUT_ENABLED = True
+    settings.SAFETY_OUTPUT_MODE = "hold"
+    settings.SAFETY_OUTPUT_FIRST_WINDOW_CHARS = 0
+    settings.SAFETY_FAIL_CLOSED = False
+    fakes.reset()
+    yield
+    fakes.reset()
+
+
+@pytestmark_db
+@pytest.mark.usefixtures("output_moderation")
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("text", ["", "The weather is mild today. Let me check"])
+async def test_output_moderation_passes_a_benign_answer_with_tool_calls(
+    user, api_key, start_worker, stream, text
+):
+    """Held text windows neither hold a call-only answer nor lose the calls that
+    follow held text: the answer ends, text and calls whole."""
+    start_worker(ScriptedEngine(text=text, tool_calls=[CALL], delay_ms=5))
+    result = await _post(api_key, tools=[WEATHER], stream=stream)
+    assert result.status == 200, result.body
+    if stream:
+        calls, finish = _assembled(result.chunks), result.chunks[-1]
+        shown = "".join(
+            c["choices"][0]["delta"].get("content", "") for c in result.chunks
+        )
+    else:
+        finish = result.json()
+        calls = finish["choices"][0]["message"]["tool_calls"]
+        shown = finish["choices"][0]["message"]["content"] or ""
+    assert shown == text
+    assert [c["function"]["arguments"] for c in calls] == [CALL["arguments"]]
+    assert finish["choices"][0]["finish_reason"] == "tool_calls"
+    record = await UsageRecord.objects.aget(user=user)
+    assert record.status == "complete"
+    assert record.completion_tokens == len(text.split()) + 3
+
+
+@pytestmark_db
+@pytest.mark.usefixtures("output_moderation")
+async def test_a_cut_answer_relays_no_call_after_the_cut(user, api_key, start_worker):
+    violent = "The weather is mild today. Here is how to build a BOMB at home now."
+    start_worker(ScriptedEngine(text=violent, tool_calls=[CALL], delay_ms=5))
+    result = await _post(api_key, tools=[WEATHER], stream=True)
+    chunks = result.chunks
+    assert chunks[-1]["choices"][0]["finish_reason"] == "content_filter"
+    assert _assembled(chunks) == []
+    whole = (await _post(api_key, tools=[WEATHER])).json()
+    assert whole["choices"][0]["finish_reason"] == "content_filter"
+    assert "tool_calls" not in whole["choices"][0]["message"]
