@@ -19,7 +19,8 @@ exercised exactly. Options come from the constructor and can be overridden per j
   character (its bytes are held for the next piece, as an engine's decoder does). Each piece costs
   one completion token; the finish reason is ``tool_calls``. ``tool_choice``
   ``"none"`` emits none, a named function only its calls, ``parallel_tool_calls``
-  false only the first.
+  false only the first; ``"required"`` or a named function the script has no call
+  for cannot be honoured: :class:`EngineError` ``invalid_parameter`` (a 400).
 - ``fail_after`` (int|None): raise :class:`EngineError` after this many tokens (0 = before
   the first token); ``fail_code`` (str): its error code (default ``engine_error``).
 
@@ -44,6 +45,7 @@ from inference.engines.base import (
     ToolCallDelta,
     Utf8Decoder,
 )
+from inference.params import ERROR_INVALID_PARAMETER
 from inference.protocol import Job, Usage
 
 DEFAULT_TEXT = (
@@ -115,6 +117,11 @@ class ScriptedEngine(Engine):
             calls = [c for c in calls if c["name"] == choice["function"]["name"]]
         if params.get("parallel_tool_calls") is False:
             calls = calls[:1]
+        if not calls and choice != "auto":
+            raise EngineError(
+                f"The script has no call that honours tool_choice {choice!r}.",
+                code=ERROR_INVALID_PARAMETER,
+            )
         return calls
 
     @staticmethod

@@ -446,3 +446,29 @@ async def test_a_cut_answer_relays_no_call_after_the_cut(user, api_key, start_wo
     whole = (await _post(api_key, tools=[WEATHER])).json()
     assert whole["choices"][0]["finish_reason"] == "content_filter"
     assert "tool_calls" not in whole["choices"][0]["message"]
+
+
+@pytestmark_db
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "function": {"name": "now"}}]
+)
+async def test_a_tool_choice_the_engine_cannot_honour_is_a_400(
+    user, api_key, start_worker, choice
+):
+    """The scripted engine has no call for the choice (its one call is another
+    tool's for a named choice, none at all for ``required``): it fails the job with
+    ``invalid_parameter``, never answers as if ``tool_choice`` were ``auto``."""
+    calls = [CALL] if isinstance(choice, dict) else []
+    start_worker(ScriptedEngine(text="Plain.", tool_calls=calls))
+    result = await _post(api_key, tools=[WEATHER, NOW], tool_choice=choice)
+    assert result.status == 400
+    error = result.json()
+    schemas.validate_error(error)
+    assert error["error"]["code"] == "invalid_parameter"
+    assert "tool_choice" in error["error"]["message"]
+    streamed = await _post(
+        api_key, tools=[WEATHER, NOW], tool_choice=choice, stream=True
+    )
+    [*_, last] = [json.loads(d) for d in streamed.data_lines]
+    assert last["error"]["code"] == "invalid_parameter"
+    assert no_reservations()
