@@ -6,3 +6,6 @@ class GatewayConfig(AppConfig):
 
     def ready(self) -> None:
         from gateway import checks  # noqa: F401 - registers the system checks
+        from gateway.tooling import tooling_register
+
+        tooling_register()

@@ -17,6 +17,7 @@ stored for it (``UsageRecord.Status`` and ``Message.Status`` values) and the
 | ``done`` finish ``tool_calls``    | complete  | tool_calls     |
 | ``done`` finish ``cancelled``     | cancelled | stop           |
 | ``done`` finish ``content_filter``| filtered  | content_filter |
+| ``done`` finish ``tool_calls``    | complete  | tool_calls     |
 | ``error`` (finish ``error``)      | error     | None (an error)|
 """
 
@@ -44,6 +45,7 @@ FINISH_MAP: dict[str, tuple[str, str | None]] = {
     protocol.FINISH_TOOL_CALLS: (STATUS_COMPLETE, "tool_calls"),
     protocol.FINISH_CANCELLED: (STATUS_CANCELLED, "stop"),
     protocol.FINISH_CONTENT_FILTER: (STATUS_FILTERED, "content_filter"),
+    protocol.FINISH_TOOL_CALLS: (STATUS_COMPLETE, "tool_calls"),
     FINISH_ERROR: (STATUS_ERROR, None),
 }
 
@@ -105,6 +107,8 @@ class GenerationEnd:
     (code default ``engine_error``); ``usage``: what it spent (:func:`usage_spent`);
     ``meta``: the ``meta`` event's payload ({} without one); ``ttft_ms``/
     ``latency_ms`` from a ``done`` event. ``job_id`` is set by callers that know it.
+    ``tool_calls``: the calls the model made, assembled from the ``tool_call`` events
+    (:class:`ToolCalls`: OpenAI's ``[{id, type, function: {name, arguments}}]``).
     """
 
     text: str = ""
@@ -117,6 +121,7 @@ class GenerationEnd:
     ttft_ms: int | None = None
     latency_ms: int | None = None
     job_id: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ended(self) -> bool:
@@ -143,9 +148,12 @@ def events_fold(events: Iterable[protocol.Event]) -> GenerationEnd:
     """
     end = GenerationEnd()
     parts: list[str] = []
+    calls = ToolCalls()
     for event in events:
         if event.type == protocol.EVENT_TOKEN:
             parts.append(event.data["t"])
+        elif event.type == protocol.EVENT_TOOL_CALL:
+            calls.add(event.data)
         elif event.type == protocol.EVENT_META:
             end.meta = event.data
         elif event.type == protocol.EVENT_DONE:
@@ -160,4 +168,46 @@ def events_fold(events: Iterable[protocol.Event]) -> GenerationEnd:
             end.usage = usage_spent(event, tokens=len(parts))
             break
     end.text, end.tokens = "".join(parts), len(parts)
+    end.tool_calls = calls.calls()
     return end
+
+
+class ToolCalls:
+    """Assembles a generation's ``tool_call`` events into whole calls.
+
+    Each event's payload is ``{"index", "id"?, "name"?, "arguments_delta"}``; a call's
+    ``arguments`` are its pieces joined in stream order (byte-identical to what the
+    engine produced). :meth:`calls` returns OpenAI's shape, by index:
+    ``[{"id": "call_…", "type": "function", "function": {"name", "arguments"}}]``.
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[int, str] = {}
+        self._names: dict[int, str] = {}
+        self._arguments: dict[int, list[str]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._arguments)
+
+    def add(self, data: dict[str, Any]) -> None:
+        """Add one ``tool_call`` event's payload."""
+        index = int(data["index"])
+        if data.get("id"):
+            self._ids[index] = data["id"]
+        if data.get("name"):
+            self._names[index] = data["name"]
+        self._arguments.setdefault(index, []).append(data.get("arguments_delta", ""))
+
+    def calls(self) -> list[dict[str, Any]]:
+        """The assembled calls, ordered by index."""
+        return [
+            {
+                "id": self._ids.get(index, f"call_{index}"),
+                "type": "function",
+                "function": {
+                    "name": self._names.get(index, ""),
+                    "arguments": "".join(self._arguments[index]),
+                },
+            }
+            for index in sorted(self._arguments)
+        ]

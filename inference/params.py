@@ -13,7 +13,9 @@ Values, as the API validates them (``conversations/openai/params.py``):
 ``{"type": "json_object"}`` or ``{"type": "json_schema", "schema": {...}}``.
 
 The scripted engine writes fixed text: ``temperature``, ``top_p`` and ``seed`` cannot
-change it (it is deterministic), so they are accepted; ``stop`` cuts it.
+change it (it is deterministic), so they are accepted; ``stop`` cuts it. It emits
+its scripted tool calls only when the job offers ``tools`` (``tool_choice`` "none":
+none; a named function: only that one's; ``parallel_tool_calls`` false: the first).
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ ERROR_INVALID_PARAMETER = "invalid_parameter"
 ENGINE_PARAMS: dict[str, frozenset[str]] = {
     "llamacpp": COMMON | SAMPLING | TOOLS,
     "vllm": COMMON | SAMPLING | TOOLS,
-    "openai": COMMON | SAMPLING,
-    "scripted": COMMON,
+    "openai": COMMON | SAMPLING | TOOLS,
+    "scripted": COMMON | TOOLS,
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tools.bwrap import (
@@ -121,10 +122,17 @@ def stream_text(stream: Stream) -> str:
     return text + output_note(stream.dropped) if stream.dropped else text
 
 
-def python_run(code: str, *, limits: SandboxLimits | None = None) -> SandboxResult:
+def python_run(
+    code: str,
+    *,
+    limits: SandboxLimits | None = None,
+    started: Callable[[int], None] | None = None,
+) -> SandboxResult:
     """Run the Python program ``code`` in the sandbox and return its outcome.
 
     ``limits`` default to the Django settings (:meth:`SandboxLimits.from_settings`).
+    ``started`` is called with the sandbox's process group id once it runs, so a
+    caller in another thread can kill it (:func:`tools.capture.group_kill`).
     Raises :class:`ValueError` when ``code`` is over ``code_bytes`` (UTF-8) and
     :class:`SandboxUnavailable` when bwrap, prlimit or setpriv is missing, the uid
     is root, or the chain reports that it could not start the sandbox. What the
@@ -148,7 +156,7 @@ def python_run(code: str, *, limits: SandboxLimits | None = None) -> SandboxResu
         gid=limits.gid,
     )
     command = bwrap_command([limits.python, "-I", "-u", "-"], confine=confine)
-    started = time.monotonic()
+    began = time.monotonic()
     proc = subprocess.Popen(
         command,
         stdin=subprocess.PIPE,
@@ -159,10 +167,12 @@ def python_run(code: str, *, limits: SandboxLimits | None = None) -> SandboxResu
         close_fds=True,
         start_new_session=True,
     )
+    if started is not None:
+        started(proc.pid)
     done = process_collect(
         proc, stdin=program, keep_bytes=limits.output_bytes, wall_s=limits.wall_s
     )
-    wall_ms = (time.monotonic() - started) * 1000
+    wall_ms = (time.monotonic() - began) * 1000
     stderr = stream_text(done.stderr)
     if done.returncode == 1 and not done.stdout.data and LAUNCHER_ERROR.match(stderr):
         raise SandboxUnavailable(stderr.strip())

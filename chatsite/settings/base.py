@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "gateway",
     "memory",
     "safety",
+    "tools",
     "inference",
     "audit",
 ]

@@ -48,3 +48,32 @@ TOOLS_FETCH_USER_AGENT = env(
 )
 # PEM file of certificate authorities to trust (an internal CA) instead of certifi's.
 TOOLS_FETCH_CA_FILE = env("TOOLS_FETCH_CA_FILE", default="")
+
+# --- the registry (tools/registry.py) ------------------------------------------------
+# Characters of a tool's result the model reads at most; the rest is cut with a note.
+TOOLS_OUTPUT_CHARS = env.int("TOOLS_OUTPUT_CHARS", default=20_000)
+
+# --- web_search: SearxNG's JSON API (tools/search.py) --------------------------------
+# The SearxNG base URL (its /search must allow format=json); empty: web_search is off.
+TOOLS_SEARCH_URL = env("TOOLS_SEARCH_URL", default="")
+TOOLS_SEARCH_TIMEOUT_S = env.float("TOOLS_SEARCH_TIMEOUT_S", default=10.0)
+# Results returned to the model at most, and characters of each snippet.
+TOOLS_SEARCH_MAX_RESULTS = env.int("TOOLS_SEARCH_MAX_RESULTS", default=8)
+TOOLS_SEARCH_SNIPPET_CHARS = env.int("TOOLS_SEARCH_SNIPPET_CHARS", default=400)
+# Bytes of the backend's answer read at most.
+TOOLS_SEARCH_MAX_BYTES = env.int("TOOLS_SEARCH_MAX_BYTES", default=1 << 20)
+
+# --- MCP servers (tools/mcp.py) -------------------------------------------------------
+# Seconds a server's tool listing is reused before it is asked again.
+TOOLS_MCP_LIST_TTL_S = env.float("TOOLS_MCP_LIST_TTL_S", default=60.0)
+# Seconds a server that failed to list is left out before it is asked again.
+TOOLS_MCP_RETRY_S = env.float("TOOLS_MCP_RETRY_S", default=15.0)
+# Seconds to connect and list a server's tools; a server slower than that is skipped.
+TOOLS_MCP_LIST_TIMEOUT_S = env.float("TOOLS_MCP_LIST_TIMEOUT_S", default=5.0)
+# Wall-clock limit of one MCP tool call, s.
+TOOLS_MCP_CALL_TIMEOUT_S = env.float("TOOLS_MCP_CALL_TIMEOUT_S", default=30.0)
+
+# --- search_documents: the user's documents (gateway/tooling.py) ----------------------
+# Passages returned at most.
+TOOLS_DOCUMENTS_K = env.int("TOOLS_DOCUMENTS_K", default=5)
+TOOLS_DOCUMENTS_TIMEOUT_S = env.float("TOOLS_DOCUMENTS_TIMEOUT_S", default=15.0)

@@ -90,6 +90,25 @@ def chunk_json(
     return obj
 
 
+def tool_call_delta(
+    *, index: int, arguments: str, id: str | None = None, name: str | None = None
+) -> dict[str, Any]:
+    """Return a chunk delta carrying one piece of tool call ``index``: the first
+    piece (``id`` and ``name`` given) is ``{"index", "id", "type": "function",
+    "function": {"name", "arguments"}}``, later ones ``{"index", "function":
+    {"arguments"}}`` (OpenAI's streamed shape)."""
+    call: dict[str, Any] = {"index": index}
+    if id is not None:
+        call["id"] = id
+        call["type"] = "function"
+    function: dict[str, Any] = {}
+    if name is not None:
+        function["name"] = name
+    function["arguments"] = arguments
+    call["function"] = function
+    return {"tool_calls": [call]}
+
+
 def usage_chunk_json(
     *, cid: str, created: int, model: str, usage: protocol.Usage
 ) -> dict[str, Any]:
@@ -109,9 +128,20 @@ def completion_json(
     finish_reason: str,
     usage: protocol.Usage,
     moderation: dict[str, Any] | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Return the non-streamed ``chat.completion`` (``created`` in epoch seconds);
-    ``content_filter`` as for :func:`chunk_json`."""
+    ``content_filter`` as for :func:`chunk_json`. With ``tool_calls`` (OpenAI's
+    ``[{id, type, function: {name, arguments}}]``) the message carries them and its
+    ``content`` is null when the model wrote no text."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": content,
+        "refusal": None,
+    }
+    if tool_calls:
+        message["content"] = content or None
+        message["tool_calls"] = tool_calls
     obj: dict[str, Any] = {
         "id": cid,
         "object": "chat.completion",
@@ -121,11 +151,7 @@ def completion_json(
         "choices": [
             {
                 "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": content,
-                    "refusal": None,
-                },
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish_reason,
             }

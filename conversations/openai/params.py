@@ -8,6 +8,15 @@ gateway refuses a pool whose engine does not), or refused by name with a 400
 :data:`LOGIT_BIAS_MAX` tokens, top_logprobs 0..20). A ``max_tokens`` above the model's
 limit is the gateway's 400 (the limit depends on the pool).
 
+Tool calling: ``tools`` (at most :data:`TOOLS_MAX` functions, each ``{"type":
+"function", "function": {"name", "description"?, "parameters"?, "strict"?}}``, a
+name of 1-64 characters ``[A-Za-z0-9_-]``, unique; ``parameters`` a JSON Schema
+object of at most :data:`SCHEMA_MAX_CHARS` characters of JSON, all tools' together
+at most :data:`TOOLS_MAX_CHARS`), ``tool_choice`` (``"none"``, ``"auto"``,
+``"required"`` or ``{"type": "function", "function": {"name"}}`` naming one of the
+tools; not without ``tools``) and ``parallel_tool_calls`` (bool) travel to the
+engine under their OpenAI names, tools normalised to that shape.
+
 Errors are :class:`~chatsite.errors.InvalidInput` with the field in ``param``
 (OpenAI's ``error.param``).
 """
@@ -15,6 +24,7 @@ Errors are :class:`~chatsite.errors.InvalidInput` with the field in ``param``
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from chatsite.errors import DomainError, InvalidInput
@@ -24,6 +34,10 @@ INVALID = "invalid_parameter"
 LOGIT_BIAS_MAX = 300  # tokens, OpenAI's limit
 SCHEMA_MAX_CHARS = 20_000  # a JSON Schema's JSON, characters (grammar build is bounded)
 USER_MAX_CHARS = 256
+TOOLS_MAX = 128  # functions per request, OpenAI's limit
+TOOLS_MAX_CHARS = 200_000  # all tools' JSON together, characters
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+TOOL_CHOICES = ("none", "auto", "required")
 
 # Fields of the body that are not generation parameters (requests.py reads them).
 ENVELOPE = frozenset({"model", "messages", "stream", "stream_options", "cache", "user"})
@@ -33,9 +47,6 @@ REFUSED_UNLESS = {
     "n": 1,
     "logprobs": False,
     "top_logprobs": None,
-    "tools": None,
-    "tool_choice": None,
-    "parallel_tool_calls": None,
     "functions": None,
     "function_call": None,
 }
@@ -43,11 +54,9 @@ REFUSED_WHY = {
     "n": "only one choice per request is generated (`n` = 1)",
     "logprobs": "token log probabilities are not returned",
     "top_logprobs": "token log probabilities are not returned",
-    "tools": "tool calls are not offered on this API",
-    "tool_choice": "tool calls are not offered on this API",
-    "parallel_tool_calls": "tool calls are not offered on this API",
-    "functions": "function calls are not offered on this API",
-    "function_call": "function calls are not offered on this API",
+    "functions": "the deprecated `functions` field is not accepted; use `tools`",
+    "function_call": "the deprecated `function_call` field is not accepted; use "
+    "`tool_choice`",
 }
 
 
@@ -194,10 +203,179 @@ def _response_format(value: Any) -> dict[str, Any] | None:
     return {"type": "json_schema", "schema": schema}
 
 
+def _tool(value: Any, i: int) -> dict[str, Any]:
+    """Return ``tools[i]`` normalised (``{"type", "function": {...}}``)."""
+    where = f"tools[{i}]"
+    if not isinstance(value, dict) or value.get("type") != "function":
+        raise invalid_input(
+            f'`{where}` must be {{"type": "function", "function": {{...}}}}.',
+            INVALID,
+            param="tools",
+        )
+    if set(value) - {"type", "function"}:
+        extra = sorted(set(value) - {"type", "function"})
+        raise invalid_input(
+            f"`{where}` has unknown fields {extra}.", INVALID, param="tools"
+        )
+    spec = value.get("function")
+    if not isinstance(spec, dict):
+        raise invalid_input(
+            f"`{where}.function` must be an object.", INVALID, param="tools"
+        )
+    extra = sorted(set(spec) - {"name", "description", "parameters", "strict"})
+    if extra:
+        raise invalid_input(
+            f"`{where}.function` has unknown fields {extra}.", INVALID, param="tools"
+        )
+    name = spec.get("name")
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+        raise invalid_input(
+            f"`{where}.function.name` must be 1 to 64 letters, digits, `_` or `-`.",
+            INVALID,
+            param="tools",
+        )
+    function: dict[str, Any] = {"name": name}
+    description = spec.get("description")
+    if description is not None:
+        if not isinstance(description, str):
+            raise invalid_input(
+                f"`{where}.function.description` must be a string.",
+                INVALID,
+                param="tools",
+            )
+        unicode_check(description, f"`{where}.function.description`", param="tools")
+        function["description"] = description
+    parameters = spec.get("parameters")
+    if parameters is not None:
+        if not isinstance(parameters, dict):
+            raise invalid_input(
+                f"`{where}.function.parameters` must be a JSON Schema object.",
+                INVALID,
+                param="tools",
+            )
+        if parameters.get("type", "object") != "object":
+            raise invalid_input(
+                f'`{where}.function.parameters` must have "type": "object".',
+                INVALID,
+                param="tools",
+            )
+        if len(json.dumps(parameters)) > SCHEMA_MAX_CHARS:
+            raise invalid_input(
+                f"`{where}.function.parameters` is over {SCHEMA_MAX_CHARS:,} "
+                "characters of JSON.",
+                INVALID,
+                param="tools",
+            )
+        function["parameters"] = parameters
+    strict = spec.get("strict")
+    if strict is not None:
+        if not isinstance(strict, bool):
+            raise invalid_input(
+                f"`{where}.function.strict` must be true or false.",
+                INVALID,
+                param="tools",
+            )
+        function["strict"] = strict
+    return {"type": "function", "function": function}
+
+
+def _tools(value: Any) -> list[dict[str, Any]]:
+    """Return the validated ``tools`` (an empty list means none)."""
+    if not isinstance(value, list) or len(value) > TOOLS_MAX:
+        raise invalid_input(
+            f"`tools` must be a list of at most {TOOLS_MAX} functions.",
+            INVALID,
+            param="tools",
+        )
+    tools = [_tool(item, i) for i, item in enumerate(value)]
+    names = [t["function"]["name"] for t in tools]
+    if len(set(names)) != len(names):
+        raise invalid_input(
+            "`tools` names a function twice; names must be unique.",
+            INVALID,
+            param="tools",
+        )
+    if len(json.dumps(tools)) > TOOLS_MAX_CHARS:
+        raise invalid_input(
+            f"`tools` is over {TOOLS_MAX_CHARS:,} characters of JSON.",
+            INVALID,
+            param="tools",
+        )
+    return tools
+
+
+def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
+    """Return the validated ``tool_choice`` for ``tools`` (a mode or a named call)."""
+    if not tools:
+        raise invalid_input(
+            "`tool_choice` is only allowed when `tools` are given.",
+            INVALID,
+            param="tool_choice",
+        )
+    if isinstance(value, str):
+        if value not in TOOL_CHOICES:
+            raise invalid_input(
+                '`tool_choice` must be "none", "auto", "required" or '
+                '{"type": "function", "function": {"name": ...}}.',
+                INVALID,
+                param="tool_choice",
+            )
+        return value
+    spec = value.get("function") if isinstance(value, dict) else None
+    name = spec.get("name") if isinstance(spec, dict) else None
+    if (
+        not isinstance(value, dict)
+        or value.get("type") != "function"
+        or not isinstance(name, str)
+    ):
+        raise invalid_input(
+            '`tool_choice` must be "none", "auto", "required" or '
+            '{"type": "function", "function": {"name": ...}}.',
+            INVALID,
+            param="tool_choice",
+        )
+    if name not in {t["function"]["name"] for t in tools}:
+        raise invalid_input(
+            f"`tool_choice` names the function {name!r}, which is not in `tools`.",
+            INVALID,
+            param="tool_choice",
+        )
+    return {"type": "function", "function": {"name": name}}
+
+
+def _tool_params(body: dict[str, Any]) -> dict[str, Any]:
+    """Return the tool-calling parameters of ``body`` (absent, null and an empty
+    ``tools`` list are left out)."""
+    params: dict[str, Any] = {}
+    tools = _tools(body["tools"]) if body.get("tools") is not None else []
+    if tools:
+        params["tools"] = tools
+    if body.get("tool_choice") is not None:
+        params["tool_choice"] = _tool_choice(body["tool_choice"], tools)
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None:
+        if not isinstance(parallel, bool):
+            raise invalid_input(
+                "`parallel_tool_calls` must be true or false.",
+                INVALID,
+                param="parallel_tool_calls",
+            )
+        if not tools:
+            raise invalid_input(
+                "`parallel_tool_calls` is only allowed when `tools` are given.",
+                INVALID,
+                param="parallel_tool_calls",
+            )
+        params["parallel_tool_calls"] = parallel
+    return params
+
+
 def _refused(body: dict[str, Any]) -> None:
     """Refuse OpenAI fields we implement nowhere, and fields we do not know."""
     for name, value in body.items():
-        if name in ENVELOPE or name in _PARSERS or value is None:
+        if name in ENVELOPE or name in _PARSERS or name in _TOOL_FIELDS:
+            continue
+        if value is None:
             continue
         if name in REFUSED_UNLESS:
             off = REFUSED_UNLESS[name]
@@ -231,6 +409,7 @@ _PARSERS: dict[str, Any] = {
     "logit_bias": _logit_bias,
     "response_format": _response_format,
 }
+_TOOL_FIELDS = frozenset({"tools", "tool_choice", "parallel_tool_calls"})
 _RANGES = {
     "temperature": (0, 2),
     "top_p": (0, 1),
@@ -262,6 +441,7 @@ def params_parse(body: dict[str, Any]) -> dict[str, Any]:
         key = "max_tokens" if name == "max_completion_tokens" else name
         if parsed not in (None, []) and key not in params:
             params[key] = parsed
+    params.update(_tool_params(body))
     return params
 
 

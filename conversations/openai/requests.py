@@ -39,7 +39,9 @@ ROLES = {
     "developer": "system",
     "user": "user",
     "assistant": "assistant",
+    "tool": "tool",
 }
+TOOL_CALLS_MAX = 128  # calls on one assistant message
 
 
 @dataclass
@@ -47,14 +49,16 @@ class CompletionRequest:
     """A validated ``/v1/chat/completions`` body.
 
     ``messages`` are engine-ready (``developer`` folded into ``system``, content parts
-    joined); ``params`` the sampling parameters given (``max_tokens`` in tokens).
+    joined; an assistant message's ``tool_calls`` kept in OpenAI's shape with its
+    content ``""`` when null, a ``tool`` message as ``{"role", "tool_call_id",
+    "content"}``); ``params`` the sampling parameters given (``max_tokens`` in tokens).
     ``cache`` is our extension (``extra_body={"cache": true}`` in the openai client):
     true, the answer may come from this user's answer caches even at a temperature
     above 0; false, the caches are neither read nor filled (also at temperature 0).
     """
 
     model: str
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     params: dict[str, Any] = field(default_factory=dict)
     stream: bool = False
     include_usage: bool = False
@@ -112,14 +116,78 @@ def _content_text(content: Any, index: int, role: str) -> str:
     return text
 
 
-def _messages(raw: Any) -> list[dict[str, str]]:
+def _tool_calls(value: Any, index: int) -> list[dict[str, Any]]:
+    """Return an assistant message's ``tool_calls`` (OpenAI's shape, validated)."""
+    where = f"messages[{index}].tool_calls"
+    if not isinstance(value, list) or not 0 < len(value) <= TOOL_CALLS_MAX:
+        raise invalid_input(
+            f"`{where}` must be a list of 1 to {TOOL_CALLS_MAX} tool calls.",
+            "invalid_messages",
+            param="messages",
+        )
+    calls = []
+    for j, call in enumerate(value):
+        spec = call.get("function") if isinstance(call, dict) else None
+        if (
+            not isinstance(call, dict)
+            or call.get("type", "function") != "function"
+            or not isinstance(call.get("id"), str)
+            or not call["id"]
+            or not isinstance(spec, dict)
+            or not isinstance(spec.get("name"), str)
+            or not spec["name"]
+            or not isinstance(spec.get("arguments"), str)
+        ):
+            raise invalid_input(
+                f'`{where}[{j}]` must be {{"id": str, "type": "function", '
+                '"function": {"name": str, "arguments": str}}.',
+                "invalid_messages",
+                param="messages",
+            )
+        unicode_check(
+            spec["arguments"], f"{where}[{j}].function.arguments", param="messages"
+        )
+        calls.append(
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": spec["name"], "arguments": spec["arguments"]},
+            }
+        )
+    return calls
+
+
+def _message(message: dict[str, Any], i: int, call_ids: set[str]) -> dict[str, Any]:
+    """Return message ``i`` engine-ready; ``call_ids`` holds the ids of the tool
+    calls of earlier assistant messages (this one's are added)."""
+    role = ROLES[message["role"]]
+    text = _content_text(message.get("content"), i, role)
+    if role == "assistant" and message.get("tool_calls") is not None:
+        calls = _tool_calls(message["tool_calls"], i)
+        call_ids.update(c["id"] for c in calls)
+        return {"role": role, "content": text, "tool_calls": calls}
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        if not isinstance(call_id, str) or call_id not in call_ids:
+            raise invalid_input(
+                f"messages[{i}].tool_call_id must be the id of a tool call of an "
+                "earlier assistant message.",
+                "invalid_tool_call_id",
+                param="messages",
+            )
+        return {"role": role, "tool_call_id": call_id, "content": text}
+    return {"role": role, "content": text}
+
+
+def _messages(raw: Any) -> list[dict[str, Any]]:
     if not isinstance(raw, list) or not raw:
         raise invalid_input(
             "`messages` must be a non-empty list of messages.",
             "invalid_messages",
             param="messages",
         )
-    messages: list[dict[str, str]] = []
+    messages: list[dict[str, Any]] = []
+    call_ids: set[str] = set()
     for i, message in enumerate(raw):
         if not isinstance(message, dict):
             raise invalid_input(
@@ -132,19 +200,22 @@ def _messages(raw: Any) -> list[dict[str, str]]:
         if not isinstance(role, str) or role not in ROLES:
             raise invalid_input(
                 f"messages[{i}].role {role!r} is not supported: use system, developer, "
-                "user or assistant.",
+                "user, assistant or tool.",
                 "invalid_role",
                 param="messages",
             )
-        text = _content_text(message.get("content"), i, role)
-        messages.append({"role": ROLES[role], "content": text})
+        messages.append(_message(message, i, call_ids))
     if not any(m["role"] == "user" and m["content"].strip() for m in messages):
         raise invalid_input(
             "`messages` needs at least one non-empty user message.",
             "no_prompt",
             param="messages",
         )
-    total = sum(len(m["content"]) for m in messages)
+    total = sum(
+        len(m["content"])
+        + sum(len(c["function"]["arguments"]) for c in m.get("tool_calls", ()))
+        for m in messages
+    )
     if total > settings.API_MAX_PROMPT_CHARS:
         raise with_param(
             PayloadTooLarge(

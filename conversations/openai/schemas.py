@@ -18,7 +18,7 @@ from typing import Any
 
 from inference.protocol import Optional, schema_validate
 
-FINISH_REASONS = frozenset({"stop", "length", "content_filter"})
+FINISH_REASONS = frozenset({"stop", "length", "content_filter", "tool_calls"})
 ERROR_TYPES = frozenset(
     {
         "invalid_request_error",
@@ -128,6 +128,17 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
     "delta": {
         "role": Optional(_is("assistant")),
         "content": Optional(str),
+        "tool_calls": Optional(_list_of("tool_call_delta", length=1)),
+    },
+    "tool_call_delta": {
+        "index": _non_negative_int,
+        "id": Optional(lambda v: isinstance(v, str) and bool(v)),
+        "type": Optional(_is("function")),
+        "function": _nested("function_delta"),
+    },
+    "function_delta": {
+        "name": Optional(lambda v: isinstance(v, str) and bool(v)),
+        "arguments": str,
     },
     "usage_chunk": {
         "id": _completion_id,
@@ -171,8 +182,20 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "message": {
         "role": _is("assistant"),
-        "content": str,
+        "content": _optional_str,
         "refusal": _is(None),
+        "tool_calls": Optional(
+            lambda v: isinstance(v, list) and bool(v) and _list_of("tool_call")(v)
+        ),
+    },
+    "tool_call": {
+        "id": lambda v: isinstance(v, str) and bool(v),
+        "type": _is("function"),
+        "function": _nested("function_call"),
+    },
+    "function_call": {
+        "name": lambda v: isinstance(v, str) and bool(v),
+        "arguments": str,
     },
     "error": {"error": _nested("error_detail")},
     "error_detail": {
@@ -214,8 +237,23 @@ OBJECT_SCHEMAS: dict[str, dict[str, Any]] = {
     },
 }
 
+
 # Checks of a whole object beyond its fields' own.
+def _tool_call_delta_shape(obj: dict[str, Any]) -> bool:
+    """A call's first piece has ``id``, ``type`` and ``function.name`` together;
+    a later piece none of them."""
+    first = ("id" in obj, "type" in obj, "name" in obj["function"])
+    return first in ((True, True, True), (False, False, False))
+
+
+def _message_content(obj: dict[str, Any]) -> bool:
+    """``content`` is null only beside ``tool_calls``."""
+    return obj["content"] is not None or bool(obj.get("tool_calls"))
+
+
 _OBJECT_CHECKS: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "tool_call_delta": _tool_call_delta_shape,
+    "message": _message_content,
     "usage": _usage_totals,
     "embedding_list": _embedding_indexes,
     "embedding_usage": _embedding_usage_totals,

@@ -50,7 +50,7 @@ def _model_check(model: str) -> None:
         )
 
 
-def prompt_tokens_count(messages: list[dict[str, str]]) -> int:
+def prompt_tokens_count(messages: list[dict[str, Any]]) -> int:
     """Return the prompt's tokens by the serving model's tokenizer and chat template
     (the one chat turns are built with, MEMORY_TOKENIZER_ENGINE; ~0.6 ms).
 
@@ -132,8 +132,9 @@ async def completion_stream(
     generation: Generation, include_usage: bool
 ) -> AsyncIterator[str]:
     """Yield the SSE lines of a streamed completion: a role chunk, one chunk per text
-    delta, the finish chunk, the usage chunk (``include_usage``), ``data: [DONE]``.
-    A generation that fails, or a stream that breaks, ends with an error object.
+    delta and per tool-call piece (:func:`chunks.tool_call_delta`), the finish chunk,
+    the usage chunk (``include_usage``), ``data: [DONE]``. A generation that fails, or
+    a stream that breaks, ends with an error object.
     """
     cid = chunks.completion_id(generation.job_id)
 
@@ -152,6 +153,17 @@ async def completion_stream(
         async for item in items:
             if isinstance(item, generations.Delta):
                 yield chunks.data_line(chunk({"content": item.text}))
+            elif isinstance(item, generations.ToolCall):
+                yield chunks.data_line(
+                    chunk(
+                        chunks.tool_call_delta(
+                            index=item.index,
+                            arguments=item.arguments,
+                            id=item.id,
+                            name=item.name,
+                        )
+                    )
+                )
             elif isinstance(item, generations.Broken):
                 yield chunks.data_line(error_json(item.error, openai=True))
                 return
@@ -207,6 +219,7 @@ async def completion_collect(generation: Generation) -> dict[str, Any]:
         content="".join(parts),
         finish_reason=finish_reason,
         usage=outcome.usage,
+        tool_calls=outcome.tool_calls,
         moderation=chunks.moderation_json(cid, outcome.reason)
         if finish_reason == CONTENT_FILTER
         else None,

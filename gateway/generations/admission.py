@@ -121,17 +121,34 @@ def params_check(*, pool: ModelPool, params: dict[str, Any], strict: bool) -> No
         raise exc
 
 
-def prompt_tokens_estimate(messages: list[dict[str, str]]) -> int:
+def prompt_tokens_estimate(messages: list[dict[str, Any]]) -> int:
     """Return a deliberately high estimate of a prompt's tokens, for reservations only.
 
-    ``ceil(characters / GATEWAY_CHARS_PER_TOKEN) + 4`` per message (the chat template's
+    ``ceil(characters / GATEWAY_CHARS_PER_TOKEN) + 4`` per message (tool calls'
+    names and arguments count as characters) (the chat template's
     overhead) plus 2. Used when the caller has no count from the serving model's
     tokenizer; settlement corrects the reservation to the real count.
     """
     per_token = settings.GATEWAY_CHARS_PER_TOKEN
-    return 2 + sum(
-        4 + math.ceil(len(str(m.get("content", ""))) / per_token) for m in messages
+    return 2 + sum(4 + math.ceil(_message_chars(m) / per_token) for m in messages)
+
+
+def _message_chars(message: dict[str, Any]) -> int:
+    """The characters of a message's content and of its tool calls (name and
+    arguments)."""
+    calls = message.get("tool_calls") or ()
+    return len(str(message.get("content") or "")) + sum(
+        len(c["function"]["name"]) + len(c["function"]["arguments"]) for c in calls
     )
+
+
+def tools_involved(*, messages: list[dict[str, Any]], params: dict[str, Any]) -> bool:
+    """True when a request offers ``tools`` or carries a tool exchange (an assistant
+    message with ``tool_calls`` or a ``tool`` message): the answer caches (keyed on
+    text) are neither read nor filled for it."""
+    if params.get("tools"):
+        return True
+    return any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
 
 
 def last_user_text(messages: list[dict[str, str]]) -> str:
@@ -238,6 +255,8 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
     )
     material = None
     cache_policy = request.cache_policy
+    if tools_involved(messages=messages, params=params):
+        cache_policy = None  # a cached plain answer never answers a tool exchange
     try:
         if cache_policy is not None:
             if opt_in and not cache_policy.opt_in:

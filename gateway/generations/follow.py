@@ -12,6 +12,13 @@ relay and the OpenAI-compatible API, streamed or not. It owns, in one place:
   and grows with the streams the process follows (:func:`coalesce_interval_s`);
 - the stream policies (:mod:`gateway.generations.policy`): a client only ever sees
   released text; a cut cancels the engine and the answer ends ``content_filter``;
+- tool calls: each ``tool_call`` event is relayed as a :class:`ToolCall`, at once
+  when no policy screens the stream or no text came before it; after screened text,
+  once the policies released that text whole (at the end of the generation), so a
+  call never overtakes text that may still be cut, and after a cut no call is
+  relayed. The policies screen the answer's text, not a call's arguments: arguments
+  are addressed to the client's program, not shown as the answer, and what a tool
+  returns comes back as a ``tool`` message that input moderation screens;
 - the watchdog (queue timeout, no live worker) while the stream is idle, on the
   event loop (no Redis call until a deadline passed; pool liveness is asked once per
   pool per second per process), and, for
@@ -81,6 +88,19 @@ class Meta:
 
 
 @dataclass
+class ToolCall:
+    """One piece of a tool call (a ``tool_call`` event): ``index`` numbers the calls
+    from 0; the first piece of a call has ``id`` and ``name``; ``arguments`` is this
+    piece's argument text (the call's arguments are its pieces joined)."""
+
+    index: int
+    arguments: str
+    event_id: str
+    id: str | None = None
+    name: str | None = None
+
+
+@dataclass
 class Idle:
     """Nothing arrived for READ_BLOCK_MS ms (a surface may send a heartbeat)."""
 
@@ -112,7 +132,7 @@ class Broken:
     error: DomainError
 
 
-Item = Delta | Meta | Idle | Queued | Ended | Broken
+Item = Delta | ToolCall | Meta | Idle | Queued | Ended | Broken
 
 
 def _stream_broken(exc: BaseException) -> ServiceUnavailable:
@@ -199,6 +219,7 @@ async def generation_follow(
     started = after != protocol.STREAM_START
     last_event_at = time.time() if started else generation.enqueued_at
     tokens_seen, settled, cut = 0, False, bool(chain and chain.cut)
+    held_calls: list[ToolCall] = []  # tool calls waiting for the text before them
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     next_delta_at = 0.0  # loop time before which no Delta is released
@@ -264,6 +285,15 @@ async def generation_follow(
                     generation.model = event.data.get("model") or generation.model
                     yield Meta(event.data, event.id)
                     continue
+                if event.type == protocol.EVENT_TOOL_CALL:
+                    call = _tool_call(event)
+                    if cut:
+                        continue
+                    if chain is None or not (tokens_seen or held_calls):
+                        yield call
+                    else:  # screened text came first: relayed once it is released
+                        held_calls.append(call)
+                    continue
                 if not event.is_terminal:
                     continue
                 if chain is not None and not cut:
@@ -274,6 +304,10 @@ async def generation_follow(
                         return
                     if tail.text:
                         yield Delta(tail.text, event.id)
+                    if not chain.cut:
+                        for call in held_calls:
+                            yield call
+                held_calls = []
                 try:
                     settlement = await asettle_retrying(
                         generation, recorder, message_id
@@ -290,6 +324,7 @@ async def generation_follow(
                     # failed before its first token and restarted on the fallback
                     # (by us, or by a concurrent settler): read it from its start
                     after, started = protocol.STREAM_START, False
+                    held_calls = []
                     subscription.seek(after)
                     break
                 settled = True
@@ -309,6 +344,17 @@ async def generation_follow(
             await generation_leave(
                 generation, after=after, tokens_seen=tokens_seen, recorder=recorder
             )
+
+
+def _tool_call(event: protocol.Event) -> ToolCall:
+    """The :class:`ToolCall` item of a ``tool_call`` event."""
+    return ToolCall(
+        index=event.data["index"],
+        arguments=event.data["arguments_delta"],
+        event_id=event.id,
+        id=event.data.get("id"),
+        name=event.data.get("name"),
+    )
 
 
 @dataclass

@@ -20,6 +20,7 @@ processed a token: :func:`gateway.generations.settle.usage_settle`). Statuses ar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 
@@ -69,6 +70,10 @@ class Outcome:
     hit reports its original generation's and bills zero, see the module's docstring); ``ttft_ms``/``latency_ms`` from the
     worker's ``done`` event (None on error); ``error`` set iff ``status`` is error;
     ``reason`` the sentence a user reads about why a ``filtered`` answer was cut.
+    ``tool_calls``: the calls the model made (finish ``tool_calls``), OpenAI's shape
+    ``[{"id": "call_…", "type": "function", "function": {"name", "arguments"}}]``
+    (arguments: the JSON string exactly as generated); [] for a plain answer and for
+    an answer cut by output moderation. A service running a tool loop reads them here.
     """
 
     status: str
@@ -81,6 +86,7 @@ class Outcome:
     latency_ms: int | None = None
     error: GenerationFailed | None = None
     reason: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def openai_finish_reason(self) -> str | None:
@@ -116,6 +122,7 @@ def outcome_from_events(
         ttft_ms=end.ttft_ms,
         latency_ms=end.latency_ms,
         error=error,
+        tool_calls=end.tool_calls if error is None else [],
     )
 
 

@@ -9,6 +9,12 @@ text deltas (JSON strings, so always whole characters) and, last, the exact usag
 generating at once. When the server sends no usage chunk (older servers, or a cancelled
 stream), ``completion_tokens`` falls back to the number of content chunks received (one
 token per chunk for vLLM and llama.cpp) and ``prompt_tokens`` to 0.
+
+Tool calling is passed through: the job's ``tools``, ``tool_choice`` and
+``parallel_tool_calls`` go in the body as they are (the remote honours them or
+answers 400, which fails the job), and the remote's streamed ``delta.tool_calls``
+pieces are relayed as :class:`ToolCallDelta` (index, id and name as the remote sent
+them, the argument fragments unchanged), its ``finish_reason: "tool_calls"`` too.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Any
 import httpx
 
 from inference import protocol
-from inference.engines.base import Delta, Engine, EngineError, Finish
+from inference.engines.base import Delta, Engine, EngineError, Finish, ToolCallDelta
 from inference.protocol import Job, Usage
 
 _FINISH_REASONS = {
@@ -29,6 +35,8 @@ _FINISH_REASONS = {
     "length": protocol.FINISH_LENGTH,
     "content_filter": protocol.FINISH_CONTENT_FILTER,
     "abort": protocol.FINISH_CANCELLED,
+    "tool_calls": protocol.FINISH_TOOL_CALLS,
+    "function_call": protocol.FINISH_TOOL_CALLS,
 }
 _END = object()
 
@@ -49,6 +57,17 @@ def _error(base_url: str, status: int, detail: str) -> EngineError:
     return EngineError(
         f"{base_url} answered {status}: {detail[:500]}",
         code=protocol.ERROR_CONTEXT_OVERFLOW if overflow else protocol.ERROR_ENGINE,
+    )
+
+
+def _tool_call_delta(call: dict[str, Any]) -> ToolCallDelta:
+    """The :class:`ToolCallDelta` of one remote ``delta.tool_calls[]`` piece."""
+    function = call.get("function") or {}
+    return ToolCallDelta(
+        index=int(call.get("index") or 0),
+        arguments=function.get("arguments") or "",
+        id=call.get("id") or None,
+        name=function.get("name") or None,
     )
 
 
@@ -108,7 +127,7 @@ class OpenAIEngine(Engine):
         if reader is not None and not reader.done():
             reader.cancel()
 
-    def count_tokens(self, messages: list[dict[str, str]]) -> int:
+    def count_tokens(self, messages: list[dict[str, Any]]) -> int:
         """Return the prompt tokens of ``messages`` as the server counts them.
 
         Uses vLLM's ``POST /tokenize`` (chat template applied by the server). Raises
@@ -150,6 +169,9 @@ class OpenAIEngine(Engine):
             }
         elif fmt:
             body["response_format"] = fmt
+        for name in ("tools", "tool_choice", "parallel_tool_calls"):
+            if params.get(name) is not None:
+                body[name] = params[name]
         if params.get("ignore_eos"):
             body["ignore_eos"] = True  # vLLM extension (benchmarks, tests)
         return body
@@ -179,9 +201,12 @@ class OpenAIEngine(Engine):
                     if chunk.get("usage"):
                         usage = _usage_from(chunk["usage"])
                     for choice in chunk.get("choices") or []:
-                        text = (choice.get("delta") or {}).get("content")
+                        delta = choice.get("delta") or {}
+                        text = delta.get("content")
                         if text:
                             items.put_nowait(text)
+                        for call in delta.get("tool_calls") or ():
+                            items.put_nowait(_tool_call_delta(call))
                         if choice.get("finish_reason"):
                             finish = choice["finish_reason"]
             if finish is None:
@@ -195,7 +220,7 @@ class OpenAIEngine(Engine):
         except ValueError as exc:
             items.put_nowait(EngineError(f"{self.base_url} sent a bad chunk: {exc}"))
 
-    async def generate(self, job: Job) -> AsyncIterator[Delta | Finish]:
+    async def generate(self, job: Job) -> AsyncIterator[Delta | ToolCallDelta | Finish]:
         """Yield the remote deltas, then a Finish with the server's usage.
 
         Raises :class:`EngineError` on a connection failure, an HTTP error status or
@@ -222,7 +247,7 @@ class OpenAIEngine(Engine):
                     result = item
                     continue
                 chunks += 1
-                yield Delta(item)
+                yield item if isinstance(item, ToolCallDelta) else Delta(item)
             if job.job_id in self._aborted or result is None:
                 reason, usage = protocol.FINISH_CANCELLED, None
             else:

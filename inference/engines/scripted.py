@@ -11,6 +11,16 @@ exercised exactly. Options come from the constructor and can be overridden per j
 - ``delay_ms`` (float): sleep before each token, in milliseconds.
 - ``stop`` (the job's OpenAI ``stop`` strings, not a script option): the text is cut
   before the first one, finish ``stop``.
+- ``tool_calls`` (list): calls emitted after the text when the job offers ``tools``,
+  each ``{"name": str, "arguments": str, "id"?: str, "pieces"?: [int, ...]}``;
+  ``pieces`` are the lengths (UTF-8 bytes) of the argument pieces sent as separate
+  :class:`ToolCallDelta` items (the rest goes in a last piece; default: the whole
+  string in the first piece), so a test chooses the split points, also inside a
+  character (its bytes are held for the next piece, as an engine's decoder does). Each piece costs
+  one completion token; the finish reason is ``tool_calls``. ``tool_choice``
+  ``"none"`` emits none, a named function only its calls, ``parallel_tool_calls``
+  false only the first; ``"required"`` or a named function the script has no call
+  for cannot be honoured: :class:`EngineError` ``invalid_parameter`` (a 400).
 - ``fail_after`` (int|None): raise :class:`EngineError` after this many tokens (0 = before
   the first token); ``fail_code`` (str): its error code (default ``engine_error``).
 
@@ -32,8 +42,10 @@ from inference.engines.base import (
     EngineError,
     Finish,
     StopText,
+    ToolCallDelta,
     Utf8Decoder,
 )
+from inference.params import ERROR_INVALID_PARAMETER
 from inference.protocol import Job, Usage
 
 DEFAULT_TEXT = (
@@ -55,6 +67,7 @@ class ScriptedEngine(Engine):
         chunk_bytes: int | None = None,
         fail_after: int | None = None,
         cycle: bool = False,
+        tool_calls: list[dict[str, Any]] | None = None,
         max_concurrency: int = 8,
         model: str = "scripted-1",
     ) -> None:
@@ -64,6 +77,7 @@ class ScriptedEngine(Engine):
             "chunk_bytes": chunk_bytes,
             "fail_after": fail_after,
             "cycle": cycle,
+            "tool_calls": tool_calls or [],
         }
         self.max_concurrency = max_concurrency
         self.model = model
@@ -76,20 +90,71 @@ class ScriptedEngine(Engine):
             return [raw[i : i + chunk_bytes] for i in range(0, len(raw), chunk_bytes)]
         return [w.encode() for w in re.findall(r"\s*\S+|\s+$", text)]
 
-    def count_tokens(self, messages: list[dict[str, str]]) -> int:
-        """Return 4 per message plus one per whitespace-separated word."""
-        return sum(4 + len(str(m.get("content", "")).split()) for m in messages)
+    def count_tokens(self, messages: list[dict[str, Any]]) -> int:
+        """Return 4 per message plus one per whitespace-separated word (of the
+        content and of any tool call's name and arguments)."""
+        return sum(
+            4
+            + len(str(m.get("content") or "").split())
+            + sum(
+                len(f"{c['function']['name']} {c['function']['arguments']}".split())
+                for c in m.get("tool_calls") or ()
+            )
+            for m in messages
+        )
+
+    @staticmethod
+    def _calls(job: Job, scripted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The scripted calls the job's tool parameters allow (module docstring)."""
+        params = job.params
+        if not params.get("tools"):
+            return []
+        choice = params.get("tool_choice", "auto")
+        if choice == "none":
+            return []
+        calls = list(scripted)
+        if isinstance(choice, dict):
+            calls = [c for c in calls if c["name"] == choice["function"]["name"]]
+        if params.get("parallel_tool_calls") is False:
+            calls = calls[:1]
+        if not calls and choice != "auto":
+            raise EngineError(
+                f"The script has no call that honours tool_choice {choice!r}.",
+                code=ERROR_INVALID_PARAMETER,
+            )
+        return calls
+
+    @staticmethod
+    def _call_deltas(index: int, call: dict[str, Any]) -> list[ToolCallDelta]:
+        """The pieces of scripted call ``index``: its arguments' UTF-8 bytes cut at the
+        ``pieces`` lengths and decoded as an engine does (the bytes of a character
+        cut in two wait for the next piece; a later piece left empty is not sent)."""
+        raw = call["arguments"].encode()
+        cuts, start = [], 0
+        for size in call.get("pieces") or ():
+            cuts.append(raw[start : start + size])
+            start += size
+        if start < len(raw) or not cuts:
+            cuts.append(raw[start:])
+        decoder = Utf8Decoder()
+        texts = [decoder.feed(cut) for cut in cuts]
+        deltas = [ToolCallDelta(index=index, arguments=texts[0])]
+        deltas += [ToolCallDelta(index=index, arguments=t) for t in texts[1:] if t]
+        deltas[0].id = call.get("id") or f"call_scripted{index}"
+        deltas[0].name = call["name"]
+        return deltas
 
     def abort(self, job_id: str) -> None:
         """Mark ``job_id`` aborted; its generator stops before the next token."""
         self._aborted.add(job_id)
 
-    async def generate(self, job: Job) -> AsyncIterator[Delta | Finish]:
+    async def generate(self, job: Job) -> AsyncIterator[Delta | ToolCallDelta | Finish]:
         """Emit the scripted chunks (see module docstring); end with a :class:`Finish`."""
         opts = {**self.defaults, **(job.params.get("script") or {})}
         chunks = self._chunks(opts["text"], opts["chunk_bytes"])
-        if not chunks:
-            chunks = [b""]
+        calls = self._calls(job, opts["tool_calls"])
+        if not chunks and not calls:
+            chunks = [b""]  # an empty answer is still one token
         usage = Usage(prompt_tokens=self.count_tokens(job.messages))
         decoder = Utf8Decoder()
         stopper = StopText(job.params.get("stop"))
@@ -106,7 +171,7 @@ class ScriptedEngine(Engine):
                     finish_reason = protocol.FINISH_LENGTH
                     break
                 if i >= len(chunks):
-                    if not opts["cycle"]:
+                    if not opts["cycle"] or not chunks:
                         break
                     i = 0
                 if fail_after is not None and usage.completion_tokens >= int(
@@ -132,6 +197,15 @@ class ScriptedEngine(Engine):
             tail = stopper.feed(decoder.flush()) + stopper.flush()
             if tail:
                 yield Delta(tail)
+            if finish_reason == protocol.FINISH_STOP:
+                for index, call in enumerate(calls):
+                    for piece in self._call_deltas(index, call):
+                        if delay_s:
+                            await asyncio.sleep(delay_s)
+                        usage.completion_tokens += 1
+                        yield piece
+                if calls:
+                    finish_reason = protocol.FINISH_TOOL_CALLS
             yield Finish(finish_reason, usage)
         finally:
             self._aborted.discard(job.job_id)

@@ -1,5 +1,7 @@
 """The Redis protocol: key names and event schemas (inference/protocol.py)."""
 
+import json
+
 import pytest
 
 from inference import protocol
@@ -10,6 +12,7 @@ def test_every_event_type_has_a_schema_that_accepts_a_valid_payload():
     valid = {
         "meta": {"model": "m", "worker": "w", "queue_ms": 3},
         "token": {"t": "hé"},
+        "tool_call": {"index": 0, "id": "call_1", "name": "f", "arguments_delta": ""},
         "done": {
             "finish_reason": "stop",
             "usage": {"prompt_tokens": 5, "completion_tokens": 2, "cached_tokens": 0},
@@ -138,3 +141,16 @@ def test_an_embed_job_round_trips_and_a_bad_input_is_refused():
         protocol.Job.from_fields(
             protocol.Job(job_id="j", messages=[], input=[1]).to_fields()  # type: ignore[list-item]  # a bad input on purpose
         )
+
+
+def test_a_tool_call_event_carries_a_piece_of_one_call():
+    first = protocol.tool_call_fields(
+        index=0, id="call_1", name="get_weather", arguments_delta=""
+    )
+    later = protocol.tool_call_fields(index=0, arguments_delta='{"city": "日')
+    for fields in (first, later):
+        protocol.event_validate(fields["e"], json.loads(fields["d"]))
+    assert json.loads(later["d"]) == {"index": 0, "arguments_delta": '{"city": "日'}
+    for bad in ({"index": "0", "arguments_delta": ""}, {"index": 0, "id": ""}):
+        with pytest.raises(ValueError):
+            protocol.event_validate("tool_call", {"arguments_delta": "", **bad})

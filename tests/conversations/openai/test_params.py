@@ -74,9 +74,8 @@ async def test_an_out_of_range_value_is_a_400_naming_the_field(
         ("logprobs", True),
         ("top_logprobs", 2),
         ("n", 3),
-        ("tools", [{"type": "function", "function": {"name": "f"}}]),
-        ("tool_choice", "auto"),
         ("functions", [{"name": "f"}]),
+        ("function_call", "auto"),
         ("modalities", ["audio"]),
         ("no_such_field", 1),
     ],
@@ -201,14 +200,20 @@ def test_the_engine_table_covers_every_parameter_the_api_passes_on():
             "frequency_penalty": 0,
             "logit_bias": {"1": 1},
             "response_format": {"type": "json_object"},
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": "auto",
+            "parallel_tool_calls": True,
         }
     )
     every = set().union(*ENGINE_PARAMS.values())
     assert set(parsed) == every
     for engine in ("llamacpp", "vllm", "openai"):
         params_check(
-            pool=ModelPool(name="p", engine=engine), params=parsed, strict=True
+            pool=ModelPool(name="p", engine=engine),
+            params={k: v for k, v in parsed.items() if k in ENGINE_PARAMS[engine]},
+            strict=True,
         )
+    assert ENGINE_PARAMS["openai"] == set(parsed)
     with pytest.raises(InvalidInput) as refused:
         params_check(
             pool=ModelPool(name="p", engine="scripted"), params=parsed, strict=True

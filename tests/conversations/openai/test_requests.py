@@ -22,7 +22,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
     [
         ({"model": "default"}, "invalid_messages"),
         ({"messages": [{"role": "user", "content": "hi"}]}, "missing_model"),
-        (ask(messages=[{"role": "tool", "content": "x"}]), "invalid_role"),
+        (ask(messages=[{"role": "function", "content": "x"}]), "invalid_role"),
+        (
+            ask(messages=[{"role": "tool", "content": "x"}]),
+            "invalid_tool_call_id",
+        ),
         (ask(messages=[{"role": "user", "content": 3}]), "invalid_content"),
         (ask(messages=[{"role": "system", "content": "only"}]), "no_prompt"),
         (ask(temperature=3), "invalid_parameter"),
