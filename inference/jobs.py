@@ -14,7 +14,6 @@ stored for it (``UsageRecord.Status`` and ``Message.Status`` values) and the
 |-----------------------------------|-----------|----------------|
 | ``done`` finish ``stop``          | complete  | stop           |
 | ``done`` finish ``length``        | complete  | length         |
-| ``done`` finish ``tool_calls``    | complete  | tool_calls     |
 | ``done`` finish ``cancelled``     | cancelled | stop           |
 | ``done`` finish ``content_filter``| filtered  | content_filter |
 | ``done`` finish ``tool_calls``    | complete  | tool_calls     |
@@ -42,7 +41,6 @@ STATUS_ERROR = "error"
 FINISH_MAP: dict[str, tuple[str, str | None]] = {
     protocol.FINISH_STOP: (STATUS_COMPLETE, "stop"),
     protocol.FINISH_LENGTH: (STATUS_COMPLETE, "length"),
-    protocol.FINISH_TOOL_CALLS: (STATUS_COMPLETE, "tool_calls"),
     protocol.FINISH_CANCELLED: (STATUS_CANCELLED, "stop"),
     protocol.FINISH_CONTENT_FILTER: (STATUS_FILTERED, "content_filter"),
     protocol.FINISH_TOOL_CALLS: (STATUS_COMPLETE, "tool_calls"),

@@ -326,8 +326,11 @@ CHAT_BACKGROUND_JOBS = env.bool("CHAT_BACKGROUND_JOBS", default=True)
 CHAT_TOOL_MAX_STEPS = env.int("CHAT_TOOL_MAX_STEPS", default=4)
 # The tools offered to a user: a dotted path to ``provider(*, user) -> list of tools``
 # (each with name, description, parameters, timeout_s and ``async run(arguments,
-# context)``); "" offers none.
-CHAT_TOOLS_PROVIDER = env("CHAT_TOOLS_PROVIDER", default="")
+# context)``); the default is the tool registry's offer (tools/), "" offers none.
+CHAT_TOOLS_PROVIDER = env(
+    "CHAT_TOOLS_PROVIDER",
+    default="conversations.services.turns.registry.registry_tools",
+)
 # How long a tool step's state and the conversation's "tool running" mark live in
 # Redis (seconds): longer than any tool's wall-clock limit.
 CHAT_TOOL_STEP_TTL_S = env.int("CHAT_TOOL_STEP_TTL_S", default=600)

@@ -54,6 +54,9 @@ SAFETY_CONFIG_CACHE_S = 0.0
 # Tasks run eagerly here: tests trigger titles/summaries/facts explicitly, so a test
 # sees only the model calls it asked for.
 CHAT_BACKGROUND_JOBS = False
+# The chat offers no tools in tests unless a test (or a test server's environment) names
+# a provider: a turn's prompt, caches and queries stay those of a turn without tools.
+CHAT_TOOLS_PROVIDER = env("CHAT_TOOLS_PROVIDER", default="")
 # Input moderation is on in the product (base.py) but off in tests unless a test asks
 # for it (the `moderation_on` fixture, or SAFETY_INPUT_ENABLED=1 in a test server's
 # environment): a test about something else must not depend on the classifier's
