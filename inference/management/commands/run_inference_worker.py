@@ -12,7 +12,9 @@ Timing settings: INFERENCE_HEARTBEAT_S, INFERENCE_WORKER_TTL_S, INFERENCE_RECLAI
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import os
 import signal
 from typing import Any
@@ -92,9 +94,17 @@ class Command(BaseCommand):
             "--script-text", default=None, help="scripted engine: answer text"
         )
         parser.add_argument(
+            "--script-tool-calls",
+            default=None,
+            help="scripted engine: JSON list of the tool calls to make when offered "
+            'tools, e.g. \'[{"name": "run_python", "arguments": "{}"}]\'',
+        )
+        parser.add_argument(
             "--cycle",
-            action="store_true",
-            help="scripted engine: repeat the text until max_tokens",
+            action=argparse.BooleanOptionalAction,
+            default=False,
+            help="scripted engine: repeat the text until max_tokens (--no-cycle: "
+            "once, e.g. to end with --script-tool-calls)",
         )
         parser.add_argument(
             "--model",
@@ -202,6 +212,8 @@ class Command(BaseCommand):
             engine_opts = {"delay_ms": opts["delay_ms"], "cycle": opts["cycle"]}
             if opts["script_text"]:
                 engine_opts["text"] = opts["script_text"]
+            if opts["script_tool_calls"]:
+                engine_opts["tool_calls"] = json.loads(opts["script_tool_calls"])
         try:
             engine = engine_create(opts["engine"], **engine_opts)
         except (ValueError, FileNotFoundError) as exc:

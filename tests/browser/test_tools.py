@@ -1,0 +1,60 @@
+"""A Python tool turn in the browser (the tool loop, conversations/services/turns/
+tools.py, and its page side in static/chat.js): the model's call runs in the real
+sandbox (bubblewrap; skipped without it), its block streams into the answer, the final
+answer follows in the same article, and after a reload the thread looks the same."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conversations.models import Message
+from tests.browser.conftest import BROWSER_MARKS, last_answer
+
+CODE = "print(6 * 7)"
+CALLS = json.dumps(
+    [{"name": "run_python", "arguments": json.dumps({"code": CODE}), "id": "call_py"}]
+)
+
+pytestmark = [
+    *BROWSER_MARKS,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing"),
+]
+
+
+@pytest.mark.parametrize(
+    "worker_args", [["--script-tool-calls", CALLS, "--no-cycle", "--delay-ms", "10"]]
+)
+@pytest.mark.parametrize(
+    "site_env",
+    [
+        {
+            "CHAT_TOOL_MAX_STEPS": "1",  # one round, then the model answers
+            "CHAT_TOOLS_PROVIDER": "conversations.services.turns.registry.registry_tools",
+        }
+    ],
+)
+def test_a_python_tool_turn_streams_its_step_and_answer_and_survives_a_reload(page):
+    page.fill("#content", "What is 6 * 7? Use Python.")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    answer = last_answer(page)
+    block = answer.locator("details.tool-step")
+    assert block.count() == 1
+    assert "Python" in block.locator("summary").inner_text()
+    block.locator("summary").click()
+    assert "42" in block.inner_text()
+    final = Message.objects.filter(role="assistant").order_by("created_at").last()
+    assert final.finish_reason == "stop"
+    assert answer.get_attribute("data-message-id") == str(final.id)
+    shown = answer.locator(".msg-body").inner_text().strip()
+    assert shown
+    page.reload()
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    again = last_answer(page)
+    assert again.locator("details.tool-step").count() == 1
+    again.locator("details.tool-step summary").click()
+    assert "42" in again.locator("details.tool-step").inner_text()
+    assert again.locator(".msg-body").inner_text().strip() == shown
