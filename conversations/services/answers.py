@@ -100,7 +100,7 @@ def _calls_stored(*, job_id: str, outcome: generations.Outcome) -> list[dict[str
     """The calls of a generation that ended with ``tool_calls``, cleaned as stored
     (:func:`conversations.tool_steps.calls_clean`); empty when there are none or they
     cannot be stored (the answer then ends as a plain answer)."""
-    calls = tools.outcome_calls(job_id=job_id, outcome=outcome)
+    calls = tools.outcome_calls(outcome=outcome)
     if not calls:
         return []
     try:

@@ -107,7 +107,7 @@ def test_stop_during_a_python_run_kills_the_sandbox(start_worker, auth_client, u
 
         while not stopped.is_set():
             state = tools.step_state(message_id=calling_id)
-            if state and state["state"] == "running":
+            if state and state.get("call") == 0:  # the sandbox is starting
                 services.turn_stop(
                     user=user, conversation_id=conversation_id, message_id=calling_id
                 )

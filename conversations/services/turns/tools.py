@@ -2,7 +2,8 @@
 
 A generation of the chat that ends with ``finish_reason: "tool_calls"`` is settled like
 any other (:class:`conversations.services.MessageRecorder`), its calls stored on its
-answer message in the same transaction; then :func:`tool_step_run` runs the step, as a
+answer message in the same transaction (the outcome's
+:attr:`~gateway.generations.Outcome.tool_calls`); then :func:`tool_step_run` runs the step, as a
 Celery task queued on commit (``conversations.tasks.tool_step``), so it goes on when
 the browser leaves:
 
@@ -49,9 +50,8 @@ from conversations.models import Message
 from conversations.services.tool_steps import tool_result_append
 from conversations.tool_steps import ToolOutput
 from gateway import generations
-from inference import client as inference_client
 from inference.connections import redis_sync
-from inference.protocol import EVENT_TOOL_CALL, FINISH_TOOL_CALLS
+from inference.protocol import FINISH_TOOL_CALLS
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,8 @@ STOP_POLL_S = 0.05
 
 def step_key(message_id: Any) -> str:
     """The Redis key of the tool step of the calling message ``message_id``: a JSON
-    object ``{"state", "done" (results stored), "next" (message id), "error"}``."""
+    object ``{"state", "done" (results stored), "call" (the index of the call
+    running), "next" (message id), "error", "code"}``."""
     return f"chat:toolstep:{message_id}"
 
 
@@ -119,50 +120,20 @@ def tools_definitions(*, user: User) -> list[dict[str, Any]]:
     ]
 
 
-def calls_from_events(events: list[Any]) -> list[dict[str, str]]:
-    """Assemble the tool calls of a generation from its ``tool_call`` events (in
-    stream order): ``[{"id", "name", "arguments"}]`` by index, each call's arguments
-    its pieces joined."""
-    calls: dict[int, dict[str, str]] = {}
-    for event in events:
-        if event.type != EVENT_TOOL_CALL:
-            continue
-        data = event.data
-        call = calls.setdefault(
-            int(data["index"]), {"id": "", "name": "", "arguments": ""}
-        )
-        if data.get("id"):
-            call["id"] = data["id"]
-        if data.get("name"):
-            call["name"] = data["name"]
-        call["arguments"] += data.get("arguments_delta") or ""
-    return [calls[i] for i in sorted(calls)]
-
-
-def outcome_calls(*, job_id: str, outcome: Any) -> list[dict[str, str]]:
-    """The tool calls a settled generation made, as stored on its message: the
-    outcome's assembled calls when it carries them (dicts of ``id``/``name``/
-    ``arguments``, or OpenAI's ``function`` shape), else from its stream's events.
-    Empty unless it finished with ``tool_calls``."""
+def outcome_calls(*, outcome: Any) -> list[dict[str, str]]:
+    """The tool calls a settled generation made (its outcome's, OpenAI's shape), as
+    stored on its message: ``[{"id", "name", "arguments"}]``. Empty unless it
+    finished with ``tool_calls``."""
     if outcome.finish_reason != FINISH_TOOL_CALLS:
         return []
-    carried = getattr(outcome, "tool_calls", None)
-    if not carried:
-        return calls_from_events(inference_client.generation_events(job_id=job_id))
-    out = []
-    for c in carried:
-        c = c if isinstance(c, dict) else vars(c)
-        function = c.get("function") or {}
-        out.append(
-            {
-                "id": str(c.get("id") or ""),
-                "name": str(c.get("name") or function.get("name") or ""),
-                "arguments": str(
-                    c.get("arguments", function.get("arguments", "")) or ""
-                ),
-            }
-        )
-    return out
+    return [
+        {
+            "id": str(c.get("id") or ""),
+            "name": str(c["function"].get("name") or ""),
+            "arguments": str(c["function"].get("arguments") or ""),
+        }
+        for c in outcome.tool_calls
+    ]
 
 
 def step_state(*, message_id: Any) -> dict[str, Any] | None:
@@ -382,6 +353,7 @@ def _step(message: Message, *, conversation_id: Any, user: User) -> str:
         if _stopped(message.id):
             _state_set(message.id, state=STEP_STOPPED, done=done)
             return STEP_STOPPED
+        _state_set(message.id, state=STEP_RUNNING, done=done, call=done)
         output, stopped = _call_output(call, offered, context)
         last = tool_result_append(
             user=user,
