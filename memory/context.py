@@ -37,6 +37,7 @@ most ``context_tokens - max_tokens`` tokens, so the engine never trims or overfl
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -411,6 +412,14 @@ MEMORY_OFF_NOTE = (
 )
 
 
+def _counter(tools: list[dict[str, Any]] | None) -> Counter:
+    """The prompt counter of MEMORY_TOKENIZER_ENGINE, counting ``tools`` too."""
+    counter = prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)
+    if not tools:
+        return cast(Counter, counter)
+    return cast(Counter, functools.partial(counter, tools=tools))
+
+
 def turn_context(
     *,
     user_id: int,
@@ -421,6 +430,7 @@ def turn_context(
     summary_covers: int = 0,
     query: TextVector | None = None,
     document_ids: Collection[int] | None = None,
+    tools: list[dict[str, Any]] | None = None,
 ) -> BuiltContext:
     """Build a turn's context for ``user_id`` with their facts and document passages.
 
@@ -435,7 +445,9 @@ def turn_context(
     shared embedding (the turn embeds it once for everyone); without one it is made
     here. When no vector can be had (no embedding worker) the context is built without
     facts and passages and ``memory_unavailable`` is set. Counts use the
-    MEMORY_TOKENIZER_ENGINE tokenizer against MEMORY_CONTEXT_TOKENS. See
+    MEMORY_TOKENIZER_ENGINE tokenizer against MEMORY_CONTEXT_TOKENS, with ``tools``
+    (the OpenAI tool definitions the generation offers) rendered into every count, so
+    the prompt's tokens and the history's budget include them. See
     :func:`context_build` for the rules and errors.
     """
     facts: list[str] = []
@@ -481,7 +493,7 @@ def turn_context(
         max_tokens=max_tokens,
         context_tokens=settings.MEMORY_CONTEXT_TOKENS,
         # the counters take any OpenAI chat messages (tool calls included)
-        count=cast(Counter, prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)),
+        count=_counter(tools),
         facts=facts,
         passages=passages,
         summary=summary,

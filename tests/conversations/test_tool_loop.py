@@ -393,3 +393,27 @@ def test_the_relay_shows_a_tool_running_then_its_stop(start_worker, auth_client,
     assert states[0] == "running" and states[-1] == "error"
     assert result.last("step_end").data["state"] == "stopped"
     assert tool_loop_tools.CANCELLED.is_set()
+
+
+def test_the_prompt_count_includes_the_tools_offered(user):
+    from conversations.models import DocumentScope
+    from conversations.services.scope import Scope
+    from conversations.services.turns import TurnRequest
+    from conversations.services.turns.prompt import prompt_build
+    from inference.embeddings import TextVector
+
+    turn = TurnRequest(user=user, conversation=None, content="Hi there.")
+    definitions = tools.tools_definitions(user=user)
+    assert [d["function"]["name"] for d in definitions] == ["echo", "wait"]
+
+    def count(offered):
+        return prompt_build(
+            turn,
+            scope=Scope(kind=DocumentScope.NONE),
+            max_tokens=64,
+            query=TextVector(turn.text),
+            tools=offered,
+        ).prompt_tokens
+
+    # the serving tokenizer's chat template renders the definitions into the prompt
+    assert count(definitions) > count(None) + 20

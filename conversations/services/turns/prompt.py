@@ -8,7 +8,6 @@ row is locked while it runs. :func:`generation_request` turns it into the
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.conf import settings
@@ -49,7 +48,12 @@ def scope_in_force(conversation: Conversation | None) -> Scope:
 
 
 def prompt_build(
-    turn: TurnRequest, *, scope: Scope, max_tokens: int, query: TextVector
+    turn: TurnRequest,
+    *,
+    scope: Scope,
+    max_tokens: int,
+    query: TextVector,
+    tools: list[dict[str, Any]] | None = None,
 ) -> BuiltContext:
     """Build the prompt of the turn's answer to the token (memory.context.turn_context).
 
@@ -58,7 +62,8 @@ def prompt_build(
     ``turn.content`` when the turn sends a new message; trailing answers are dropped
     (a trailing round of tool calls and results, the turn's chain so far, is kept).
     ``max_tokens`` is the answer's reserve, in tokens; ``query`` the question's shared
-    embedding; ``scope`` the documents retrieval may search.
+    embedding; ``scope`` the documents retrieval may search; ``tools`` the tool
+    definitions offered, counted into the prompt's tokens.
     """
     history: list[dict[str, Any]] = []
     summary, covers = "", 0
@@ -79,6 +84,7 @@ def prompt_build(
         summary_covers=min(covers, len(history)),
         query=query,
         document_ids=scope.retrieval_ids(),
+        tools=tools,
     )
 
 
@@ -100,15 +106,6 @@ def cache_policy(
         lookup=lookup,
         query=query,
     )
-
-
-def tools_tokens(tools: list[dict[str, Any]]) -> int:
-    """Return the tokens reserved for the tool definitions ``tools`` in a prompt: their
-    JSON's characters / 3, rounded up (a chat template renders them into the prompt,
-    and the messages' count does not include them; 3 characters a token errs long)."""
-    if not tools:
-        return 0
-    return -(-len(json.dumps(tools, ensure_ascii=False)) // 3)
 
 
 def tools_params(tools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -137,17 +134,16 @@ def generation_request(
     sampling parameters, ``model`` an explicit pool/model choice (None: routing),
     ``opt_in`` the user's cache preference. ``tools`` (OpenAI definitions) are offered
     with ``tool_choice: "auto"`` when the routed engine implements tools (dropped
-    otherwise), their tokens (:func:`tools_tokens`) reserved with the prompt's; a turn
-    offered tools never uses the answer caches (a cached answer has no tool calls).
+    otherwise; ``built`` counted them, :func:`prompt_build`); a turn offered tools
+    never uses the answer caches (a cached answer has no tool calls).
     """
     conversation, question = turn.conversation, turn.question
     tools = tools or []
-    extra = tools_tokens(tools)
     return generations.GenerationRequest(
         user=turn.user,
         messages=built.messages,
-        prompt_tokens=built.prompt_tokens + extra,
-        context_tokens=built.prompt_tokens + extra,
+        prompt_tokens=built.prompt_tokens,
+        context_tokens=built.prompt_tokens,
         params={**params, **tools_params(tools)},
         tools_optional=bool(tools),
         surface=generations.Surface.CHAT,

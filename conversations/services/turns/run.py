@@ -30,7 +30,6 @@ from conversations.services.turns.prompt import (
     generation_request,
     prompt_build,
     scope_in_force,
-    tools_tokens,
 )
 from conversations.services.turns.request import Turn, TurnRequest
 from conversations.services.turns.rows import idle_check, rows_store
@@ -62,9 +61,9 @@ def turn_run(
     built = prompt_build(
         turn,
         scope=scope,
-        # the tool definitions take room in the prompt the messages' count omits
-        max_tokens=int(sampling["max_tokens"]) + tools_tokens(offered),
+        max_tokens=int(sampling["max_tokens"]),
         query=query,
+        tools=offered,
     )
     request = generation_request(
         turn,
