@@ -142,12 +142,16 @@ def _message_chars(message: dict[str, Any]) -> int:
     )
 
 
-def tools_involved(*, messages: list[dict[str, Any]], params: dict[str, Any]) -> bool:
-    """True when a request offers ``tools`` or carries a tool exchange (an assistant
-    message with ``tool_calls`` or a ``tool`` message): the answer caches (keyed on
-    text) are neither read nor filled for it."""
-    if params.get("tools"):
-        return True
+def tools_involved(*, messages: list[dict[str, Any]]) -> bool:
+    """True when a request carries a tool exchange (an assistant message with
+    ``tool_calls`` or a ``tool`` message): the answer caches are neither read nor
+    filled for it.
+
+    A request that only offers ``tools`` may use them: the offered tools are part of
+    the sampling parameters both keys hash (:func:`gateway.cache.policy.params_hash`),
+    so it only meets answers made with the same offer, and only a plain answer
+    (``stop``/``length``) is ever stored, never a call.
+    """
     return any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
 
 
@@ -255,7 +259,7 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
     )
     material = None
     cache_policy = request.cache_policy
-    if tools_involved(messages=messages, params=params):
+    if tools_involved(messages=messages):
         cache_policy = None  # a cached plain answer never answers a tool exchange
     try:
         if cache_policy is not None:

@@ -39,6 +39,7 @@ from safety.categories import Category
 from safety.models import Appeal, ModerationEvent, Suspension
 from tests.conftest import fake_heartbeat
 from tests.gateway import factories
+from tools.models import ToolPreference
 
 pytestmark = pytest.mark.django_db
 
@@ -270,6 +271,7 @@ def _seed(user: Any) -> set[str]:
     )
     services.api_key_create(user=user)
     UserPreference.objects.create(user=user)
+    ToolPreference.objects.create(user=user, disabled=["web_search"])
     Subscription.objects.create(user=user, plan=factories.plan(name=f"p-{user.pk}"))
     job_id = f"job-{user.pk}"
     UsageRecord.objects.create(user=user, status="complete", job_id=job_id)

@@ -330,6 +330,28 @@ async def test_the_caches_never_answer_a_request_with_tools(
 
 
 @pytestmark_db
+async def test_a_plain_answer_under_a_tool_offer_is_cached_for_that_offer_only(
+    api_key, start_worker, enqueued
+):
+    start_worker(ScriptedEngine(text="Sunny.", tool_calls=[CALL]))
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    offer = {"tools": [WEATHER], "tool_choice": "none"}
+    first = await _post(api_key, messages=messages, temperature=0, cache=True, **offer)
+    assert first.json()["choices"][0]["message"]["content"] == "Sunny."
+    again = await _post(api_key, messages=messages, temperature=0, cache=True, **offer)
+    assert again.headers["x-chatsite-cache"] == "exact"
+    assert again.json()["choices"][0]["message"]["content"] == "Sunny."
+    other = {"tools": [WEATHER, NOW], "tool_choice": "none"}
+    elsewhere = await _post(
+        api_key, messages=messages, temperature=0, cache=True, **other
+    )
+    assert "x-chatsite-cache" not in elsewhere.headers
+    plain = await _post(api_key, messages=messages, temperature=0, cache=True)
+    assert "x-chatsite-cache" not in plain.headers
+    assert len(enqueued) == 3
+
+
+@pytestmark_db
 async def test_a_two_request_exchange_is_billed_for_each_request(
     user, api_key, start_worker
 ):
