@@ -19,7 +19,6 @@ import ssl
 import time
 from dataclasses import dataclass, field
 
-import html_text
 import httpx
 
 from tools.addresses import AllowList, FetchRefused, host_check
@@ -201,7 +200,14 @@ def response_read(
         decoded = bytes(body).decode(response.charset_encoding or "utf-8", "replace")
     except LookupError:  # a charset Python does not know
         decoded = bytes(body).decode("utf-8", "replace")
-    text = html_text.extract_text(decoded) if media in HTML_TYPES else decoded
+    if media in HTML_TYPES:
+        # imported here: the app registry loads this module (tools.builtin), and the
+        # vLLM worker's venv carries the app's models but not the HTML reader
+        import html_text
+
+        text = html_text.extract_text(decoded)
+    else:
+        text = decoded
     if len(text) > limits.max_chars:
         text, truncated = text[: limits.max_chars], True
     return FetchResult(

@@ -164,7 +164,15 @@ def _message(message: dict[str, Any], i: int, call_ids: set[str]) -> dict[str, A
     text = _content_text(message.get("content"), i, role)
     if role == "assistant" and message.get("tool_calls") is not None:
         calls = _tool_calls(message["tool_calls"], i)
-        call_ids.update(c["id"] for c in calls)
+        ids = [c["id"] for c in calls]
+        if len(set(ids)) != len(ids) or call_ids.intersection(ids):
+            raise invalid_input(
+                f"messages[{i}].tool_calls: each tool call's `id` must be unique in "
+                "the conversation.",
+                "invalid_messages",
+                param="messages",
+            )
+        call_ids.update(ids)
         return {"role": role, "content": text, "tool_calls": calls}
     if role == "tool":
         call_id = message.get("tool_call_id")

@@ -155,6 +155,30 @@ def tools_involved(*, messages: list[dict[str, Any]]) -> bool:
     return any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
 
 
+def client_texts(
+    *, messages: list[dict[str, Any]], params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Return ``messages`` plus, as messages of their own, the other client-written
+    text that reaches the prompt: each assistant call's ``arguments`` and a ``tool``
+    message's ``name`` (role ``assistant``), each offered tool's ``description``
+    (role ``system``). Input moderation screens all of it like a message; none of it
+    is a user turn, so the window of user turns is unchanged.
+    """
+    extra: list[dict[str, Any]] = []
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            arguments = (call.get("function") or {}).get("arguments")
+            if isinstance(arguments, str):
+                extra.append({"role": "assistant", "content": arguments})
+        if message.get("role") == "tool" and isinstance(message.get("name"), str):
+            extra.append({"role": "assistant", "content": message["name"]})
+    for tool in params.get("tools") or ():
+        description = (tool.get("function") or {}).get("description")
+        if isinstance(description, str):
+            extra.append({"role": "system", "content": description})
+    return [*messages, *extra] if extra else messages
+
+
 def last_user_text(messages: list[dict[str, str]]) -> str:
     """The content of the last ``user`` message of ``messages`` ("" if none)."""
     for message in reversed(messages):
@@ -183,7 +207,7 @@ def input_check(request: GenerationRequest, *, job_id: str) -> None:
     if request.client_authored:
         safety_services.messages_moderate(
             user=request.user,
-            messages=request.messages,
+            messages=client_texts(messages=request.messages, params=request.params),
             surface=request.surface,
             query=query,
             job_id=job_id,

@@ -259,6 +259,30 @@ def _grammar(response_format: dict[str, Any] | None) -> Any:
         ) from exc
 
 
+def _grammar_check(llm: Any, grammar: Any) -> None:
+    """Parse ``grammar`` with llama.cpp's own parser before sampling with it.
+
+    llama-cpp-python adds the parsed sampler to the chain unchecked: a grammar that
+    llama.cpp refuses (a literal it cannot read, a rule it cannot expand) becomes a
+    NULL sampler and the worker process dies (SIGSEGV) on its first token. Raises
+    EngineError (``invalid_parameter``: the schema is the client's) instead.
+    """
+    import llama_cpp
+
+    sampler = llama_cpp.llama_sampler_init_grammar(
+        llm._model.vocab,
+        grammar._grammar.encode("utf-8"),
+        grammar._root.encode("utf-8"),
+    )
+    if not sampler:
+        raise EngineError(
+            "The JSON Schema cannot be turned into a grammar this engine accepts "
+            "(llama.cpp refused it).",
+            code=ERROR_INVALID_PARAMETER,
+        )
+    llama_cpp.llama_sampler_free(sampler)
+
+
 MAX_PARALLEL_CALLS = 4
 
 
@@ -461,6 +485,8 @@ class LlamaCppEngine(Engine):
             tools = toolcalls.offered_tools(params)
             tokens, max_tokens = self._fit(llm, job.messages, job.max_tokens, tools)
             extractor, grammar = self._tool_setup(params, tools)
+            if grammar is not None:
+                _grammar_check(llm, grammar)
             cached = 0
             for a, b in zip(llm._input_ids[: llm.n_tokens], tokens, strict=False):
                 if a != b:

@@ -183,6 +183,30 @@ def test_a_named_function_not_among_the_tools_is_refused(engine):
     assert exc.value.code == "invalid_parameter"
 
 
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"type": "object", "properties": {"v": {"enum": ['a"b']}}},
+        {"type": "object", "properties": {'we"ird': {"type": "string"}}},
+        {"type": "object", "properties": {"s": {"type": "string", "maxLength": 9000}}},
+    ],
+    ids=["quote in an enum value", "quote in a property name", "huge repetition"],
+)
+def test_a_schema_llama_cpp_refuses_is_an_invalid_parameter_not_a_crash(
+    engine, parameters
+):
+    # llama.cpp turns such a grammar into a NULL sampler; used unchecked, the worker
+    # process died with SIGSEGV on the first token (and again on the retry)
+    tool = {"type": "function", "function": {"name": "pick", "parameters": parameters}}
+    params = {"max_tokens": 8, "tools": [tool], "tool_choice": "required"}
+    with pytest.raises(EngineError) as exc:
+        collect(engine, Job(job_id="refused", messages=ASK, params=params))
+    assert exc.value.code == "invalid_parameter"
+    # the slot is still usable
+    items = collect(engine, Job(job_id="after", messages=ASK, params={"max_tokens": 4}))
+    assert isinstance(items[-1], Finish)
+
+
 def test_a_call_cut_by_max_tokens_finishes_length(engine):
     params = {
         "max_tokens": 6,
