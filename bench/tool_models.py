@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inference.engines.llamacpp import ChatPrompt, LlamaCppEngine  # noqa: E402
+from inference.engines.llamacpp import LlamaCppEngine  # noqa: E402
+from inference.engines.llamacpp_prompt import ChatPrompt  # noqa: E402
 from inference.protocol import Job  # noqa: E402
 from inference.toolcalls import join  # noqa: E402
 

@@ -12,7 +12,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from conversations import selectors
+from conversations import feedback_selectors
 from conversations.models import Conversation, Feedback, Message
 
 
@@ -132,7 +132,7 @@ class FeedbackAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": "Satisfaction per model and day",
             "opts": self.model._meta,
-            "rows": selectors.feedback_satisfaction(start=start, end=end),
+            "rows": feedback_selectors.feedback_satisfaction(start=start, end=end),
             "start": start,
             "end": end,
         }

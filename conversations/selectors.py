@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import Count, Prefetch, Q, QuerySet
-from django.db.models.functions import TruncDate
+from django.db.models import Prefetch, QuerySet
 
 from chatsite.errors import NotFound
 from conversations.models import Conversation, Feedback, Message
-from conversations.tool_steps import ToolStep, openai_tool_calls
+from conversations.tool_steps import ToolStep
 from inference.connections import redis_sync
 from memory.models import Citation
 from safety import selectors as safety_selectors
@@ -230,40 +228,6 @@ def _shown(path: list[Message]) -> list[tuple[Message, Message, list[ToolRound]]
     return shown
 
 
-def tool_steps_get(
-    *, user: User, conversation_id: Any, message_id: Any, running: bool = False
-) -> list[ToolStep]:
-    """Return the steps of the assistant message ``message_id``'s tool calls, in call
-    order, each with the result stored for it (None while it has none; ``running``
-    marks those as still running). For the page's live blocks
-    (:func:`conversations.rendering.tool_step_html`). Two queries. Raises NotFound
-    (not the user's conversation or message); an answer without calls has no steps.
-    """
-    message = message_get(
-        user=user, conversation_id=conversation_id, message_id=message_id
-    )
-    if message.role != Message.Role.ASSISTANT or not message.tool_calls:
-        return []
-    ids = [c["id"] for c in message.tool_calls]
-    rows = Message.objects.filter(
-        conversation_id=message.conversation_id,
-        role=Message.Role.TOOL,
-        tool_call_id__in=ids,
-    )
-    # only the results of this message's own chain (another chain may reuse an id)
-    chain: dict[str, Message] = {}
-    node: Any = message.id
-    by_parent = {r.parent_id: r for r in rows}
-    while node in by_parent and len(chain) < len(ids):
-        r = by_parent[node]
-        chain[r.tool_call_id] = r
-        node = r.id
-    return [
-        ToolStep(message=message, index=k, result=chain.get(i), running=running)
-        for k, i in enumerate(ids)
-    ]
-
-
 def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
     """Return the current branch in order, each message with its versions.
 
@@ -318,202 +282,6 @@ def tool_busy_key(conversation_id: Any) -> str:
 def tool_running(*, conversation_id: Any) -> bool:
     """Whether a tool step runs in ``conversation_id`` (one Redis read)."""
     return bool(redis_sync().exists(tool_busy_key(conversation_id)))
-
-
-def _usable(m: Message) -> bool:
-    """An assistant message the model may see: it did not fail and is not streaming."""
-    return m.status not in (Message.Status.STREAMING, Message.Status.ERROR)
-
-
-def _promptable(messages: list[Message], *, asked: Any = None) -> list[Message]:
-    """Keep what a prompt may hold of the branch ``messages``, in order.
-
-    User messages and answers with text that did not fail or still stream (the model
-    should not see an empty or failed reply); a round of tool calls only whole: the
-    calling message with exactly one result per call right after it (never a call
-    without its result nor a result without its call: a round the loop did not finish
-    is left out). Messages flagged by moderation at import (``moderation_category``)
-    are left out, and with them their whole round, except ``asked``, the id of the
-    question a turn answers (admission screens it under the policies in force).
-    """
-    kept: list[Message] = []
-    i = 0
-    while i < len(messages):
-        m = messages[i]
-        i += 1
-        flagged = bool(m.moderation_category) and m.id != asked
-        if m.role == Message.Role.USER:
-            if not flagged:
-                kept.append(m)
-        elif m.role == Message.Role.ASSISTANT and m.tool_calls:
-            results: list[Message] = []
-            while i < len(messages) and messages[i].role == Message.Role.TOOL:
-                results.append(messages[i])
-                i += 1
-            whole = sorted(r.tool_call_id for r in results) == sorted(
-                c["id"] for c in m.tool_calls
-            )
-            if (
-                whole
-                and not flagged
-                and _usable(m)
-                and not any(r.moderation_category for r in results)
-            ):
-                kept += [m, *results]
-        elif m.role == Message.Role.ASSISTANT:
-            if not flagged and _usable(m) and m.content:
-                kept.append(m)
-        # system messages, and tool results not right after their call: left out
-    return kept
-
-
-def prompt_message(m: Message) -> dict[str, Any]:
-    """Return a stored message as an OpenAI chat message: ``{"role", "content"}``;
-    an assistant's calls as ``tool_calls`` (:func:`conversations.tool_steps.
-    openai_tool_calls`, arguments exactly as generated); a tool result as ``{"role":
-    "tool", "tool_call_id", "name", "content"}`` (raw: :func:`memory.context.
-    context_build` quotes it as data and drops ``name`` before the engine sees it)."""
-    if m.role == Message.Role.TOOL:
-        return {
-            "role": "tool",
-            "tool_call_id": m.tool_call_id,
-            "name": m.tool_name,
-            "content": m.content,
-        }
-    if m.role == Message.Role.ASSISTANT and m.tool_calls:
-        return {
-            "role": "assistant",
-            "content": m.content,
-            "tool_calls": openai_tool_calls(m.tool_calls),
-        }
-    return {"role": m.role, "content": m.content}
-
-
-def context_messages(
-    *, conversation: Conversation, upto: Message | None = None
-) -> list[Message]:
-    """Return the messages a prompt may hold, oldest first: the path from the root to
-    ``upto`` (inclusive), or the current branch when ``upto`` is None.
-
-    Answers that ended in an error or are still streaming are left out; rounds of tool
-    calls are kept only whole (see :func:`_promptable`).
-    """
-    tree = message_tree(conversation=conversation)
-    if upto is None:
-        return _promptable(tree.current_path(conversation))
-    return _promptable(tree.path_to(upto.id))
-
-
-def history_and_summary(
-    *, conversation: Conversation, upto: Message | None
-) -> tuple[list[dict[str, Any]], str, int]:
-    """Return ``(history, summary, covers)`` for a prompt that continues after ``upto``.
-
-    ``history`` is the path from the root to ``upto`` (inclusive; empty when None)
-    as OpenAI chat messages (:func:`prompt_message`), failed and streaming answers
-    left out, rounds of tool calls kept only whole. ``upto`` may be the last tool
-    result of a turn's chain: the history then ends with the question and the
-    chain so far, for the turn's next step. ``summary`` is the
-    conversation's rolling summary, used only when its ``summary_upto`` lies on that
-    path (it summarises a linear prefix; another branch's summary would leak that
-    branch), and ``covers`` how many leading history messages it summarises (0
-    without a summary).
-    """
-    path = message_tree(conversation=conversation).path_to(upto.id) if upto else []
-    # a regenerate answers ``upto`` itself, the next step of a tool chain the question
-    # above it: a question flagged at import is kept for admission to screen; a new
-    # message follows ``upto`` (an answer), never kept so
-    asked = None
-    if upto is not None and upto.role in (Message.Role.USER, Message.Role.TOOL):
-        users = [m.id for m in path if m.role == Message.Role.USER]
-        asked = users[-1] if users else None
-    messages = _promptable(path, asked=asked)
-    upto_id = conversation.summary_upto_id
-    on_path = [m.created_at for m in path if m.id == upto_id]
-    covers = 0
-    summary = ""
-    if on_path:
-        summary = conversation.summary
-        covers = sum(1 for m in messages if m.created_at <= on_path[0])
-    history = [prompt_message(m) for m in messages]
-    return history, summary, covers
-
-
-def chain_next(*, message: Message) -> Message | None:
-    """Return the answer that continues the tool chain of ``message`` (an assistant
-    message that called tools): the newest assistant child of its last result, or
-    None (no result yet, or the turn ended there). Two queries."""
-    ids = [c["id"] for c in message.tool_calls or []]
-    if not ids:
-        return None
-    by_parent = {
-        r.parent_id: r.id
-        for r in Message.objects.filter(
-            conversation_id=message.conversation_id,
-            role=Message.Role.TOOL,
-            tool_call_id__in=ids,
-        )
-    }
-    node = message.id
-    while node in by_parent:
-        node = by_parent[node]
-    if node == message.id:
-        return None
-    return (
-        Message.objects.select_related("conversation")
-        .filter(parent_id=node, role=Message.Role.ASSISTANT)
-        .order_by("-created_at")
-        .first()
-    )
-
-
-def answer_question(*, answer: Message) -> Message | None:
-    """Return the user message ``answer`` answers: its parent, or for the last answer
-    of a tool chain the user message above the chain (None if there is none). One
-    query, two for a chain."""
-    if answer.parent_id is None:
-        return None
-    parent = Message.objects.filter(id=answer.parent_id).first()
-    if parent is None or parent.role == Message.Role.USER:
-        return parent
-    path = message_tree(conversation=answer.conversation).path_to(answer.id)
-    users = [m for m in path if m.role == Message.Role.USER]
-    return users[-1] if users else None
-
-
-def feedback_satisfaction(
-    *, start: dt.date | None = None, end: dt.date | None = None
-) -> list[dict[str, Any]]:
-    """Return per model and UTC day (newest first): ``up``, ``down``, ``total``
-    ratings and ``share_up`` (0-1, thumbs up over all ratings), counted by the day a
-    rating was last given. ``start``/``end`` (inclusive days) bound the range."""
-    rows = Feedback.objects.all()
-    if start is not None:
-        rows = rows.filter(updated_at__date__gte=start)
-    if end is not None:
-        rows = rows.filter(updated_at__date__lte=end)
-    grouped = (
-        rows.annotate(day=TruncDate("updated_at", tzinfo=dt.UTC))
-        .values("model", "day")
-        .annotate(
-            up=Count("id", filter=Q(rating=Feedback.Rating.UP)),
-            down=Count("id", filter=Q(rating=Feedback.Rating.DOWN)),
-            total=Count("id"),
-        )
-        .order_by("-day", "model")
-    )
-    return [{**row, "share_up": row["up"] / row["total"]} for row in grouped]
-
-
-def feedback_export(*, since: dt.datetime | None = None) -> QuerySet[Feedback]:
-    """Return the feedback given (or last changed) since ``since``, oldest first, with
-    its message, the question it answers and the conversation loaded."""
-    rows = Feedback.objects.select_related(
-        "message", "message__parent", "message__conversation", "user"
-    ).order_by("updated_at", "id")
-    if since is not None:
-        rows = rows.filter(updated_at__gte=since)
-    return rows
 
 
 def conversation_scope_ids(*, conversation: Conversation) -> list[int]:

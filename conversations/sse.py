@@ -47,7 +47,7 @@ from chatsite.auth import AuthenticatedRequest
 from chatsite.db import connection_release, db_brief
 from chatsite.errors import DomainError, InvalidInput, error_response, error_sse
 from chatsite.sse import frame_json, sse_frame
-from conversations import selectors, services
+from conversations import selectors, services, tool_selectors
 from conversations.events import (
     SSE_NEXT,
     SSE_QUEUE,
@@ -263,7 +263,7 @@ def _step_look(calling: Message, known: dict[Any, Any]) -> _StepView:
     if running and mark == known.get(None):
         return _StepView(name, [])  # nothing new: no query
     known[None] = mark
-    steps = selectors.tool_steps_get(
+    steps = tool_selectors.tool_steps_get(
         user=calling.conversation.user,
         conversation_id=calling.conversation_id,
         message_id=calling.id,
@@ -276,7 +276,7 @@ def _step_look(calling: Message, known: dict[Any, Any]) -> _StepView:
         known[p["index"]] = p["state"]
     view = _StepView(name, payloads)
     if state is None:
-        view.next = selectors.chain_next(message=calling)
+        view.next = tool_selectors.chain_next(message=calling)
         if view.next is None:
             view.state = tools.STEP_STOPPED
     elif name == tools.STEP_NEXT:

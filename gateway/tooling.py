@@ -12,7 +12,8 @@ from django.conf import settings
 
 from inference.embeddings import EmbeddingUnavailable, TextVector
 from memory import selectors as memory_selectors
-from memory.context import passage_max_distance, passage_quote
+from memory.context import passage_max_distance
+from memory.quoting import passage_quote
 from tools.registry import Tool, ToolContext, ToolResult, tool_register
 
 __all__ = ["SEARCH_DOCUMENTS", "documents_search", "tooling_register"]

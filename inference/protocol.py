@@ -1,7 +1,9 @@
 """The Redis protocol between the web tier and inference workers (DESIGN §5).
 
 This module owns every Redis key name and every event schema of the inference tier;
-nothing else builds a key or an event by hand.
+nothing else builds a key or an event by hand. It stays one module past 400 lines on
+purpose (CONVENTIONS §6, one owner per contract): a reader finds the whole protocol,
+keys, job, events and their schemas, in one place, and a change to it in one diff.
 
 Keys
 - ``inf:q:{pool}``: stream of jobs, consumer group ``workers``; an entry holds one

@@ -4,7 +4,7 @@ The web tier builds each prompt under the pool's context window before it submit
 job; it counts with the serving model's own tokenizer and chat template:
 
 - ``llamacpp``: a vocabulary-only load of the same GGUF file, rendered with the same
-  :class:`inference.engines.llamacpp.ChatPrompt` the engine uses, so the count equals the
+  :class:`inference.engines.llamacpp_prompt.ChatPrompt` the engine uses, so the count equals the
   engine's ``prompt_tokens``.
 - ``scripted`` (tests, benchmarks): the scripted engine's own rule.
 
@@ -39,7 +39,7 @@ def prompt_counter(engine: str = "llamacpp", model_path: str | None = None) -> C
     Raises ValueError for an unknown engine, FileNotFoundError for a missing model.
     """
     if engine == "llamacpp":
-        from inference.engines.llamacpp import chat_prompt_load
+        from inference.engines.llamacpp_prompt import chat_prompt_load
 
         return chat_prompt_load(model_path).count
     if engine == "scripted":

@@ -7,7 +7,7 @@ Prompts (no evaluation corpus is read): every ``everyday`` benign example of
 (``safety.dataset.TRAIN_CORPORA``); a corpus text that is not a question is asked
 about ("Explain this: ..."). Each answer is sampled as the chat default does
 (temperature 0.7, the prompt's index as seed) from the bundled GGUF, rendered with the
-model's own chat template (:class:`inference.engines.llamacpp.ChatPrompt`). One JSON
+model's own chat template (:class:`inference.engines.llamacpp_prompt.ChatPrompt`). One JSON
 line per answer: ``{"id", "source", "prompt", "answer", "tokens"}``; a rerun appends
 only the ids missing from ``--out``, in a seeded order (so it can be stopped and
 resumed, and a partial file samples every source);
@@ -70,7 +70,7 @@ def main() -> None:
 
     from llama_cpp import Llama
 
-    from inference.engines.llamacpp import ChatPrompt, bundled_model_path
+    from inference.engines.llamacpp_prompt import ChatPrompt, bundled_model_path
 
     shard, shards = (int(x) for x in args.shard.split("/"))
     prompts = prompts_build()

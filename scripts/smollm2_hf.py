@@ -53,7 +53,7 @@ def checkpoint_convert(*, gguf_path: Path, out_dir: Path) -> Path:
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from inference.engines.llamacpp import bundled_model_path
+    from inference.engines.llamacpp_prompt import bundled_model_path
 
     out = Path(sys.argv[1] if len(sys.argv) > 1 else ".var/models/smollm2-hf")
     print(checkpoint_convert(gguf_path=bundled_model_path(), out_dir=out.resolve()))

@@ -22,8 +22,8 @@ from gateway.models import SemanticCacheEntry, UserPreference
 from inference import protocol
 from inference.connections import redis_sync
 from memory import services as memory_services
-from memory.context import FACTS_HEADER, SOURCES_HEADER
 from memory.models import Citation, Document
+from memory.quoting import FACTS_HEADER, SOURCES_HEADER
 from tests.asgi_probe import PROBE_PATH
 from tests.conftest import fake_heartbeat, fake_heartbeat_stop
 from tests.sse import parse_frames

@@ -77,3 +77,18 @@ TOOLS_MCP_CALL_TIMEOUT_S = env.float("TOOLS_MCP_CALL_TIMEOUT_S", default=30.0)
 # Passages returned at most.
 TOOLS_DOCUMENTS_K = env.int("TOOLS_DOCUMENTS_K", default=5)
 TOOLS_DOCUMENTS_TIMEOUT_S = env.float("TOOLS_DOCUMENTS_TIMEOUT_S", default=15.0)
+
+# --- The chat's tool loop (conversations.services.turns.tools) -----------------------
+# Rounds of tool calls one turn may make; the generation after the last round is
+# offered no tools, so the model answers.
+CHAT_TOOL_MAX_STEPS = env.int("CHAT_TOOL_MAX_STEPS", default=4)
+# The tools offered to a user: a dotted path to ``provider(*, user) -> list of tools``
+# (each with name, description, parameters, timeout_s and ``async run(arguments,
+# context)``); the default is the tool registry's offer (tools/), "" offers none.
+CHAT_TOOLS_PROVIDER = env(
+    "CHAT_TOOLS_PROVIDER",
+    default="conversations.services.turns.registry.registry_tools",
+)
+# How long a tool step's state and the conversation's "tool running" mark live in
+# Redis (seconds): longer than any tool's wall-clock limit.
+CHAT_TOOL_STEP_TTL_S = env.int("CHAT_TOOL_STEP_TTL_S", default=600)

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
-from conversations.openai.params import invalid_input, unicode_check, unsupported
+from conversations.openai.invalid import invalid_input, unicode_check, unsupported
 from conversations.openai.requests import json_object
 
 ENCODING_FORMATS = ("float", "base64")

@@ -8,7 +8,7 @@ gateway refuses a pool whose engine does not), or refused by name with a 400
 :data:`LOGIT_BIAS_MAX` tokens, top_logprobs 0..20). A ``max_tokens`` above the model's
 limit is the gateway's 400 (the limit depends on the pool).
 
-Tool calling: ``tools`` (at most :data:`TOOLS_MAX` functions, each ``{"type":
+Tool calling: ``tools`` (at most :data:`.tool_params.TOOLS_MAX` functions, each ``{"type":
 "function", "function": {"name", "description"?, "parameters"?, "strict"?}}``, a
 name of 1-64 characters ``[A-Za-z0-9_-]``, unique; ``parameters`` a JSON Schema
 object of at most :data:`SCHEMA_MAX_CHARS` characters of JSON, all tools' together
@@ -24,20 +24,18 @@ Errors are :class:`~chatsite.errors.InvalidInput` with the field in ``param``
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-from chatsite.errors import DomainError, InvalidInput
+from conversations.openai.invalid import (
+    INVALID,
+    invalid_input,
+    unicode_check,
+    unsupported,
+)
+from conversations.openai.tool_params import SCHEMA_MAX_CHARS, tool_params_parse
 
-UNSUPPORTED = "unsupported_parameter"
-INVALID = "invalid_parameter"
 LOGIT_BIAS_MAX = 300  # tokens, OpenAI's limit
-SCHEMA_MAX_CHARS = 20_000  # a JSON Schema's JSON, characters (grammar build is bounded)
 USER_MAX_CHARS = 256
-TOOLS_MAX = 128  # functions per request, OpenAI's limit
-TOOLS_MAX_CHARS = 200_000  # all tools' JSON together, characters
-TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-TOOL_CHOICES = ("none", "auto", "required")
 
 # Fields of the body that are not generation parameters (requests.py reads them).
 ENVELOPE = frozenset({"model", "messages", "stream", "stream_options", "cache", "user"})
@@ -58,48 +56,6 @@ REFUSED_WHY = {
     "function_call": "the deprecated `function_call` field is not accepted; use "
     "`tool_choice`",
 }
-
-
-def with_param(exc: DomainError, param: str | None) -> DomainError:
-    """Name the request field ``exc`` is about (OpenAI's ``error.param``)."""
-    exc.param = param
-    return exc
-
-
-def invalid_input(
-    message: str, code: str = "invalid_request", *, param: str | None = None
-) -> DomainError:
-    """Return an InvalidInput (400) about the request field ``param`` (None: the body)."""
-    return with_param(InvalidInput(message, code=code), param)
-
-
-def unsupported(name: str, why: str) -> DomainError:
-    """Return the 400 ``unsupported_parameter`` refusing the field ``name``."""
-    return invalid_input(
-        f"`{name}` is not supported: {why}. Remove it from the request.",
-        UNSUPPORTED,
-        param=name,
-    )
-
-
-def unicode_check(text: str, where: str, *, param: str) -> None:
-    """Raise InvalidInput if ``text`` holds an unpaired UTF-16 surrogate.
-
-    JSON may escape one (``"\\ud800"``) and Python decodes it into a str that UTF-8
-    cannot encode: the job (Redis), the cache key and the response would all fail on
-    it (a 500).
-    """
-    if text.isascii():
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise invalid_input(
-            f"{where} contains an unpaired UTF-16 surrogate (\\ud800-\\udfff); send "
-            "valid Unicode text.",
-            "invalid_character",
-            param=param,
-        ) from exc
 
 
 def _number(body: dict[str, Any], name: str, lo: float, hi: float) -> float | None:
@@ -203,173 +159,6 @@ def _response_format(value: Any) -> dict[str, Any] | None:
     return {"type": "json_schema", "schema": schema}
 
 
-def _tool(value: Any, i: int) -> dict[str, Any]:
-    """Return ``tools[i]`` normalised (``{"type", "function": {...}}``)."""
-    where = f"tools[{i}]"
-    if not isinstance(value, dict) or value.get("type") != "function":
-        raise invalid_input(
-            f'`{where}` must be {{"type": "function", "function": {{...}}}}.',
-            INVALID,
-            param="tools",
-        )
-    if set(value) - {"type", "function"}:
-        extra = sorted(set(value) - {"type", "function"})
-        raise invalid_input(
-            f"`{where}` has unknown fields {extra}.", INVALID, param="tools"
-        )
-    spec = value.get("function")
-    if not isinstance(spec, dict):
-        raise invalid_input(
-            f"`{where}.function` must be an object.", INVALID, param="tools"
-        )
-    extra = sorted(set(spec) - {"name", "description", "parameters", "strict"})
-    if extra:
-        raise invalid_input(
-            f"`{where}.function` has unknown fields {extra}.", INVALID, param="tools"
-        )
-    name = spec.get("name")
-    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
-        raise invalid_input(
-            f"`{where}.function.name` must be 1 to 64 letters, digits, `_` or `-`.",
-            INVALID,
-            param="tools",
-        )
-    function: dict[str, Any] = {"name": name}
-    description = spec.get("description")
-    if description is not None:
-        if not isinstance(description, str):
-            raise invalid_input(
-                f"`{where}.function.description` must be a string.",
-                INVALID,
-                param="tools",
-            )
-        unicode_check(description, f"`{where}.function.description`", param="tools")
-        function["description"] = description
-    parameters = spec.get("parameters")
-    if parameters is not None:
-        if not isinstance(parameters, dict):
-            raise invalid_input(
-                f"`{where}.function.parameters` must be a JSON Schema object.",
-                INVALID,
-                param="tools",
-            )
-        if parameters.get("type", "object") != "object":
-            raise invalid_input(
-                f'`{where}.function.parameters` must have "type": "object".',
-                INVALID,
-                param="tools",
-            )
-        if len(json.dumps(parameters)) > SCHEMA_MAX_CHARS:
-            raise invalid_input(
-                f"`{where}.function.parameters` is over {SCHEMA_MAX_CHARS:,} "
-                "characters of JSON.",
-                INVALID,
-                param="tools",
-            )
-        function["parameters"] = parameters
-    strict = spec.get("strict")
-    if strict is not None:
-        if not isinstance(strict, bool):
-            raise invalid_input(
-                f"`{where}.function.strict` must be true or false.",
-                INVALID,
-                param="tools",
-            )
-        function["strict"] = strict
-    return {"type": "function", "function": function}
-
-
-def _tools(value: Any) -> list[dict[str, Any]]:
-    """Return the validated ``tools`` (an empty list means none)."""
-    if not isinstance(value, list) or len(value) > TOOLS_MAX:
-        raise invalid_input(
-            f"`tools` must be a list of at most {TOOLS_MAX} functions.",
-            INVALID,
-            param="tools",
-        )
-    tools = [_tool(item, i) for i, item in enumerate(value)]
-    names = [t["function"]["name"] for t in tools]
-    if len(set(names)) != len(names):
-        raise invalid_input(
-            "`tools` names a function twice; names must be unique.",
-            INVALID,
-            param="tools",
-        )
-    if len(json.dumps(tools)) > TOOLS_MAX_CHARS:
-        raise invalid_input(
-            f"`tools` is over {TOOLS_MAX_CHARS:,} characters of JSON.",
-            INVALID,
-            param="tools",
-        )
-    return tools
-
-
-def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
-    """Return the validated ``tool_choice`` for ``tools`` (a mode or a named call)."""
-    if not tools:
-        raise invalid_input(
-            "`tool_choice` is only allowed when `tools` are given.",
-            INVALID,
-            param="tool_choice",
-        )
-    if isinstance(value, str):
-        if value not in TOOL_CHOICES:
-            raise invalid_input(
-                '`tool_choice` must be "none", "auto", "required" or '
-                '{"type": "function", "function": {"name": ...}}.',
-                INVALID,
-                param="tool_choice",
-            )
-        return value
-    spec = value.get("function") if isinstance(value, dict) else None
-    name = spec.get("name") if isinstance(spec, dict) else None
-    if (
-        not isinstance(value, dict)
-        or value.get("type") != "function"
-        or not isinstance(name, str)
-    ):
-        raise invalid_input(
-            '`tool_choice` must be "none", "auto", "required" or '
-            '{"type": "function", "function": {"name": ...}}.',
-            INVALID,
-            param="tool_choice",
-        )
-    if name not in {t["function"]["name"] for t in tools}:
-        raise invalid_input(
-            f"`tool_choice` names the function {name!r}, which is not in `tools`.",
-            INVALID,
-            param="tool_choice",
-        )
-    return {"type": "function", "function": {"name": name}}
-
-
-def _tool_params(body: dict[str, Any]) -> dict[str, Any]:
-    """Return the tool-calling parameters of ``body`` (absent, null and an empty
-    ``tools`` list are left out)."""
-    params: dict[str, Any] = {}
-    tools = _tools(body["tools"]) if body.get("tools") is not None else []
-    if tools:
-        params["tools"] = tools
-    if body.get("tool_choice") is not None:
-        params["tool_choice"] = _tool_choice(body["tool_choice"], tools)
-    parallel = body.get("parallel_tool_calls")
-    if parallel is not None:
-        if not isinstance(parallel, bool):
-            raise invalid_input(
-                "`parallel_tool_calls` must be true or false.",
-                INVALID,
-                param="parallel_tool_calls",
-            )
-        if not tools:
-            raise invalid_input(
-                "`parallel_tool_calls` is only allowed when `tools` are given.",
-                INVALID,
-                param="parallel_tool_calls",
-            )
-        params["parallel_tool_calls"] = parallel
-    return params
-
-
 def _refused(body: dict[str, Any]) -> None:
     """Refuse OpenAI fields we implement nowhere, and fields we do not know."""
     for name, value in body.items():
@@ -441,7 +230,7 @@ def params_parse(body: dict[str, Any]) -> dict[str, Any]:
         key = "max_tokens" if name == "max_completion_tokens" else name
         if parsed not in (None, []) and key not in params:
             params[key] = parsed
-    params.update(_tool_params(body))
+    params.update(tool_params_parse(body))
     return params
 
 

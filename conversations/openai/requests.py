@@ -17,13 +17,8 @@ from django.conf import settings
 
 from chatsite.errors import InvalidInput, PayloadTooLarge
 from chatsite.jsonbody import json_loads_bounded
-from conversations.openai.params import (
-    invalid_input,
-    params_parse,
-    unicode_check,
-    user_parse,
-    with_param,
-)
+from conversations.openai.invalid import invalid_input, unicode_check, with_param
+from conversations.openai.params import params_parse, user_parse
 
 __all__ = [
     "CompletionRequest",

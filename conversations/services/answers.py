@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from conversations import selectors
+from conversations import tool_selectors
 from conversations.models import Conversation, Message
 from conversations.services.turns import tools
 from conversations.tool_steps import ToolStepProblem, calls_clean
@@ -182,7 +182,7 @@ def _after_answer(*, message_id: Any) -> None:
         return
     tasks.summarize_conversation.delay(conversation_id)
     if settings.MEMORY_EXTRACT_FACTS and message.parent_id:
-        question = selectors.answer_question(answer=message)
+        question = tool_selectors.answer_question(answer=message)
         if question is not None:
             memory_tasks.extract_facts.delay(
                 message.conversation.user_id,

@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from chatsite.errors import InvalidInput
-from conversations import selectors
+from conversations import prompt_history, selectors
 from conversations.models import Conversation, Message
 from conversations.services.text import is_blank, text_check, title_from_text
 from conversations.titles import title_acceptable
@@ -108,7 +108,7 @@ def conversation_summarize(*, conversation_id: Any) -> bool:
     # are the answers' working, not summarised (a summary of a prefix drops them)
     messages = [
         m
-        for m in selectors.context_messages(conversation=conversation)
+        for m in prompt_history.context_messages(conversation=conversation)
         if m.role != Message.Role.TOOL and not m.tool_calls
     ]
     upto = conversation.summary_upto

@@ -28,6 +28,11 @@ from gateway.generations.admission import (
     reservation_guard,
 )
 from gateway.generations.follow import (
+    coalesce_interval_s,
+    generation_follow,
+    generation_leave,
+)
+from gateway.generations.items import (
     Broken,
     Delta,
     Ended,
@@ -35,9 +40,6 @@ from gateway.generations.follow import (
     Meta,
     Queued,
     ToolCall,
-    coalesce_interval_s,
-    generation_follow,
-    generation_leave,
 )
 from gateway.generations.outcome import GenerationFailed, Outcome, outcome_from_events
 from gateway.generations.policy import Release, StreamPolicy

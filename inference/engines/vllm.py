@@ -40,7 +40,6 @@ the bundled SmolLM2 GGUF); the KV cache size is ``kv_cache_gib`` (GiB of RAM).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -48,14 +47,19 @@ from typing import Any
 
 from inference import protocol
 from inference.engines.base import Delta, Engine, EngineError, Finish, ToolCallDelta
-from inference.params import ERROR_INVALID_PARAMETER
+from inference.engines.vllm_stats import SchedulerCounts, stat_logger_factory
+from inference.engines.vllm_tools import (
+    ToolSession,
+    structured_outputs,
+    tool_session_start,
+    tools_normalised,
+)
 from inference.protocol import Job, Usage
 
 DEFAULT_MODEL_DIR = ".var/models/smollm2-hf"
 DEFAULT_TOOL_PARSER = "hermes"
 # ChatML with Hermes tool calls, for models whose own template has no tools
 HERMES_TOOLS_TEMPLATE = Path(__file__).with_name("vllm_hermes_tools.jinja")
-_EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 
 _FINISH_REASONS = {
     "stop": protocol.FINISH_STOP,
@@ -63,164 +67,6 @@ _FINISH_REASONS = {
     "abort": protocol.FINISH_CANCELLED,
 }
 _GiB = 1 << 30
-
-
-def _structured(response_format: dict[str, Any] | None) -> Any:
-    """Return vLLM's structured-output constraint for ``response_format`` (None: none):
-    any JSON object for ``json_object``, the schema for ``json_schema``."""
-    if not response_format:
-        return None
-    from vllm.sampling_params import StructuredOutputsParams
-
-    if response_format.get("type") == "json_schema":
-        return StructuredOutputsParams(json=response_format["schema"])
-    return StructuredOutputsParams(json_object=True)
-
-
-def _tools_normalised(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Return ``tools`` with an empty-object schema for a function without
-    ``parameters`` (its call then has arguments ``"{}"``, not any JSON value)."""
-    out = []
-    for tool in tools:
-        fn = tool.get("function") or {}
-        if fn.get("parameters") is None:
-            tool = {**tool, "function": {**fn, "parameters": _EMPTY_PARAMETERS}}
-        out.append(tool)
-    return out
-
-
-def _response_format_openai(response_format: dict[str, Any]) -> dict[str, Any]:
-    """Return a job's ``response_format`` in the OpenAI shape vLLM's request takes."""
-    if response_format.get("type") == "json_schema":
-        return {
-            "type": "json_schema",
-            "json_schema": {"name": "response", "schema": response_format["schema"]},
-        }
-    return {"type": "json_object"}
-
-
-def _json_layout_exact(node: Any) -> Any:
-    """Return a structural-tag tree whose JSON-Schema contents allow no free
-    whitespace: ``", "`` and ``": "`` between items, nothing else (``json.dumps``'s
-    layout, which vLLM's non-streamed parse writes the arguments in).
-
-    xgrammar's structural tags otherwise allow any whitespace inside a call's JSON: a
-    small model then writes newlines and indentation until it runs out of tokens, and
-    the streamed arguments differ from the non-streamed ones by their whitespace.
-    """
-    if isinstance(node, list):
-        return [_json_layout_exact(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    if node.get("type") == "json_schema" and node.get("style", "json") == "json":
-        from xgrammar import Grammar
-
-        schema = json.dumps(node["json_schema"])
-        grammar = Grammar.from_json_schema(schema, any_whitespace=False)
-        return {"type": "grammar", "grammar": str(grammar)}
-    return {key: _json_layout_exact(value) for key, value in node.items()}
-
-
-class ToolSession:
-    """One generation's tool calling: the vLLM request and its streaming parser.
-
-    ``request`` is the adjusted ``ChatCompletionRequest`` (its ``structured_outputs``
-    hold the call constraint); :meth:`feed` turns each output delta into text and
-    :class:`ToolCallDelta` pieces; ``called`` is True once a call has started.
-    """
-
-    def __init__(self, *, parser: Any, request: Any, prompt_tokens: list[int]):
-        self.parser = parser
-        self.request = request
-        self.prompt_tokens = prompt_tokens
-        self.single = request.parallel_tool_calls is False
-        self.called = False
-
-    def feed(
-        self, *, text: str, token_ids: list[int], finished: bool
-    ) -> list[Delta | ToolCallDelta]:
-        """Return the pieces of one output delta (``text``/``token_ids`` new this
-        step; ``finished`` on the last one), in order: text first, then calls."""
-        message = self.parser.parse_delta(
-            delta_text=text,
-            delta_token_ids=token_ids,
-            request=self.request,
-            prompt_token_ids=self.prompt_tokens,
-            finished=finished,
-        )
-        out: list[Delta | ToolCallDelta] = []
-        if message is None:
-            return out
-        if message.content:
-            out.append(Delta(message.content))
-        for call in message.tool_calls or []:
-            if self.single and call.index > 0:
-                continue  # as vLLM's server: parallel_tool_calls=false keeps one
-            fn = call.function
-            name = fn.name if fn is not None else None
-            arguments = (fn.arguments if fn is not None else None) or ""
-            if call.id is None and not arguments:
-                continue
-            call_id = None
-            if call.id is not None:
-                call_id = "call_" + call.id.removeprefix("chatcmpl-tool-")
-                self.called = True
-            out.append(
-                ToolCallDelta(
-                    index=call.index, arguments=arguments, id=call_id, name=name
-                )
-            )
-        return out
-
-
-class SchedulerCounts:
-    """The engine core's latest scheduler figures (requests, not tokens).
-
-    Filled from vLLM's per-step ``SchedulerStats`` through a custom stat logger, so it
-    reflects the scheduler itself (the separate engine-core process), not our own
-    bookkeeping. ``prefix_cache_hits``/``prefix_cache_queries`` are cumulative tokens.
-    """
-
-    def __init__(self) -> None:
-        self.running = 0
-        self.waiting = 0
-        self.max_running = 0
-        self.prefix_cache_queries = 0
-        self.prefix_cache_hits = 0
-        self.steps = 0
-
-
-def _stat_logger_factory(counts: SchedulerCounts) -> Any:
-    """Return a vLLM ``StatLoggerFactory`` that copies scheduler stats into ``counts``."""
-    from vllm.v1.metrics.loggers import StatLoggerBase
-
-    class _Logger(StatLoggerBase):
-        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
-            self.counts = counts
-
-        def record(
-            self,
-            scheduler_stats: Any,
-            iteration_stats: Any,
-            mm_cache_stats: Any = None,
-            engine_idx: int = 0,
-        ) -> None:
-            if scheduler_stats is None:
-                return
-            c = self.counts
-            c.running = scheduler_stats.num_running_reqs
-            c.waiting = scheduler_stats.num_waiting_reqs
-            c.max_running = max(c.max_running, c.running)
-            c.steps += 1
-            pcs = scheduler_stats.prefix_cache_stats
-            if pcs is not None:
-                c.prefix_cache_queries += int(getattr(pcs, "queries", 0) or 0)
-                c.prefix_cache_hits += int(getattr(pcs, "hits", 0) or 0)
-
-        def log_engine_initialized(self) -> None:
-            pass
-
-    return _Logger
 
 
 class VllmEngine(Engine):
@@ -312,7 +158,7 @@ class VllmEngine(Engine):
             disable_log_stats=True,
         )
         self._engine = AsyncLLM.from_engine_args(
-            args, stat_loggers=[_stat_logger_factory(self.counts)]
+            args, stat_loggers=[stat_logger_factory(self.counts)]
         )
 
     async def close(self) -> None:
@@ -405,60 +251,16 @@ class VllmEngine(Engine):
             task.add_done_callback(self._pending_aborts.discard)
 
     def tool_session(self, job: Job, prompt_tokens: list[int]) -> ToolSession | None:
-        """Return the job's :class:`ToolSession` (None when it offers no tools).
-
-        Builds vLLM's ``ChatCompletionRequest`` from the job as vLLM's OpenAI server
-        does and lets the tool parser adjust it (structured outputs for the calls).
-        Raises EngineError (``invalid_parameter``) for a ``tool_choice`` without tools
-        or naming a function that is not among them, or tools vLLM rejects.
-        """
-        p = job.params
-        tools = p.get("tools")
-        choice = p.get("tool_choice")
-        if not tools:
-            if choice not in (None, "none", "auto"):
-                raise EngineError(
-                    "tool_choice: no tools were given to choose from.",
-                    code=ERROR_INVALID_PARAMETER,
-                )
-            return None
-        if isinstance(choice, dict):
-            wanted = (choice.get("function") or {}).get("name")
-            names = {(t.get("function") or {}).get("name") for t in tools}
-            if wanted not in names:
-                raise EngineError(
-                    f"tool_choice: {wanted!r} is not one of the tools given.",
-                    code=ERROR_INVALID_PARAMETER,
-                )
-        from pydantic import ValidationError
-        from vllm.entrypoints.openai.chat_completion.protocol import (
-            ChatCompletionRequest,
+        """Return the job's :class:`ToolSession` (None when it offers no tools):
+        :func:`inference.engines.vllm_tools.tool_session_start` with this engine's
+        model, tool parser and tokenizer."""
+        return tool_session_start(
+            model=self.model,
+            parser_cls=self._parser_cls,
+            tokenizer=self._tokenizer,
+            job=job,
+            prompt_tokens=prompt_tokens,
         )
-
-        fields: dict[str, Any] = {
-            "model": self.model,
-            "messages": job.messages,
-            "tools": _tools_normalised(tools),
-            "tool_choice": choice or "auto",
-        }
-        if p.get("parallel_tool_calls") is not None:
-            fields["parallel_tool_calls"] = bool(p["parallel_tool_calls"])
-        if p.get("response_format"):
-            fields["response_format"] = _response_format_openai(p["response_format"])
-        try:
-            request = ChatCompletionRequest(**fields)
-            parser = self._parser_cls(self._tokenizer, request.tools)
-            if request.tool_choice != "none":
-                request = parser.adjust_request(request)
-            constraint = request.structured_outputs
-            if constraint is not None and constraint.structural_tag:
-                tag = _json_layout_exact(json.loads(constraint.structural_tag))
-                constraint.structural_tag = json.dumps(tag)
-        except (ValidationError, ValueError) as exc:
-            raise EngineError(
-                f"tools: vLLM cannot use them: {exc}", code=ERROR_INVALID_PARAMETER
-            ) from exc
-        return ToolSession(parser=parser, request=request, prompt_tokens=prompt_tokens)
 
     def _sampling(
         self, job: Job, max_tokens: int, tools: ToolSession | None = None
@@ -469,7 +271,7 @@ class VllmEngine(Engine):
         p = job.params
         seed = p.get("seed")
         bias = p.get("logit_bias")
-        structured = _structured(p.get("response_format"))
+        structured = structured_outputs(p.get("response_format"))
         skip_special_tokens = True
         if tools is not None:
             request = tools.request
@@ -510,7 +312,7 @@ class VllmEngine(Engine):
             tokens, max_tokens = self._fit(
                 job.messages,
                 job.max_tokens,
-                _tools_normalised(tools) if tools else None,
+                tools_normalised(tools) if tools else None,
             )
             session = self.tool_session(job, tokens)
             usage = Usage(prompt_tokens=len(tokens))

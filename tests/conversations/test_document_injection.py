@@ -20,8 +20,8 @@ from inference.embeddings import embed_text
 from inference.engines.scripted import ScriptedEngine
 from memory import selectors as memory_selectors
 from memory import services as memory_services
-from memory.context import DOCUMENTS_CLOSE, DOCUMENTS_OPEN, DOCUMENTS_RULE
 from memory.models import Chunk
+from memory.quoting import DOCUMENTS_CLOSE, DOCUMENTS_OPEN, DOCUMENTS_RULE
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from chatsite.errors import Conflict, InvalidInput, NotFound
-from conversations import selectors, services
+from conversations import prompt_history, selectors, services
 from conversations.models import Conversation, Feedback, Message
 from inference import protocol
 from inference.connections import redis_sync
@@ -218,7 +218,7 @@ def test_the_rolling_summary_is_used_only_when_it_lies_on_the_branch(user, chat)
         summary="SUMMARY-OF-ALPHA", summary_upto=a1
     )
     conversation.refresh_from_db()
-    history, summary, covers = selectors.history_and_summary(
+    history, summary, covers = prompt_history.history_and_summary(
         conversation=conversation, upto=a2
     )
     assert summary == "SUMMARY-OF-ALPHA" and covers == 2
@@ -226,7 +226,7 @@ def test_the_rolling_summary_is_used_only_when_it_lies_on_the_branch(user, chat)
     sibling = Message.objects.create(
         conversation=conversation, role=Message.Role.USER, content="Beta"
     )
-    history, summary, covers = selectors.history_and_summary(
+    history, summary, covers = prompt_history.history_and_summary(
         conversation=conversation, upto=sibling
     )
     assert (history, summary, covers) == (

@@ -15,7 +15,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from chatsite.errors import Conflict, InvalidInput, NotFound
-from conversations import exports, selectors, services
+from conversations import exports, prompt_history, selectors, services, tool_selectors
 from conversations.events import sse_validate
 from conversations.models import Conversation, Message
 from conversations.rendering import tool_step_html
@@ -23,7 +23,7 @@ from conversations.search import conversation_search
 from conversations.sse import tool_step_payload
 from conversations.tool_steps import ToolCall, ToolOutput
 from inference import client as inference_client
-from memory.context import TOOLS_RULE
+from memory.quoting import TOOLS_RULE
 from tests.safety import fakes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("pool_heartbeat")]
@@ -440,7 +440,7 @@ def test_the_page_shows_each_step_collapsed_and_escaped_the_same_live_and_after_
     assert f'id="m-{web.id}"' in search  # a search hit's link lands on the result
     assert "&lt;|im_start|&gt;" in search
     # the live path renders the same block as the page after a reload
-    steps = selectors.tool_steps_get(
+    steps = tool_selectors.tool_steps_get(
         user=user, conversation_id=conv.id, message_id=calling.id
     )
     assert [tool_step_html(step=s).strip() for s in steps] == [
@@ -449,7 +449,7 @@ def test_the_page_shows_each_step_collapsed_and_escaped_the_same_live_and_after_
     payload = tool_step_payload(steps[0])
     sse_validate("tool_step", payload)
     assert payload["state"] == "done" and payload["index"] == 0
-    running = selectors.tool_steps_get(
+    running = tool_selectors.tool_steps_get(
         user=user, conversation_id=conv.id, message_id=calling.id, running=True
     )
     assert running[0].state == "done"  # stored results are never "running"
@@ -470,14 +470,14 @@ def test_a_running_step_renders_as_running_and_others_cannot_read_steps(
         message_id=answer.id,
         calls=[ToolCall(id="call_a", name="run_python", arguments='{"code": "1"}')],
     )
-    (step,) = selectors.tool_steps_get(
+    (step,) = tool_selectors.tool_steps_get(
         user=user, conversation_id=conv.id, message_id=answer.id, running=True
     )
     html = tool_step_html(step=step)
     assert "running…" in html and f'id="step-{answer.id}-0"' in html
     sse_validate("tool_step", tool_step_payload(step))
     with pytest.raises(NotFound):
-        selectors.tool_steps_get(
+        tool_selectors.tool_steps_get(
             user=other_user, conversation_id=conv.id, message_id=answer.id
         )
 
@@ -504,10 +504,10 @@ def test_export_and_import_keep_the_chain(user, other_user, chain, auth_client):
     ]
     assert answer.rounds[0].message.finish_reason == "tool_calls"
     # the copy's next prompt holds the round like the original's
-    history, _, _ = selectors.history_and_summary(
+    history, _, _ = prompt_history.history_and_summary(
         conversation=copy, upto=answer.message
     )
-    original, _, _ = selectors.history_and_summary(conversation=conv, upto=final)
+    original, _, _ = prompt_history.history_and_summary(conversation=conv, upto=final)
     assert history == original
     # Markdown: each step's label, arguments and result, fenced
     markdown = exports.conversations_export_markdown(user=user, conversation_id=conv.id)
@@ -662,4 +662,4 @@ def test_a_finished_intermediate_step_queues_no_title_summary_or_facts(
     assert queued == []
     answers._after_answer(message_id=final.id)
     assert queued == ["title", "summary"]
-    assert selectors.answer_question(answer=final) == question
+    assert tool_selectors.answer_question(answer=final) == question

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from inference.engines.base import Delta, Finish
-from inference.engines.llamacpp import LlamaCppEngine, bundled_model_path
+from inference.engines.llamacpp import LlamaCppEngine
+from inference.engines.llamacpp_prompt import bundled_model_path
 from inference.protocol import Job
 from tests.inference.helpers import enqueue, terminal, wait_events
 

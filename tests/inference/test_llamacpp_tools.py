@@ -239,7 +239,7 @@ HERMES_TEMPLATE = (
 def test_a_template_that_renders_tools_itself_is_given_them():
     from llama_cpp import Llama
 
-    from inference.engines.llamacpp import ChatPrompt, bundled_model_path
+    from inference.engines.llamacpp_prompt import ChatPrompt, bundled_model_path
 
     llm = Llama(model_path=str(bundled_model_path()), vocab_only=True, verbose=False)
     try:

@@ -21,7 +21,7 @@ import pytest
 
 from inference.engines import engine_create
 from inference.engines.base import Delta, EngineError, Finish
-from inference.engines.llamacpp import bundled_model_path
+from inference.engines.llamacpp_prompt import bundled_model_path
 from inference.engines.openai import OpenAIEngine
 from inference.protocol import Job
 

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inference.engines.base import Delta, ToolCallDelta
-from inference.toolcalls import ToolCallExtractor, extract, join, plain_messages
+from inference.toolcalls import ToolCallExtractor, extract, join
+from inference.toolprompt import plain_messages
 
 NAMES = ["get_weather", "now", "search"]
 

@@ -40,7 +40,8 @@ except ImportError:
         "vllm is not installed here (run `make test-vllm`)", allow_module_level=True
     )
 
-from inference.engines.vllm import VllmEngine, _tools_normalised  # noqa: E402
+from inference.engines.vllm import VllmEngine  # noqa: E402
+from inference.engines.vllm_tools import tools_normalised  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -415,7 +416,7 @@ def test_streamed_arguments_are_those_of_vllms_non_streamed_parse(vllm_engine):
         from vllm.sampling_params import RequestOutputKind
 
         tokens, max_tokens = engine._fit(
-            job.messages, job.max_tokens, _tools_normalised(job.params["tools"])
+            job.messages, job.max_tokens, tools_normalised(job.params["tools"])
         )
         session = engine.tool_session(job, tokens)
         sampling = engine._sampling(job, max_tokens, session)

@@ -12,13 +12,11 @@ from conversations.models import Conversation, Message
 from inference import client as inference_client
 from inference.engines.llamacpp import LlamaCppEngine
 from inference.tokens import prompt_counter
-from memory.context import (
+from memory.context import Budgets, Passage, context_build
+from memory.quoting import (
     DOCUMENTS_CLOSE,
     DOCUMENTS_OPEN,
     DOCUMENTS_RULE,
-    Budgets,
-    Passage,
-    context_build,
     passage_quote,
 )
 

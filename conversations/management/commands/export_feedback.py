@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from conversations import selectors
+from conversations import feedback_selectors, tool_selectors
 from conversations.models import Feedback, Message
 
 COLUMNS = [
@@ -78,7 +78,7 @@ def _question(message: Message) -> str:
     parent = message.parent
     if parent is None or parent.role == Message.Role.USER:
         return parent.content if parent else ""
-    question = selectors.answer_question(answer=message)
+    question = tool_selectors.answer_question(answer=message)
     return question.content if question else ""
 
 
@@ -103,7 +103,7 @@ class Command(BaseCommand):
         parser.add_argument("--output", help="Write to this file instead of stdout.")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        rows = selectors.feedback_export(since=_since(opts["since"]))
+        rows = feedback_selectors.feedback_export(since=_since(opts["since"]))
         if opts["output"]:
             try:
                 with open(opts["output"], "w", encoding="utf-8", newline="") as out:

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 
-from conversations import selectors
+from conversations import prompt_history, selectors
 from conversations.models import Conversation, DocumentScope, Message
 from conversations.services.scope import Scope
 from conversations.services.turns.request import TurnRequest
@@ -68,7 +68,7 @@ def prompt_build(
     history: list[dict[str, Any]] = []
     summary, covers = "", 0
     if turn.conversation is not None:
-        history, summary, covers = selectors.history_and_summary(
+        history, summary, covers = prompt_history.history_and_summary(
             conversation=turn.conversation, upto=turn.upto
         )
     if turn.content is not None:

@@ -45,7 +45,7 @@ from django.contrib.auth.models import User
 from django.utils.module_loading import import_string
 
 from chatsite.errors import DomainError
-from conversations import selectors
+from conversations import selectors, tool_selectors
 from conversations.models import Message
 from conversations.services.tool_steps import tool_result_append
 from conversations.tool_steps import ToolOutput
@@ -369,7 +369,7 @@ def _step(message: Message, *, conversation_id: Any, user: User) -> str:
     if _stopped(message.id):
         _state_set(message.id, state=STEP_STOPPED, done=done)
         return STEP_STOPPED
-    question = selectors.answer_question(answer=message)
+    question = tool_selectors.answer_question(answer=message)
     if question is None or last is None:
         _state_set(message.id, state=STEP_FAILED, done=done, error="")
         return STEP_FAILED

