@@ -9,6 +9,7 @@ import json
 import shutil
 
 import pytest
+from playwright.sync_api import expect
 
 from conversations.models import Message
 from tests.browser.conftest import BROWSER_MARKS, last_answer
@@ -106,9 +107,7 @@ def test_run_python_picked_in_the_tools_menu_for_one_message(page, user):
     summary.click()
     allowed = page.get_by_role("group", name="The assistant may use")
     allowed.get_by_role("checkbox", name="Run Python").uncheck()
-    page.wait_for_function(
-        "document.querySelector('.tool-picker-status').textContent.startsWith('Off')"
-    )
+    expect(page.locator(".tool-picker-status")).to_have_text("Off: Run Python.")
     assert ToolPreference.objects.get(user=user).disabled == ["run_python"]
     page.reload()
     page.wait_for_selector("article.msg-assistant.status-complete")
