@@ -128,16 +128,14 @@ async def admission_abandon(
     await generations.generation_leave(generation)
 
 
-def grammar_bound(params: dict[str, Any]) -> bool:
-    """Whether a request's answer is held to a grammar built from the client's JSON
-    (``tool_choice`` ``required`` or a named function with ``tools``, or a
-    ``response_format``): an engine may refuse that before the first token."""
+def tools_forced(params: dict[str, Any]) -> bool:
+    """Whether a request must call a tool (``tool_choice`` ``required`` or a named
+    function, with ``tools``): its answer is held to a grammar built from the
+    client's JSON Schemas, which an engine may refuse before the first token."""
     choice = params.get("tool_choice")
-    forced = bool(params.get("tools")) and (
+    return bool(params.get("tools")) and (
         choice == "required" or isinstance(choice, dict)
     )
-    fmt = params.get("response_format") or {}
-    return forced or fmt.get("type") in ("json_schema", "json_object")
 
 
 _SHOWN = (

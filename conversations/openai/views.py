@@ -49,7 +49,7 @@ from conversations.openai.stream import (
     completion_first,
     completion_start,
     completion_stream,
-    grammar_bound,
+    tools_forced,
 )
 from conversations.views_moderation import appeal_json
 from gateway import embeddings as gateway_embeddings
@@ -146,9 +146,9 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
             response = error_response(exc, openai=True)
     else:
         items, held = None, None
-        if grammar_bound(req.params):
-            # a schema the engine refuses is a 400 before any stream starts: the
-            # headers wait for the first token (or that refusal)
+        if tools_forced(req.params):
+            # a tool schema the engine refuses is a 400 before any stream starts:
+            # the headers wait for the first token (or that refusal)
             items, held, refused = await completion_first(generation)
             if refused is not None:
                 return error_response(refused, openai=True)

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,9 +76,17 @@ def turn_run(
         tools=offered,
         forced_tool=turn.tool,
     )
-    started = generations.generation_start(
-        request, store=functools.partial(rows_store, turn, built=built, scope=scope)
-    )
+
+    def store(admission: generations.Admission) -> Turn:
+        stored = rows_store(turn, admission, built=built, scope=scope)
+        if offered:  # its tool steps' continuations answer with the same parameters
+            # kept before the job is submitted (on commit): before any step can run
+            tools.turn_params_keep(
+                message_id=stored.assistant_message.id, params=params
+            )
+        return stored
+
+    started = generations.generation_start(request, store=store)
     assert started.stored is not None
     return started.stored
 
