@@ -64,6 +64,17 @@
     }
   });
 
+  // On a narrow screen the menu opened at the summary's left edge could pass the
+  // right edge of the screen: shift it left as far as needed (not past the left one).
+  const panel = box.querySelector(".tool-picker-panel");
+  box.addEventListener("toggle", function () {
+    if (!box.open) return;
+    panel.style.left = "";
+    const rect = panel.getBoundingClientRect();
+    const over = rect.right - (document.documentElement.clientWidth - 8);
+    if (over > 0) panel.style.left = -Math.min(over, Math.max(rect.left - 8, 0)) + "px";
+  });
+
   // The pick is for one message: back to Auto once it is sent (chat.js's event).
   document.addEventListener("chat:turn", pickAuto);
 

@@ -121,3 +121,22 @@ def test_run_python_picked_in_the_tools_menu_for_one_message(page, user):
     assert not box.get_by_role("checkbox", name="Run Python").is_checked()
     once = page.get_by_role("group", name="Use for this message")
     assert once.get_by_role("radio", name="Run Python").is_disabled()
+
+
+@pytest.mark.parametrize(
+    "site_env",
+    [{"CHAT_TOOLS_PROVIDER": "conversations.services.turns.registry.registry_tools"}],
+)
+def test_the_tools_menu_fits_a_phone(page):
+    """With the Tools menu beside Documents, the chat still fits a 360 px screen and
+    the opened menu stays on it."""
+    phone = {"width": 360, "height": 740}
+    page.set_viewport_size(phone)
+    page.reload()
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= phone["width"]
+    page.locator("#tool-picker summary").click()
+    panel = page.locator(".tool-picker-panel").bounding_box()
+    assert panel is not None
+    assert panel["x"] >= 0 and panel["x"] + panel["width"] <= phone["width"]
+    assert panel["y"] >= 0
