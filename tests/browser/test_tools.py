@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 
 from conversations.models import Message
 from tests.browser.conftest import BROWSER_MARKS, last_answer
+from tests.browser.pages import axe_violations
 
 CODE = "print(6 * 7)"
 CALLS = json.dumps(
@@ -128,8 +129,8 @@ def test_run_python_picked_in_the_tools_menu_for_one_message(page, user):
     [{"CHAT_TOOLS_PROVIDER": "conversations.services.turns.registry.registry_tools"}],
 )
 def test_the_tools_menu_fits_a_phone(page):
-    """With the Tools menu beside Documents, the chat still fits a 360 px screen and
-    the opened menu stays on it."""
+    """With the Tools menu beside Documents, the chat still fits a 360 px screen, the
+    opened menu stays on it, and axe-core finds nothing serious in it."""
     phone = {"width": 360, "height": 740}
     page.set_viewport_size(phone)
     page.reload()
@@ -140,3 +141,8 @@ def test_the_tools_menu_fits_a_phone(page):
     assert panel is not None
     assert panel["x"] >= 0 and panel["x"] + panel["width"] <= phone["width"]
     assert panel["y"] >= 0
+    # axe-core: the opened menu has no serious or critical violation
+    blocking = [
+        v for v in axe_violations(page) if v.get("impact") in {"serious", "critical"}
+    ]
+    assert blocking == []
