@@ -174,3 +174,11 @@ def test_the_menu_is_absent_without_tools(auth_client, settings):
     settings.CHAT_TOOLS_PROVIDER = ""
     page = auth_client.get(reverse("chat-home")).content.decode()
     assert 'id="tool-picker"' not in page
+
+
+def test_tool_titles():
+    from conversations.services.turns.registry import tool_title
+
+    assert tool_title("run_python") == "Run Python"
+    assert tool_title("calc__add") == "add (calc)"
+    assert tool_title("plain") == "plain"
