@@ -149,7 +149,7 @@ BENCHES: list[Bench] = [
         embedding_worker=True,
     ),
     Bench("document_screening", [], 120),
-    Bench("tools", ["--runs", "30"], 60, needs=_needs_bwrap),
+    Bench("tools", ["--runs", "30", "--turns", "20"], 150, needs=_needs_bwrap),
     Bench("moderation_goals", ["--limit", "200"], 420),
     Bench("input_window", ["--turns", "30"], 240),
     Bench("window_recall", ["--limit", "150"], 480),

@@ -4,7 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django_ratelimit.decorators import ratelimit
 
-from conversations import sse, views, views_moderation, views_search
+from conversations import sse, views, views_moderation, views_search, views_tools
 from conversations.signin import LockoutAuthenticationForm
 
 urlpatterns = [
@@ -43,6 +43,7 @@ urlpatterns = [
         name="moderation-answer-appeal",
     ),
     path("c/messages/", views.message_send, name="message-send-new"),
+    path("c/tools/", views_tools.tool_choice, name="tool-choice"),
     path(
         "c/<uuid:conversation_id>/",
         views.conversation_detail,

@@ -40,6 +40,7 @@ from conversations import selectors, services, sse
 from conversations.models import Feedback
 from conversations.services import Turn
 from conversations.services.feedback import REASONS_BY_RATING
+from conversations.services.turns.registry import tools_menu
 from gateway import selectors as gateway_selectors
 from gateway.ratelimits import message_ratelimit
 from memory import selectors as memory_selectors
@@ -93,6 +94,7 @@ def _chat_page(request: AuthenticatedRequest, conversation: Any = None) -> HttpR
         "models": gateway_selectors.pool_choices(user=request.user),
         "feedback_reasons": _down_reasons(),
         "default_model": gateway_selectors.default_model(user=request.user),
+        "tool_menu": tools_menu(user=request.user),
         **_scope_context(request, conversation),
     }
     return render(request, "chat/chat.html", context)
@@ -145,7 +147,8 @@ def conversation_detail(
 def message_send(
     request: AuthenticatedRequest, conversation_id: Any = None
 ) -> HttpResponseBase:
-    """Start a turn: store the message, queue the answer; 201 with its stream URL, or,
+    """Start a turn: store the message, queue the answer (``tool``: a tool its first
+    step must call); 201 with its stream URL, or,
     asked with ``Accept: text/event-stream``, with the answer's stream itself (its
     first frame the same JSON: :func:`conversations.sse.turn_stream_response`)."""
     turn = services.turn_start(
@@ -155,6 +158,7 @@ def message_send(
         model=request.POST.get("model") or None,
         doc_scope=request.POST.get("doc_scope") or None,
         document_ids=request.POST.getlist("documents"),
+        tool=request.POST.get("tool") or None,
     )
     if sse.event_stream_accepted(request):
         return sse.turn_stream_response(_turn_json(turn), turn.assistant_message)

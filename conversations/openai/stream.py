@@ -12,14 +12,14 @@ chat page can never disagree on them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
 
-from chatsite.errors import NotFound, error_json
+from chatsite.errors import DomainError, NotFound, error_json
 from conversations.openai import chunks
 from conversations.openai.requests import CompletionRequest
 from gateway import generations
@@ -128,13 +128,64 @@ async def admission_abandon(
     await generations.generation_leave(generation)
 
 
+def tools_forced(params: dict[str, Any]) -> bool:
+    """Whether a request must call a tool (``tool_choice`` ``required`` or a named
+    function, with ``tools``): its answer is held to a grammar built from the
+    client's JSON Schemas, which an engine may refuse before the first token."""
+    choice = params.get("tool_choice")
+    return bool(params.get("tools")) and (
+        choice == "required" or isinstance(choice, dict)
+    )
+
+
+_SHOWN = (
+    generations.Delta,
+    generations.ToolCall,
+    generations.Broken,
+    generations.Ended,
+)
+
+
+async def completion_first(
+    generation: Generation,
+) -> tuple[AsyncGenerator[Any, None], list[Any], DomainError | None]:
+    """Follow ``generation`` up to its first item a client would see (text, a call's
+    piece, its end); return the follower, the items read, and the error when it ended
+    before any output with a client error (status < 500: a JSON Schema the engine
+    cannot turn into a grammar), which the caller answers instead of a stream. The
+    follower is closed when the error is returned or this is cancelled."""
+    items = generations.generation_follow(generation)
+    held: list[Any] = []
+    try:
+        async for item in items:
+            held.append(item)
+            if isinstance(item, _SHOWN):
+                break
+    except BaseException:
+        await items.aclose()
+        raise
+    last = held[-1] if held else None
+    if isinstance(last, generations.Ended):
+        error = last.outcome.error
+        if error is not None and error.status < 500:
+            await items.aclose()
+            return items, held, error
+    return items, held, None
+
+
 async def completion_stream(
-    generation: Generation, include_usage: bool
+    generation: Generation,
+    include_usage: bool,
+    *,
+    items: AsyncGenerator[Any, None] | None = None,
+    held: list[Any] | None = None,
 ) -> AsyncIterator[str]:
     """Yield the SSE lines of a streamed completion: a role chunk, one chunk per text
     delta and per tool-call piece (:func:`chunks.tool_call_delta`), the finish chunk,
     the usage chunk (``include_usage``), ``data: [DONE]``. A generation that fails, or
-    a stream that breaks, ends with an error object.
+    a stream that breaks, ends with an error object. ``items`` and ``held``: the
+    follower and the items :func:`completion_first` read already (default: follow
+    from the start).
     """
     cid = chunks.completion_id(generation.job_id)
 
@@ -148,47 +199,55 @@ async def completion_stream(
             include_usage=include_usage,
         )
 
-    yield chunks.data_line(chunk({"role": "assistant", "content": ""}))
-    async with aclosing(generations.generation_follow(generation)) as items:
-        async for item in items:
-            if isinstance(item, generations.Delta):
-                yield chunks.data_line(chunk({"content": item.text}))
-            elif isinstance(item, generations.ToolCall):
-                yield chunks.data_line(
-                    chunk(
-                        chunks.tool_call_delta(
-                            index=item.index,
-                            arguments=item.arguments,
-                            id=item.id,
-                            name=item.name,
-                        )
+    def lines(item: Any) -> tuple[list[str], bool]:
+        """The SSE lines of ``item`` and whether the stream ends with them."""
+        if isinstance(item, generations.Delta):
+            return [chunks.data_line(chunk({"content": item.text}))], False
+        if isinstance(item, generations.ToolCall):
+            delta = chunks.tool_call_delta(
+                index=item.index, arguments=item.arguments, id=item.id, name=item.name
+            )
+            return [chunks.data_line(chunk(delta))], False
+        if isinstance(item, generations.Broken):
+            return [chunks.data_line(error_json(item.error, openai=True))], True
+        if not isinstance(item, generations.Ended):
+            return [], False
+        outcome = item.outcome
+        if outcome.error is not None:
+            return [chunks.data_line(error_json(outcome.error, openai=True))], True
+        generation.model = outcome.model or generation.model
+        finish = chunk({}, outcome.openai_finish_reason)
+        if outcome.openai_finish_reason == CONTENT_FILTER:
+            finish["content_filter"] = chunks.moderation_json(cid, outcome.reason)
+        out = [chunks.data_line(finish)]
+        if include_usage:
+            out.append(
+                chunks.data_line(
+                    chunks.usage_chunk_json(
+                        cid=cid,
+                        created=generation.created,
+                        model=generation.model,
+                        usage=outcome.usage,
                     )
                 )
-            elif isinstance(item, generations.Broken):
-                yield chunks.data_line(error_json(item.error, openai=True))
+            )
+        out.append(chunks.DONE_LINE)
+        return out, True
+
+    yield chunks.data_line(chunk({"role": "assistant", "content": ""}))
+    follower = items if items is not None else generations.generation_follow(generation)
+    async with aclosing(follower) as following:
+        for item in held or ():
+            out, ended = lines(item)
+            for line in out:
+                yield line
+            if ended:
                 return
-            elif isinstance(item, generations.Ended):
-                outcome = item.outcome
-                if outcome.error is not None:
-                    yield chunks.data_line(error_json(outcome.error, openai=True))
-                    return
-                generation.model = outcome.model or generation.model
-                finish = chunk({}, outcome.openai_finish_reason)
-                if outcome.openai_finish_reason == CONTENT_FILTER:
-                    finish["content_filter"] = chunks.moderation_json(
-                        cid, outcome.reason
-                    )
-                yield chunks.data_line(finish)
-                if include_usage:
-                    yield chunks.data_line(
-                        chunks.usage_chunk_json(
-                            cid=cid,
-                            created=generation.created,
-                            model=generation.model,
-                            usage=outcome.usage,
-                        )
-                    )
-                yield chunks.DONE_LINE
+        async for item in following:
+            out, ended = lines(item)
+            for line in out:
+                yield line
+            if ended:
                 return
 
 

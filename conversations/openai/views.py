@@ -46,8 +46,10 @@ from conversations.openai.stream import (
     Generation,
     admission_abandon,
     completion_collect,
+    completion_first,
     completion_start,
     completion_stream,
+    tools_forced,
 )
 from conversations.views_moderation import appeal_json
 from gateway import embeddings as gateway_embeddings
@@ -143,8 +145,15 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
         except DomainError as exc:
             response = error_response(exc, openai=True)
     else:
+        items, held = None, None
+        if tools_forced(req.params):
+            # a tool schema the engine refuses is a 400 before any stream starts:
+            # the headers wait for the first token (or that refusal)
+            items, held, refused = await completion_first(generation)
+            if refused is not None:
+                return error_response(refused, openai=True)
         response = StreamingHttpResponse(
-            completion_stream(generation, req.include_usage),
+            completion_stream(generation, req.include_usage, items=items, held=held),
             content_type="text/event-stream",
         )
         response["Cache-Control"] = "no-cache"

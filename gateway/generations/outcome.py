@@ -48,17 +48,28 @@ class GenerationFailed(DomainError):
     message = DEFAULT_FAILURE_MESSAGE
 
 
+# request fields an engine's ``invalid_parameter`` message may start with ("tools: …")
+_PARAM_PREFIXES = ("tools", "tool_choice", "response_format", "logit_bias")
+
+
 def generation_failed(*, code: str, message: str = "") -> GenerationFailed:
-    """Return the error a surface shows for an ``error`` event with ``code``."""
+    """Return the error a surface shows for an ``error`` event with ``code``. An
+    ``invalid_parameter`` message that starts with a request field and a colon
+    ("tools: …", the engines' convention) names that field as the error's ``param``
+    (OpenAI's ``error.param``)."""
     status = _FAILED_STATUS.get(code, 500)
     retryable = status == 503
-    return GenerationFailed(
+    failed = GenerationFailed(
         message or DEFAULT_FAILURE_MESSAGE,
         code=code or protocol.ERROR_ENGINE,
         status=status,
         retryable=retryable,
         retry_after_s=settings.GATEWAY_SATURATED_RETRY_AFTER_S if retryable else None,
     )
+    field = message.split(":", 1)[0] if ":" in message else ""
+    if code == ERROR_INVALID_PARAMETER and field in _PARAM_PREFIXES:
+        failed.param = field
+    return failed
 
 
 @dataclass

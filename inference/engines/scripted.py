@@ -17,7 +17,8 @@ exercised exactly. Options come from the constructor and can be overridden per j
   :class:`ToolCallDelta` items (the rest goes in a last piece; default: the whole
   string in the first piece), so a test chooses the split points, also inside a
   character (its bytes are held for the next piece, as an engine's decoder does). Each piece costs
-  one completion token; the finish reason is ``tool_calls``. ``tool_choice``
+  one completion token; the finish reason is ``tool_calls``. ``call_text`` (str|None):
+  the text emitted before the calls instead of ``text`` when the job makes calls. ``tool_choice``
   ``"none"`` emits none, a named function only its calls, ``parallel_tool_calls``
   false only the first; ``"required"`` or a named function the script has no call
   for cannot be honoured: :class:`EngineError` ``invalid_parameter`` (a 400).
@@ -68,6 +69,7 @@ class ScriptedEngine(Engine):
         fail_after: int | None = None,
         cycle: bool = False,
         tool_calls: list[dict[str, Any]] | None = None,
+        call_text: str | None = None,
         max_concurrency: int = 8,
         model: str = "scripted-1",
     ) -> None:
@@ -78,6 +80,7 @@ class ScriptedEngine(Engine):
             "fail_after": fail_after,
             "cycle": cycle,
             "tool_calls": tool_calls or [],
+            "call_text": call_text,
         }
         self.max_concurrency = max_concurrency
         self.model = model
@@ -151,8 +154,11 @@ class ScriptedEngine(Engine):
     async def generate(self, job: Job) -> AsyncIterator[Delta | ToolCallDelta | Finish]:
         """Emit the scripted chunks (see module docstring); end with a :class:`Finish`."""
         opts = {**self.defaults, **(job.params.get("script") or {})}
-        chunks = self._chunks(opts["text"], opts["chunk_bytes"])
         calls = self._calls(job, opts["tool_calls"])
+        text = opts["text"]
+        if calls and opts.get("call_text") is not None:
+            text = opts["call_text"]
+        chunks = self._chunks(text, opts["chunk_bytes"])
         if not chunks and not calls:
             chunks = [b""]  # an empty answer is still one token
         usage = Usage(prompt_tokens=self.count_tokens(job.messages))

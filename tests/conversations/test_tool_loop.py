@@ -417,3 +417,38 @@ def test_the_prompt_count_includes_the_tools_offered(user):
 
     # the serving tokenizer's chat template renders the definitions into the prompt
     assert count(definitions) > count(None) + 20
+
+
+def test_continuation_steps_answer_with_the_turns_sampling_parameters(
+    start_worker, auth_client, user
+):
+    """A turn started with its own sampling parameters (``turn_start(params=…)``)
+    gives them to every generation of its tool chain, not the chat's defaults."""
+    engine = ToolEngine(text="Tuned.", rounds=2)
+    start_worker(engine)
+    turn = services.turn_start(
+        user=user, content="Tune it.", params={"temperature": 0.25, "max_tokens": 77}
+    )
+    body = {
+        "assistant_message": {
+            "stream_url": reverse(
+                "message-stream",
+                args=[turn.conversation.id, turn.assistant_message.id],
+            )
+        }
+    }
+    result = relay(auth_client, body)
+    assert result.last("done").data["finish_reason"] == "stop"
+    assert len(engine.jobs) == 3  # call, call, answer
+    for job in engine.jobs:
+        assert job.params["temperature"] == 0.25
+        assert job.max_tokens <= 77
+
+
+def test_a_turn_with_default_parameters_keeps_none(start_worker, auth_client):
+    engine = ToolEngine(text="Plain.")
+    start_worker(engine)
+    body = send(auth_client, "Use the defaults.")
+    relay(auth_client, body)
+    assert tools.turn_params(message_id=body["assistant_message"]["id"]) is None
+    assert engine.jobs[1].params["temperature"] == engine.jobs[0].params["temperature"]

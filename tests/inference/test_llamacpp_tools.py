@@ -284,3 +284,58 @@ def test_the_next_step_of_a_tool_exchange_reuses_the_kv_prefix(engine):
     ]
     second = collect(engine, Job(job_id="step-2", messages=messages, params=params))
     assert second[-1].usage.cached_tokens >= first[-1].usage.prompt_tokens - 2
+
+
+TREE = {
+    "type": "object",
+    "properties": {"root": {"$ref": "#/$defs/node"}},
+    "required": ["root"],
+    "$defs": {
+        "node": {
+            "type": "object",
+            "properties": {
+                "label": {"type": "string", "maxLength": 8},
+                "child": {"$ref": "#/$defs/node"},
+            },
+            "required": ["label"],
+        }
+    },
+}
+
+
+def test_a_schema_with_defs_and_a_recursive_ref_makes_a_call_that_fits(engine):
+    """A tool's own ``#/$defs/...`` (recursive here) resolves, though the schema is
+    nested in the call's grammar (inference/engines/llamacpp_grammar.py hoists it)."""
+    import jsonschema
+
+    tool = {"type": "function", "function": {"name": "tree", "parameters": TREE}}
+    other = {
+        "type": "function",
+        "function": {
+            "name": "pick",
+            "parameters": {
+                "type": "object",
+                "properties": {"n": {"$ref": "#/definitions/node"}},
+                "definitions": {"node": {"type": "integer"}},
+            },
+        },
+    }
+    params = {"max_tokens": 120, "temperature": 0, "tools": [tool, other]}
+    params["tool_choice"] = {"type": "function", "function": {"name": "tree"}}
+    items = collect(engine, Job(job_id="tree", messages=ASK, params=params))
+    assert items[-1].finish_reason == "tool_calls"
+    _, [call] = join(items[:-1])
+    assert call.name == "tree"
+    jsonschema.validate(json.loads(call.arguments), TREE)
+
+
+def test_a_ref_to_the_whole_schema_is_refused_in_the_clients_words(engine):
+    parameters = {"type": "object", "properties": {"again": {"$ref": "#"}}}
+    tool = {"type": "function", "function": {"name": "loop", "parameters": parameters}}
+    params = {"max_tokens": 8, "tools": [tool], "tool_choice": "required"}
+    with pytest.raises(EngineError) as exc:
+        collect(engine, Job(job_id="loop", messages=ASK, params=params))
+    assert exc.value.code == "invalid_parameter"
+    message = str(exc.value)
+    assert message.startswith("tools: a `$ref`") and "$defs" in message
+    assert "stdin" not in message and "{" not in message  # no internals

@@ -81,3 +81,23 @@ def test_a_named_choice_and_no_parallel_calls_limit_the_calls():
     assert _assemble(named)[0]["id"] == "call_scripted0"  # renumbered from 0
     single = _run({"tools": TOOLS, "parallel_tool_calls": False})
     assert [c["function"]["name"] for c in _assemble(single)] == ["a"]
+
+
+def test_call_text_replaces_the_text_before_calls_only():
+    engine = ScriptedEngine(
+        text="The answer.", tool_calls=CALLS, call_text="Let me run it."
+    )
+
+    def texts(params: dict[str, Any]) -> str:
+        job = Job(
+            job_id="j", messages=[{"role": "user", "content": "hi"}], params=params
+        )
+
+        async def collect() -> list[Any]:
+            return [item async for item in engine.generate(job)]
+
+        items = asyncio.run(collect())
+        return "".join(i.text for i in items if isinstance(i, Delta))
+
+    assert texts({"tools": TOOLS}) == "Let me run it."
+    assert texts({}) == "The answer."

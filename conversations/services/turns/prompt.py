@@ -108,11 +108,18 @@ def cache_policy(
     )
 
 
-def tools_params(tools: list[dict[str, Any]]) -> dict[str, Any]:
+def tools_params(
+    tools: list[dict[str, Any]], *, forced: str | None = None
+) -> dict[str, Any]:
     """Return the generation parameters that offer ``tools`` (OpenAI definitions):
-    ``tools`` and ``tool_choice: "auto"``; none when ``tools`` is empty."""
+    ``tools`` and ``tool_choice`` — ``"auto"``, or the named function ``forced`` (the
+    model must call it; llama.cpp constrains the call by a grammar built from its
+    schema); none when ``tools`` is empty."""
     if not tools:
         return {}
+    if forced is not None:
+        choice: Any = {"type": "function", "function": {"name": forced}}
+        return {"tools": tools, "tool_choice": choice}
     return {"tools": tools, "tool_choice": "auto"}
 
 
@@ -125,6 +132,7 @@ def generation_request(
     query: TextVector,
     opt_in: bool,
     tools: list[dict[str, Any]] | None = None,
+    forced_tool: str | None = None,
 ) -> generations.GenerationRequest:
     """Return the gateway request for the turn's answer to the prompt ``built``.
 
@@ -136,6 +144,9 @@ def generation_request(
     with ``tool_choice: "auto"`` when the routed engine implements tools (dropped
     otherwise; ``built`` counted them, :func:`prompt_build`); a turn offered tools
     never uses the answer caches (a cached answer has no tool calls).
+    ``forced_tool`` (one of ``tools``, the user's pick for the message) makes the
+    choice that named function: no longer an offer the engine may drop, so an engine
+    without tools is a 400 (:func:`gateway.generations.admission.params_check`).
     """
     conversation, question = turn.conversation, turn.question
     tools = tools or []
@@ -144,8 +155,8 @@ def generation_request(
         messages=built.messages,
         prompt_tokens=built.prompt_tokens,
         context_tokens=built.prompt_tokens,
-        params={**params, **tools_params(tools)},
-        tools_optional=bool(tools),
+        params={**params, **tools_params(tools, forced=forced_tool)},
+        tools_optional=bool(tools) and forced_tool is None,
         surface=generations.Surface.CHAT,
         query=query,
         conversation_id=conversation.pk if conversation is not None else None,

@@ -24,6 +24,9 @@ class TurnRequest:
     ``last`` set (with ``question``) makes it the next step of a tool chain: the
     history ends at ``last`` (the chain's last tool result) and the answer is its
     child; ``tools_withdrawn`` (the step limit reached) offers that answer no tools.
+
+    ``tool`` names a tool the user picked for this message: the turn's first
+    generation must call it (a named ``tool_choice``), its later steps choose freely.
     """
 
     user: User
@@ -34,6 +37,7 @@ class TurnRequest:
     scope: Scope | None = None
     last: Message | None = None
     tools_withdrawn: bool = False
+    tool: str | None = None
 
     def __post_init__(self) -> None:
         """Raise ValueError unless exactly one of ``content`` and ``question`` is set."""

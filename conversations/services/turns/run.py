@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,6 +57,8 @@ def turn_run(
     # The question is embedded at most once, on first need, for everyone who needs it.
     query = TextVector(turn.text)
     offered = [] if turn.tools_withdrawn else tools.tools_definitions(user=turn.user)
+    if turn.tool is not None:
+        tool_pick_check(turn.tool, offered)
     built = prompt_build(
         turn,
         scope=scope,
@@ -73,12 +74,36 @@ def turn_run(
         query=query,
         opt_in=preference.reuse_cached_answers,
         tools=offered,
+        forced_tool=turn.tool,
     )
-    started = generations.generation_start(
-        request, store=functools.partial(rows_store, turn, built=built, scope=scope)
-    )
+
+    def store(admission: generations.Admission) -> Turn:
+        stored = rows_store(turn, admission, built=built, scope=scope)
+        if offered:  # its tool steps' continuations answer with the same parameters
+            # kept before the job is submitted (on commit): before any step can run
+            tools.turn_params_keep(
+                message_id=stored.assistant_message.id, params=params
+            )
+        return stored
+
+    started = generations.generation_start(request, store=store)
     assert started.stored is not None
     return started.stored
+
+
+def tool_pick_check(name: Any, offered: list[dict[str, Any]]) -> None:
+    """Raise InvalidInput (400, ``tool_unavailable``) unless ``name``, the tool the
+    user picked for a message, is among ``offered`` (OpenAI definitions: the tools
+    staff allow for the user's plan that the user has on)."""
+    names = {t["function"]["name"] for t in offered}
+    if name not in names:
+        shown = str(name)[:100]
+        raise InvalidInput(
+            f"The tool “{shown}” is not available to you: it is switched off, not "
+            "in your plan, or unknown. Pick one from the Tools menu, or send the "
+            "message without one.",
+            code="tool_unavailable",
+        )
 
 
 def turn_start(
@@ -90,6 +115,7 @@ def turn_start(
     model: str | None = None,
     doc_scope: Any = None,
     document_ids: Sequence[Any] = (),
+    tool: str | None = None,
 ) -> Turn:
     """Store the user's message and a streaming answer; enqueue the generation.
 
@@ -98,7 +124,9 @@ def turn_start(
     leaf) and its answer becomes the leaf. ``model`` is an explicit pool/model choice.
     ``doc_scope`` ("all"/"none"/"some", with ``document_ids`` for "some") sets the
     conversation's document scope with this message (:mod:`conversations.services.scope`);
-    None keeps the one in force. Raises InvalidInput (empty, a bad scope),
+    None keeps the one in force. ``tool`` names a tool the answer's first step must
+    call (:func:`tool_pick_check`); its later steps choose freely. Raises
+    InvalidInput (empty, a bad scope, a tool not offered to the user),
     PayloadTooLarge (over CHAT_MAX_MESSAGE_CHARS characters), NotFound (not the user's
     conversation or document, unknown model), Conflict (an answer is still streaming), Forbidden
     (model not in the plan), ModerationBlocked (400, the content policy; a moderation
@@ -124,6 +152,7 @@ def turn_start(
         if conversation is not None
         else None,
         scope=scope,
+        tool=tool,
     )
     return turn_run(turn, params=params, model=model)
 

@@ -17,9 +17,9 @@ the browser leaves:
    note) and appended as a ``tool`` message (:func:`conversations.services.tool_steps.
    tool_result_append`); the step's progress is kept in :func:`step_key` for the relay;
 3. the next generation starts as the chain's continuation (:func:`.run.turn_run`
-   with ``last`` the last result): its answer becomes the leaf, offered the same
-   tools, except after CHAT_TOOL_MAX_STEPS rounds, when none are offered so the model
-   answers. The user's quota is checked by its admission like any generation's.
+   with ``last`` the last result, and the turn's sampling parameters,
+   :func:`turn_params`): its answer becomes the leaf, offered the same tools, except
+   after CHAT_TOOL_MAX_STEPS rounds, when none are offered so the model answers. The user's quota is checked by its admission like any generation's.
 
 Stop (:func:`tool_step_stop`) cancels the running tool (its task is cancelled: the
 sandbox kills its process) and ends the turn with the chain so far kept.
@@ -80,6 +80,31 @@ def step_key(message_id: Any) -> str:
 
 busy_key = selectors.tool_busy_key
 tool_running = selectors.tool_running
+
+
+# how long a turn's sampling parameters are kept for its tool steps, in seconds: past
+# any generation's own length (the step's state lives CHAT_TOOL_STEP_TTL_S from then)
+PARAMS_TTL_S = 24 * 3600
+
+
+def params_key(message_id: Any) -> str:
+    """The Redis key of the sampling parameters the turn of answer ``message_id`` was
+    given (JSON), which its tool step's continuation uses too."""
+    return f"chat:toolparams:{message_id}"
+
+
+def turn_params_keep(*, message_id: Any, params: dict[str, Any] | None) -> None:
+    """Keep ``params`` (a turn's sampling parameters over the chat's defaults) for the
+    tool step of answer ``message_id``; nothing is kept for none."""
+    if params:
+        redis_sync().set(params_key(message_id), json.dumps(params), ex=PARAMS_TTL_S)
+
+
+def turn_params(*, message_id: Any) -> dict[str, Any] | None:
+    """Return the sampling parameters kept for answer ``message_id``'s turn, or None
+    (the chat's defaults)."""
+    raw = redis_sync().get(params_key(message_id))
+    return json.loads(raw) if raw else None
 
 
 def stop_key(message_id: Any) -> str:
@@ -381,7 +406,9 @@ def _step(message: Message, *, conversation_id: Any, user: User) -> str:
         tools_withdrawn=rounds >= settings.CHAT_TOOL_MAX_STEPS,
     )
     try:
-        started = turn_run(turn, params=None, model=message.pool or None)
+        # the turn's own sampling parameters, as its first generation had them
+        params = turn_params(message_id=message.id)
+        started = turn_run(turn, params=params, model=message.pool or None)
     except DomainError as exc:
         _state_set(
             message.id, state=STEP_FAILED, done=done, error=exc.message, code=exc.code

@@ -100,6 +100,12 @@ class Command(BaseCommand):
             'tools, e.g. \'[{"name": "run_python", "arguments": "{}"}]\'',
         )
         parser.add_argument(
+            "--script-call-text",
+            default=None,
+            help="scripted engine: the text before its tool calls (default: the "
+            "answer text)",
+        )
+        parser.add_argument(
             "--cycle",
             action=argparse.BooleanOptionalAction,
             default=False,
@@ -214,6 +220,8 @@ class Command(BaseCommand):
                 engine_opts["text"] = opts["script_text"]
             if opts["script_tool_calls"]:
                 engine_opts["tool_calls"] = json.loads(opts["script_tool_calls"])
+            if opts["script_call_text"] is not None:
+                engine_opts["call_text"] = opts["script_call_text"]
         try:
             engine = engine_create(opts["engine"], **engine_opts)
         except (ValueError, FileNotFoundError) as exc:

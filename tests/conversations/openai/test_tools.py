@@ -512,9 +512,50 @@ async def test_a_tool_choice_the_engine_cannot_honour_is_a_400(
     schemas.validate_error(error)
     assert error["error"]["code"] == "invalid_parameter"
     assert "tool_choice" in error["error"]["message"]
+    # streamed, the same 400 before any stream starts (the headers of a request
+    # held to a grammar wait for its first token or its refusal)
     streamed = await _post(
         api_key, tools=[WEATHER, NOW], tool_choice=choice, stream=True
     )
-    [*_, last] = [json.loads(d) for d in streamed.data_lines]
-    assert last["error"]["code"] == "invalid_parameter"
+    assert streamed.status == 400
+    assert not streamed.data_lines
+    assert streamed.json()["error"]["code"] == "invalid_parameter"
+    assert no_reservations()
+
+
+def test_an_engines_refusal_names_its_field_as_param():
+    from gateway.generations.outcome import generation_failed
+
+    refused = generation_failed(
+        code="invalid_parameter", message="tools: a `$ref` … cannot be followed."
+    )
+    assert (refused.status, refused.param) == (400, "tools")
+    assert generation_failed(code="invalid_parameter", message="Odd: x").param is None
+    assert generation_failed(code="engine_error", message="tools: x").param is None
+
+
+@pytestmark_db
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_schema_llama_cpp_cannot_follow_is_a_400_naming_tools(
+    user, api_key, start_worker, stream
+):
+    """On the real llama.cpp engine: a ``$ref`` to the whole schema has no grammar;
+    streamed or not, a 400 in the client's words with ``param: "tools"``, before any
+    stream starts."""
+    from inference.engines.llamacpp import LlamaCppEngine
+
+    start_worker(LlamaCppEngine(n_ctx=2048))
+    loop = {
+        "type": "function",
+        "function": {
+            "name": "loop",
+            "parameters": {"type": "object", "properties": {"again": {"$ref": "#"}}},
+        },
+    }
+    result = await _post(api_key, tools=[loop], tool_choice="required", stream=stream)
+    assert result.status == 400
+    error = result.json()["error"]
+    assert (error["code"], error["param"]) == ("invalid_parameter", "tools")
+    assert "`$ref`" in error["message"] and "stdin" not in error["message"]
     assert no_reservations()
