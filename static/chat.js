@@ -15,7 +15,6 @@
   const input = document.getElementById("content");
   const sendBtn = document.getElementById("send");
   const stopBtn = document.getElementById("stop");
-  const regenBtn = document.getElementById("regenerate");
   const errorBox = document.getElementById("composer-error");
   const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
   let active = null; // {source, article, stopUrl}
@@ -24,7 +23,8 @@
   function setBusy(busy) {
     sendBtn.disabled = busy;
     stopBtn.hidden = !busy;
-    if (regenBtn) regenBtn.disabled = busy;
+    // an answer's own Regenerate (threads.js) waits too
+    thread.querySelectorAll("button.msg-regenerate").forEach(function (b) { b.disabled = busy; });
   }
 
   function showError(text) { errorBox.textContent = text || ""; }
@@ -352,7 +352,6 @@
       source.close();
       active = null;
       setBusy(false);
-      if (regenBtn) regenBtn.hidden = false;
     };
     source.addEventListener("token", function (e) {
       lastId = e.lastEventId || lastId;
@@ -629,11 +628,6 @@
   stopBtn.addEventListener("click", async function () {
     if (!active) return;
     try { await post(active.stopUrl); } catch (err) { showError(err.message); }
-  });
-
-  regenBtn.addEventListener("click", function () {
-    if (!chat.dataset.regenerateUrl) return;
-    branchTurn(chat.dataset.regenerateUrl); // a new version of the last answer, made current
   });
 
   // Thumbs up/down under a finished answer (a thumbs down also opens the reason form:

@@ -108,7 +108,7 @@ def test_stop_keeps_the_partial_answer_and_regenerate_adds_a_version(page):
     assert last_answer(page).locator(".msg-state").inner_text() == "Stopped"
     stopped = Message.objects.get(role="assistant")
     assert stopped.status == "cancelled" and 0 < stopped.token_count < 40
-    page.click("#regenerate")
+    last_answer(page).locator("button.msg-regenerate").click()
     page.wait_for_selector("article.msg-assistant.status-complete")
     page.screenshot(path=str(SHOTS / "chat-regenerated.png"), full_page=True)
     conversation = Conversation.objects.get()
