@@ -50,7 +50,9 @@ def _layout(page) -> dict:
 
 def _assert_fits(page, step: str) -> None:
     layout = _layout(page)
-    print(step, f"thread {layout['thread']:.0%}", f"scrollWidth {layout['scrollWidth']}")
+    print(
+        step, f"thread {layout['thread']:.0%}", f"scrollWidth {layout['scrollWidth']}"
+    )
     assert layout["scrollWidth"] <= PHONE["width"], (step, layout)
     assert layout["wide"] == [], (step, layout)
     assert layout["thread"] >= 0.7, (step, layout)
