@@ -108,9 +108,11 @@ vendor:
 	mkdir -p static/vendor/eventsource-parser
 	cp node_modules/eventsource-parser/dist/parse.js node_modules/eventsource-parser/dist/parse.js.map node_modules/eventsource-parser/dist/errors.js node_modules/eventsource-parser/dist/errors.js.map static/vendor/eventsource-parser/
 	cp node_modules/eventsource-parser/LICENSE static/vendor/eventsource-parser/LICENSE
+	node scripts/icon-sprite.mjs
+	cp node_modules/lucide-static/LICENSE static/vendor/lucide.LICENSE
 	cp node_modules/axe-core/axe.min.js tests/browser/vendor/axe.min.js
 	cp node_modules/axe-core/LICENSE tests/browser/vendor/axe.LICENSE
-	node -e 'const l=require("./package-lock.json").packages;for(const n of ["markdown-it","dompurify","eventsource-parser","axe-core"])console.log(n, l["node_modules/"+n].version)' > static/vendor/VERSIONS
+	node -e 'const l=require("./package-lock.json").packages;for(const n of ["markdown-it","dompurify","eventsource-parser","lucide-static","axe-core"])console.log(n, l["node_modules/"+n].version)' > static/vendor/VERSIONS
 
 # The tests' own PostgreSQL and Redis (.var/test/, other ports): a running `make run`
 # keeps its services; no test stops, restarts or writes to them.

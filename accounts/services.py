@@ -30,6 +30,7 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from accounts.models import Appearance
 from chatsite.errors import InvalidInput
 from gateway import keys, selectors
 from gateway.models import UsageRecord, UserPreference
@@ -41,6 +42,21 @@ logger = logging.getLogger(__name__)
 
 # SCAN batch size (keys per round trip) of the Redis clean-up.
 _SCAN_COUNT = 500
+
+
+def theme_save(*, user: User, theme: str) -> Appearance:
+    """Store the user's colour theme: "system", "light" or "dark" (:class:`Appearance`).
+
+    Raises InvalidInput (nothing stored) for any other value.
+    """
+    if theme not in Appearance.Theme.values:
+        raise InvalidInput(
+            "Choose the system, light or dark theme.", code="unknown_theme"
+        )
+    appearance, _ = Appearance.objects.update_or_create(
+        user_id=user.pk, defaults={"theme": theme}
+    )
+    return appearance
 
 
 def preferences_save(

@@ -11,16 +11,23 @@ from typing import Any
 
 from django.contrib import messages as flash
 from django.contrib.auth import logout, update_session_auth_hash
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts import services
 from accounts.forms import AccountDeleteForm, ProfileForm, SettingsPasswordForm
 from chatsite.auth import AuthenticatedRequest
-from chatsite.errors import DomainError, PageNotFound, error_page
+from chatsite.errors import (
+    DomainError,
+    PageNotFound,
+    error_page,
+    error_render,
+    wants_json,
+)
 from gateway import selectors
 from gateway import services as gateway_services
 from memory import selectors as memory_selectors
@@ -96,6 +103,28 @@ def preferences_update(request: AuthenticatedRequest) -> HttpResponse:
         + ("Cached answers are on." if reuse else "Cached answers are off."),
     )
     return redirect("account-settings")
+
+
+@require_POST
+def theme_update(request: AuthenticatedRequest) -> HttpResponseBase:
+    """Store the top bar's theme choice (``theme``: system, light or dark).
+
+    A fetch (``Accept: application/json``, static/site.js) gets 204; a plain form POST
+    is sent back to ``next`` (a path on this site) or the settings page. An unknown
+    theme is a 400 and stores nothing.
+    """
+    try:
+        services.theme_save(user=request.user, theme=request.POST.get("theme", ""))
+    except DomainError as exc:
+        return error_render(request, exc)
+    if wants_json(request):
+        return HttpResponse(status=204)
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        target = reverse("account-settings")
+    return redirect(target)
 
 
 @require_POST

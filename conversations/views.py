@@ -97,7 +97,15 @@ def _chat_page(request: AuthenticatedRequest, conversation: Any = None) -> HttpR
         "tool_menu": tools_menu(user=request.user),
         **_scope_context(request, conversation),
     }
+    context["start_model"] = _start_model(context["models"], context["default_model"])
     return render(request, "chat/chat.html", context)
+
+
+def _start_model(pools: Any, default: str | None) -> str:
+    """The model the start page names: the user's default pool's model, else the first
+    pool's ("" when the plan allows none). ``pools``: ModelPool rows (pool_choices)."""
+    chosen = [p for p in pools if p.name == default] or list(pools)[:1]
+    return (chosen[0].model or chosen[0].name) if chosen else ""
 
 
 def _down_reasons() -> list[tuple[str, str]]:

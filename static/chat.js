@@ -15,7 +15,6 @@
   const input = document.getElementById("content");
   const sendBtn = document.getElementById("send");
   const stopBtn = document.getElementById("stop");
-  const regenBtn = document.getElementById("regenerate");
   const errorBox = document.getElementById("composer-error");
   const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
   let active = null; // {source, article, stopUrl}
@@ -24,7 +23,8 @@
   function setBusy(busy) {
     sendBtn.disabled = busy;
     stopBtn.hidden = !busy;
-    regenBtn.disabled = busy;
+    // an answer's own Regenerate (threads.js) waits too
+    thread.querySelectorAll("button.msg-regenerate").forEach(function (b) { b.disabled = busy; });
   }
 
   function showError(text) { errorBox.textContent = text || ""; }
@@ -34,7 +34,7 @@
     article.className = "msg msg-" + role;
     const who = document.createElement("div");
     who.className = "msg-role";
-    who.textContent = role === "user" ? "You" : "Assistant";
+    who.textContent = role === "user" ? "You said:" : "The assistant said:"; // read by screen readers only
     const body = document.createElement("div");
     body.className = "msg-body " + (role === "user" ? "plain" : "markdown");
     body.textContent = text || "";
@@ -93,18 +93,15 @@
       box = document.createElement("span");
       box.className = "msg-feedback";
       box.dataset.feedbackUrl = article.dataset.feedbackUrl;
-      for (const [rating, label, title] of [["up", "👍", "Good answer"], ["down", "👎", "Bad answer"]]) {
-        const button = document.createElement("button");
-        button.type = "button";
-        button.className = "link";
+      for (const [rating, icon, title] of [["up", "thumbs-up", "Good answer"], ["down", "thumbs-down", "Bad answer"]]) {
+        const button = window.SiteUI.iconButton("", icon, title);
         button.dataset.rating = rating;
         button.setAttribute("aria-pressed", "false");
-        button.title = title;
-        button.textContent = label;
         box.append(button);
       }
-      const footer = article.querySelector(".msg-footer");
-      if (footer) footer.append(box);
+      // into the actions row (threads.js moves it there if that row comes later)
+      const bar = article.querySelector(".msg-actions") || article.querySelector(".msg-footer");
+      if (bar) bar.append(box);
     }
     if (box) box.hidden = false;
   }
@@ -214,9 +211,10 @@
   function fillFooter(article, data) {
     const meta = article.querySelector(".msg-meta");
     if (!meta || !data.model) return;
+    const n = window.SiteUI.formatNumber;
     let m = data.model;
-    if (data.usage && data.usage.completion_tokens) m += " · " + data.usage.completion_tokens + " tokens";
-    if (data.ttft_ms !== null && data.ttft_ms !== undefined) m += " · first token " + data.ttft_ms + " ms";
+    if (data.usage && data.usage.completion_tokens) m += " · " + n(data.usage.completion_tokens) + " tokens";
+    if (data.ttft_ms !== null && data.ttft_ms !== undefined) m += " · first token " + n(data.ttft_ms) + " ms";
     meta.textContent = m;
   }
 
@@ -273,7 +271,7 @@
     note.textContent = "Cut short — the answer reached its length limit";
     const button = document.createElement("button");
     button.type = "button";
-    button.className = "link msg-continue";
+    button.className = "pill msg-continue";
     button.textContent = "Continue";
     button.title = "Ask the model to continue this answer";
     footer.append(note, button);
@@ -354,7 +352,6 @@
       source.close();
       active = null;
       setBusy(false);
-      regenBtn.hidden = false;
     };
     source.addEventListener("token", function (e) {
       lastId = e.lastEventId || lastId;
@@ -506,47 +503,18 @@
     }
   });
 
-  // Rename form and Delete link for a conversation created on this page (the server
-  // renders the same controls on later page loads).
+  // The title and the actions menu (rename, export, delete) of a conversation created
+  // on this page: a copy of chat.html's #chat-menu-template (templates/chat/_chat_menu.html,
+  // which the server renders on later page loads) with this conversation's URLs.
   function conversationControls(conversation) {
-    const wrap = document.createElement("div");
-    wrap.className = "header-controls";
-    const rename = document.createElement("form");
-    rename.method = "post";
-    rename.action = conversation.url + "rename/";
-    rename.className = "rename";
-    const token = document.createElement("input");
-    token.type = "hidden";
-    token.name = "csrfmiddlewaretoken";
-    token.value = csrf;
-    const title = document.createElement("input");
-    title.name = "title";
-    title.value = conversation.title;
-    title.maxLength = 200;
-    title.required = true;
-    title.setAttribute("aria-label", "Conversation title");
-    const button = document.createElement("button");
-    button.type = "submit";
-    button.textContent = "Rename";
-    rename.append(token, title, button);
-    const del = document.createElement("a");
-    del.className = "delete-link";
-    del.href = conversation.url + "delete/";
-    del.textContent = "Delete";
-    // Export links (as chat.html renders them; conversations/views_search.py)
-    const exportLinks = document.createElement("span");
-    exportLinks.className = "export-links";
-    exportLinks.append("Export ");
-    [["md", "Markdown"], ["json", "JSON"]].forEach(function (pair, i) {
-      if (i) exportLinks.append(" · ");
-      const link = document.createElement("a");
-      link.id = "export-" + pair[0];
-      link.href = conversation.url + "export/?format=" + pair[0];
-      link.textContent = pair[1];
-      exportLinks.append(link);
+    const tpl = document.getElementById("chat-menu-template");
+    const controls = tpl.content.cloneNode(true);
+    controls.querySelectorAll("[data-path]").forEach(function (el) {
+      el.setAttribute(el.tagName === "FORM" ? "action" : "href", conversation.url + el.dataset.path);
     });
-    wrap.append(rename, exportLinks, del);
-    return wrap;
+    controls.querySelector(".chat-title").textContent = conversation.title;
+    controls.querySelector("input[name=title]").value = conversation.title;
+    return controls;
   }
 
   // The current branch as the server renders it (versions switchers included), then
@@ -660,11 +628,6 @@
   stopBtn.addEventListener("click", async function () {
     if (!active) return;
     try { await post(active.stopUrl); } catch (err) { showError(err.message); }
-  });
-
-  regenBtn.addEventListener("click", function () {
-    if (!chat.dataset.regenerateUrl) return;
-    branchTurn(chat.dataset.regenerateUrl); // a new version of the last answer, made current
   });
 
   // Thumbs up/down under a finished answer (a thumbs down also opens the reason form:

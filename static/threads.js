@@ -8,6 +8,7 @@
   const page = window.ChatPage;
   if (!thread || !page) return;
   const COPIED_MS = 2000;
+  const ui = window.SiteUI;
 
   // The Markdown source of an answer: a <template> the server renders, or the
   // `content` of its done event for an answer that ended on this page.
@@ -16,30 +17,37 @@
     return tpl ? tpl.content.textContent : article.querySelector(".msg-body").innerText;
   }
 
+  // Copy `text`; the button shows a check and "Copied" (or "Copy failed") for a moment.
   async function copy(button, text) {
-    const label = button.dataset.label || button.textContent;
-    button.dataset.label = label;
+    let label = button.querySelector(".btn-label");
+    if (!label) {
+      label = document.createElement("span");
+      label.className = "btn-label";
+      button.append(label);
+    }
+    if (button.dataset.restLabel === undefined) {
+      button.dataset.restLabel = label.textContent;
+      button.dataset.restIcon = ui.iconOf(button);
+    }
     try {
       await navigator.clipboard.writeText(text);
-      button.textContent = "Copied";
+      label.textContent = "Copied";
+      ui.setIcon(button, "check");
       button.classList.add("copied");
     } catch (err) {
-      button.textContent = "Copy failed";
+      label.textContent = "Copy failed";
     }
     clearTimeout(button._copyTimer);
     button._copyTimer = setTimeout(function () {
-      button.textContent = label;
+      label.textContent = button.dataset.restLabel;
+      ui.setIcon(button, button.dataset.restIcon);
       button.classList.remove("copied");
     }, COPIED_MS);
   }
 
-  function actionButton(cls, text, label) {
-    const button = document.createElement("button");
-    button.type = "button";
-    button.className = "link " + cls;
-    button.textContent = text;
-    button.setAttribute("aria-label", label);
-    return button;
+  // An icon button with a tooltip (static/site.js); `text` adds a visible label.
+  function actionButton(cls, icon, label, text) {
+    return ui.iconButton(cls, icon, label, text);
   }
 
   // Actions of a message the page built itself (the server renders the same).
@@ -49,12 +57,15 @@
     bar.className = "msg-actions";
     if (article.classList.contains("msg-user")) {
       if (!article.dataset.editUrl) return;
-      bar.append(actionButton("msg-edit", "Edit", "Edit message"));
+      bar.append(actionButton("msg-edit", "pencil", "Edit message"));
     } else {
-      bar.append(actionButton("msg-copy", "Copy", "Copy answer"));
+      bar.append(actionButton("msg-copy", "copy", "Copy answer"));
       if (article.dataset.regenerateUrl) {
-        bar.append(" ", actionButton("msg-regenerate", "Regenerate", "Regenerate answer"));
+        bar.append(actionButton("msg-regenerate", "refresh-cw", "Regenerate answer"));
       }
+      // the thumbs chat.js put in the footer belong in this row
+      const feedback = article.querySelector(".msg-footer .msg-feedback");
+      if (feedback) bar.append(feedback);
     }
     article.append(bar);
   }
@@ -64,7 +75,7 @@
     root.querySelectorAll(".msg-assistant .msg-body pre").forEach(function (pre) {
       const prev = pre.previousElementSibling;
       if (prev && prev.classList.contains("code-copy")) return;
-      const button = actionButton("code-copy", "Copy code", "Copy code");
+      const button = actionButton("code-copy", "copy", "Copy code", "Copy code");
       pre.before(button);
     });
   }
@@ -100,10 +111,14 @@
     input.rows = 3;
     input.value = body.textContent;
     input.setAttribute("aria-label", "Edit your message");
-    const send = actionButton("msg-edit-send", "Send", "Send edited message");
-    send.classList.remove("link");
-    const cancel = actionButton("msg-edit-cancel", "Cancel", "Cancel editing");
-    cancel.classList.remove("link");
+    const send = document.createElement("button");
+    send.type = "button";
+    send.className = "primary msg-edit-send";
+    send.textContent = "Send";
+    const cancel = document.createElement("button");
+    cancel.type = "button";
+    cancel.className = "msg-edit-cancel";
+    cancel.textContent = "Cancel";
     const error = document.createElement("p");
     error.className = "msg-edit-error";
     error.setAttribute("role", "alert");

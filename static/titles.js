@@ -22,6 +22,8 @@
     if (link) link.textContent = title;
     const input = document.querySelector(".chat-header input[name=title]");
     if (input && document.activeElement !== input) input.value = title;
+    const heading = document.getElementById("chat-title");
+    if (heading) heading.textContent = title;
     document.title = title + " · Chat";
   }
 

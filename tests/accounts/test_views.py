@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts import services as account
+from accounts.models import Appearance
 from conversations.models import Conversation, Feedback, Message
 from gateway import keys, selectors, services
 from gateway.cache.exact import exact_store
@@ -272,6 +273,7 @@ def _seed(user: Any) -> set[str]:
     services.api_key_create(user=user)
     UserPreference.objects.create(user=user)
     ToolPreference.objects.create(user=user, disabled=["web_search"])
+    Appearance.objects.create(user=user, theme="dark")
     Subscription.objects.create(user=user, plan=factories.plan(name=f"p-{user.pk}"))
     job_id = f"job-{user.pk}"
     UsageRecord.objects.create(user=user, status="complete", job_id=job_id)
@@ -438,7 +440,7 @@ def test_the_quota_panel_alone_shows_the_tokens_left_now(auth_client, user):
     before = auth_client.get(url)
     assert before.status_code == 200
     assert 'id="quota"' in before.content.decode()
-    assert "1000 today" in before.content.decode()
+    assert "1000</data> today" in before.content.decode()
     quota.quota_reserve(
         user_id=user.pk,
         job_id="answered",
@@ -447,7 +449,7 @@ def test_the_quota_panel_alone_shows_the_tokens_left_now(auth_client, user):
     )
     quota.quota_settle(job_id="answered", tokens=120)
     after = auth_client.get(url).content.decode()
-    assert "880 today" in after
+    assert "880</data> today" in after
     assert auth_client.post(url).status_code == 405
 
 

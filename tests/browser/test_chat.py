@@ -56,7 +56,8 @@ def test_tokens_left_in_the_sidebar_count_each_answer_without_a_reload(page, use
 
     def today() -> int:
         text = page.locator("#quota").inner_text()
-        return int(re.search(r"(\d+) today", text).group(1))
+        # formatted for the reader's locale (en-US here): "50,000 today"
+        return int(re.search(r"([\d,]+) today", text).group(1).replace(",", ""))
 
     before = today()
     page.fill("#content", "Hello")
@@ -64,7 +65,7 @@ def test_tokens_left_in_the_sidebar_count_each_answer_without_a_reload(page, use
     page.wait_for_selector("article.msg-assistant.status-complete")
     page.wait_for_function(
         "(shown) => !document.getElementById('quota').innerText.includes(shown)",
-        arg=f"{before} today",
+        arg=f"{before:,} today",
     )
     answer = Message.objects.get(role="assistant")
     # what the answer cost (its prompt and completion tokens), no more
@@ -108,7 +109,7 @@ def test_stop_keeps_the_partial_answer_and_regenerate_adds_a_version(page):
     assert last_answer(page).locator(".msg-state").inner_text() == "Stopped"
     stopped = Message.objects.get(role="assistant")
     assert stopped.status == "cancelled" and 0 < stopped.token_count < 40
-    page.click("#regenerate")
+    last_answer(page).locator("button.msg-regenerate").click()
     page.wait_for_selector("article.msg-assistant.status-complete")
     page.screenshot(path=str(SHOTS / "chat-regenerated.png"), full_page=True)
     conversation = Conversation.objects.get()

@@ -54,7 +54,9 @@ def test_a_new_user_chats_branches_searches_exports_imports_and_deletes(page, si
     assert stopped.status == "cancelled"
 
     # Regenerate adds a second version, shown as 2/2
-    page.click("#regenerate")
+    thread.locator("article.msg-assistant").last.locator(
+        "button.msg-regenerate"
+    ).click()
     page.wait_for_selector("article.msg-assistant.status-complete")
     answer = thread.locator("article.msg-assistant").last
     expect(answer.locator(".version-label")).to_have_text("2/2")
@@ -98,6 +100,7 @@ def test_a_new_user_chats_branches_searches_exports_imports_and_deletes(page, si
     assert conversation.messages.filter(role="assistant").count() == 3
 
     # rename
+    page.click("#chat-menu-button")  # the header's actions are in one menu
     page.fill(".chat-header input[name=title]", "Optics notebook")
     page.click(".chat-header form.rename button[type=submit]")
     expect(page.locator("#conversation-list")).to_contain_text("Optics notebook")
@@ -120,6 +123,7 @@ def test_a_new_user_chats_branches_searches_exports_imports_and_deletes(page, si
     assert f"/c/{conversation.id}/" in page.url
 
     # export as JSON, then import the file: a copy with every message
+    page.click("#chat-menu-button")
     with page.expect_download() as download:
         page.click("#export-json")
     exported = download.value.path()
@@ -137,6 +141,7 @@ def test_a_new_user_chats_branches_searches_exports_imports_and_deletes(page, si
 
     # delete the original (with its confirmation step)
     page.goto(f"{site}/c/{conversation.id}/")
+    page.click("#chat-menu-button")
     page.click(".chat-header .delete-link")
     page.click("button.danger")
     page.wait_for_selector("#composer")

@@ -32,6 +32,7 @@ def test_search_finds_a_renamed_chat_and_opens_it_at_the_message(page, site):
     conv = Conversation.objects.get()
     answer = Message.objects.get(role="assistant")
 
+    page.click("#chat-menu-button")  # rename, export and delete are in one menu
     page.fill("input[name=title]", "Volcano field notes")
     page.click("form.rename button[type=submit]")
     expect(page.locator("#conversation-list")).to_contain_text("Volcano field notes")
@@ -62,6 +63,7 @@ def test_export_downloads_and_importing_it_creates_a_copy(page, site, tmp_path):
     page.wait_for_selector("article.msg-assistant.status-complete")
     conv = Conversation.objects.get()
 
+    page.click("#chat-menu-button")
     with page.expect_download() as info:
         page.click("#export-md")
     markdown = tmp_path / "chat.md"
@@ -69,6 +71,7 @@ def test_export_downloads_and_importing_it_creates_a_copy(page, site, tmp_path):
     assert info.value.suggested_filename.endswith(".md")
     assert "Write a haiku about lava" in markdown.read_text()
 
+    page.click("#chat-menu-button")  # choosing an item closed the menu
     with page.expect_download() as info:
         page.click("#export-json")
     exported = tmp_path / info.value.suggested_filename

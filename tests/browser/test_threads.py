@@ -92,7 +92,8 @@ def test_copy_buttons_put_the_markdown_and_the_code_on_the_clipboard(page):
     stored = Message.objects.get(role="assistant").content
     assert "**bold**" in stored
     assert page.evaluate("navigator.clipboard.readText()") == stored
-    expect(copy).to_have_text("Copy")  # the state goes back
+    expect(copy).to_have_text("")  # the state goes back: the icon alone
+    expect(copy).to_have_attribute("aria-label", "Copy answer")
     page.reload()  # the server-rendered answer copies the same source
     copy = last_answer(page).locator("button.msg-copy")
     copy.click()

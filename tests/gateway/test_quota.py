@@ -356,7 +356,9 @@ def test_the_chat_page_shows_the_tokens_left(settings, client):
     page = client.get(reverse("chat-home")).content.decode()
     lines = selectors.quota_status(user=user)
     assert len(lines) == 1 and lines[0].remaining < 1000
-    assert "Tokens left" in page and f"{lines[0].remaining} this month" in page
+    left = lines[0].remaining  # as <data> that static/site.js formats for the locale
+    assert "Tokens left" in page
+    assert f'<data class="num" value="{left}">{left}</data> this month' in page
 
 
 def test_budgets_survive_a_redis_restart_through_the_usage_records(settings):
