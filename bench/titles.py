@@ -7,7 +7,8 @@ Each first message (questions of Debian's own FAQs, /usr/share/doc: zlib, procps
 valgrind, base-files, socat; three given Markdown marks as a user would type them) is
 answered by the model as in the chat (CHAT_SYSTEM_PROMPT, 200 tokens, temperature
 0.7), then titled twice: as the site titles now (memory.summary.title_messages under
-TITLE_RESPONSE_FORMAT, read by title_from_reply, Markdown stripped, judged by
+TITLE_RESPONSE_FORMAT, read by title_from_reply, refused when it echoes the worked
+example, Markdown stripped, judged by
 conversations.titles.title_acceptable, else title_from_message) and with the previous
 request (a plain-text title of the transcript in at most 24 tokens). Prints a Markdown
 table (message, answer's first words, title shown, source) and the counts. The
@@ -41,6 +42,7 @@ from inference.protocol import Job  # noqa: E402
 from memory.summary import (  # noqa: E402
     TITLE_MAX_TOKENS,
     TITLE_RESPONSE_FORMAT,
+    title_echoes_example,
     title_from_reply,
     title_messages,
 )
@@ -132,9 +134,10 @@ def main() -> None:
             )
             complete = finish == "stop" and text.strip()
             cut["now"] += not complete
-            title, source = shown(
-                title_from_reply(text.strip()) if complete else None, first, answer
-            )
+            model_title = title_from_reply(text.strip()) if complete else None
+            if model_title and title_echoes_example(model_title, user_text=first):
+                model_title = None  # as memory.summary.title_generate
+            title, source = shown(model_title, first, answer)
             counts["now", "model" if source == "model" else "fb"] += 1
             markdown += any(mark in title for mark in MARKDOWN)
             transcript = f"User: {first}\nAssistant: {answer[:2000]}"

@@ -168,7 +168,26 @@ def title_generate(*, user_text: str, pool: str, timeout_s: float) -> str | None
     text = result.text.strip()
     if not result.complete or not text:
         return None
-    return title_from_reply(text)
+    title = title_from_reply(text)
+    if title is None or title_echoes_example(title, user_text=user_text):
+        return None
+    return title
+
+
+def _stems(text: str) -> set[str]:
+    """The words of ``text``, casefolded, each cut to its first 4 characters (so
+    "boil", "boiled" and "boiling" are one)."""
+    return {word[:4] for word in re.findall(r"\w+", text.casefold())}
+
+
+def title_echoes_example(title: str, *, user_text: str) -> bool:
+    """Return True when ``title`` has a word of TITLE_EXAMPLE's title that the
+    message ``user_text`` does not have: the worked example leaking into the title
+    ("Distribution of eggs" for "how do I know which distribution I'm running?",
+    seen on SmolLM2 in bench/titles.py). Words are compared by their first 4
+    characters, casefolded."""
+    example = json.loads(TITLE_EXAMPLE[1])["title"]
+    return bool(_stems(title) & (_stems(example) - _stems(user_text)))
 
 
 def facts_propose(

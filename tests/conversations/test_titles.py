@@ -19,7 +19,11 @@ from conversations.titles import (
 from inference.engines.llamacpp import LlamaCppEngine
 from inference.engines.scripted import ScriptedEngine
 from memory import summary as memory_summary
-from memory.summary import TITLE_RESPONSE_FORMAT, title_from_reply
+from memory.summary import (
+    TITLE_RESPONSE_FORMAT,
+    title_echoes_example,
+    title_from_reply,
+)
 
 PLANETS_ANSWER = (
     "The two planets mentioned are Mars and Venus. Mars is the fourth planet from "
@@ -201,6 +205,19 @@ def test_a_new_chat_is_titled_by_its_first_message_without_markdown(start_worker
 )
 def test_the_title_is_read_from_the_models_json_reply(reply, title):
     assert title_from_reply(reply) == title
+
+
+@pytest.mark.parametrize(
+    ("title", "message", "echoes"),
+    [
+        ("Distribution of eggs", "how do I know which distribution I'm running?", 1),
+        ("Soft skills", "What are soft skills?", 0),
+        ("Boiled eggs", "How long do I boil eggs?", 0),
+        ("Windows DLL version", "Where can I get a Windows DLL version?", 0),
+    ],
+)
+def test_a_title_that_echoes_the_worked_example_is_refused(title, message, echoes):
+    assert title_echoes_example(title, user_text=message) is bool(echoes)
 
 
 class RecordingEngine(ScriptedEngine):
