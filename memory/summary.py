@@ -131,7 +131,7 @@ def title_messages(user_text: str) -> list[Message]:
 def title_from_reply(text: str) -> str | None:
     """Return the title in the model's reply ``text``: the ``title`` string of a JSON
     object (TITLE_RESPONSE_FORMAT), else, from an engine that answered in plain text,
-    its first line; quotes around it and runs of spaces removed (its Markdown is the
+    its first line; double quotes around it and runs of spaces removed (its Markdown is the
     caller's to strip). None when nothing is left."""
     try:
         data = json.loads(text)
@@ -142,7 +142,7 @@ def title_from_reply(text: str) -> str | None:
         line = value if isinstance(value, str) else ""
     else:
         line = text.splitlines()[0] if text.strip() else ""
-    line = " ".join(line.split()).strip("\"'“” ")
+    line = " ".join(line.split()).strip('"“” ')  # not ' : "bogus '-'" keeps its end
     return line or None
 
 

@@ -198,6 +198,7 @@ def test_a_new_chat_is_titled_by_its_first_message_without_markdown(start_worker
         ('{ "title": "  **Zip**   archives " }', "**Zip** archives"),
         ("Green tea brewing\nMore text", "Green tea brewing"),  # a plain-text engine
         ('"Quoted title"', "Quoted title"),  # JSON, but not an object: its text
+        ('{"title": "A bogus \'-\'"}', "A bogus '-'"),
         ('{"name": "x"}', None),
         ('{"title": 5}', None),
         ("   ", None),
