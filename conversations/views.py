@@ -84,13 +84,13 @@ def _chat_page(request: AuthenticatedRequest, conversation: Any = None) -> HttpR
         "suspension_cause_appealed": safety_selectors.event_appealed(
             event_id=suspension.cause_id if suspension else None
         ),
-        "conversations": selectors.conversation_list(user=request.user)[:200],
         "conversation": conversation,
         "items": selectors.thread_items(conversation=conversation)
         if conversation
         else [],
         "max_chars": settings.CHAT_MAX_MESSAGE_CHARS,
         "quota": gateway_selectors.quota_status(user=request.user),
+        "show_quota": True,  # the sidebar's token counter (templates/_sidebar_…)
         "models": gateway_selectors.pool_choices(user=request.user),
         "feedback_reasons": _down_reasons(),
         "default_model": gateway_selectors.default_model(user=request.user),

@@ -10,6 +10,7 @@ complete one (DESIGN §9).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -27,10 +28,40 @@ SUMMARY_PROMPT = (
     "Rewrite the summary so it also covers the new messages. Keep names, numbers, "
     "decisions and open questions. Answer with the summary only, at most 200 words."
 )
+# Titles: the model is shown the first message only (not the answer: a small model's
+# answer pulled its titles off the topic) with one worked example, and answers under a
+# JSON Schema, which llama.cpp turns into a grammar and vLLM into structured outputs,
+# so it ends after one short string instead of starting an answer (measured on
+# SmolLM2-135M: bench/titles.py, bench/results/2026-12-04-titles.md).
 TITLE_PROMPT = (
-    "Write a short title (at most 6 words) for a conversation that starts like this. "
-    "Answer with the title only, no quotes."
+    "You name conversations. Read the user's first message and answer with a JSON "
+    'object {"title": "..."}: a title of 2 to 6 words that names its topic, like a '
+    "chapter heading. Do not answer the message."
 )
+TITLE_EXAMPLE = (
+    "How long should I boil an egg for a soft yolk?",
+    '{"title": "Soft-boiled eggs"}',
+)
+# The title's longest form (characters) in the schema; conversations.titles decides
+# whether the title is used (TITLE_MAX_CHARS, the same 60).
+TITLE_SCHEMA_MAX_CHARS = 60
+TITLE_RESPONSE_FORMAT = {
+    "type": "json_schema",
+    "schema": {
+        "type": "object",
+        "properties": {
+            "title": {
+                "type": "string",
+                "minLength": 2,
+                "maxLength": TITLE_SCHEMA_MAX_CHARS,
+            }
+        },
+        "required": ["title"],
+        "additionalProperties": False,
+    },
+}
+# Tokens for the JSON object: the title (at most 60 characters) and its braces.
+TITLE_MAX_TOKENS = 40
 FACTS_PROMPT = (
     "List durable facts about the user stated in their messages below (name, "
     "preferences, work, plans), one per line starting with '- '. If there are none, "
@@ -84,31 +115,79 @@ def summary_generate(
     )
 
 
-def title_generate(
-    *, user_text: str, answer_text: str, pool: str, timeout_s: float
-) -> str | None:
-    """Return a model-written title for a conversation's first exchange, or None."""
-    text = _complete_text(
-        pool=pool,
-        messages=[
-            {"role": "system", "content": TITLE_PROMPT},
-            {
-                "role": "user",
-                "content": _transcript(
-                    [
-                        {"role": "user", "content": user_text[:2000]},
-                        {"role": "assistant", "content": answer_text[:2000]},
-                    ]
-                ),
-            },
-        ],
-        max_tokens=24,
-        timeout_s=timeout_s,
-    )
-    if text is None:
-        return None
-    line = " ".join(text.splitlines()[0].split()).strip("\"'“”#* ")
+def title_messages(user_text: str) -> list[Message]:
+    """Return the chat messages that ask for a title of a conversation whose first
+    message is ``user_text`` (its first 2,000 characters): TITLE_PROMPT, the worked
+    example, the message."""
+    question, answer = TITLE_EXAMPLE
+    return [
+        {"role": "system", "content": TITLE_PROMPT},
+        {"role": "user", "content": f"Message: {question}"},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": f"Message: {user_text[:2000]}"},
+    ]
+
+
+def title_from_reply(text: str) -> str | None:
+    """Return the title in the model's reply ``text``: the ``title`` string of a JSON
+    object (TITLE_RESPONSE_FORMAT), else, from an engine that answered in plain text,
+    its first line; double quotes around it and runs of spaces removed (its Markdown is the
+    caller's to strip). None when nothing is left."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        value = data.get("title")
+        line = value if isinstance(value, str) else ""
+    else:
+        line = text.splitlines()[0] if text.strip() else ""
+    line = " ".join(line.split()).strip('"“” ')  # not ' : "bogus '-'" keeps its end
     return line or None
+
+
+def title_generate(*, user_text: str, pool: str, timeout_s: float) -> str | None:
+    """Return a model-written title for a conversation that starts with
+    ``user_text``, or None when the generation failed, was cut or gave nothing.
+
+    The model answers under TITLE_RESPONSE_FORMAT in at most TITLE_MAX_TOKENS tokens
+    (:func:`title_messages`, :func:`title_from_reply`); whether the title is used is
+    the caller's rule (conversations.titles.title_acceptable).
+    """
+    result = inference_client.generation_run(
+        pool=pool,
+        messages=title_messages(user_text),
+        params={
+            "max_tokens": TITLE_MAX_TOKENS,
+            "temperature": 0.2,
+            "response_format": TITLE_RESPONSE_FORMAT,
+        },
+        timeout_s=timeout_s,
+        background=True,
+    )
+    text = result.text.strip()
+    if not result.complete or not text:
+        return None
+    title = title_from_reply(text)
+    if title is None or title_echoes_example(title, user_text=user_text):
+        return None
+    return title
+
+
+def _stems(text: str) -> set[str]:
+    """The words of ``text``, casefolded, each cut to its first 4 characters (so
+    "boil", "boiled" and "boiling" are one)."""
+    return {word[:4] for word in re.findall(r"\w+", text.casefold())}
+
+
+def title_echoes_example(title: str, *, user_text: str) -> bool:
+    """Return True when ``title`` has a word of TITLE_EXAMPLE's title that the
+    message ``user_text`` does not have: the worked example leaking into the title
+    ("Distribution of eggs" for "how do I know which distribution I'm running?",
+    seen on SmolLM2 in bench/titles.py). Words are compared by their first 4
+    characters, casefolded."""
+    example = json.loads(TITLE_EXAMPLE[1])["title"]
+    return bool(_stems(title) & (_stems(example) - _stems(user_text)))
 
 
 def facts_propose(

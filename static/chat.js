@@ -557,6 +557,37 @@
     BUSY: BUSY,
   };
 
+  // The sidebar's list (templates/_sidebar_conversations.html): a new chat goes first
+  // under "Today" (the group is made when the list has none), marked as the page's.
+  function listAdd(conversation) {
+    const list = document.getElementById("conversation-list");
+    if (!list) return;
+    list.querySelectorAll("a.conv-link.active").forEach(function (a) {
+      a.classList.remove("active");
+      a.removeAttribute("aria-current");
+    });
+    let group = list.querySelector("section.conv-group");
+    const title = group && group.querySelector(".conv-group-title");
+    if (!title || title.textContent.trim() !== "Today") {
+      const today = document.createElement("section");
+      today.className = "conv-group";
+      const heading = document.createElement("h2");
+      heading.className = "conv-group-title";
+      heading.textContent = "Today";
+      today.appendChild(heading);
+      list.prepend(today);
+      group = today;
+    }
+    const link = document.createElement("a");
+    link.className = "conv-link active";
+    link.setAttribute("aria-current", "page");
+    link.href = conversation.url;
+    link.textContent = conversation.title;
+    group.querySelector(".conv-group-title").after(link);
+    const empty = document.getElementById("no-conversations");
+    if (empty) empty.remove();
+  }
+
   function startTurn(turn, source) {
     if (turn.conversation.created) {
       history.pushState({}, "", turn.conversation.url);
@@ -565,14 +596,7 @@
       document.title = turn.conversation.title + " · Chat";
       chat.dataset.sendUrl = turn.conversation.url + "messages/";
       chat.dataset.regenerateUrl = turn.conversation.url + "regenerate/";
-      const list = document.getElementById("conversation-list");
-      const link = document.createElement("a");
-      link.className = "conv-link active";
-      link.href = turn.conversation.url;
-      link.textContent = turn.conversation.title;
-      list.prepend(link);
-      const empty = document.getElementById("no-conversations");
-      if (empty) empty.remove();
+      listAdd(turn.conversation);
     }
     const article = bubble("assistant", "");
     pruneContinue();

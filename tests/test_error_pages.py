@@ -1,6 +1,7 @@
 """The site's own pages for a refused method (405) and a failed CSRF check (403)
 (chatsite/http.py, chatsite/middleware.py)."""
 
+import httpx
 import pytest
 from django.test import Client, override_settings
 from django.urls import reverse
@@ -62,3 +63,29 @@ def test_a_json_client_gets_the_csrf_failure_as_a_json_error():
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "csrf_failed"
     assert Message.objects.count() == 0
+
+
+# --- make run: the site's own pages, static files served ------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_make_run_settings_serve_the_sites_404_and_static_files(settings):
+    """daphne under chatsite.settings.dev (what `make run` starts, with none of the
+    DJANGO_ variables a developer may set): an unknown address is the site's 404
+    page, not Django's debug page listing the URL patterns; static files still load."""
+    from tests.stack import stack_env, web_process
+
+    env = {k: v for k, v in stack_env().items() if not k.startswith("DJANGO_")}
+    env["DJANGO_SETTINGS_MODULE"] = "chatsite.settings.dev"
+    env["REDIS_URL"] = settings.REDIS_URL
+    env.pop("TEST_REDIS_URL", None)
+    with web_process(env) as web:
+        response = httpx.get(web.base + "/no-such-page/")
+        assert response.status_code == 404
+        assert "This page does not exist" in response.text
+        assert "<title>Not found · Chat</title>" in response.text
+        assert "Using the URLconf" not in response.text  # Django's debug 404
+        assert "conversation-search" not in response.text  # no URL pattern names
+        css = httpx.get(web.base + "/static/site.css")
+        assert css.status_code == 200
+        assert css.headers["content-type"].startswith("text/css")

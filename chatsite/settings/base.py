@@ -99,6 +99,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # the sidebar's chat list on every signed-in page
+                "conversations.context_processors.sidebar",
             ],
         },
     },

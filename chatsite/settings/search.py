@@ -13,6 +13,9 @@ CHAT_SEARCH_CONFIG = env("CHAT_SEARCH_CONFIG", default="english")
 # Longest search query accepted, in characters; results shown per search.
 CHAT_SEARCH_MAX_QUERY_CHARS = env.int("CHAT_SEARCH_MAX_QUERY_CHARS", default=200)
 CHAT_SEARCH_RESULTS = env.int("CHAT_SEARCH_RESULTS", default=50)
+# Conversations the sidebar lists (most recently active first); older ones are reached
+# through "All chats" (the search page, whose blank query lists recent chats).
+CHAT_SIDEBAR_CONVERSATIONS = env.int("CHAT_SIDEBAR_CONVERSATIONS", default=50)
 # Import: largest file (bytes), most conversations and messages (all conversations
 # together) in one file, longest message (characters).
 CHAT_IMPORT_MAX_BYTES = env.int("CHAT_IMPORT_MAX_BYTES", default=20 * 1024 * 1024)

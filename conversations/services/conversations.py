@@ -13,7 +13,7 @@ from chatsite.errors import InvalidInput
 from conversations import prompt_history, selectors
 from conversations.models import Conversation, Message
 from conversations.services.text import is_blank, text_check, title_from_text
-from conversations.titles import title_acceptable
+from conversations.titles import markdown_first_text, title_acceptable
 from gateway import generations
 from inference.tokens import prompt_counter
 from memory import summary as memory_summary
@@ -37,10 +37,12 @@ def _chain_answer(head: Message) -> Message:
 def conversation_title_generate(*, conversation_id: Any) -> str | None:
     """Title a conversation after its first exchange; return the title set, or None.
 
-    The model writes a title (pool MEMORY_SMALL_POOL); it replaces the first-message
-    title (the first user message cut to CHAT_TITLE_MAX_CHARS, :func:`title_from_text`)
-    only when :func:`conversations.titles.title_acceptable` finds it a real title, not
-    a piece of the answer. On a failed, cut, empty or refused generation, or
+    Once the first answer completed, the model writes a title of the first message
+    (pool MEMORY_SMALL_POOL, under a JSON Schema: :func:`memory.summary.title_generate`);
+    its Markdown is stripped, and it replaces the first-message title (the first user
+    message's plain text cut at a word boundary to CHAT_TITLE_MAX_CHARS,
+    :func:`title_from_text`) only when :func:`conversations.titles.title_acceptable`
+    finds it a real title, not a piece of the answer. On a failed, cut, empty or refused generation, or
     when the first answer failed, the first-message title stays. A title the user
     changed is never overwritten; only the first exchange is titled (idempotent).
     """
@@ -73,10 +75,11 @@ def conversation_title_generate(*, conversation_id: Any) -> str | None:
     ):
         title = memory_summary.title_generate(
             user_text=first.content,
-            answer_text=answer.content,
             pool=settings.MEMORY_SMALL_POOL,
             timeout_s=settings.MEMORY_GENERATION_TIMEOUT_S,
         )
+    if title:
+        title = markdown_first_text(title)  # "**Cats** facts" reads "Cats facts"
     if (
         not title
         or answer is None

@@ -9,14 +9,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conversations import services
-from conversations.models import Conversation
+from conversations.models import Conversation, Message
 from conversations.titles import (
     TITLE_MAX_CHARS,
     TITLE_MAX_WORDS,
     title_acceptable,
     title_from_message,
 )
+from inference.engines.llamacpp import LlamaCppEngine
 from inference.engines.scripted import ScriptedEngine
+from memory import summary as memory_summary
+from memory.summary import (
+    TITLE_RESPONSE_FORMAT,
+    title_echoes_example,
+    title_from_reply,
+)
 
 PLANETS_ANSWER = (
     "The two planets mentioned are Mars and Venus. Mars is the fourth planet from "
@@ -179,3 +186,105 @@ def test_a_new_chat_is_titled_by_its_first_message_without_markdown(start_worker
     )
     conversation = Conversation.objects.get(id=turn.conversation.id)
     assert conversation.title == "Hello! Tell me three facts about cats"
+
+
+# --- The model's title: JSON under a schema, Markdown stripped ----------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "title"),
+    [
+        ('{"title": "Soft-boiled eggs"}', "Soft-boiled eggs"),
+        ('{ "title": "  **Zip**   archives " }', "**Zip** archives"),
+        ("Green tea brewing\nMore text", "Green tea brewing"),  # a plain-text engine
+        ('"Quoted title"', "Quoted title"),  # JSON, but not an object: its text
+        ('{"title": "A bogus \'-\'"}', "A bogus '-'"),
+        ('{"name": "x"}', None),
+        ('{"title": 5}', None),
+        ("   ", None),
+    ],
+)
+def test_the_title_is_read_from_the_models_json_reply(reply, title):
+    assert title_from_reply(reply) == title
+
+
+@pytest.mark.parametrize(
+    ("title", "message", "echoes"),
+    [
+        ("Distribution of eggs", "how do I know which distribution I'm running?", 1),
+        ("Soft skills", "What are soft skills?", 0),
+        ("Boiled eggs", "How long do I boil eggs?", 0),
+        ("Windows DLL version", "Where can I get a Windows DLL version?", 0),
+    ],
+)
+def test_a_title_that_echoes_the_worked_example_is_refused(title, message, echoes):
+    assert title_echoes_example(title, user_text=message) is bool(echoes)
+
+
+class RecordingEngine(ScriptedEngine):
+    """The scripted engine, keeping each job it was given."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.jobs = []
+
+    async def generate(self, job):
+        self.jobs.append(job)
+        async for item in super().generate(job):
+            yield item
+
+
+def first_exchange(user, content):
+    """A conversation with ``content`` as its first message and a complete answer."""
+    conversation = Conversation.objects.create(
+        user=user, title=services.title_from_text(content)
+    )
+    question = Message.objects.create(
+        conversation=conversation, role="user", content=content
+    )
+    Message.objects.create(
+        conversation=conversation,
+        role="assistant",
+        parent=question,
+        content="An answer of some length that says things.",
+        status=Message.Status.COMPLETE,
+    )
+    return conversation
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_model_is_asked_for_json_and_its_title_loses_its_markdown(
+    start_worker, user, settings
+):
+    settings.MEMORY_SMALL_POOL = "titles"
+    settings.MEMORY_GENERATION_TIMEOUT_S = 10
+    engine = RecordingEngine(text='{"title": "Brewing **green** tea"}')
+    start_worker(engine, pool="titles")
+    conversation = first_exchange(user, "How hot should water be for *green* tea?")
+    assert conversation.title == "How hot should water be for green tea?"
+    assert services.conversation_title_generate(conversation_id=conversation.id) == (
+        "Brewing green tea"
+    )
+    (job,) = engine.jobs
+    assert job.params["response_format"] == TITLE_RESPONSE_FORMAT
+    assert job.messages[-1]["content"].endswith(
+        "How hot should water be for *green* tea?"
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_the_embedded_model_writes_a_title_under_its_grammar(start_worker, user):
+    """SmolLM2 (llama.cpp) under the title schema's grammar ends its reply itself
+    with one short title; whatever it writes, the list never shows Markdown."""
+    start_worker(LlamaCppEngine(n_ctx=2048))
+    title = memory_summary.title_generate(
+        user_text="Can zlib handle .zip archives?", pool="default", timeout_s=120
+    )
+    assert title and len(title) <= 60 and "\n" not in title
+    conversation = first_exchange(
+        user, "Why does `ps -aux` complain about a **bogus** '-'?"
+    )
+    services.conversation_title_generate(conversation_id=conversation.id)
+    shown = Conversation.objects.get(id=conversation.id).title
+    assert shown and not any(mark in shown for mark in ("`", "**", "#"))
