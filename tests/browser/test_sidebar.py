@@ -89,6 +89,7 @@ def test_search_finds_the_start_of_words_and_an_empty_search_lists_recent_chats(
     page.keyboard.press("Enter")
     page.wait_for_selector("article.msg-assistant.status-complete")
     conv = Conversation.objects.get()
+    page.click("#chat-menu-button")  # rename is in the conversation's menu
     page.fill("input[name=title]", "zebrafishwombat")
     page.click("form.rename button[type=submit]")
     expect(page.locator("#conversation-list")).to_contain_text("zebrafishwombat")
