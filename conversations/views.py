@@ -178,6 +178,20 @@ def message_regenerate(
 @require_POST
 @message_ratelimit
 @json_errors
+def message_continue(
+    request: AuthenticatedRequest, conversation_id: Any, message_id: Any
+) -> JsonResponse:
+    """Write on an answer that was cut short, in place: 201 with the turn's JSON, whose
+    ``assistant_message`` is that same answer, streaming again at its stream URL."""
+    turn = services.turn_continue(
+        user=request.user, conversation_id=conversation_id, message_id=message_id
+    )
+    return JsonResponse(_turn_json(turn), status=201)
+
+
+@require_POST
+@message_ratelimit
+@json_errors
 def message_edit(
     request: AuthenticatedRequest, conversation_id: Any, message_id: Any
 ) -> JsonResponse:

@@ -34,6 +34,13 @@ SAMPLING = frozenset(
 # that implements them emits :class:`inference.engines.base.ToolCallDelta`.
 TOOLS = frozenset({"tools", "tool_choice", "parallel_tool_calls"})
 INTERNAL = frozenset({"script", "ignore_eos", "top_k", "repeat_penalty"})
+# ``continue_final_message`` true (vLLM's name; set by the chat's "Continue", never by a
+# client): the job's messages end with an unfinished assistant message, and the model
+# writes on from its last character (the chat template rendered with that message
+# left open: no end of turn, no generation prompt), so the text it writes is that
+# message's continuation. An OpenAI-compatible server gets vLLM's
+# ``continue_final_message`` and ``add_generation_prompt: false``.
+CONTINUE = "continue_final_message"
 
 # The ``error`` event code of a generation whose parameters its engine found invalid
 # once running (a logit_bias token id outside the vocabulary, a JSON Schema llama.cpp
@@ -41,10 +48,10 @@ INTERNAL = frozenset({"script", "ignore_eos", "top_k", "repeat_penalty"})
 ERROR_INVALID_PARAMETER = "invalid_parameter"
 
 ENGINE_PARAMS: dict[str, frozenset[str]] = {
-    "llamacpp": COMMON | SAMPLING | TOOLS,
-    "vllm": COMMON | SAMPLING | TOOLS,
-    "openai": COMMON | SAMPLING | TOOLS,
-    "scripted": COMMON | TOOLS,
+    "llamacpp": COMMON | SAMPLING | TOOLS | {CONTINUE},
+    "vllm": COMMON | SAMPLING | TOOLS | {CONTINUE},
+    "openai": COMMON | SAMPLING | TOOLS | {CONTINUE},
+    "scripted": COMMON | TOOLS | {CONTINUE},
 }
 
 

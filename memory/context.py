@@ -129,7 +129,10 @@ def context_build(
     ``history``: oldest-first OpenAI chat messages ending with the new user message,
     or with it followed by the turn's tool calls and results so far (assistant
     messages with ``tool_calls``, ``tool`` messages with ``tool_call_id`` and the
-    tool's ``name``); the caller passes rounds of calls only whole
+    tool's ``name``), and last, for a turn that continues an answer, that answer's
+    text (a plain assistant message, kept with the new message; counted with the
+    generation prompt after it, a few tokens more than the engine's open rendering);
+    the caller passes rounds of calls only whole
     (:func:`conversations.prompt_history.history_and_summary`). Tool results are quoted as
     data (:func:`tool_result_quote`). ``summary`` covers the first ``summary_covers``
     messages of ``history``;

@@ -224,15 +224,26 @@
   const views = new WeakMap(); // article -> its stream renderer (kept across reconnects)
   const announcer = document.getElementById("answer-status");
 
+  // The Markdown source of an answer so far: the server's <template class=msg-source>
+  // (a continued answer streams again after its text), or the text streamed here.
+  function sourceText(article) {
+    const tpl = article.querySelector("template.msg-source");
+    if (tpl && tpl.content.textContent) return tpl.content.textContent;
+    return article.querySelector(".msg-body").dataset.raw || "";
+  }
+
   // The renderer of an answer's body: progressive Markdown (stream-render.js), or
-  // plain text appended with textContent when that script did not load.
+  // plain text appended with textContent when that script did not load. It starts
+  // with the answer's text so far (a continued answer grows in place).
   function streamView(article) {
     let view = views.get(article);
     if (view) return view;
     const body = article.querySelector(".msg-body");
-    if (window.StreamRender) view = window.StreamRender.create(body);
+    const initial = sourceText(article);
+    if (window.StreamRender) view = window.StreamRender.create(body, initial);
     else {
-      let text = body.textContent;
+      let text = initial;
+      body.textContent = initial;
       view = {
         append: function (t) { text += t; body.append(document.createTextNode(t)); },
         text: function () { return text; },
@@ -262,25 +273,31 @@
     if (note) note.remove();
   }
 
-  // An answer that hit its token limit says so, with a Continue button on the newest
-  // answer (the server renders the same from finish_reason after a reload).
+  // An answer that hit its token limit says so; it and a stopped answer get a
+  // Continue button on the newest answer (the server renders the same after a reload).
   function markCutShort(article, data) {
-    if (data.finish_reason !== "length" || article.querySelector(".msg-cut")) return;
+    const cut = data.finish_reason === "length";
+    const text = typeof data.content === "string" ? data.content : sourceText(article);
+    const stopped = data.status === "cancelled" && text.trim() !== "";
+    if ((!cut && !stopped) || article.querySelector(".msg-continue")) return;
     const footer = article.querySelector(".msg-footer");
     if (!footer) return;
-    const note = document.createElement("span");
-    note.className = "msg-cut";
-    note.textContent = "Cut short — the answer reached its length limit";
+    if (cut && !article.querySelector(".msg-cut")) {
+      const note = document.createElement("span");
+      note.className = "msg-cut";
+      note.textContent = "Cut short — the answer reached its length limit";
+      footer.append(note);
+    }
     const button = document.createElement("button");
     button.type = "button";
     button.className = "link msg-continue";
     button.textContent = "Continue";
     button.title = "Ask the model to continue this answer";
-    footer.append(note, button);
+    footer.append(button);
     pruneContinue();
   }
 
-  // Only the newest answer can be continued (Continue adds a turn at the end).
+  // Only the newest answer can be continued (the last answer of its branch).
   function pruneContinue() {
     const buttons = thread.querySelectorAll("button.msg-continue");
     const answers = thread.querySelectorAll(".msg-assistant");
@@ -317,20 +334,29 @@
     stopBtn.click();
   });
 
-  // Continue a cut-short answer: a new turn whose user message is "Continue".
+  // Continue a cut-short or stopped answer in place: the same answer streams again,
+  // its new text appended to what it shows (conversations turn_continue).
   thread.addEventListener("click", async function (e) {
     const button = e.target.closest("button.msg-continue");
     if (!button || active || sending) return;
+    const article = button.closest("article.msg");
+    if (!article || !article.dataset.messageId) return;
     showError("");
     sending = true;
     setBusy(true);
-    const data = new FormData(form);
-    data.set("content", "Continue");
     try {
-      const sent = await sendTurn(chat.dataset.sendUrl, data);
-      button.remove();
-      bubble("user", "Continue");
-      startTurn(sent.turn, sent.source);
+      const url = chat.dataset.sendUrl + encodeURIComponent(article.dataset.messageId) + "/continue/";
+      const turn = await post(url);
+      const body = article.querySelector(".msg-body");
+      body.dataset.raw = sourceText(article);
+      views.delete(article); // a new renderer starts from the text so far
+      article.querySelectorAll(".msg-cut, .msg-continue").forEach(function (el) { el.remove(); });
+      const state = article.querySelector(".msg-state");
+      if (state) state.textContent = "";
+      const box = article.querySelector(".msg-feedback");
+      if (box) box.hidden = true;
+      article.className = article.className.replace(/\bstatus-\S+/g, "").trim();
+      stream(article, turn.assistant_message.stream_url, turn.assistant_message.stop_url, 0);
     } catch (err) {
       if (err.code === "content_policy_violation") policyNotice(err.message, err.eventId);
       else showError(err.message);

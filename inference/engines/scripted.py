@@ -21,6 +21,12 @@ exercised exactly. Options come from the constructor and can be overridden per j
   ``"none"`` emits none, a named function only its calls, ``parallel_tool_calls``
   false only the first; ``"required"`` or a named function the script has no call
   for cannot be honoured: :class:`EngineError` ``invalid_parameter`` (a 400).
+- ``first_delay_ms`` (float): sleep this long before the first token too (a long
+  prompt being read before the answer starts).
+- ``continue_final_message`` (the job's parameter, :data:`inference.params.CONTINUE`):
+  the job continues its last (assistant) message; when the text starts with that
+  message's text (or, with ``cycle``, its repetition does), the script writes on
+  from there instead of starting again.
 - ``fail_after`` (int|None): raise :class:`EngineError` after this many tokens (0 = before
   the first token); ``fail_code`` (str): its error code (default ``engine_error``).
 
@@ -45,13 +51,28 @@ from inference.engines.base import (
     ToolCallDelta,
     Utf8Decoder,
 )
-from inference.params import ERROR_INVALID_PARAMETER
+from inference.params import CONTINUE, ERROR_INVALID_PARAMETER
 from inference.protocol import Job, Usage
 
 DEFAULT_TEXT = (
     "This is a scripted answer from the test engine. It streams word by word, "
     "so the whole path from worker to browser can be checked exactly."
 )
+
+
+def _written_on(text: str, written: str, cycle: bool) -> str:
+    """The script's text after ``written`` (what the answer being continued holds),
+    when that is where the script got to: the rest of ``text``, or with ``cycle`` the
+    repetition rotated to go on from there; ``text`` itself otherwise."""
+    if not text or not written:
+        return text
+    if not cycle:
+        return text[len(written) :] if text.startswith(written) else text
+    repeated = text * (len(written) // len(text) + 1)
+    if not repeated.startswith(written):
+        return text
+    at = len(written) % len(text)
+    return text[at:] + text[:at]
 
 
 class ScriptedEngine(Engine):
@@ -78,6 +99,7 @@ class ScriptedEngine(Engine):
             "fail_after": fail_after,
             "cycle": cycle,
             "tool_calls": tool_calls or [],
+            "first_delay_ms": 0.0,
         }
         self.max_concurrency = max_concurrency
         self.model = model
@@ -151,7 +173,12 @@ class ScriptedEngine(Engine):
     async def generate(self, job: Job) -> AsyncIterator[Delta | ToolCallDelta | Finish]:
         """Emit the scripted chunks (see module docstring); end with a :class:`Finish`."""
         opts = {**self.defaults, **(job.params.get("script") or {})}
-        chunks = self._chunks(opts["text"], opts["chunk_bytes"])
+        text = opts["text"]
+        if job.params.get(CONTINUE) and job.messages:
+            text = _written_on(
+                text, str(job.messages[-1].get("content") or ""), opts["cycle"]
+            )
+        chunks = self._chunks(text, opts["chunk_bytes"])
         calls = self._calls(job, opts["tool_calls"])
         if not chunks and not calls:
             chunks = [b""]  # an empty answer is still one token
@@ -163,6 +190,8 @@ class ScriptedEngine(Engine):
         finish_reason = protocol.FINISH_STOP
         i = 0
         try:
+            if opts["first_delay_ms"]:
+                await asyncio.sleep(float(opts["first_delay_ms"]) / 1000.0)
             while True:
                 if job.job_id in self._aborted:
                     finish_reason = protocol.FINISH_CANCELLED

@@ -19,6 +19,7 @@ from conversations.services.turns.request import TurnRequest
 from gateway import generations
 from gateway.cache import CachePolicy
 from inference.embeddings import TextVector
+from inference.params import CONTINUE
 from memory.context import BuiltContext, turn_context
 
 
@@ -60,7 +61,8 @@ def prompt_build(
     The history is the branch from the root to ``turn.upto`` (never another branch's
     messages), with the rolling summary when it lies on that branch, plus
     ``turn.content`` when the turn sends a new message; trailing answers are dropped
-    (a trailing round of tool calls and results, the turn's chain so far, is kept).
+    (a trailing round of tool calls and results, the turn's chain so far, is kept),
+    then, for a turn that continues an answer, that answer's text.
     ``max_tokens`` is the answer's reserve, in tokens; ``query`` the question's shared
     embedding; ``scope`` the documents retrieval may search; ``tools`` the tool
     definitions offered, counted into the prompt's tokens.
@@ -75,6 +77,10 @@ def prompt_build(
         history.append({"role": Message.Role.USER, "content": turn.content})
     while history and history[-1]["role"] == Message.Role.ASSISTANT:
         history.pop()
+    if turn.continues is not None:  # the start of the assistant's turn (prefill)
+        history.append(
+            {"role": Message.Role.ASSISTANT, "content": turn.continues.content}
+        )
     return turn_context(
         user_id=turn.user.pk,
         system_prompt=settings.CHAT_SYSTEM_PROMPT,
@@ -135,16 +141,20 @@ def generation_request(
     ``opt_in`` the user's cache preference. ``tools`` (OpenAI definitions) are offered
     with ``tool_choice: "auto"`` when the routed engine implements tools (dropped
     otherwise; ``built`` counted them, :func:`prompt_build`); a turn offered tools
-    never uses the answer caches (a cached answer has no tool calls).
+    never uses the answer caches (a cached answer has no tool calls), nor does a
+    continuation (``continue_final_message``: the engine writes on the prompt's last
+    message, :data:`inference.params.CONTINUE`).
     """
     conversation, question = turn.conversation, turn.question
     tools = tools or []
+    # a continuation writes on the prompt's last (assistant) message
+    opening = {CONTINUE: True} if turn.continues is not None else {}
     return generations.GenerationRequest(
         user=turn.user,
         messages=built.messages,
         prompt_tokens=built.prompt_tokens,
         context_tokens=built.prompt_tokens,
-        params={**params, **tools_params(tools)},
+        params={**params, **tools_params(tools), **opening},
         tools_optional=bool(tools),
         surface=generations.Surface.CHAT,
         query=query,
@@ -152,7 +162,7 @@ def generation_request(
         message_id=question.pk if question is not None else None,
         model=model,
         cache_policy=None
-        if tools or turn.last is not None
+        if tools or turn.last is not None or turn.continues is not None
         else cache_policy(
             built,
             query=query,

@@ -35,6 +35,7 @@ from conversations.services.turns.request import Turn, TurnRequest
 from conversations.services.turns.rows import idle_check, rows_store
 from gateway import generations
 from gateway import selectors as gateway_selectors
+from inference import protocol
 from inference.embeddings import TextVector
 
 
@@ -57,7 +58,9 @@ def turn_run(
     scope = turn.scope if turn.scope is not None else scope_in_force(turn.conversation)
     # The question is embedded at most once, on first need, for everyone who needs it.
     query = TextVector(turn.text)
-    offered = [] if turn.tools_withdrawn else tools.tools_definitions(user=turn.user)
+    # a continuation writes on text: no tools offered
+    withdrawn = turn.tools_withdrawn or turn.continues is not None
+    offered = [] if withdrawn else tools.tools_definitions(user=turn.user)
     built = prompt_build(
         turn,
         scope=scope,
@@ -182,6 +185,61 @@ def turn_regenerate(
         )
     idle_check(conversation)
     turn = TurnRequest(user=user, conversation=conversation, question=question)
+    return turn_run(turn, params=params, model=model)
+
+
+def turn_continue(
+    *,
+    user: User,
+    conversation_id: Any,
+    message_id: Any,
+    params: dict[str, Any] | None = None,
+    model: str | None = None,
+) -> Turn:
+    """Write on an answer that was cut short ("Continue", as ChatGPT's "Continue
+    generating"): one answer, one message, no new user message.
+
+    The answer (``message_id``: cut at its length limit or stopped, with text, the
+    last message of its branch) streams again under a new generation whose prompt is
+    its history and then its own text as the start of the assistant's turn
+    (:data:`inference.params.CONTINUE`); the new text and tokens are added to it when
+    that generation settles, and its branch becomes current. Admission, quotas,
+    billing (a usage record per generation) and output moderation (over the whole
+    answer) are those of any turn; no tools are offered. Raises NotFound (not the
+    user's conversation or message), InvalidInput (``not_continuable``: not an answer
+    cut short), Conflict (an answer is streaming, or this one has a reply), and the
+    gateway's errors as :func:`turn_start` does.
+    """
+    conversation = selectors.conversation_get(
+        user=user, conversation_id=conversation_id
+    )
+    answer = selectors.message_get(
+        user=user, conversation_id=conversation.id, message_id=message_id
+    )
+    cut_short = answer.finish_reason == protocol.FINISH_LENGTH or (
+        answer.status == Message.Status.CANCELLED
+    )
+    if (
+        answer.role != Message.Role.ASSISTANT
+        or answer.status == Message.Status.STREAMING
+        or answer.tool_calls
+        or not answer.content.strip()
+        or not cut_short
+    ):
+        raise InvalidInput(
+            "Only an answer that was cut short or stopped can be continued.",
+            code="not_continuable",
+        )
+    idle_check(conversation)
+    path = selectors.message_tree(conversation=conversation).path_to(answer.id)
+    users = [m for m in path if m.role == Message.Role.USER]
+    if not users:
+        raise InvalidInput(
+            "This answer has no question to continue from.", code="not_continuable"
+        )
+    turn = TurnRequest(
+        user=user, conversation=conversation, question=users[-1], continues=answer
+    )
     return turn_run(turn, params=params, model=model)
 
 
