@@ -265,7 +265,22 @@
       article.insertBefore(note, article.querySelector(".msg-footer"));
     }
     const text = "Waiting for a free worker… position " + position + " in the queue";
+    note.dataset.state = "queued";
     if (note.textContent !== text) note.textContent = text;
+  }
+
+  // "Reading the conversation…" from the moment a worker takes the job (its `meta`
+  // event: the engine starts on the prompt) until the first token replaces it: a long
+  // history takes seconds to read before the answer starts.
+  function showReading(article) {
+    let note = article.querySelector(".msg-queue");
+    if (!note) {
+      note = document.createElement("p");
+      note.className = "msg-queue";
+      article.insertBefore(note, article.querySelector(".msg-footer"));
+    }
+    note.dataset.state = "reading";
+    note.textContent = "Reading the conversation…";
   }
 
   function hideQueue(article) {
@@ -374,6 +389,7 @@
     article.setAttribute("aria-busy", "true");
     const source = posted || new EventSource(streamUrl);
     let lastId = "";
+    let answering = false; // a token arrived: the status line has done its job
     active = {source: source, article: article, stopUrl: stopUrl};
     setBusy(true);
     const end = function () {
@@ -384,16 +400,21 @@
     };
     source.addEventListener("token", function (e) {
       lastId = e.lastEventId || lastId;
+      answering = true;
       hideQueue(article);
       view.append(JSON.parse(e.data).t);
       if (window.innerHeight + window.scrollY >= document.body.scrollHeight - 80) article.scrollIntoView({block: "end"});
     });
     source.addEventListener("meta", function (e) {
       lastId = e.lastEventId || lastId;
+      const meta = JSON.parse(e.data);
       hideQueue(article);
-      markCached(article, JSON.parse(e.data).cache);
+      markCached(article, meta.cache);
+      if (!meta.cache && !answering) showReading(article); // a worker started on the prompt
     });
-    source.addEventListener("queue", function (e) { showQueue(article, JSON.parse(e.data).position); });
+    source.addEventListener("queue", function (e) {
+      if (!answering) showQueue(article, JSON.parse(e.data).position);
+    });
     // a tool step of this answer, running or finished (conversations.sse.tool_step_payload)
     source.addEventListener("tool_step", function (e) {
       lastId = e.lastEventId || lastId;

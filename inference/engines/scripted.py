@@ -89,6 +89,7 @@ class ScriptedEngine(Engine):
         fail_after: int | None = None,
         cycle: bool = False,
         tool_calls: list[dict[str, Any]] | None = None,
+        first_delay_ms: float = 0.0,
         max_concurrency: int = 8,
         model: str = "scripted-1",
     ) -> None:
@@ -99,7 +100,7 @@ class ScriptedEngine(Engine):
             "fail_after": fail_after,
             "cycle": cycle,
             "tool_calls": tool_calls or [],
-            "first_delay_ms": 0.0,
+            "first_delay_ms": first_delay_ms,
         }
         self.max_concurrency = max_concurrency
         self.model = model

@@ -104,6 +104,19 @@ def test_a_cut_short_answer_says_so_and_continue_extends_it_in_place(page):
     page.screenshot(path=str(SHOTS / "streaming-cut-short.png"), full_page=True)
 
 
+@pytest.mark.parametrize("worker_args", [["--first-delay-ms", "2500"]])
+def test_the_page_says_it_reads_the_conversation_until_the_first_token(page):
+    _send(page, "A follow-up in a long conversation")
+    answer = last_answer(page)
+    # the worker took the job and reads the prompt: said between queue and answer
+    expect(answer.locator(".msg-queue")).to_have_text("Reading the conversation…")
+    assert answer.locator(".msg-body").inner_text() == ""
+    page.wait_for_selector(f"{STREAMING} .msg-body:not(:empty)")
+    expect(answer.locator(".msg-queue")).to_have_count(0)  # replaced by the answer
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    assert answer.locator(".msg-queue").count() == 0
+
+
 @pytest.mark.parametrize("worker_args", [["--delay-ms", "100"]])
 def test_escape_stops_the_streaming_answer(page):
     _send(page, "Tell me a long story")
