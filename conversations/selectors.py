@@ -228,8 +228,14 @@ def _shown(path: list[Message]) -> list[tuple[Message, Message, list[ToolRound]]
     return shown
 
 
-def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
+def thread_items(
+    *, conversation: Conversation, through: Any = None
+) -> list[ThreadItem]:
     """Return the current branch in order, each message with its versions.
+
+    ``through`` (a message id of the conversation): the branch through that message
+    instead, down to its newest leaf, only read (viewing it stores nothing; the
+    stored current branch stays). Raises NotFound for an id not in the conversation.
 
     An answer that used tools is one item: its chain's tool calls and results are
     its ``rounds`` and its versions are those of the chain's first message (what a
@@ -249,7 +255,14 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
             user_id=conversation.user_id, message__conversation=conversation
         ).values_list("message_id", "rating")
     )
-    shown = _shown(tree.current_path(conversation))
+    if through is None:
+        path = tree.current_path(conversation)
+    else:
+        leaf = tree.newest_leaf(through) if tree.path_to(through) else None
+        if leaf is None:
+            raise NotFound("This message does not exist.")
+        path = tree.path_to(leaf.id)
+    shown = _shown(path)
     cut = [str(m.id) for m, _, _ in shown if m.status == Message.Status.FILTERED]
     appealed = (
         safety_selectors.appealed_answers(user_id=conversation.user_id, job_ids=cut)

@@ -601,6 +601,7 @@
   async function showThread(url) {
     const response = await fetch(url, {headers: {"Accept": "text/html"}, credentials: "same-origin"});
     if (!response.ok) throw new Error("Could not load the conversation (" + response.status + ")");
+    delete thread.dataset.viewLeaf; // the stored current branch again
     thread.innerHTML = await response.text(); // server-rendered and sanitised, like the page
     thread.dispatchEvent(new CustomEvent("chat:thread", {bubbles: true}));
     const streaming = thread.querySelector("article[data-status=streaming]");
@@ -671,7 +672,12 @@
     sending = true;
     setBusy(true);
     try {
-      const sent = await sendTurn(chat.dataset.sendUrl, new FormData(form));
+      const data = new FormData(form);
+      // a branch shown for viewing (search.js): the message continues it, so it
+      // becomes the conversation's current branch
+      if (thread.dataset.viewLeaf) data.set("after", thread.dataset.viewLeaf);
+      const sent = await sendTurn(chat.dataset.sendUrl, data);
+      delete thread.dataset.viewLeaf;
       const turn = sent.turn;
       const asked = bubble("user", text);
       asked.id = "m-" + turn.user_message.id;
@@ -711,6 +717,10 @@
 
   regenBtn.addEventListener("click", function () {
     if (!chat.dataset.regenerateUrl) return;
+    // on a branch shown for viewing: a new version of its last answer (made current)
+    const answers = thread.querySelectorAll("article.msg-assistant[data-regenerate-url]");
+    const shown = answers[answers.length - 1];
+    if (thread.dataset.viewLeaf && shown) { branchTurn(shown.dataset.regenerateUrl); return; }
     branchTurn(chat.dataset.regenerateUrl); // a new version of the last answer, made current
   });
 

@@ -89,6 +89,7 @@ def turn_start(
     user: User,
     content: Any,
     conversation_id: Any = None,
+    after_id: Any = None,
     params: dict[str, Any] | None = None,
     model: str | None = None,
     doc_scope: Any = None,
@@ -98,12 +99,15 @@ def turn_start(
 
     ``conversation_id`` None starts a new conversation titled after the message; in an
     existing one the message continues the current branch (its parent is the current
-    leaf) and its answer becomes the leaf. ``model`` is an explicit pool/model choice.
+    leaf) and its answer becomes the leaf; ``after_id`` (an answer of the conversation,
+    the last of a branch the user views without it being current, e.g. a search
+    result's) continues that branch instead, which so becomes current. ``model`` is an
+    explicit pool/model choice.
     ``doc_scope`` ("all"/"none"/"some", with ``document_ids`` for "some") sets the
     conversation's document scope with this message (:mod:`conversations.services.scope`);
     None keeps the one in force. Raises InvalidInput (empty, a bad scope),
     PayloadTooLarge (over CHAT_MAX_MESSAGE_CHARS characters), NotFound (not the user's
-    conversation or document, unknown model), Conflict (an answer is still streaming), Forbidden
+    conversation, document or ``after_id`` message, unknown model), Conflict (an answer is still streaming), Forbidden
     (model not in the plan), ModerationBlocked (400, the content policy; a moderation
     event is recorded), ModerationUnavailable (503, failing closed), QuotaExceeded
     (429), PoolSaturated (503). Nothing is stored and nothing stays reserved when it
@@ -119,16 +123,37 @@ def turn_start(
     scope = None
     if doc_scope is not None:
         scope = scope_parse(user=user, kind=doc_scope, document_ids=document_ids)
+    after = None
+    if conversation is not None:
+        after = (
+            selectors.thread_leaf(conversation=conversation)
+            if after_id is None
+            else _answer_followed(
+                user=user, conversation=conversation, after_id=after_id
+            )
+        )
     turn = TurnRequest(
-        user=user,
-        conversation=conversation,
-        content=content,
-        after=selectors.thread_leaf(conversation=conversation)
-        if conversation is not None
-        else None,
-        scope=scope,
+        user=user, conversation=conversation, content=content, after=after, scope=scope
     )
     return turn_run(turn, params=params, model=model)
+
+
+def _answer_followed(*, user: User, conversation: Any, after_id: Any) -> Message:
+    """The answer ``after_id`` a new message follows: a finished assistant message of
+    ``conversation`` that ends its turn (not one calling tools). Raises NotFound (not
+    a message of the conversation) and InvalidInput (``bad_after``: anything else)."""
+    after = selectors.message_get(
+        user=user, conversation_id=conversation.id, message_id=after_id
+    )
+    if (
+        after.role != Message.Role.ASSISTANT
+        or after.status == Message.Status.STREAMING
+        or after.tool_calls
+    ):
+        raise InvalidInput(
+            "A message can only follow a finished answer.", code="bad_after"
+        )
+    return after
 
 
 def turn_regenerate(
