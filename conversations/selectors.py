@@ -228,6 +228,18 @@ def _shown(path: list[Message]) -> list[tuple[Message, Message, list[ToolRound]]
     return shown
 
 
+def answer_job_id(*, user: User, message_id: Any) -> str:
+    """The job id of the latest generation of the user's answer ``message_id`` (its
+    own id, or its ``job`` once continued): what moderation events refer to.
+    ``message_id`` itself (as text) when it is no answer of the user's."""
+    job = (
+        Message.objects.filter(id=message_id, conversation__user=user)
+        .values_list("job", flat=True)
+        .first()
+    )
+    return str(job or message_id)
+
+
 def thread_items(
     *, conversation: Conversation, through: Any = None
 ) -> list[ThreadItem]:
@@ -263,7 +275,9 @@ def thread_items(
             raise NotFound("This message does not exist.")
         path = tree.path_to(leaf.id)
     shown = _shown(path)
-    cut = [str(m.id) for m, _, _ in shown if m.status == Message.Status.FILTERED]
+    # a cut is recorded under the answer's latest generation (its id, or its
+    # ``job`` once continued)
+    cut = [m.job_id for m, _, _ in shown if m.status == Message.Status.FILTERED]
     appealed = (
         safety_selectors.appealed_answers(user_id=conversation.user_id, job_ids=cut)
         if cut
@@ -274,7 +288,7 @@ def thread_items(
             message=m,
             versions=tree.versions(head),
             rating=ratings.get(m.id, ""),
-            appealed=str(m.id) in appealed,
+            appealed=m.job_id in appealed,
             head=head,
             rounds=rounds,
         )

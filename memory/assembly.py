@@ -129,15 +129,12 @@ def starts_with_user(window: list[Message]) -> list[Message]:
 
 def question_index(history: list[Message]) -> int:
     """Return the index of the new user message in ``history`` (the last user
-    message; what follows it is the turn's tool calls and results so far, and last,
-    the text of an answer the turn continues: a plain assistant message). Raise
+    message; what follows it is the turn's tool calls and results so far). Raise
     ValueError when there is none, or something else follows it."""
     q = max((i for i, m in enumerate(history) if m["role"] == "user"), default=-1)
     if q < 0:
         raise ValueError("history must end with the new user message")
     tail = history[q + 1 :]
-    if tail and tail[-1]["role"] == "assistant" and not tail[-1].get("tool_calls"):
-        tail = tail[:-1]  # the answer a continuation writes on
     for m in tail:
         if m["role"] != "tool" and not (
             m["role"] == "assistant" and m.get("tool_calls")

@@ -191,3 +191,27 @@ def test_an_answer_with_a_reply_cannot_be_continued(start_worker, auth_client, u
     assert refused.status_code == 409
     assert refused.json()["error"]["code"] == "not_continuable"
     assert Message.objects.get(id=answer.id).content == "one two three"
+
+
+def test_moderation_screens_the_whole_continued_answer(
+    start_worker, auth_client, user, settings
+):
+    # "bad" spans the join: the first part ends "ba", the continuation starts "d";
+    # neither part alone holds it (HoldAndCut cuts where "bad" starts)
+    settings.GATEWAY_STREAM_POLICIES = [
+        "tests.gateway.test_generations_policy.HoldAndCut"
+    ]
+    start_worker(ScriptedEngine(text="alpha bad omega", chunk_bytes=8))
+    turn = services.turn_start(user=user, content="Say it", params={"max_tokens": 1})
+    _settle(auth_client, turn)
+    answer = Message.objects.get(id=turn.assistant_message.id)
+    assert answer.content == "alpha ba" and answer.finish_reason == "length"
+    again = services.turn_continue(
+        user=user, conversation_id=answer.conversation_id, message_id=answer.id
+    )
+    result = _settle(auth_client, again)
+    assert "bad" not in result.text and "omega" not in result.text
+    assert result.last("done").data["finish_reason"] == "content_filter"
+    answer.refresh_from_db()
+    assert answer.status == Message.Status.FILTERED
+    assert answer.content == "alpha ba"  # what was shown before stays

@@ -77,10 +77,6 @@ def prompt_build(
         history.append({"role": Message.Role.USER, "content": turn.content})
     while history and history[-1]["role"] == Message.Role.ASSISTANT:
         history.pop()
-    if turn.continues is not None:  # the start of the assistant's turn (prefill)
-        history.append(
-            {"role": Message.Role.ASSISTANT, "content": turn.continues.content}
-        )
     return turn_context(
         user_id=turn.user.pk,
         system_prompt=settings.CHAT_SYSTEM_PROMPT,
@@ -91,6 +87,8 @@ def prompt_build(
         query=query,
         document_ids=scope.retrieval_ids(),
         tools=tools,
+        # the start of the assistant's turn (prefill) that a continuation writes on
+        continued=turn.continues.content if turn.continues is not None else None,
     )
 
 
