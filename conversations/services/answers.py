@@ -120,7 +120,7 @@ class MessageRecorder:
             messages__in=Message.objects.filter(answer_of(job_id))
         ).update(updated_at=timezone.now())
         if settings.CHAT_BACKGROUND_JOBS:
-            transaction.on_commit(lambda: _after_answer(job_id=job_id))
+            transaction.on_commit(lambda: _after_answer(message_id=job_id))
         return True
 
 
@@ -207,14 +207,17 @@ def streaming_messages_reap(*, older_than_s: float = 5.0) -> int:
     return done
 
 
-def _after_answer(*, job_id: str) -> None:
-    """Queue the background work of the answer generation ``job_id`` finished (DESIGN
-    §9): title the conversation after its first exchange, roll its summary, extract
-    user facts."""
+def _after_answer(*, message_id: Any) -> None:
+    """Queue the background work of a finished answer (DESIGN §9): title the
+    conversation after its first exchange, roll its summary, extract user facts.
+    ``message_id``: the answer's id, or the job id of the generation that continued
+    it last."""
     from conversations import tasks
 
     message = (
-        Message.objects.select_related("conversation").filter(answer_of(job_id)).first()
+        Message.objects.select_related("conversation")
+        .filter(Q(id=message_id) | Q(job=message_id))
+        .first()
     )
     if message is None:
         return
