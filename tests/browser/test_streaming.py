@@ -129,6 +129,17 @@ def test_escape_stops_the_streaming_answer(page):
     expect(page.locator("#answer-status")).to_have_text("Answer stopped.")
     stopped = Message.objects.get(role="assistant")
     assert stopped.status == "cancelled" and stopped.token_count < 40
+    # a stopped answer can be continued in place, from what it shows
+    shown = answer.locator(".msg-body").inner_text()
+    answer.locator("button.msg-continue").click()
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    assert page.locator("article.msg-assistant").count() == 1
+    assert answer.locator(".msg-state").inner_text() == ""
+    continued = Message.objects.get(role="assistant")
+    assert continued.id == stopped.id and continued.status == "complete"
+    assert continued.content.startswith(stopped.content)
+    assert continued.token_count > stopped.token_count
+    assert answer.locator(".msg-body").inner_text().startswith(shown.strip()[:10])
 
 
 @pytest.mark.parametrize("worker_args", [["--delay-ms", "100"]])
