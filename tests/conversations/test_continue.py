@@ -85,6 +85,12 @@ def test_continue_extends_the_same_answer_without_a_user_message(
     # each generation is billed on its own usage record, both for this answer
     records = UsageRecord.objects.filter(message_id=answer.id)
     assert sorted(r.completion_tokens for r in records) == [3, 5]
+    # the export holds the one answer, whole
+    export = auth_client.get(
+        reverse("conversation-export", args=[answer.conversation_id]),
+        {"format": "md"},
+    ).content.decode()
+    assert TEXT in export and export.count("one two three") == 1
 
 
 def test_continue_through_the_view_streams_into_the_same_message(
