@@ -190,14 +190,19 @@ def message_finalize(*, message_id: Any) -> Message | None:
 def streaming_messages_reap(*, older_than_s: float = 5.0) -> int:
     """Settle streaming answers nobody is relaying (web process died, tab closed).
 
-    Each answer streaming for more than ``older_than_s`` seconds goes through
+    Each answer streaming for more than ``older_than_s`` seconds (its latest
+    generation's, for a continued answer) goes through
     :func:`gateway.generations.generation_sweep` (settle if ended, else the watchdog,
     else lost after REAPER_STALE_AFTER_S). Returns how many were settled.
     """
     cutoff = timezone.now() - dt.timedelta(seconds=older_than_s)
+    # a continued answer's generation started at ``job_enqueued_at``
+    started_before = Q(job_enqueued_at__lt=cutoff) | Q(
+        job_enqueued_at__isnull=True, created_at__lt=cutoff
+    )
     done = 0
     for message in Message.objects.select_related("conversation").filter(
-        status=Message.Status.STREAMING, created_at__lt=cutoff
+        started_before, status=Message.Status.STREAMING
     ):
         done += generations.generation_sweep(
             generation=message_generation(message),

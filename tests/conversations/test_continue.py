@@ -221,3 +221,22 @@ def test_moderation_screens_the_whole_continued_answer(
     answer.refresh_from_db()
     assert answer.status == Message.Status.FILTERED
     assert answer.content == "alpha ba"  # what was shown before stays
+
+
+def test_the_reaper_settles_a_continuation_nobody_followed(
+    start_worker, auth_client, user
+):
+    from tests.inference.helpers import terminal, wait_events
+
+    start_worker(ScriptedEngine(text=TEXT))
+    answer = _cut_answer(auth_client, user)
+    services.turn_continue(
+        user=user, conversation_id=answer.conversation_id, message_id=answer.id
+    )
+    answer.refresh_from_db()
+    assert answer.status == Message.Status.STREAMING
+    assert answer.content == "one two three"  # shown while it streams again
+    wait_events(answer.job_id, terminal)
+    assert services.streaming_messages_reap(older_than_s=0) == 1
+    answer.refresh_from_db()
+    assert answer.content == TEXT and answer.status == Message.Status.COMPLETE
