@@ -23,6 +23,7 @@
     const page = window.ChatPage;
     const conversation = /^\/c\/([0-9a-f-]{36})\/$/.exec(window.location.pathname);
     if (!target && page && chat && conversation) {
+      if (page.busy()) { page.showError(page.BUSY); return; } // the answer being written stays shown
       try {
         const url = "/c/" + conversation[1] + "/thread/?through=" + encodeURIComponent(match[1]);
         const response = await fetch(url, {headers: {"Accept": "text/html"}, credentials: "same-origin"});
