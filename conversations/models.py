@@ -165,6 +165,11 @@ class Message(models.Model):
     # What the page shows of a tool result (conversations.tool_steps.detail_clean):
     # {"label": str ("Ran Python"), "truncated": bool, "error": bool}.
     tool_detail = models.JSONField(default=dict, blank=True)
+    # An answer continued in place ("Continue"): the generation that writes or last
+    # wrote it (null: its first and only one, whose job id is the message's own id),
+    # and when that generation was enqueued (null: ``created_at``).
+    job = models.UUIDField(null=True, blank=True, unique=True)
+    job_enqueued_at = models.DateTimeField(null=True, blank=True)
     # full-text search vector of the content, kept by PostgreSQL (conversations.search)
     search_vector = _search_vector("content")
 
@@ -191,8 +196,14 @@ class Message(models.Model):
 
     @property
     def job_id(self) -> str:
-        """The inference job id of an assistant message (its own id)."""
-        return str(self.id)
+        """The inference job id of an assistant message's latest generation: its own
+        id, or ``job`` once it was continued."""
+        return str(self.job or self.id)
+
+    @property
+    def enqueued_at(self) -> float:
+        """Epoch seconds at which the latest generation of the answer was enqueued."""
+        return (self.job_enqueued_at or self.created_at).timestamp()
 
 
 class Feedback(models.Model):

@@ -228,8 +228,26 @@ def _shown(path: list[Message]) -> list[tuple[Message, Message, list[ToolRound]]
     return shown
 
 
-def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
+def answer_job_id(*, user: User, message_id: Any) -> str:
+    """The job id of the latest generation of the user's answer ``message_id`` (its
+    own id, or its ``job`` once continued): what moderation events refer to.
+    ``message_id`` itself (as text) when it is no answer of the user's."""
+    job = (
+        Message.objects.filter(id=message_id, conversation__user=user)
+        .values_list("job", flat=True)
+        .first()
+    )
+    return str(job or message_id)
+
+
+def thread_items(
+    *, conversation: Conversation, through: Any = None
+) -> list[ThreadItem]:
     """Return the current branch in order, each message with its versions.
+
+    ``through`` (a message id of the conversation): the branch through that message
+    instead, down to its newest leaf, only read (viewing it stores nothing; the
+    stored current branch stays). Raises NotFound for an id not in the conversation.
 
     An answer that used tools is one item: its chain's tool calls and results are
     its ``rounds`` and its versions are those of the chain's first message (what a
@@ -249,8 +267,17 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
             user_id=conversation.user_id, message__conversation=conversation
         ).values_list("message_id", "rating")
     )
-    shown = _shown(tree.current_path(conversation))
-    cut = [str(m.id) for m, _, _ in shown if m.status == Message.Status.FILTERED]
+    if through is None:
+        path = tree.current_path(conversation)
+    else:
+        leaf = tree.newest_leaf(through) if tree.path_to(through) else None
+        if leaf is None:
+            raise NotFound("This message does not exist.")
+        path = tree.path_to(leaf.id)
+    shown = _shown(path)
+    # a cut is recorded under the answer's latest generation (its id, or its
+    # ``job`` once continued)
+    cut = [m.job_id for m, _, _ in shown if m.status == Message.Status.FILTERED]
     appealed = (
         safety_selectors.appealed_answers(user_id=conversation.user_id, job_ids=cut)
         if cut
@@ -261,7 +288,7 @@ def thread_items(*, conversation: Conversation) -> list[ThreadItem]:
             message=m,
             versions=tree.versions(head),
             rating=ratings.get(m.id, ""),
-            appealed=str(m.id) in appealed,
+            appealed=m.job_id in appealed,
             head=head,
             rounds=rounds,
         )

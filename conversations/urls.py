@@ -66,6 +66,11 @@ urlpatterns = [
         name="message-regenerate-one",
     ),
     path(
+        "c/<uuid:conversation_id>/messages/<uuid:message_id>/continue/",
+        views.message_continue,
+        name="message-continue",
+    ),
+    path(
         "c/<uuid:conversation_id>/messages/<uuid:message_id>/edit/",
         views.message_edit,
         name="message-edit",

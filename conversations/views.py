@@ -7,6 +7,7 @@ JSON endpoints answer errors as ``{"error": {"code", "message"}}`` via
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -30,6 +31,7 @@ from chatsite.auth import AuthenticatedRequest
 from chatsite.errors import (
     DomainError,
     InvalidInput,
+    NotFound,
     error_page,
     error_response,
     wants_json,
@@ -158,10 +160,13 @@ def message_send(
     """Start a turn: store the message, queue the answer (``tool``: a tool its first
     step must call); 201 with its stream URL, or,
     asked with ``Accept: text/event-stream``, with the answer's stream itself (its
-    first frame the same JSON: :func:`conversations.sse.turn_stream_response`)."""
+    first frame the same JSON: :func:`conversations.sse.turn_stream_response`).
+    ``after``: the answer the message follows, on a branch the page shows without it
+    being current (default: the current branch's last message)."""
     turn = services.turn_start(
         user=request.user,
         conversation_id=conversation_id,
+        after_id=_message_id(request.POST.get("after")),
         content=request.POST.get("content"),
         model=request.POST.get("model") or None,
         doc_scope=request.POST.get("doc_scope") or None,
@@ -190,6 +195,20 @@ def message_regenerate(
 @require_POST
 @message_ratelimit
 @json_errors
+def message_continue(
+    request: AuthenticatedRequest, conversation_id: Any, message_id: Any
+) -> JsonResponse:
+    """Write on an answer that was cut short, in place: 201 with the turn's JSON, whose
+    ``assistant_message`` is that same answer, streaming again at its stream URL."""
+    turn = services.turn_continue(
+        user=request.user, conversation_id=conversation_id, message_id=message_id
+    )
+    return JsonResponse(_turn_json(turn), status=201)
+
+
+@require_POST
+@message_ratelimit
+@json_errors
 def message_edit(
     request: AuthenticatedRequest, conversation_id: Any, message_id: Any
 ) -> JsonResponse:
@@ -205,15 +224,25 @@ def message_edit(
     return JsonResponse(_turn_json(turn), status=201)
 
 
-def _thread_html(request: AuthenticatedRequest, conversation_id: Any) -> str:
+def _thread_html(
+    request: AuthenticatedRequest, conversation_id: Any, through: Any = None
+) -> str:
     conversation = selectors.conversation_get(
         user=request.user, conversation_id=conversation_id
     )
-    return render_to_string(
-        "chat/_thread.html",
-        {"items": selectors.thread_items(conversation=conversation)},
-        request=request,
-    )
+    items = selectors.thread_items(conversation=conversation, through=through)
+    return render_to_string("chat/_thread.html", {"items": items}, request=request)
+
+
+def _message_id(value: str | None) -> uuid.UUID | None:
+    """The message id of a form or query field (None when absent); raises NotFound
+    for text that is no message id."""
+    if not value:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError as exc:
+        raise NotFound("This message does not exist.") from exc
 
 
 @require_POST
@@ -236,8 +265,12 @@ def message_switch(
 def conversation_thread(
     request: AuthenticatedRequest, conversation_id: Any
 ) -> HttpResponse:
-    """The current branch's messages as an HTML fragment (the page's thread)."""
-    return HttpResponse(_thread_html(request, conversation_id))
+    """The current branch's messages as an HTML fragment (the page's thread); with
+    ``?through=<message id>`` the branch through that message instead, for viewing
+    only (a search result on another branch): the stored current branch stays until
+    the user sends or regenerates there."""
+    through = _message_id(request.GET.get("through"))
+    return HttpResponse(_thread_html(request, conversation_id, through))
 
 
 @require_POST

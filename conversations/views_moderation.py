@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 
 from chatsite.auth import AuthenticatedRequest
 from chatsite.http import json_errors
+from conversations import selectors
 from safety.appeals import answer_event_id, appeal_create
 from safety.models import Appeal
 
@@ -44,7 +45,8 @@ def moderation_appeal(request: AuthenticatedRequest, event_id: Any) -> JsonRespo
 def answer_appeal(request: AuthenticatedRequest, message_id: Any) -> JsonResponse:
     """``POST /moderation/answers/<message id>/appeal/``: appeal the cut of one of the
     user's answers by output moderation; 201 with the appeal, 404 otherwise."""
-    event_id = answer_event_id(user=request.user, job_id=message_id)
+    job_id = selectors.answer_job_id(user=request.user, message_id=message_id)
+    event_id = answer_event_id(user=request.user, job_id=job_id)
     appeal = appeal_create(
         user=request.user, event_id=event_id, comment=request.POST.get("comment", "")
     )

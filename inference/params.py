@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 # Parameters every engine takes; engine options of our own (``script``, ``ignore_eos``,
-# ``top_k``, ``repeat_penalty``) are set by the product itself, never by a client.
+# ``top_k``, ``repeat_penalty``, ``continue_final_message``) are set by the product
+# itself, never by a client.
 COMMON = frozenset({"max_tokens", "temperature", "top_p", "stop", "seed"})
 # What llama.cpp (sampler, grammars), vLLM (SamplingParams, structured outputs) and an
 # OpenAI-compatible server implement beyond COMMON.
@@ -33,7 +34,14 @@ SAMPLING = frozenset(
 # OpenAI tool calling (``tools``, ``tool_choice``, ``parallel_tool_calls``): an engine
 # that implements them emits :class:`inference.engines.base.ToolCallDelta`.
 TOOLS = frozenset({"tools", "tool_choice", "parallel_tool_calls"})
-INTERNAL = frozenset({"script", "ignore_eos", "top_k", "repeat_penalty"})
+# ``continue_final_message`` true (vLLM's name; set by the chat's "Continue", never by a
+# client): the job's messages end with an unfinished assistant message, and the model
+# writes on from its last character (the chat template rendered with that message
+# left open: no end of turn, no generation prompt), so the text it writes is that
+# message's continuation. Every engine implements it (an OpenAI-compatible server gets
+# vLLM's ``continue_final_message`` and ``add_generation_prompt: false``).
+CONTINUE = "continue_final_message"
+INTERNAL = frozenset({"script", "ignore_eos", "top_k", "repeat_penalty", CONTINUE})
 
 # The ``error`` event code of a generation whose parameters its engine found invalid
 # once running (a logit_bias token id outside the vocabulary, a JSON Schema llama.cpp

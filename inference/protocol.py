@@ -32,7 +32,11 @@ Queue entries are deleted (XACK + XDEL) once handled, so ``XLEN inf:q:{pool}`` i
 jobs waiting plus the jobs running (the consumer group's pending entries).
 
 Events on ``inf:gen:{job_id}`` (payload schemas in :data:`EVENT_SCHEMAS`)
-- ``meta``  ``{"model": str, "worker": str, "queue_ms": int}``, first, when a worker takes the job.
+- ``meta``  ``{"model": str, "worker": str, "queue_ms": int}``, first, when a worker takes the job:
+  written just before its engine starts on the prompt, so it is the generation's
+  "started" signal (the job left the queue, prompt processing begins; the first
+  ``token`` follows once the prompt is read). The chat page shows "Reading the
+  conversation…" from it until the first token.
   A generation the gateway answers from its cache (no job, no worker) carries
   ``"cache": "exact"|"semantic"`` too (optional field; ``worker`` is ``"cache"``).
 - ``token`` ``{"t": str}``, whole Unicode characters only.

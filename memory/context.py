@@ -123,6 +123,7 @@ def context_build(
     summary: str = "",
     summary_covers: int = 0,
     budgets: Budgets | None = None,
+    continued: str | None = None,
 ) -> BuiltContext:
     """Return the engine messages for a turn, at most ``context_tokens - max_tokens`` tokens.
 
@@ -141,7 +142,10 @@ def context_build(
     and its results go together. The turn's own chain is always kept. When even the
     system prompt, the new message and that chain leave no room for the answer, the
     result has ``overflow`` set and holds just those (nothing is cut; the engine
-    reports the overflow). Raises ValueError on a history of another shape.
+    reports the overflow). ``continued``: the text of the answer a turn continues,
+    appended last as an assistant message and always kept (counted with the
+    generation prompt after it: a few tokens more than the engine's rendering with
+    that message left open). Raises ValueError on a history of another shape.
     """
     budgets = budgets or Budgets()
     limit = context_tokens - max_tokens
@@ -151,6 +155,8 @@ def context_build(
     tools = any(m["role"] == "tool" for m in history)
     history = [prompt_form(m) for m in history]
     last, tail = history[q], history[q + 1 :]
+    if continued is not None:  # the answer the turn writes on, kept with the question
+        tail = [*tail, {"role": "assistant", "content": continued}]
     facts = list(facts)[: _fit_items(count, list(facts), budgets.facts)]
     passage_texts = [passage_block(i, p) for i, p in enumerate(passages, 1)]
     passages = list(passages)[: _fit_items(count, passage_texts, budgets.passages)]
@@ -266,6 +272,7 @@ def turn_context(
     query: TextVector | None = None,
     document_ids: Collection[int] | None = None,
     tools: list[dict[str, Any]] | None = None,
+    continued: str | None = None,
 ) -> BuiltContext:
     """Build a turn's context for ``user_id`` with their facts and document passages.
 
@@ -282,8 +289,9 @@ def turn_context(
     facts and passages and ``memory_unavailable`` is set. Counts use the
     MEMORY_TOKENIZER_ENGINE tokenizer against MEMORY_CONTEXT_TOKENS, with ``tools``
     (the OpenAI tool definitions the generation offers) rendered into every count, so
-    the prompt's tokens and the history's budget include them. See
-    :func:`context_build` for the rules and errors.
+    the prompt's tokens and the history's budget include them; ``continued`` the
+    text of an answer the turn continues. See :func:`context_build` for the rules
+    and errors.
     """
     facts: list[str] = []
     passages: list[Passage] = []
@@ -338,6 +346,7 @@ def turn_context(
             passages=settings.MEMORY_BUDGET_CHUNKS_TOKENS,
             summary=settings.MEMORY_BUDGET_SUMMARY_TOKENS,
         ),
+        continued=continued,
     )
     built.memory_unavailable = (want_facts or want_docs) and vector is None
     return built

@@ -222,15 +222,26 @@
   const views = new WeakMap(); // article -> its stream renderer (kept across reconnects)
   const announcer = document.getElementById("answer-status");
 
+  // The Markdown source of an answer so far: the server's <template class=msg-source>
+  // (a continued answer streams again after its text), or the text streamed here.
+  function sourceText(article) {
+    const tpl = article.querySelector("template.msg-source");
+    if (tpl && tpl.content.textContent) return tpl.content.textContent;
+    return article.querySelector(".msg-body").dataset.raw || "";
+  }
+
   // The renderer of an answer's body: progressive Markdown (stream-render.js), or
-  // plain text appended with textContent when that script did not load.
+  // plain text appended with textContent when that script did not load. It starts
+  // with the answer's text so far (a continued answer grows in place).
   function streamView(article) {
     let view = views.get(article);
     if (view) return view;
     const body = article.querySelector(".msg-body");
-    if (window.StreamRender) view = window.StreamRender.create(body);
+    const initial = sourceText(article);
+    if (window.StreamRender) view = window.StreamRender.create(body, initial);
     else {
-      let text = body.textContent;
+      let text = initial;
+      body.textContent = initial;
       view = {
         append: function (t) { text += t; body.append(document.createTextNode(t)); },
         text: function () { return text; },
@@ -252,7 +263,22 @@
       article.insertBefore(note, article.querySelector(".msg-footer"));
     }
     const text = "Waiting for a free worker… position " + position + " in the queue";
+    note.dataset.state = "queued";
     if (note.textContent !== text) note.textContent = text;
+  }
+
+  // "Reading the conversation…" from the moment a worker takes the job (its `meta`
+  // event: the engine starts on the prompt) until the first token replaces it: a long
+  // history takes seconds to read before the answer starts.
+  function showReading(article) {
+    let note = article.querySelector(".msg-queue");
+    if (!note) {
+      note = document.createElement("p");
+      note.className = "msg-queue";
+      article.insertBefore(note, article.querySelector(".msg-footer"));
+    }
+    note.dataset.state = "reading";
+    note.textContent = "Reading the conversation…";
   }
 
   function hideQueue(article) {
@@ -260,25 +286,31 @@
     if (note) note.remove();
   }
 
-  // An answer that hit its token limit says so, with a Continue button on the newest
-  // answer (the server renders the same from finish_reason after a reload).
+  // An answer that hit its token limit says so; it and a stopped answer get a
+  // Continue button on the newest answer (the server renders the same after a reload).
   function markCutShort(article, data) {
-    if (data.finish_reason !== "length" || article.querySelector(".msg-cut")) return;
+    const cut = data.finish_reason === "length";
+    const text = typeof data.content === "string" ? data.content : sourceText(article);
+    const stopped = data.status === "cancelled" && text.trim() !== "";
+    if ((!cut && !stopped) || article.querySelector(".msg-continue")) return;
     const footer = article.querySelector(".msg-footer");
     if (!footer) return;
-    const note = document.createElement("span");
-    note.className = "msg-cut";
-    note.textContent = "Cut short — the answer reached its length limit";
+    if (cut && !article.querySelector(".msg-cut")) {
+      const note = document.createElement("span");
+      note.className = "msg-cut";
+      note.textContent = "Cut short — the answer reached its length limit";
+      footer.append(note);
+    }
     const button = document.createElement("button");
     button.type = "button";
     button.className = "pill msg-continue";
     button.textContent = "Continue";
     button.title = "Ask the model to continue this answer";
-    footer.append(note, button);
+    footer.append(button);
     pruneContinue();
   }
 
-  // Only the newest answer can be continued (Continue adds a turn at the end).
+  // Only the newest answer can be continued (the last answer of its branch).
   function pruneContinue() {
     const buttons = thread.querySelectorAll("button.msg-continue");
     const answers = thread.querySelectorAll(".msg-assistant");
@@ -315,20 +347,29 @@
     stopBtn.click();
   });
 
-  // Continue a cut-short answer: a new turn whose user message is "Continue".
+  // Continue a cut-short or stopped answer in place: the same answer streams again,
+  // its new text appended to what it shows (conversations turn_continue).
   thread.addEventListener("click", async function (e) {
     const button = e.target.closest("button.msg-continue");
     if (!button || active || sending) return;
+    const article = button.closest("article.msg");
+    if (!article || !article.dataset.messageId) return;
     showError("");
     sending = true;
     setBusy(true);
-    const data = new FormData(form);
-    data.set("content", "Continue");
     try {
-      const sent = await sendTurn(chat.dataset.sendUrl, data);
-      button.remove();
-      bubble("user", "Continue");
-      startTurn(sent.turn, sent.source);
+      const url = chat.dataset.sendUrl + encodeURIComponent(article.dataset.messageId) + "/continue/";
+      const turn = await post(url);
+      const body = article.querySelector(".msg-body");
+      body.dataset.raw = sourceText(article);
+      views.delete(article); // a new renderer starts from the text so far
+      article.querySelectorAll(".msg-cut, .msg-continue").forEach(function (el) { el.remove(); });
+      const state = article.querySelector(".msg-state");
+      if (state) state.textContent = "";
+      const box = article.querySelector(".msg-feedback");
+      if (box) box.hidden = true;
+      article.className = article.className.replace(/\bstatus-\S+/g, "").trim();
+      stream(article, turn.assistant_message.stream_url, turn.assistant_message.stop_url, 0);
     } catch (err) {
       if (err.code === "content_policy_violation") policyNotice(err.message, err.eventId);
       else showError(err.message);
@@ -346,6 +387,7 @@
     article.setAttribute("aria-busy", "true");
     const source = posted || new EventSource(streamUrl);
     let lastId = "";
+    let answering = false; // a token arrived: the status line has done its job
     active = {source: source, article: article, stopUrl: stopUrl};
     setBusy(true);
     const end = function () {
@@ -355,16 +397,21 @@
     };
     source.addEventListener("token", function (e) {
       lastId = e.lastEventId || lastId;
+      answering = true;
       hideQueue(article);
       view.append(JSON.parse(e.data).t);
       if (window.innerHeight + window.scrollY >= document.body.scrollHeight - 80) article.scrollIntoView({block: "end"});
     });
     source.addEventListener("meta", function (e) {
       lastId = e.lastEventId || lastId;
+      const meta = JSON.parse(e.data);
       hideQueue(article);
-      markCached(article, JSON.parse(e.data).cache);
+      markCached(article, meta.cache);
+      if (!meta.cache && !answering) showReading(article); // a worker started on the prompt
     });
-    source.addEventListener("queue", function (e) { showQueue(article, JSON.parse(e.data).position); });
+    source.addEventListener("queue", function (e) {
+      if (!answering) showQueue(article, JSON.parse(e.data).position);
+    });
     // a tool step of this answer, running or finished (conversations.sse.tool_step_payload)
     source.addEventListener("tool_step", function (e) {
       lastId = e.lastEventId || lastId;
@@ -522,6 +569,7 @@
   async function showThread(url) {
     const response = await fetch(url, {headers: {"Accept": "text/html"}, credentials: "same-origin"});
     if (!response.ok) throw new Error("Could not load the conversation (" + response.status + ")");
+    delete thread.dataset.viewLeaf; // the stored current branch again
     thread.innerHTML = await response.text(); // server-rendered and sanitised, like the page
     thread.dispatchEvent(new CustomEvent("chat:thread", {bubbles: true}));
     const streaming = thread.querySelector("article[data-status=streaming]");
@@ -616,7 +664,12 @@
     sending = true;
     setBusy(true);
     try {
-      const sent = await sendTurn(chat.dataset.sendUrl, new FormData(form));
+      const data = new FormData(form);
+      // a branch shown for viewing (search.js): the message continues it, so it
+      // becomes the conversation's current branch
+      if (thread.dataset.viewLeaf) data.set("after", thread.dataset.viewLeaf);
+      const sent = await sendTurn(chat.dataset.sendUrl, data);
+      delete thread.dataset.viewLeaf;
       const turn = sent.turn;
       const asked = bubble("user", text);
       asked.id = "m-" + turn.user_message.id;

@@ -1,7 +1,9 @@
 // Open a conversation at the message a search result links to (#m-<uuid>): scroll it
-// into view and outline it. A message on another branch is not on the page: switch to
-// its branch first (the same POST as the ‹ › switcher, so the choice is stored and the
-// next message continues that branch), then show it. Loaded after chat.js.
+// into view and outline it. A message on another branch is not on the page: show the
+// branch through it for viewing only (GET thread/?through=, nothing stored: a reload of
+// the conversation's URL shows its current branch). Sending a message from that view
+// continues the branch shown (chat.js sends `after`: thread.dataset.viewLeaf), and a
+// regenerate there makes it current too. Loaded after chat.js.
 (function () {
   "use strict";
   const chat = document.getElementById("chat");
@@ -21,10 +23,17 @@
     const page = window.ChatPage;
     const conversation = /^\/c\/([0-9a-f-]{36})\/$/.exec(window.location.pathname);
     if (!target && page && chat && conversation) {
+      if (page.busy()) { page.showError(page.BUSY); return; } // the answer being written stays shown
       try {
-        const result = await page.post("/c/" + conversation[1] + "/messages/" + match[1] + "/switch/");
-        document.getElementById("thread").innerHTML = result.html; // the server's render
-        document.getElementById("thread").dispatchEvent(new CustomEvent("chat:thread", {bubbles: true}));
+        const url = "/c/" + conversation[1] + "/thread/?through=" + encodeURIComponent(match[1]);
+        const response = await fetch(url, {headers: {"Accept": "text/html"}, credentials: "same-origin"});
+        if (!response.ok) throw new Error("Could not show that message (" + response.status + ")");
+        const thread = document.getElementById("thread");
+        thread.innerHTML = await response.text(); // the server's render of that branch
+        const answers = thread.querySelectorAll("article.msg-assistant[data-message-id]");
+        const last = answers[answers.length - 1];
+        if (last) thread.dataset.viewLeaf = last.dataset.messageId;
+        thread.dispatchEvent(new CustomEvent("chat:thread", {bubbles: true}));
         target = document.getElementById("m-" + match[1]);
       } catch (err) {
         page.showError(err.message);

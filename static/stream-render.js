@@ -90,11 +90,12 @@
     return starts;
   }
 
-  // A renderer for one answer body. `append(delta)` adds streamed text; `text()` is
-  // everything streamed (exactly the stored answer once it ends); `stop()` ends the
-  // preview (chat.js then replaces the body with the server's HTML).
-  function create(body) {
-    let text = "";
+  // A renderer for one answer body, starting from `initial` (the text so far of an
+  // answer that is continued, shown at once). `append(delta)` adds streamed text;
+  // `text()` is all of it (exactly the stored answer once it ends); `stop()`
+  // ends the preview (chat.js then replaces the body with the server's HTML).
+  function create(body, initial) {
+    let text = initial || "";
     let frozenChars = 0; // characters of `text` rendered for good
     let live = []; // the nodes of the live tail
     let scheduled = false;
@@ -146,6 +147,8 @@
       scheduled = true;
       window.requestAnimationFrame(frame);
     }
+
+    if (text) schedule();
 
     return {
       append: function (delta) { text += delta; schedule(); },

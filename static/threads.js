@@ -153,6 +153,7 @@
     page.showError("");
     try {
       const result = await page.post(url);
+      delete thread.dataset.viewLeaf; // the chosen branch is stored: it is current
       thread.innerHTML = result.html; // the server's render of the chosen branch
       addCodeCopy(thread);
     } catch (err) { page.showError(err.message); }

@@ -1,6 +1,6 @@
 """Writes of the chat (CONVENTIONS §1): turns, answers, conversation edits.
 
-- :mod:`.turns`: send a message, regenerate, stop (the start of a generation);
+- :mod:`.turns`: send a message, regenerate, continue an answer, stop (the start of a generation);
 - :mod:`.answers`: the answer's side of settling a generation, and the reaper;
 - :mod:`.conversations`: rename, delete, titles, rolling summaries;
 - :mod:`.feedback`: thumbs up/down on answers;
@@ -36,6 +36,7 @@ from conversations.services.tool_steps import (
 from conversations.services.turns import (
     BUSY_MESSAGE,
     Turn,
+    turn_continue,
     turn_regenerate,
     turn_start,
     turn_stop,
@@ -65,6 +66,7 @@ __all__ = [
     "tool_step_run",
     "tool_step_append",
     "turn_edit",
+    "turn_continue",
     "turn_regenerate",
     "turn_start",
     "turn_stop",

@@ -14,6 +14,15 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import (
+    ExpressionWrapper,
+    F,
+    PositiveIntegerField,
+    Q,
+    TextField,
+    Value,
+)
+from django.db.models.functions import Coalesce, Concat
 from django.utils import timezone
 
 from conversations import tool_selectors
@@ -24,6 +33,9 @@ from gateway import generations
 from inference import protocol
 from inference.protocol import FINISH_TOOL_CALLS
 from memory import tasks as memory_tasks
+
+# the type of the counts an UPDATE adds to (tokens, ms)
+COUNT = PositiveIntegerField()
 
 
 def message_generation(
@@ -39,10 +51,19 @@ def message_generation(
         user_id=user_id if user_id is not None else message.conversation.user_id,
         pool=message.pool or settings.INFERENCE_DEFAULT_POOL,
         model=message.model,
-        enqueued_at=message.created_at.timestamp(),
+        enqueued_at=message.enqueued_at,
         cache_kind=message.cache_kind,
         surface=generations.Surface.CHAT,
+        # a continued answer: the text before this generation, which output
+        # moderation reads first (it screens the whole answer)
+        prefix=message.content if message.job else "",
     )
+
+
+def answer_of(job_id: str) -> Q:
+    """The filter of the answer that generation ``job_id`` writes: the message whose
+    own id it is (never continued), or whose ``job`` it is (a continuation)."""
+    return Q(id=job_id, job__isnull=True) | Q(job=job_id)
 
 
 class MessageRecorder:
@@ -50,23 +71,32 @@ class MessageRecorder:
 
     def rerouted(self, *, job_id: str, pool: str) -> None:
         """The job moved to the fallback ``pool``: the answer records where it runs."""
-        Message.objects.filter(id=job_id, status=Message.Status.STREAMING).update(
-            pool=pool
-        )
+        Message.objects.filter(
+            answer_of(job_id), status=Message.Status.STREAMING
+        ).update(pool=pool)
 
     def finalize(self, *, job_id: str, outcome: generations.Outcome) -> bool:
-        """Write the answer's final state; False if it was final already."""
+        """Write the answer's final state; False if it was final already.
+
+        The generation's text and tokens are added to what the answer holds: nothing
+        for a new answer (empty while it streams), the text before it for a continued
+        one, which so grows in place (its first time to first token is kept).
+        """
         fields: dict[str, Any] = {
-            "content": outcome.text,
+            "content": Concat(
+                F("content"), Value(outcome.text), output_field=TextField()
+            ),
             "model": outcome.model,
             "status": outcome.status,
             "finish_reason": outcome.finish_reason,
-            "token_count": outcome.usage.completion_tokens,
-            "prompt_tokens": outcome.usage.prompt_tokens,
-            "cached_tokens": outcome.usage.cached_tokens,
+            "token_count": _added("token_count", outcome.usage.completion_tokens),
+            "prompt_tokens": _added("prompt_tokens", outcome.usage.prompt_tokens),
+            "cached_tokens": _added("cached_tokens", outcome.usage.cached_tokens),
             "cache_kind": outcome.cache_kind,
-            "ttft_ms": outcome.ttft_ms,
-            "latency_ms": outcome.latency_ms,
+            "ttft_ms": F("ttft_ms")
+            if outcome.ttft_ms is None
+            else Coalesce(F("ttft_ms"), Value(outcome.ttft_ms, output_field=COUNT)),
+            "latency_ms": _added("latency_ms", outcome.latency_ms),
         }
         if outcome.error is not None:
             fields["error"] = outcome.error.message
@@ -78,19 +108,32 @@ class MessageRecorder:
         elif outcome.finish_reason == FINISH_TOOL_CALLS:
             fields["finish_reason"] = protocol.FINISH_STOP  # no call to run
         updated = Message.objects.filter(
-            id=job_id, status=Message.Status.STREAMING
+            answer_of(job_id), status=Message.Status.STREAMING
         ).update(**fields)
         if not updated:
             return False
         if calls:
-            # the turn goes on: its tool step runs once this commits
+            # the turn goes on: its tool step runs once this commits (a tool chain's
+            # step is never a continuation: the job id is the message's id)
             transaction.on_commit(lambda: _tool_step_queue(message_id=job_id))
-        Conversation.objects.filter(messages__id=job_id).update(
-            updated_at=timezone.now()
-        )
+        Conversation.objects.filter(
+            messages__in=Message.objects.filter(answer_of(job_id))
+        ).update(updated_at=timezone.now())
         if settings.CHAT_BACKGROUND_JOBS:
             transaction.on_commit(lambda: _after_answer(message_id=job_id))
         return True
+
+
+def _added(field: str, value: int | None) -> Any:
+    """``field`` plus ``value`` (a count, in tokens or ms), for a conditional UPDATE:
+    ``value`` alone where the field is null; the field as it is when ``value`` is."""
+    if value is None:
+        return F(field)
+    return ExpressionWrapper(
+        Coalesce(F(field), Value(0, output_field=COUNT))
+        + Value(value, output_field=COUNT),
+        output_field=COUNT,
+    )
 
 
 RECORDER = MessageRecorder()
@@ -147,14 +190,19 @@ def message_finalize(*, message_id: Any) -> Message | None:
 def streaming_messages_reap(*, older_than_s: float = 5.0) -> int:
     """Settle streaming answers nobody is relaying (web process died, tab closed).
 
-    Each answer streaming for more than ``older_than_s`` seconds goes through
+    Each answer streaming for more than ``older_than_s`` seconds (its latest
+    generation's, for a continued answer) goes through
     :func:`gateway.generations.generation_sweep` (settle if ended, else the watchdog,
     else lost after REAPER_STALE_AFTER_S). Returns how many were settled.
     """
     cutoff = timezone.now() - dt.timedelta(seconds=older_than_s)
+    # a continued answer's generation started at ``job_enqueued_at``
+    started_before = Q(job_enqueued_at__lt=cutoff) | Q(
+        job_enqueued_at__isnull=True, created_at__lt=cutoff
+    )
     done = 0
     for message in Message.objects.select_related("conversation").filter(
-        status=Message.Status.STREAMING, created_at__lt=cutoff
+        started_before, status=Message.Status.STREAMING
     ):
         done += generations.generation_sweep(
             generation=message_generation(message),
@@ -166,11 +214,15 @@ def streaming_messages_reap(*, older_than_s: float = 5.0) -> int:
 
 def _after_answer(*, message_id: Any) -> None:
     """Queue the background work of a finished answer (DESIGN §9): title the
-    conversation after its first exchange, roll its summary, extract user facts."""
+    conversation after its first exchange, roll its summary, extract user facts.
+    ``message_id``: the answer's id, or the job id of the generation that continued
+    it last."""
     from conversations import tasks
 
     message = (
-        Message.objects.select_related("conversation").filter(id=message_id).first()
+        Message.objects.select_related("conversation")
+        .filter(Q(id=message_id) | Q(job=message_id))
+        .first()
     )
     if message is None:
         return

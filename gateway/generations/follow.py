@@ -155,6 +155,8 @@ async def generation_follow(
     try:
         if resumable:
             await inference_client.astream_attach(job_id=job_id)
+        if chain is not None and generation.prefix:
+            await chain.aprime(generation.prefix)
         if chain is not None and after != protocol.STREAM_START:
             await _policy_prime(chain, generation, after)
     except BACKEND_ERRORS as exc:

@@ -85,6 +85,20 @@ class PolicyChain:
         self.policies = policies
         self.cut = False
         self.reason = ""
+        # characters of released text not passed on: the prefix of a continued answer
+        self.hidden = 0
+
+    def prime(self, prefix: str) -> None:
+        """Feed ``prefix`` (the text of the answer a generation continues) first: the
+        policies decide on the whole answer, and the released text of ``prefix`` is
+        never passed on (a cut inside it cuts the continuation at its start)."""
+        self.hidden += len(prefix)
+        self.feed(prefix)
+
+    async def aprime(self, prefix: str) -> None:
+        """:meth:`prime` through each policy's :meth:`StreamPolicy.afeed`."""
+        self.hidden += len(prefix)
+        await self.afeed(prefix)
 
     def feed(self, text: str) -> Release:
         """Feed ``text`` through every policy in order; see :meth:`StreamPolicy.feed`."""
@@ -141,6 +155,9 @@ class PolicyChain:
 
     def _ended(self, text: str, cut: bool, reason: str) -> Release:
         self.cut, self.reason = cut, reason
+        if self.hidden:  # released text of a primed prefix: not passed on
+            skipped = min(self.hidden, len(text))
+            text, self.hidden = text[skipped:], self.hidden - skipped
         return Release(text, cut, reason)
 
 

@@ -238,6 +238,8 @@ def generation_settle(
     )
     generated = outcome.text
     chain = policies_for(job_id=generation.job_id, user_id=generation.user_id)
+    if chain is not None and generation.prefix:
+        chain.prime(generation.prefix)  # a continued answer is screened whole
     released = chain_replay(chain, generated)
     if released.cut:
         outcome = outcome_filtered(
@@ -254,7 +256,7 @@ def generation_settle(
         )
         if settled and chain is not None and outcome.error is None:
             chain.settled(
-                generated=generated,
+                generated=generation.prefix + generated,
                 surface=generation.surface
                 or ("chat" if recorder is not None else "api"),
                 message_id=message_id,

@@ -49,7 +49,9 @@ class Generation:
     ``enqueued_at`` is epoch seconds; ``cache_kind`` is ``exact``/``semantic`` when a
     cache answers (no job runs), else "". ``pool`` changes when a fallback retry moves
     the job (:mod:`gateway.fallback`). ``surface``: chat / api (what moderation events
-    name; "" when unknown).
+    name; "" when unknown). ``prefix``: the answer's text before this generation
+    when it continues one (the stream policies read it first, so they screen the
+    whole answer; only the generation's own text is released); "" otherwise.
     """
 
     job_id: str
@@ -59,6 +61,7 @@ class Generation:
     enqueued_at: float
     cache_kind: str = ""
     surface: str = ""
+    prefix: str = ""
 
     @property
     def created(self) -> int:

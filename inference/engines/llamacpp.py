@@ -75,7 +75,7 @@ from inference.engines.llamacpp_prompt import (
     ChatPrompt,
     bundled_model_path,
 )
-from inference.params import ERROR_INVALID_PARAMETER
+from inference.params import CONTINUE, ERROR_INVALID_PARAMETER
 from inference.protocol import Job, Usage
 
 
@@ -190,8 +190,11 @@ class LlamaCppEngine(Engine):
         llm: Any,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
+        continue_final: bool = False,
     ) -> list[int]:
-        return self._prompt.tokens(messages, llm=llm, tools=tools)
+        return self._prompt.tokens(
+            messages, llm=llm, tools=tools, continue_final=continue_final
+        )
 
     def count_tokens(
         self,
@@ -212,20 +215,23 @@ class LlamaCppEngine(Engine):
         messages: list[dict[str, Any]],
         max_tokens: int,
         tools: list[dict[str, Any]] | None = None,
+        continue_final: bool = False,
     ) -> tuple[list[int], int]:
         """Drop the oldest turns until prompt + answer fit ``n_ctx``; return tokens, max_tokens.
 
-        The system message and the newest message are always kept. Raises EngineError
+        The system message and the newest message (with ``continue_final``, the
+        question and the answer it continues) are always kept. Raises EngineError
         (``context_overflow``) if even those leave no room to answer.
         """
         msgs = list(messages)
-        tokens = self._tokens(llm, msgs, tools)
-        while len(tokens) + max_tokens > self.n_ctx and len(msgs) > 2:
+        kept = 3 if continue_final else 2
+        tokens = self._tokens(llm, msgs, tools, continue_final)
+        while len(tokens) + max_tokens > self.n_ctx and len(msgs) > kept:
             drop = 1 if msgs[0]["role"] == "system" else 0
             del msgs[drop]
-            while len(msgs) > drop + 1 and msgs[drop]["role"] != "user":
+            while len(msgs) > drop + kept - 1 and msgs[drop]["role"] != "user":
                 del msgs[drop]
-            tokens = self._tokens(llm, msgs, tools)
+            tokens = self._tokens(llm, msgs, tools, continue_final)
         room = self.n_ctx - len(tokens)
         if room < 1:
             raise EngineError(
@@ -257,7 +263,13 @@ class LlamaCppEngine(Engine):
             seed = params.get("seed")
             llm.set_seed(self.seed if seed is None else int(seed) & 0xFFFFFFFF)
             tools = toolprompt.offered_tools(params)
-            tokens, max_tokens = self._fit(llm, job.messages, job.max_tokens, tools)
+            tokens, max_tokens = self._fit(
+                llm,
+                job.messages,
+                job.max_tokens,
+                tools,
+                continue_final=bool(params.get(CONTINUE)),
+            )
             extractor, grammar = self._tool_setup(params, tools)
             if grammar is not None:
                 grammar_check(llm, grammar)

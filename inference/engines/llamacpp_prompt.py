@@ -60,6 +60,15 @@ class ChatPrompt:
         # a template that renders ``tools`` itself in the Hermes format (Qwen2.5's)
         # gets them; any other is given them in the system message
         # (:func:`inference.toolprompt.plain_messages`)
+        # the same template without the generation prompt: a continued answer's
+        # prompt ends inside its last (assistant) message (:func:`final_open`)
+        self.open_formatter = Jinja2ChatFormatter(
+            template=template,
+            eos_token=self.formatter.eos_token,
+            bos_token=self.formatter.bos_token,
+            add_generation_prompt=False,
+            stop_token_ids=[eos],
+        )
         self.native_tools = "tools" in template and toolcalls.OPEN in template
         self.stop_ids = {eos}
         for special in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
@@ -73,19 +82,27 @@ class ChatPrompt:
         messages: list[dict[str, Any]],
         *,
         tools: list[dict[str, Any]] | None = None,
+        continue_final: bool = False,
     ) -> str:
         """Return the prompt text of ``messages`` (with the generation prompt appended).
 
         ``messages`` are OpenAI chat messages (assistant ``tool_calls`` and ``tool``
         results included); ``tools``: the OpenAI tools offered to the model (None: none).
+        ``continue_final`` True: the last message (an unfinished assistant message) is
+        left open instead, the prompt ending with its text (:func:`final_open`).
         """
+        formatter = self.open_formatter if continue_final else self.formatter
         if self.native_tools:
-            return self.formatter(
+            prompt = formatter(
                 messages=_native_messages(messages), tools=tools or None
             ).prompt
-        return self.formatter(
-            messages=toolprompt.plain_messages(messages, tools)
-        ).prompt
+        else:
+            prompt = formatter(
+                messages=toolprompt.plain_messages(messages, tools)
+            ).prompt
+        if continue_final:
+            return final_open(prompt, str(messages[-1].get("content") or ""))
+        return prompt
 
     def tokens(
         self,
@@ -93,9 +110,13 @@ class ChatPrompt:
         *,
         llm: Any = None,
         tools: list[dict[str, Any]] | None = None,
+        continue_final: bool = False,
     ) -> list[int]:
-        """Return the prompt token ids of ``messages`` (tokenized with ``llm`` if given)."""
-        prompt = self.render(messages, tools=tools).encode("utf-8")
+        """Return the prompt token ids of ``messages`` (tokenized with ``llm`` if
+        given); ``continue_final`` as :meth:`render` takes it."""
+        prompt = self.render(
+            messages, tools=tools, continue_final=continue_final
+        ).encode("utf-8")
         if llm is not None:
             return llm.tokenize(prompt, add_bos=False, special=True)
         with self._lock:
@@ -112,6 +133,21 @@ class ChatPrompt:
         (not offered under ``tool_choice`` ``"none"``): the engine's ``prompt_tokens``."""
         offered = toolprompt.offered_tools({"tools": tools, "tool_choice": tool_choice})
         return len(self.tokens(messages, tools=offered))
+
+
+def final_open(prompt: str, final: str) -> str:
+    """Return ``prompt`` (a chat rendered without generation prompt) cut right after
+    the text of its last message, ``final``: the model then writes on from there.
+
+    What Hugging Face's ``continue_final_message`` does: the text is looked for with
+    surrounding whitespace stripped (templates strip it), from the end. Raises
+    EngineError if the rendered prompt does not hold it.
+    """
+    text = final.strip()
+    at = prompt.rfind(text) if text else -1
+    if at < 0:
+        raise EngineError("The answer to continue is not in the rendered prompt.")
+    return prompt[: at + len(text)]
 
 
 def _native_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ import httpx
 
 from inference import protocol
 from inference.engines.base import Delta, Engine, EngineError, Finish, ToolCallDelta
+from inference.params import CONTINUE
 from inference.protocol import Job, Usage
 
 _FINISH_REASONS = {
@@ -174,6 +175,9 @@ class OpenAIEngine(Engine):
                 body[name] = params[name]
         if params.get("ignore_eos"):
             body["ignore_eos"] = True  # vLLM extension (benchmarks, tests)
+        if params.get(CONTINUE):  # vLLM's extension: write on from the last message
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
         return body
 
     async def _read(self, job: Job, items: asyncio.Queue[Any]) -> None:

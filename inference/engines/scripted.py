@@ -22,6 +22,12 @@ exercised exactly. Options come from the constructor and can be overridden per j
   ``"none"`` emits none, a named function only its calls, ``parallel_tool_calls``
   false only the first; ``"required"`` or a named function the script has no call
   for cannot be honoured: :class:`EngineError` ``invalid_parameter`` (a 400).
+- ``first_delay_ms`` (float): sleep this long before the first token too (a long
+  prompt being read before the answer starts).
+- ``continue_final_message`` (the job's parameter, :data:`inference.params.CONTINUE`):
+  the job continues its last (assistant) message; when the text starts with that
+  message's text (or, with ``cycle``, its repetition does), the script writes on
+  from there instead of starting again.
 - ``fail_after`` (int|None): raise :class:`EngineError` after this many tokens (0 = before
   the first token); ``fail_code`` (str): its error code (default ``engine_error``).
 
@@ -46,13 +52,28 @@ from inference.engines.base import (
     ToolCallDelta,
     Utf8Decoder,
 )
-from inference.params import ERROR_INVALID_PARAMETER
+from inference.params import CONTINUE, ERROR_INVALID_PARAMETER
 from inference.protocol import Job, Usage
 
 DEFAULT_TEXT = (
     "This is a scripted answer from the test engine. It streams word by word, "
     "so the whole path from worker to browser can be checked exactly."
 )
+
+
+def _written_on(text: str, written: str, cycle: bool) -> str:
+    """The script's text after ``written`` (what the answer being continued holds),
+    when that is where the script got to: the rest of ``text``, or with ``cycle`` the
+    repetition rotated to go on from there; ``text`` itself otherwise."""
+    if not text or not written:
+        return text
+    if not cycle:
+        return text[len(written) :] if text.startswith(written) else text
+    repeated = text * (len(written) // len(text) + 1)
+    if not repeated.startswith(written):
+        return text
+    at = len(written) % len(text)
+    return text[at:] + text[:at]
 
 
 class ScriptedEngine(Engine):
@@ -70,6 +91,7 @@ class ScriptedEngine(Engine):
         cycle: bool = False,
         tool_calls: list[dict[str, Any]] | None = None,
         call_text: str | None = None,
+        first_delay_ms: float = 0.0,
         max_concurrency: int = 8,
         model: str = "scripted-1",
     ) -> None:
@@ -81,6 +103,7 @@ class ScriptedEngine(Engine):
             "cycle": cycle,
             "tool_calls": tool_calls or [],
             "call_text": call_text,
+            "first_delay_ms": first_delay_ms,
         }
         self.max_concurrency = max_concurrency
         self.model = model
@@ -158,6 +181,10 @@ class ScriptedEngine(Engine):
         text = opts["text"]
         if calls and opts.get("call_text") is not None:
             text = opts["call_text"]
+        if job.params.get(CONTINUE) and job.messages:
+            text = _written_on(
+                text, str(job.messages[-1].get("content") or ""), opts["cycle"]
+            )
         chunks = self._chunks(text, opts["chunk_bytes"])
         if not chunks and not calls:
             chunks = [b""]  # an empty answer is still one token
@@ -169,6 +196,8 @@ class ScriptedEngine(Engine):
         finish_reason = protocol.FINISH_STOP
         i = 0
         try:
+            if opts["first_delay_ms"]:
+                await asyncio.sleep(float(opts["first_delay_ms"]) / 1000.0)
             while True:
                 if job.job_id in self._aborted:
                     finish_reason = protocol.FINISH_CANCELLED

@@ -54,6 +54,7 @@ from inference.engines.vllm_tools import (
     tool_session_start,
     tools_normalised,
 )
+from inference.params import CONTINUE
 from inference.protocol import Job, Usage
 
 DEFAULT_MODEL_DIR = ".var/models/smollm2-hf"
@@ -187,18 +188,25 @@ class VllmEngine(Engine):
         self,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
+        continue_final: bool = False,
     ) -> list[int]:
+        # continue_final: the last (assistant) message left open, no generation
+        # prompt (transformers' continue_final_message)
+        opening = {
+            "add_generation_prompt": not continue_final,
+            "continue_final_message": continue_final,
+        }
         if tools:
             prompt = self._tokenizer.apply_chat_template(
                 messages,
                 tools=tools,
                 chat_template=self._template_with_tools(),
                 tokenize=False,
-                add_generation_prompt=True,
+                **opening,
             )
         else:
             prompt = self._tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
+                messages, tokenize=False, **opening
             )
         return list(self._tokenizer.encode(prompt, add_special_tokens=False))
 
@@ -215,21 +223,24 @@ class VllmEngine(Engine):
         messages: list[dict[str, Any]],
         max_tokens: int,
         tools: list[dict[str, Any]] | None = None,
+        continue_final: bool = False,
     ) -> tuple[list[int], int]:
         """Drop the oldest turns until prompt + answer fit ``max_model_len`` tokens.
 
-        The system message and the newest message are always kept. Returns the prompt
+        The system message and the newest message (with ``continue_final``, the
+        question and the answer it continues) are always kept. Returns the prompt
         token ids and the (possibly reduced) max_tokens. Raises EngineError
         (``context_overflow``) if even those leave no room to answer.
         """
         msgs = list(messages)
-        tokens = self._tokens(msgs, tools)
-        while len(tokens) + max_tokens > self.max_model_len and len(msgs) > 2:
+        kept = 3 if continue_final else 2
+        tokens = self._tokens(msgs, tools, continue_final)
+        while len(tokens) + max_tokens > self.max_model_len and len(msgs) > kept:
             drop = 1 if msgs[0]["role"] == "system" else 0
             del msgs[drop]
-            while len(msgs) > drop + 1 and msgs[drop]["role"] != "user":
+            while len(msgs) > drop + kept - 1 and msgs[drop]["role"] != "user":
                 del msgs[drop]
-            tokens = self._tokens(msgs, tools)
+            tokens = self._tokens(msgs, tools, continue_final)
         room = self.max_model_len - len(tokens)
         if room < 1:
             raise EngineError(
@@ -313,6 +324,7 @@ class VllmEngine(Engine):
                 job.messages,
                 job.max_tokens,
                 tools_normalised(tools) if tools else None,
+                continue_final=bool(job.params.get(CONTINUE)),
             )
             session = self.tool_session(job, tokens)
             usage = Usage(prompt_tokens=len(tokens))

@@ -94,9 +94,13 @@ def test_export_downloads_and_importing_it_creates_a_copy(page, site, tmp_path):
     )
 
 
-def test_a_result_on_another_branch_opens_that_branch_at_the_message(page, site, user):
-    """A search hit in an answer of a branch that is not shown switches the chat to
-    that branch (stored, as the ‹ › switcher does) and outlines the message."""
+def test_a_result_on_another_branch_shows_it_without_making_it_current(
+    page, site, user
+):
+    """A search hit in an answer of a branch that is not shown opens that branch for
+    viewing and outlines the message; the stored current branch stays (a reload of
+    the conversation's URL shows it) until the user sends a message from the branch
+    viewed, which then becomes current."""
     conv = Conversation.objects.create(user=user, title="Stripes")
     question = Message.objects.create(
         conversation=conv, role="user", content="Why do zebras have stripes?"
@@ -124,4 +128,21 @@ def test_a_result_on_another_branch_opens_that_branch_at_the_message(page, site,
     expect(target).to_have_class(re.compile("search-target"))
     expect(page.locator("#thread")).not_to_contain_text("Tigers hide")
     conv.refresh_from_db()
-    assert conv.current_leaf_id == old.id
+    assert conv.current_leaf_id == shown.id  # viewing stored nothing
+    # the plain conversation URL shows the stored current branch
+    page.goto(site + f"/c/{conv.id}/")
+    expect(page.locator("#thread")).to_contain_text("Tigers hide")
+    expect(page.locator("#thread")).not_to_contain_text("tsetse")
+    # open the hit again and continue from the branch viewed: it becomes current
+    page.goto(site + f"/c/{conv.id}/#m-{old.id}")
+    expect(page.locator(f"#m-{old.id}")).to_have_class(re.compile("search-target"))
+    page.fill("#content", "And horses?")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete >> nth=1")
+    asked = Message.objects.get(role="user", content="And horses?")
+    assert asked.parent_id == old.id
+    conv.refresh_from_db()
+    assert conv.current_leaf.parent_id == asked.id
+    page.goto(site + f"/c/{conv.id}/")
+    expect(page.locator("#thread")).to_contain_text("tsetse")
+    expect(page.locator("#thread")).to_contain_text("And horses?")

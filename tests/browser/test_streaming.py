@@ -1,7 +1,7 @@
 """Streaming that reads well (issue 11), in a real browser: Markdown renders while the
 answer streams (markdown-it + DOMPurify, no CSP violation), the text rebuilt from the
 stream equals the stored answer byte for byte, a queued answer shows its place in the
-queue, a cut-short answer offers Continue, Esc stops, the footer is filled from
+queue, a cut-short answer offers Continue (which extends it in place), Esc stops, the footer is filled from
 ``done`` after re-joining, and the end of an answer is announced once.
 
 Selectors the combined flow uses: ``.msg-queue``, ``.msg-cut``, ``button.msg-continue``.
@@ -70,7 +70,7 @@ def test_the_streamed_text_equals_the_stored_answer_byte_for_byte(page, script_t
 
 
 @pytest.mark.parametrize("site_env", [{"CHAT_MAX_TOKENS": "12"}])
-def test_a_cut_short_answer_says_so_and_continue_asks_for_more(page):
+def test_a_cut_short_answer_says_so_and_continue_extends_it_in_place(page):
     _send(page, "Write a lot")
     page.wait_for_selector("article.msg-assistant.status-complete")
     answer = last_answer(page)
@@ -78,21 +78,43 @@ def test_a_cut_short_answer_says_so_and_continue_asks_for_more(page):
         "Cut short — the answer reached its length limit"
     )
     expect(page.locator("#answer-status")).to_contain_text("Answer cut short:")
+    first = Message.objects.get(role="assistant")
+    shown = answer.locator(".msg-body").inner_text()
     answer.locator("button.msg-continue").click()
-    page.wait_for_selector("article.msg-assistant.status-complete >> nth=1")
-    assert page.locator("article.msg-user .msg-body").last.inner_text() == "Continue"
-    assert page.locator("button.msg-continue").count() == 1  # on the newest only
-    assert last_answer(page).locator("button.msg-continue").count() == 1
-    users = Message.objects.filter(role="user").order_by("created_at")
-    assert [m.content for m in users] == ["Write a lot", "Continue"]
-    assert set(
-        Message.objects.filter(role="assistant").values_list("finish_reason", flat=True)
-    ) == {"length"}
+    # the same bubble streams on: its text so far stays, the new text follows
+    page.wait_for_selector(STREAMING)
+    assert page.locator("article.msg-assistant").count() == 1
+    assert answer.locator(".msg-body").inner_text().startswith(shown[:20])
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    assert page.locator("article.msg-assistant").count() == 1
+    assert page.locator("article.msg-user").count() == 1  # no "Continue" message
+    stored = Message.objects.get(role="assistant")
+    assert stored.id == first.id
+    assert stored.content.startswith(first.content)
+    assert len(stored.content) > len(first.content)
+    assert stored.token_count == 24  # 12 + 12, both cut at the limit
+    assert [m.content for m in Message.objects.filter(role="user")] == ["Write a lot"]
+    raw = answer.locator(".msg-body").get_attribute("data-raw")
+    assert raw == stored.content  # what the bubble holds is the whole stored answer
+    assert answer.locator("button.msg-continue").count() == 1  # cut again: once more
     page.reload()
-    assert page.locator("article.msg-assistant .msg-cut").count() == 2
-    assert page.locator("button.msg-continue").count() == 1
+    assert page.locator("article.msg-assistant").count() == 1
+    assert page.locator("article.msg-assistant .msg-cut").count() == 1
     assert last_answer(page).locator("button.msg-continue").count() == 1
     page.screenshot(path=str(SHOTS / "streaming-cut-short.png"), full_page=True)
+
+
+@pytest.mark.parametrize("worker_args", [["--first-delay-ms", "2500"]])
+def test_the_page_says_it_reads_the_conversation_until_the_first_token(page):
+    _send(page, "A follow-up in a long conversation")
+    answer = last_answer(page)
+    # the worker took the job and reads the prompt: said between queue and answer
+    expect(answer.locator(".msg-queue")).to_have_text("Reading the conversation…")
+    assert answer.locator(".msg-body").inner_text() == ""
+    page.wait_for_selector(f"{STREAMING} .msg-body:not(:empty)")
+    expect(answer.locator(".msg-queue")).to_have_count(0)  # replaced by the answer
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    assert answer.locator(".msg-queue").count() == 0
 
 
 @pytest.mark.parametrize("worker_args", [["--delay-ms", "100"]])
@@ -107,6 +129,17 @@ def test_escape_stops_the_streaming_answer(page):
     expect(page.locator("#answer-status")).to_have_text("Answer stopped.")
     stopped = Message.objects.get(role="assistant")
     assert stopped.status == "cancelled" and stopped.token_count < 40
+    # a stopped answer can be continued in place, from what it shows
+    shown = answer.locator(".msg-body").inner_text()
+    answer.locator("button.msg-continue").click()
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    assert page.locator("article.msg-assistant").count() == 1
+    assert answer.locator(".msg-state").inner_text() == ""
+    continued = Message.objects.get(role="assistant")
+    assert continued.id == stopped.id and continued.status == "complete"
+    assert continued.content.startswith(stopped.content)
+    assert continued.token_count > stopped.token_count
+    assert answer.locator(".msg-body").inner_text().startswith(shown.strip()[:10])
 
 
 @pytest.mark.parametrize("worker_args", [["--delay-ms", "100"]])

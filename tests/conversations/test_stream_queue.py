@@ -109,6 +109,31 @@ async def test_queue_frames_stop_once_a_worker_starts_the_answer(
         sse_validate(event.event, event.data)
 
 
+async def test_meta_arrives_while_the_prompt_is_read_before_the_first_token(
+    user, start_worker
+):
+    """The page's "Reading the conversation…" comes from the ``meta`` frame: it is
+    relayed as soon as the worker starts on the prompt, seconds before the first
+    token of an engine that takes that long to read it."""
+    start_worker(ScriptedEngine(text="hello there", first_delay_ms=1500))
+    turn = await sync_to_async(services.turn_start)(user=user, content="long story")
+    seen: dict[str, float] = {}
+
+    def mark(result: SseResult) -> bool:
+        for event in result.events:
+            seen.setdefault(event.event, len(result.events))
+        return ended(result)
+
+    result = await asgi_sse(
+        _stream_url(turn), cookie=await _cookie(user), stop_when=mark, timeout=30
+    )
+    kinds = [e.event for e in result.events]
+    assert kinds.index("meta") < kinds.index("token")
+    # the meta frame was read on its own, before the token frames existed
+    assert seen["meta"] < seen["token"]
+    assert result.text == "hello there"
+
+
 def test_a_job_entry_begins_with_its_prefix():
     job = protocol.Job(job_id=protocol.new_job_id(), messages=[{"role": "user"}])
     assert job.to_fields()["job"].startswith(protocol.job_entry_prefix(job.job_id))

@@ -346,6 +346,57 @@ def test_switch_endpoint_persists_and_answers_the_branch_html(
     assert f'id="m-{a2.id}"' in page.content.decode()  # after a reload too
 
 
+def test_viewing_a_branch_through_a_message_stores_nothing(
+    auth_client, user, other_user, chat, run
+):
+    # a search result on another branch: shown, not made current
+    conversation, (u1, a1, u2, a2) = chat
+    again = run(services.turn_regenerate, user=user, conversation_id=conversation.id)
+    finish(again.assistant_message, "Second zebra version.")
+    url = reverse("conversation-thread", args=[conversation.id])
+    with CaptureQueriesContext(connection) as queries:
+        response = auth_client.get(url, {"through": str(a2.id)})
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert f'id="m-{a2.id}"' in html and "Second zebra version" not in html
+    assert not [q for q in queries if q["sql"].lstrip().upper().startswith("UPDATE")]
+    conversation.refresh_from_db()
+    assert conversation.current_leaf_id == again.assistant_message.id
+    assert "Second zebra version" in auth_client.get(url).content.decode()
+    # a message of no conversation of the user's is a 404, as is text that is no id
+    other = Client()
+    other.force_login(other_user)
+    assert other.get(url, {"through": str(a2.id)}).status_code == 404
+    assert auth_client.get(url, {"through": "nope"}).status_code == 404
+    elsewhere = run(services.turn_start, user=user, content="Another chat")
+    foreign = str(elsewhere.assistant_message.id)
+    assert auth_client.get(url, {"through": foreign}).status_code == 404
+
+
+def test_a_message_sent_after_a_viewed_branch_continues_it_and_makes_it_current(
+    auth_client, user, chat, run
+):
+    conversation, (u1, a1, u2, a2) = chat
+    again = run(services.turn_regenerate, user=user, conversation_id=conversation.id)
+    finish(again.assistant_message, "Second zebra version.")
+    url = reverse("message-send", args=[conversation.id])
+    response = auth_client.post(url, {"content": "And horses?", "after": str(a2.id)})
+    assert response.status_code == 201
+    asked = Message.objects.get(content="And horses?")
+    assert asked.parent_id == a2.id
+    assert "Zebras-answer are striped." in last_job_text()
+    assert "Second zebra version" not in last_job_text()
+    conversation.refresh_from_db()
+    assert (
+        str(conversation.current_leaf_id) == response.json()["assistant_message"]["id"]
+    )
+    # only a finished answer can be followed
+    finish(Message.objects.get(id=conversation.current_leaf_id), "Horses-answer.")
+    refused = auth_client.post(url, {"content": "Hm", "after": str(u1.id)})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "bad_after"
+
+
 def test_switching_while_an_answer_streams_is_refused_with_a_clear_message(
     auth_client, user, chat, run
 ):

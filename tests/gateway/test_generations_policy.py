@@ -76,3 +76,36 @@ def test_no_policies_configured_means_nothing_is_applied(settings):
     assert policy.policy_replay(job_id="j", user_id=1, text="bad") == policy.Release(
         "bad"
     )
+
+
+def _chain() -> policy.PolicyChain:
+    return policy.PolicyChain([HoldAndCut(job_id="j", user_id=1)])
+
+
+@given(
+    st.text(alphabet="abdx ", max_size=10),
+    st.lists(st.text(alphabet="abdx ", max_size=6), max_size=8),
+)
+def test_a_primed_chain_screens_the_whole_answer_and_releases_only_the_new_text(
+    prefix, deltas
+):
+    # a continued answer: the policies read the text before it first (a cut can
+    # span the join), and only the continuation's own text is passed on
+    whole = prefix + "".join(deltas)
+    chain = _chain()
+    chain.prime(prefix)
+    shown, cut = "", False
+    for delta in deltas:
+        decision = chain.feed(delta)
+        shown += decision.text
+        if decision.cut:
+            cut = True
+            break
+    if not cut:
+        shown += chain.finish().text
+    assert cut == ("bad" in whole)
+    kept = whole.split("bad")[0]
+    assert prefix + shown == kept if len(kept) >= len(prefix) else shown == ""
+    replay = _chain()
+    replay.prime(prefix)
+    assert policy.chain_replay(replay, "".join(deltas)).text == shown

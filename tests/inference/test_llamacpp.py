@@ -267,3 +267,36 @@ def test_penalties_change_a_greedy_answer(engine):
         )
     )
     assert penalised != plain
+
+
+def test_a_continuation_prompt_ends_inside_the_open_answer(engine):
+    # "Continue": the chat template rendered with the last (assistant) message left
+    # open, so the model writes on from its last character (no end of turn, no new
+    # assistant header); the same tokens as the full render up to that point
+    from inference.engines.llamacpp_prompt import chat_prompt_load
+
+    prompt = chat_prompt_load()
+    partial = [*QUESTION, {"role": "assistant", "content": "The capital of France"}]
+    opened = prompt.render(partial, continue_final=True)
+    closed = prompt.render(partial)
+    assert opened.endswith("<|im_start|>assistant\nThe capital of France")
+    assert closed.startswith(opened) and len(closed) > len(opened)
+    items = collect(
+        engine,
+        Job(
+            job_id="continued",
+            messages=partial,
+            params={
+                "max_tokens": 8,
+                "temperature": 0,
+                "continue_final_message": True,
+            },
+        ),
+    )
+    finish = items[-1]
+    assert isinstance(finish, Finish)
+    assert finish.usage.prompt_tokens == len(
+        prompt.tokens(partial, continue_final=True)
+    )
+    text = "".join(i.text for i in items if isinstance(i, Delta))
+    assert not text.lstrip().startswith("The capital")  # it wrote on, not anew

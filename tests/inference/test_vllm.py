@@ -510,3 +510,26 @@ def test_a_tool_choice_that_names_no_offered_tool_is_refused(vllm_engine):
     with pytest.raises(EngineError) as err:
         lt.run(_collect_calls(engine, job), STEP_TIMEOUT_S)
     assert err.value.code == ERROR_INVALID_PARAMETER
+
+
+def test_a_continuation_writes_on_the_open_answer(vllm_engine):
+    # continue_final_message: the chat template with the last (assistant) message
+    # left open (transformers' continue_final_message), so the prompt ends with its
+    # text and the model writes on from there
+    engine, lt = vllm_engine
+    partial = "The capital of France"
+    job = _job("What is the capital of France?", max_tokens=8)
+    job.messages.append({"role": "assistant", "content": partial})
+    job.params["continue_final_message"] = True
+    text, finish = lt.run(_collect(engine, job), STEP_TIMEOUT_S)
+    prompt = engine._tokenizer.apply_chat_template(
+        job.messages,
+        tokenize=False,
+        add_generation_prompt=False,
+        continue_final_message=True,
+    )
+    assert prompt.endswith(partial)
+    assert finish.usage.prompt_tokens == len(
+        engine._tokenizer.encode(prompt, add_special_tokens=False)
+    )
+    assert not text.lstrip().startswith("The capital")  # it wrote on, not anew

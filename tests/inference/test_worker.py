@@ -33,6 +33,21 @@ def test_worker_streams_meta_tokens_done_and_every_event_matches_its_schema(
     assert done["ttft_ms"] is not None and done["latency_ms"] >= done["ttft_ms"]
 
 
+def test_meta_is_written_when_the_engine_starts_on_the_prompt_before_any_token(
+    start_worker,
+):
+    # the "started" signal: a worker took the job and its engine reads the prompt
+    # (the scripted engine waits first_delay_ms before its first token, as a long
+    # prompt does); the page shows "Reading the conversation…" from it
+    start_worker(ScriptedEngine(text="one two", first_delay_ms=3000))
+    enqueue("job-read")
+    events = wait_events("job-read", lambda evs: any(e.type == "meta" for e in evs))
+    assert [e.type for e in events] == ["meta"]
+    protocol.event_validate(events[0].type, events[0].data)
+    ended = wait_events("job-read", terminal)
+    assert [e.type for e in ended] == ["meta", "token", "token", "done"]
+
+
 def test_cancel_flag_stops_generation_within_one_second(start_worker):
     start_worker(ScriptedEngine(text="tok ", cycle=True, delay_ms=10))
     enqueue("job-long", max_tokens=2000)

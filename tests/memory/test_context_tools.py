@@ -217,3 +217,18 @@ def test_with_the_serving_tokenizer_the_prompt_stays_within_the_window():
         )
         assert count(built.messages) == built.prompt_tokens <= context_tokens - 50
         assert 0 < built.history_dropped < len(history)
+
+
+def test_the_answer_a_turn_continues_comes_last_and_is_always_kept():
+    history = [*tool_turns(6), {"role": "user", "content": "last question"}]
+    built = context_build(
+        system_prompt="SYS",
+        history=history,
+        max_tokens=10,
+        context_tokens=60,
+        count=words,
+        continued="the answer so far",
+    )
+    assert built.messages[-2]["role"] == "user"
+    assert built.messages[-1] == {"role": "assistant", "content": "the answer so far"}
+    assert built.history_dropped > 0  # earlier turns gave way, not the answer

@@ -7,7 +7,7 @@ transaction stores the user message and an answer in ``streaming`` status (the
 conversation row locked only for that), and the job is submitted after commit.
 
 - :mod:`.run`: the services (:func:`turn_start`, :func:`turn_regenerate`,
-  :func:`turn_stop`) and :func:`turn_run`, which takes a turn through its steps;
+  :func:`turn_continue`, :func:`turn_stop`) and :func:`turn_run`, which takes a turn through its steps;
 - :mod:`.request`: what a turn answers (:class:`TurnRequest`) and produced (:class:`Turn`);
 - :mod:`.prompt`: build the prompt and the gateway's generation request;
 - :mod:`.rows`: store the messages and the conversation's leaf.
@@ -16,6 +16,7 @@ conversation row locked only for that), and the job is submitted after commit.
 from conversations.services.turns.request import Turn, TurnRequest
 from conversations.services.turns.rows import BUSY_MESSAGE, idle_check
 from conversations.services.turns.run import (
+    turn_continue,
     turn_regenerate,
     turn_run,
     turn_start,
@@ -27,6 +28,7 @@ __all__ = [
     "Turn",
     "TurnRequest",
     "idle_check",
+    "turn_continue",
     "turn_regenerate",
     "turn_run",
     "turn_start",

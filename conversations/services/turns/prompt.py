@@ -19,6 +19,7 @@ from conversations.services.turns.request import TurnRequest
 from gateway import generations
 from gateway.cache import CachePolicy
 from inference.embeddings import TextVector
+from inference.params import CONTINUE
 from memory.context import BuiltContext, turn_context
 
 
@@ -60,7 +61,8 @@ def prompt_build(
     The history is the branch from the root to ``turn.upto`` (never another branch's
     messages), with the rolling summary when it lies on that branch, plus
     ``turn.content`` when the turn sends a new message; trailing answers are dropped
-    (a trailing round of tool calls and results, the turn's chain so far, is kept).
+    (a trailing round of tool calls and results, the turn's chain so far, is kept),
+    then, for a turn that continues an answer, that answer's text.
     ``max_tokens`` is the answer's reserve, in tokens; ``query`` the question's shared
     embedding; ``scope`` the documents retrieval may search; ``tools`` the tool
     definitions offered, counted into the prompt's tokens.
@@ -85,6 +87,8 @@ def prompt_build(
         query=query,
         document_ids=scope.retrieval_ids(),
         tools=tools,
+        # the start of the assistant's turn (prefill) that a continuation writes on
+        continued=turn.continues.content if turn.continues is not None else None,
     )
 
 
@@ -143,19 +147,23 @@ def generation_request(
     ``opt_in`` the user's cache preference. ``tools`` (OpenAI definitions) are offered
     with ``tool_choice: "auto"`` when the routed engine implements tools (dropped
     otherwise; ``built`` counted them, :func:`prompt_build`); a turn offered tools
-    never uses the answer caches (a cached answer has no tool calls).
+    never uses the answer caches (a cached answer has no tool calls), nor does a
+    continuation (``continue_final_message``: the engine writes on the prompt's last
+    message, :data:`inference.params.CONTINUE`).
     ``forced_tool`` (one of ``tools``, the user's pick for the message) makes the
     choice that named function: no longer an offer the engine may drop, so an engine
     without tools is a 400 (:func:`gateway.generations.admission.params_check`).
     """
     conversation, question = turn.conversation, turn.question
     tools = tools or []
+    # a continuation writes on the prompt's last (assistant) message
+    opening = {CONTINUE: True} if turn.continues is not None else {}
     return generations.GenerationRequest(
         user=turn.user,
         messages=built.messages,
         prompt_tokens=built.prompt_tokens,
         context_tokens=built.prompt_tokens,
-        params={**params, **tools_params(tools, forced=forced_tool)},
+        params={**params, **tools_params(tools, forced=forced_tool), **opening},
         tools_optional=bool(tools) and forced_tool is None,
         surface=generations.Surface.CHAT,
         query=query,
@@ -163,7 +171,7 @@ def generation_request(
         message_id=question.pk if question is not None else None,
         model=model,
         cache_policy=None
-        if tools or turn.last is not None
+        if tools or turn.last is not None or turn.continues is not None
         else cache_policy(
             built,
             query=query,

@@ -27,6 +27,10 @@ class TurnRequest:
 
     ``tool`` names a tool the user picked for this message: the turn's first
     generation must call it (a named ``tool_choice``), its later steps choose freely.
+
+    ``continues`` set (with ``question``): the turn writes on an answer that was cut
+    short ("Continue"): the history ends at that answer's parent, then the answer's
+    text as the start of the assistant's turn, and the new text is added to it.
     """
 
     user: User
@@ -38,6 +42,7 @@ class TurnRequest:
     last: Message | None = None
     tools_withdrawn: bool = False
     tool: str | None = None
+    continues: Message | None = None
 
     def __post_init__(self) -> None:
         """Raise ValueError unless exactly one of ``content`` and ``question`` is set."""
@@ -55,8 +60,10 @@ class TurnRequest:
     @property
     def upto(self) -> Message | None:
         """The last stored message of the prompt's history: ``after`` for a new
-        message, ``last`` for a tool chain's next step, the question itself to answer
-        it again."""
+        message, ``last`` for a tool chain's next step, the parent of the answer a
+        turn continues, the question itself to answer it again."""
+        if self.continues is not None:
+            return self.continues.parent
         if self.last is not None:
             return self.last
         return self.after if self.content is not None else self.question

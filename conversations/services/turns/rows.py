@@ -23,6 +23,10 @@ from memory import services as memory_services
 from memory import tasks as memory_tasks
 from memory.context import BuiltContext
 
+CONTINUE_LAST_MESSAGE = (
+    "Only the last answer of a conversation can be continued: this one has a reply."
+)
+CONTINUE_CHANGED_MESSAGE = "This answer changed meanwhile. Reload and try again."
 BUSY_MESSAGE = "An answer is still being written in this conversation. Stop it or wait for it to finish."
 
 
@@ -113,7 +117,50 @@ def rows_store(
     """
     if turn.conversation is None:
         return new_thread_rows_store(turn, admission, built=built, scope=scope)
+    if turn.continues is not None:
+        return continued_rows_store(turn, admission)
     return thread_rows_store(turn, admission, built=built, scope=scope)
+
+
+def continued_rows_store(turn: TurnRequest, admission: generations.Admission) -> Turn:
+    """Reopen the answer a turn continues for the generation of ``admission``: it
+    streams again under that generation's job (``job``, ``job_enqueued_at``), its text
+    and tokens so far kept (the settlement adds the new ones), and its branch becomes
+    the conversation's current one. Raises Conflict if an answer already streams in
+    the conversation, or the answer changed since the turn read it (a reply, or it
+    grew: the prompt holds the text read).
+    """
+    assert turn.conversation is not None and turn.continues is not None
+    assert turn.question is not None
+    thread = Conversation.objects.select_for_update().get(pk=turn.conversation.pk)
+    idle_check(thread)
+    answer = turn.continues
+    if Message.objects.filter(parent=answer).exists():
+        raise Conflict(CONTINUE_LAST_MESSAGE, code="not_continuable")
+    now = timezone.now()
+    try:
+        with transaction.atomic():  # the partial unique index: one streaming answer
+            # as the turn read it (its prompt holds that text): not grown since
+            reopened = Message.objects.filter(
+                pk=answer.pk, status=answer.status, token_count=answer.token_count
+            ).update(
+                job=uuid.UUID(admission.job_id),
+                job_enqueued_at=now,
+                status=Message.Status.STREAMING,
+                finish_reason="",
+                error="",
+                pool=admission.pool,
+            )
+    except IntegrityError as exc:
+        raise Conflict(BUSY_MESSAGE, code="conversation_busy") from exc
+    if not reopened:
+        raise Conflict(CONTINUE_CHANGED_MESSAGE, code="not_continuable")
+    answer.refresh_from_db()
+    thread.updated_at, thread.current_leaf = now, answer
+    Conversation.objects.filter(pk=thread.pk).update(
+        updated_at=now, current_leaf=answer
+    )
+    return Turn(thread, turn.question, answer, created_conversation=False)
 
 
 def thread_rows_store(

@@ -34,6 +34,7 @@ from conversations.services.turns.request import Turn, TurnRequest
 from conversations.services.turns.rows import idle_check, rows_store
 from gateway import generations
 from gateway import selectors as gateway_selectors
+from inference import protocol
 from inference.embeddings import TextVector
 
 
@@ -56,7 +57,9 @@ def turn_run(
     scope = turn.scope if turn.scope is not None else scope_in_force(turn.conversation)
     # The question is embedded at most once, on first need, for everyone who needs it.
     query = TextVector(turn.text)
-    offered = [] if turn.tools_withdrawn else tools.tools_definitions(user=turn.user)
+    # a continuation writes on text: no tools offered
+    withdrawn = turn.tools_withdrawn or turn.continues is not None
+    offered = [] if withdrawn else tools.tools_definitions(user=turn.user)
     if turn.tool is not None:
         tool_pick_check(turn.tool, offered)
     built = prompt_build(
@@ -111,6 +114,7 @@ def turn_start(
     user: User,
     content: Any,
     conversation_id: Any = None,
+    after_id: Any = None,
     params: dict[str, Any] | None = None,
     model: str | None = None,
     doc_scope: Any = None,
@@ -121,14 +125,17 @@ def turn_start(
 
     ``conversation_id`` None starts a new conversation titled after the message; in an
     existing one the message continues the current branch (its parent is the current
-    leaf) and its answer becomes the leaf. ``model`` is an explicit pool/model choice.
+    leaf) and its answer becomes the leaf; ``after_id`` (an answer of the conversation,
+    the last of a branch the user views without it being current, e.g. a search
+    result's) continues that branch instead, which so becomes current. ``model`` is an
+    explicit pool/model choice.
     ``doc_scope`` ("all"/"none"/"some", with ``document_ids`` for "some") sets the
     conversation's document scope with this message (:mod:`conversations.services.scope`);
     None keeps the one in force. ``tool`` names a tool the answer's first step must
     call (:func:`tool_pick_check`); its later steps choose freely. Raises
     InvalidInput (empty, a bad scope, a tool not offered to the user),
     PayloadTooLarge (over CHAT_MAX_MESSAGE_CHARS characters), NotFound (not the user's
-    conversation or document, unknown model), Conflict (an answer is still streaming), Forbidden
+    conversation, document or ``after_id`` message, unknown model), Conflict (an answer is still streaming), Forbidden
     (model not in the plan), ModerationBlocked (400, the content policy; a moderation
     event is recorded), ModerationUnavailable (503, failing closed), QuotaExceeded
     (429), PoolSaturated (503). Nothing is stored and nothing stays reserved when it
@@ -144,17 +151,42 @@ def turn_start(
     scope = None
     if doc_scope is not None:
         scope = scope_parse(user=user, kind=doc_scope, document_ids=document_ids)
+    after = None
+    if conversation is not None:
+        after = (
+            selectors.thread_leaf(conversation=conversation)
+            if after_id is None
+            else _answer_followed(
+                user=user, conversation=conversation, after_id=after_id
+            )
+        )
     turn = TurnRequest(
         user=user,
         conversation=conversation,
         content=content,
-        after=selectors.thread_leaf(conversation=conversation)
-        if conversation is not None
-        else None,
+        after=after,
         scope=scope,
         tool=tool,
     )
     return turn_run(turn, params=params, model=model)
+
+
+def _answer_followed(*, user: User, conversation: Any, after_id: Any) -> Message:
+    """The answer ``after_id`` a new message follows: a finished assistant message of
+    ``conversation`` that ends its turn (not one calling tools). Raises NotFound (not
+    a message of the conversation) and InvalidInput (``bad_after``: anything else)."""
+    after = selectors.message_get(
+        user=user, conversation_id=conversation.id, message_id=after_id
+    )
+    if (
+        after.role != Message.Role.ASSISTANT
+        or after.status == Message.Status.STREAMING
+        or after.tool_calls
+    ):
+        raise InvalidInput(
+            "A message can only follow a finished answer.", code="bad_after"
+        )
+    return after
 
 
 def turn_regenerate(
@@ -211,6 +243,61 @@ def turn_regenerate(
         )
     idle_check(conversation)
     turn = TurnRequest(user=user, conversation=conversation, question=question)
+    return turn_run(turn, params=params, model=model)
+
+
+def turn_continue(
+    *,
+    user: User,
+    conversation_id: Any,
+    message_id: Any,
+    params: dict[str, Any] | None = None,
+    model: str | None = None,
+) -> Turn:
+    """Write on an answer that was cut short ("Continue", as ChatGPT's "Continue
+    generating"): one answer, one message, no new user message.
+
+    The answer (``message_id``: cut at its length limit or stopped, with text, the
+    last message of its branch) streams again under a new generation whose prompt is
+    its history and then its own text as the start of the assistant's turn
+    (:data:`inference.params.CONTINUE`); the new text and tokens are added to it when
+    that generation settles, and its branch becomes current. Admission, quotas,
+    billing (a usage record per generation) and output moderation (over the whole
+    answer) are those of any turn; no tools are offered. Raises NotFound (not the
+    user's conversation or message), InvalidInput (``not_continuable``: not an answer
+    cut short), Conflict (an answer is streaming, or this one has a reply), and the
+    gateway's errors as :func:`turn_start` does.
+    """
+    conversation = selectors.conversation_get(
+        user=user, conversation_id=conversation_id
+    )
+    answer = selectors.message_get(
+        user=user, conversation_id=conversation.id, message_id=message_id
+    )
+    cut_short = answer.finish_reason == protocol.FINISH_LENGTH or (
+        answer.status == Message.Status.CANCELLED
+    )
+    if (
+        answer.role != Message.Role.ASSISTANT
+        or answer.status == Message.Status.STREAMING
+        or answer.tool_calls
+        or not answer.content.strip()
+        or not cut_short
+    ):
+        raise InvalidInput(
+            "Only an answer that was cut short or stopped can be continued.",
+            code="not_continuable",
+        )
+    idle_check(conversation)
+    path = selectors.message_tree(conversation=conversation).path_to(answer.id)
+    users = [m for m in path if m.role == Message.Role.USER]
+    if not users:
+        raise InvalidInput(
+            "This answer has no question to continue from.", code="not_continuable"
+        )
+    turn = TurnRequest(
+        user=user, conversation=conversation, question=users[-1], continues=answer
+    )
     return turn_run(turn, params=params, model=model)
 
 

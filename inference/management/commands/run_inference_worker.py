@@ -94,6 +94,12 @@ class Command(BaseCommand):
             "--script-text", default=None, help="scripted engine: answer text"
         )
         parser.add_argument(
+            "--first-delay-ms",
+            type=float,
+            default=0.0,
+            help="scripted engine: ms before the first token too (a long prompt read)",
+        )
+        parser.add_argument(
             "--script-tool-calls",
             default=None,
             help="scripted engine: JSON list of the tool calls to make when offered "
@@ -215,7 +221,11 @@ class Command(BaseCommand):
                 "max_concurrency": opts["concurrency"] or 8,
             }
         else:
-            engine_opts = {"delay_ms": opts["delay_ms"], "cycle": opts["cycle"]}
+            engine_opts = {
+                "delay_ms": opts["delay_ms"],
+                "cycle": opts["cycle"],
+                "first_delay_ms": opts["first_delay_ms"],
+            }
             if opts["script_text"]:
                 engine_opts["text"] = opts["script_text"]
             if opts["script_tool_calls"]:
