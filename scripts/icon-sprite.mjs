@@ -6,10 +6,12 @@
 import { readFileSync, writeFileSync } from "node:fs";
 
 export const ICONS = [
-  "arrow-down", "arrow-up", "brain", "check", "chevron-left", "chevron-right", "circle-alert",
-  "copy", "download", "ellipsis", "fast-forward", "file-text", "log-out", "menu", "message-square",
-  "moon", "panel-left", "pencil", "refresh-cw", "search", "settings", "sparkles", "square",
-  "square-pen", "sun", "thumbs-down", "thumbs-up", "trash-2", "upload", "x",
+  "arrow-down", "arrow-left", "arrow-up", "brain", "check", "chevron-left", "chevron-right",
+  "circle-alert", "copy", "download", "ellipsis", "fast-forward", "file-text", "gauge", "info",
+  "key-round", "lock", "log-out", "menu", "message-square", "moon", "palette", "panel-left",
+  "pencil", "refresh-cw", "search", "settings", "sliders-horizontal", "sparkles", "square",
+  "square-pen", "sun", "thumbs-down", "thumbs-up", "trash-2", "triangle-alert", "upload", "user",
+  "wrench", "x",
 ];
 
 const dir = "node_modules/lucide-static/icons/";

@@ -1,4 +1,4 @@
-// Documents in chat (issue 11): the "Documents: All ▾" menu in the composer chooses
+// Documents in chat (issue 11): the Documents menu (its name "Documents: All") in the composer chooses
 // which of the user's documents answers in this chat may quote: all, none or some.
 // The menu sits inside the composer form, so a new chat sends its scope with the first
 // message; in an existing chat a change is saved at once (POST .../documents/).
@@ -24,6 +24,7 @@
   function showLabel() {
     const kind = scope();
     label.textContent = kind === "none" ? "None" : kind === "some" ? chosen().length + " chosen" : "All";
+    box.classList.toggle("picked", kind !== "all"); // the chip shows a scope other than all
   }
 
   // Saved with the conversation once there is one (the page URL is /c/<id>/ then,

@@ -227,6 +227,10 @@ CHAT_TITLE_MAX_CHARS = 60
 # Which documents a new chat's answers search until the user picks: "all"
 # (every ready document, filtered by MEMORY_RETRIEVE_MIN_SCORE) or "none".
 CHAT_DOCUMENT_SCOPE_DEFAULT = env("CHAT_DOCUMENT_SCOPE_DEFAULT", default="all")
+# Names the pages show for model ids (ModelPool.model), e.g.
+# CHAT_MODEL_DISPLAY_NAMES="SmolLM2-135M-Instruct.Q4_1=SmolLM2 135M"; an id not listed is
+# shown prettified ("SmolLM2 135M Instruct": accounts.templatetags.ui.model_label).
+CHAT_MODEL_DISPLAY_NAMES = env.dict("CHAT_MODEL_DISPLAY_NAMES", default={})
 # Answer length asked of the engine, in tokens.
 CHAT_MAX_TOKENS = env.int("CHAT_MAX_TOKENS", default=512)
 CHAT_TEMPERATURE = env.float("CHAT_TEMPERATURE", default=0.7)

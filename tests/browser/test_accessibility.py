@@ -1,7 +1,7 @@
 """Accessibility of every page in Chromium, in the light and the dark theme: axe-core
 finds no violation of any impact (all are printed), on the start page, the chat with a
-streamed answer and its header menu open, the search, import, Documents, document,
-Memory, Settings, confirmation and error pages, an answer whose tool steps are shown
+streamed answer, its header menu, Tools and Documents menus and thumbs-down form open,
+the search, import, Documents, document, Memory, Settings, confirmation and error pages, an answer whose tool steps are shown
 collapsed and open, and the sign-in and sign-up pages.
 
 Skipped where Chromium is not installed.
@@ -10,6 +10,8 @@ Skipped where Chromium is not installed.
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from tests.browser.conftest import BROWSER_MARKS
 from tests.browser.pages import (
@@ -30,6 +32,10 @@ def _check(page, found: dict[str, list], suffix: str = "") -> None:
         found[page.url + suffix] = violations
 
 
+@pytest.mark.parametrize(
+    "site_env",
+    [{"CHAT_TOOLS_PROVIDER": "conversations.services.turns.registry.registry_tools"}],
+)
 def test_no_axe_violation_on_any_page_in_either_theme(page, site, user):
     document = seed_account(user)
     page.fill("#content", "Hello there")
@@ -46,6 +52,18 @@ def test_no_axe_violation_on_any_page_in_either_theme(page, site, user):
         _check(page, found, suffix)
         page.click("#chat-menu-button")
         _check(page, found, suffix + " menu open")
+        page.keyboard.press("Escape")
+        # the composer's menus open, a tool picked (its chip), and the thumbs-down card
+        page.click("#tool-picker summary")
+        page.get_by_role("radio", name="Run Python").check()
+        _check(page, found, suffix + " tools menu open")
+        page.keyboard.press("Escape")
+        page.click("#doc-scope summary")
+        _check(page, found, suffix + " documents menu open")
+        page.keyboard.press("Escape")
+        page.locator("article.msg-assistant button[data-rating=down]").last.click()
+        page.wait_for_selector("form.feedback-form")
+        _check(page, found, suffix + " feedback form open")
         for path in [*EXTRA_PATHS, *signed_in_paths(document)]:
             page.goto(site + path)
             _check(page, found, suffix)

@@ -91,3 +91,16 @@ def test_documents_page_turns_processing_into_ready_without_a_reload(page, site,
     expect(row.locator("td.status")).to_have_text("Ready", timeout=15_000)
     expect(row.locator("td.passages")).to_have_text("3")
     assert page.evaluate("() => window.__notReloaded") is True
+
+
+def test_a_documents_delete_button_is_on_a_small_phone_screen(page, site, user):
+    """At 360 px the Documents table keeps title, status and Delete in view (size,
+    date and passages are on the document's page), with no sideways scrolling."""
+    seed_account(user)
+    page.set_viewport_size({"width": 360, "height": 740})
+    page.goto(site + "/documents/")
+    delete = page.locator(".row-actions .delete-link").first
+    box = delete.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 360
+    assert box["height"] >= 44
+    assert page.evaluate("document.documentElement.scrollWidth") <= 360

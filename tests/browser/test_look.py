@@ -252,3 +252,29 @@ def test_token_counts_are_formatted_for_the_readers_locale(page):
     )
     assert expected == "1,998,589"  # Chromium here reads en-US
     expect(meta).to_contain_text("1,998,589 tokens")
+
+
+def test_quiet_figures_and_no_empty_row_under_a_user_bubble(page):
+    """The model/tokens line shows on hover or keyboard focus of its answer (and is
+    read by screen readers all along); a user turn's Edit button sits beside its
+    bubble, so the turn is no taller than the bubble."""
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.fill("#content", "Hello")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    page.mouse.move(0, 0)
+    meta = last_answer(page).locator(".msg-meta")
+    expect(meta).to_contain_text("tokens")
+    expect(meta).to_have_css("opacity", "0")
+    last_answer(page).locator("button.msg-copy").focus()
+    expect(meta).to_have_css("opacity", "1")
+    user_turn = page.locator("article.msg-user").first
+    turn = user_turn.bounding_box()
+    bubble = user_turn.locator(".msg-body").bounding_box()
+    assert turn is not None and bubble is not None
+    assert turn["height"] <= bubble["height"] + 2
+    edit = user_turn.locator("button.msg-edit")
+    edit.focus()
+    expect(edit).to_have_css("opacity", "1")
+    box = edit.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= bubble["x"]

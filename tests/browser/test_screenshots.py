@@ -128,3 +128,46 @@ def test_screenshot_of_an_answer_citing_a_document(planets, page, site):  # noqa
         page.keyboard.press("Enter")
         page.wait_for_selector("article.msg-assistant.status-complete .citations li")
         _shot(page, f"documents-cited{suffix}.png")
+
+
+SMALL_PHONE = {"width": 360, "height": 740}
+TOOLS = {"CHAT_TOOLS_PROVIDER": "conversations.services.turns.registry.registry_tools"}
+
+
+@pytest.mark.parametrize("script_text", [ANSWER])
+@pytest.mark.parametrize("site_env", [TOOLS])
+def test_screenshots_of_the_composer_menus_feedback_and_an_error(page, site, user):
+    """The composer's Tools and Documents menus (open, a tool picked: its chip), the
+    card a thumbs down opens, the grouped Settings page and the 404 page, on a desktop
+    and a small phone (360 px), light and dark."""
+    seed_account(user)
+    page.emulate_media(reduced_motion="reduce")
+    page.set_viewport_size(DESKTOP)
+    page.fill("#content", "Plan my week: three priorities, in short.")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    chat_url = page.url
+    for scheme, suffix in SCHEMES:
+        page.emulate_media(color_scheme=scheme)
+        for size, prefix in [(DESKTOP, ""), (SMALL_PHONE, "phone-")]:
+            page.set_viewport_size(size)
+            page.goto(chat_url)
+            page.wait_for_selector("article.msg-assistant.status-complete")
+            page.click("#tool-picker summary")
+            page.get_by_role("radio", name="Run Python").check()
+            expect(page.locator("#tool-picker-label")).to_be_visible()  # the chip
+            _shot(page, f"{prefix}tools-menu{suffix}.png")
+            page.keyboard.press("Escape")
+            page.click("#doc-scope summary")
+            _shot(page, f"{prefix}documents-menu{suffix}.png")
+            page.keyboard.press("Escape")
+            answer = page.locator("article.msg-assistant").last
+            answer.locator("button[data-rating=down]").click()
+            expect(answer.locator("form.feedback-form")).to_be_visible()
+            _shot(page, f"{prefix}feedback{suffix}.png")
+            page.goto(site + "/settings/")
+            page.screenshot(
+                path=str(_out() / f"{prefix}settings-full{suffix}.png"), full_page=True
+            )
+            page.goto(site + "/documents/999999/")
+            _shot(page, f"{prefix}not-found{suffix}.png")

@@ -141,6 +141,14 @@ def test_the_tools_menu_fits_a_phone(page):
     assert panel is not None
     assert panel["x"] >= 0 and panel["x"] + panel["width"] <= phone["width"]
     assert panel["y"] >= 0
+    # an icon button and options a finger can hit: 44 px or more
+    for box in [
+        page.locator("#tool-picker summary").bounding_box(),
+        page.locator("#doc-scope summary").bounding_box(),
+        *[o.bounding_box() for o in page.locator(".tool-picker-panel label").all()],
+    ]:
+        assert box is not None and box["height"] >= 44 and box["width"] >= 44
+    assert "▾" not in page.locator(".composer-tools").inner_text()
     # axe-core: the opened menu has no serious or critical violation
     blocking = [
         v for v in axe_violations(page) if v.get("impact") in {"serious", "critical"}
