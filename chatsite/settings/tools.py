@@ -89,6 +89,12 @@ CHAT_TOOLS_PROVIDER = env(
     "CHAT_TOOLS_PROVIDER",
     default="conversations.services.turns.registry.registry_tools",
 )
+# Offer the user's tools (tool_choice "auto") on every turn. Off, tools are offered
+# only on a turn whose message picks one (its first step must call it) and on that
+# turn's later steps. The definitions are prompt tokens on every turn (the four
+# built-ins: 516 with SmolLM2's template), so a model that does not choose tools by
+# itself pays their prefill for nothing (chatsite/settings/dev.py).
+CHAT_TOOLS_AUTO = env.bool("CHAT_TOOLS_AUTO", default=True)
 # How long a tool step's state and the conversation's "tool running" mark live in
 # Redis (seconds): longer than any tool's wall-clock limit.
 CHAT_TOOL_STEP_TTL_S = env.int("CHAT_TOOL_STEP_TTL_S", default=600)

@@ -73,6 +73,27 @@ def test_without_a_pick_the_turn_is_auto(start_worker, auth_client):
     assert engine.jobs[0].params["tool_choice"] == "auto"
 
 
+def test_with_auto_offers_off_only_a_pick_and_its_chain_get_tools(
+    start_worker, auth_client, settings
+):
+    # make run's setting (chatsite/settings/dev.py): a model that does not choose
+    # tools by itself is not made to prefill their definitions on every turn
+    settings.CHAT_TOOLS_AUTO = False
+    engine = ToolEngine(text="Fine.")
+    start_worker(engine)
+    plain = post(auth_client, "Hello.", tool="")
+    relay(auth_client, plain.json())
+    assert "tools" not in engine.jobs[0].params
+    assert "tool_choice" not in engine.jobs[0].params
+    picked = post(auth_client, "Say hi back.", tool="echo")
+    assert picked.status_code == 201, picked.content
+    result = relay(auth_client, picked.json())
+    assert result.last("done").data["finish_reason"] == "stop"
+    assert engine.jobs[1].params["tool_choice"] == ECHO
+    assert engine.jobs[2].params["tool_choice"] == "auto"  # the chain's next step
+    assert engine.jobs[2].params["tools"]
+
+
 @pytest.mark.parametrize("tool", ["nonexistent", "x" * 500])
 def test_a_tool_not_offered_is_a_400_and_nothing_is_stored(
     start_worker, auth_client, tool

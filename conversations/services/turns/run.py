@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 
 from chatsite.errors import Conflict, InvalidInput, ModerationBlocked
@@ -59,6 +60,8 @@ def turn_run(
     query = TextVector(turn.text)
     # a continuation writes on text: no tools offered
     withdrawn = turn.tools_withdrawn or turn.continues is not None
+    if not settings.CHAT_TOOLS_AUTO and turn.tool is None and turn.last is None:
+        withdrawn = True  # tools only for a picked tool and its chain's steps
     offered = [] if withdrawn else tools.tools_definitions(user=turn.user)
     if turn.tool is not None:
         tool_pick_check(turn.tool, offered)
