@@ -303,3 +303,19 @@ def test_an_opened_tool_step_is_dark_in_the_dark_theme_and_readable(page, site, 
     assert all(value < 0.3 for value in lightness), lightness
     assert axe_violations(page) == []
     page.screenshot(path=str(SHOTS / "look-dark-tool-step.png"), full_page=True)
+
+
+def test_a_click_on_the_conversation_menu_puts_the_focus_in_rename(page):
+    """Opened with the mouse, as with Enter, the conversation menu focuses the Rename
+    field with its text selected: what is typed replaces the title."""
+    page.fill("#content", "Hello")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    for _state in ("built on the page", "rendered by the server"):
+        page.locator("#chat-menu-button").click()
+        field = page.locator("#chat-title-input")
+        expect(field).to_be_focused()
+        page.keyboard.type("Renamed by click")
+        expect(field).to_have_value("Renamed by click")
+        page.keyboard.press("Escape")
+        page.reload()
