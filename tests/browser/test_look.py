@@ -319,3 +319,28 @@ def test_a_click_on_the_conversation_menu_puts_the_focus_in_rename(page):
         expect(field).to_have_value("Renamed by click")
         page.keyboard.press("Escape")
         page.reload()
+
+
+def test_error_banners_sit_in_the_page_column(page, site, tmp_path):
+    """The flash of a refused import (/import/, bad JSON) and of a refused upload
+    (/documents/, a type it does not take) line up with the page's heading, not with
+    the window's right edge."""
+    bad_json = tmp_path / "broken.json"
+    bad_json.write_text("{not json")
+    bad_type = tmp_path / "program.exe"
+    bad_type.write_bytes(b"MZ")
+    for path, field, upload in [
+        ("/import/", "input[name=file]", bad_json),
+        ("/documents/", "#document-file", bad_type),
+    ]:
+        page.goto(site + path)
+        page.set_input_files(field, str(upload))
+        page.locator(field).evaluate("input => input.form.requestSubmit()")
+        banner = page.locator(".flash p.flash-error")
+        expect(banner).to_be_visible()
+        box = banner.bounding_box()
+        heading = page.locator("main.page h1").bounding_box()
+        assert abs(box["x"] - heading["x"]) < 1, path
+        assert abs((box["x"] + box["width"]) - (heading["x"] + heading["width"])) < 1, (
+            path
+        )
