@@ -196,7 +196,8 @@ def facts_propose(
     """Return facts about the user the model finds in ``messages`` (maybe none).
 
     Only the user's own messages are shown to the model, and a proposed fact is kept
-    only when it names something they wrote (:func:`_grounded`).
+    only when it is a whole statement (:func:`_complete`) and names something they
+    wrote (:func:`_grounded`).
     """
     user_lines = [m for m in messages if m["role"] == "user"]
     if not user_lines:
@@ -218,7 +219,7 @@ def facts_propose(
         match = re.match(r"^\s*[-*•]\s+(.+?)\s*$", line)
         if match and match.group(1).upper() != "NONE":
             fact = match.group(1)[:500]
-            if _grounded(fact, said):
+            if _complete(fact) and _grounded(fact, said):
                 facts.append(fact)
     return facts[:10]
 
@@ -247,6 +248,36 @@ def _content_words(text: str) -> set[str]:
         elif len(run) >= 3 and run not in _FRAME_WORDS:
             words.add(run)
     return words
+
+
+# A fact that ends on one of these is cut off: "The project lead is:", "Works on the".
+_DANGLING_END = re.compile(r"[:;,(\[/&+=\-\u2013\u2014]\s*$")
+_DANGLING_WORDS = frozenset(
+    "is are was were am be been the a an and or but of to for with by at in on from "
+    "my your their his her its our as than that which who whose".split()
+)
+# The fewest words a fact has ("Ada is vegan" is 3); an unspaced script's characters
+# count as words (用户叫小明 is 5).
+FACT_MIN_WORDS = 3
+
+
+def _complete(fact: str) -> bool:
+    """True when ``fact`` reads as a whole statement: it does not end on dangling
+    punctuation (``:`` ``;`` ``,`` an opening bracket, a dash, ``/`` ``&`` ``+``
+    ``=``) or a word that needs another after it (a linking verb, an article, a
+    conjunction, a preposition, a possessive: ``_DANGLING_WORDS``), and it has at
+    least FACT_MIN_WORDS words.
+
+    Why: a model's list once held "The project lead is:" (the name never came), which
+    the memory page then listed as a fact.
+    """
+    if _DANGLING_END.search(fact):
+        return False
+    words = re.findall(r"[^\W_]+", fact.casefold())
+    if not words or words[-1] in _DANGLING_WORDS:
+        return False
+    count = sum(len(word) if _UNSPACED.search(word) else 1 for word in words)
+    return count >= FACT_MIN_WORDS
 
 
 def _grounded(fact: str, said: set[str]) -> bool:

@@ -636,9 +636,21 @@
     if (empty) empty.remove();
   }
 
+  // The path of what the page shows. A Back/Forward that lands on another path within
+  // this document (an entry made before a replaceState, a hash entry) reloads, so that
+  // the address and the page never disagree and a send never goes into a conversation
+  // the address does not show.
+  let shownPath = location.pathname;
+  window.addEventListener("popstate", function () {
+    if (location.pathname !== shownPath) location.reload();
+  });
+
   function startTurn(turn, source) {
     if (turn.conversation.created) {
-      history.pushState({}, "", turn.conversation.url);
+      // replaceState, not pushState: the page now shows the conversation, and Back
+      // leaves the chat (as ChatGPT does) instead of going to "/" over the same page
+      history.replaceState(history.state, "", turn.conversation.url);
+      shownPath = location.pathname;
       const heading = document.querySelector(".chat-header h1");
       if (heading) heading.replaceWith(conversationControls(turn.conversation));
       document.title = turn.conversation.title + " · Chat";

@@ -112,7 +112,11 @@
     panel.hidden = !open;
     if (open) {
       const first = panel.querySelector("a, button, input:not([type=hidden]), select, textarea");
-      if (first && focus) first.focus();
+      // a text field first (the chat menu's Rename) takes the focus on a click too,
+      // its text selected, so typing replaces the title rather than landing elsewhere
+      const field = first && first.matches("input:not([type]), input[type=text], textarea");
+      if (first && (focus || field)) first.focus();
+      if (field) first.select();
     } else if (focus) {
       button.focus();
     }

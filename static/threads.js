@@ -123,8 +123,21 @@
     error.className = "msg-edit-error";
     error.setAttribute("role", "alert");
     editor.append(input, send, cancel, error);
+    // as in the composer: Enter sends, Shift+Enter is a newline; Escape cancels
+    input.addEventListener("keydown", function (e) {
+      if (e.isComposing) return;
+      if (e.key === "Enter" && !e.shiftKey) {
+        e.preventDefault();
+        sendEdit(article);
+      } else if (e.key === "Escape") {
+        e.preventDefault(); // not also a Stop of a streaming answer (chat.js)
+        closeEditor(article);
+      }
+    });
     body.hidden = true;
     body.after(editor);
+    const pencil = article.querySelector("button.msg-edit");
+    if (pencil) pencil.hidden = true; // the editor is open: its own Send/Cancel act
     input.focus();
   }
 
@@ -132,6 +145,11 @@
     const editor = article.querySelector(".msg-editor");
     if (editor) editor.remove();
     article.querySelector(".msg-body").hidden = false;
+    const pencil = article.querySelector("button.msg-edit");
+    if (pencil) {
+      pencil.hidden = false;
+      pencil.focus();
+    }
   }
 
   async function sendEdit(article) {

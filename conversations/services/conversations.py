@@ -42,8 +42,10 @@ def conversation_title_generate(*, conversation_id: Any) -> str | None:
     its Markdown is stripped, and it replaces the first-message title (the first user
     message's plain text cut at a word boundary to CHAT_TITLE_MAX_CHARS,
     :func:`title_from_text`) only when :func:`conversations.titles.title_acceptable`
-    finds it a real title, not a piece of the answer. On a failed, cut, empty or refused generation, or
-    when the first answer failed, the first-message title stays. A title the user
+    finds it a real title, not a piece of the answer. The first answer must be complete, or
+    stopped by the user with some text (status cancelled). On a failed, cut, empty or
+    refused generation, or when the first answer failed or was stopped before any text,
+    the first-message title stays. A title the user
     changed is never overwritten; only the first exchange is titled (idempotent).
     """
     conversation = Conversation.objects.filter(id=conversation_id).first()
@@ -69,7 +71,9 @@ def conversation_title_generate(*, conversation_id: Any) -> str | None:
     title = None
     if (
         answer is not None
-        and answer.status == Message.Status.COMPLETE
+        # a first answer stopped by the user with text shown is titled too: the title
+        # is written from the first message, which the stop does not change
+        and answer.status in (Message.Status.COMPLETE, Message.Status.CANCELLED)
         and answer.content.strip()
         and first.content.strip()
     ):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from conversations.models import Conversation, Message
 from safety.models import Appeal
@@ -121,6 +122,28 @@ def test_stop_keeps_the_partial_answer_and_regenerate_adds_a_version(page):
     versions = last_answer(page).locator(".msg-versions .version-label")
     assert versions.inner_text() == "2/2"
     assert "Earlier answers" not in page.content()
+
+
+def test_back_after_the_first_message_leaves_page_and_address_in_agreement(page):
+    """The new conversation's address replaces "/" (Back does not land on "/" over
+    the conversation); a Back onto an entry of the same document with another path
+    (here "/#top", made before sending) reloads, so a send from there starts a new
+    conversation instead of writing into the one the address no longer shows."""
+    page.evaluate("location.hash = 'top'")  # an entry of this document before the send
+    page.fill("#content", "First question")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    first = Conversation.objects.get()
+    assert page.url.endswith(f"/c/{first.id}/")
+    page.go_back()
+    page.wait_for_url(re.compile(r"/(#top)?$"))
+    expect(page.locator("article.msg")).to_have_count(0)  # the page shows "/" too
+    page.fill("#content", "A new question")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    second = Conversation.objects.exclude(id=first.id).get()
+    assert page.url.endswith(f"/c/{second.id}/")
+    assert first.messages.count() == 2  # nothing written into the first one
 
 
 def test_empty_message_shows_a_clear_error_and_sends_nothing(page):

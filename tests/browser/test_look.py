@@ -20,6 +20,7 @@ from accounts.models import Appearance
 from conversations.models import Message
 from gateway.models import ModelPool
 from tests.browser.conftest import BROWSER_MARKS, SHOTS, last_answer
+from tests.browser.pages import axe_violations, seed_tool_chat
 
 pytestmark = BROWSER_MARKS
 PHONE = {"width": 360, "height": 740}
@@ -278,3 +279,68 @@ def test_quiet_figures_and_no_empty_row_under_a_user_bubble(page):
     expect(edit).to_have_css("opacity", "1")
     box = edit.bounding_box()
     assert box is not None and box["x"] + box["width"] <= bubble["x"]
+
+
+def test_an_opened_tool_step_is_dark_in_the_dark_theme_and_readable(page, site, user):
+    """The code, output and error boxes of an opened tool step follow the palette: no
+    near-white box on the dark page, and axe-core finds no violation (contrast
+    included) with the steps open."""
+    path = seed_tool_chat(user)
+    page.emulate_media(color_scheme="dark")
+    page.goto(site + path)
+    page.wait_for_selector("details.tool-step")
+    page.evaluate(
+        "document.querySelectorAll('details.tool-step').forEach(d => d.open = true)"
+    )
+    boxes = page.locator("details.tool-step .tool-body pre")
+    assert boxes.count() >= 2
+    lightness = page.evaluate(
+        """() => [...document.querySelectorAll('details.tool-step .tool-body pre')]
+          .map(el => getComputedStyle(el).backgroundColor.match(/[\\d.]+/g)
+            .slice(0, 3).map(Number))
+          .map(([r, g, b]) => (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255)"""
+    )
+    assert all(value < 0.3 for value in lightness), lightness
+    assert axe_violations(page) == []
+    page.screenshot(path=str(SHOTS / "look-dark-tool-step.png"), full_page=True)
+
+
+def test_a_click_on_the_conversation_menu_puts_the_focus_in_rename(page):
+    """Opened with the mouse, as with Enter, the conversation menu focuses the Rename
+    field with its text selected: what is typed replaces the title."""
+    page.fill("#content", "Hello")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    for _state in ("built on the page", "rendered by the server"):
+        page.locator("#chat-menu-button").click()
+        field = page.locator("#chat-title-input")
+        expect(field).to_be_focused()
+        page.keyboard.type("Renamed by click")
+        expect(field).to_have_value("Renamed by click")
+        page.keyboard.press("Escape")
+        page.reload()
+
+
+def test_error_banners_sit_in_the_page_column(page, site, tmp_path):
+    """The flash of a refused import (/import/, bad JSON) and of a refused upload
+    (/documents/, a type it does not take) line up with the page's heading, not with
+    the window's right edge."""
+    bad_json = tmp_path / "broken.json"
+    bad_json.write_text("{not json")
+    bad_type = tmp_path / "program.exe"
+    bad_type.write_bytes(b"MZ")
+    for path, field, upload in [
+        ("/import/", "input[name=file]", bad_json),
+        ("/documents/", "#document-file", bad_type),
+    ]:
+        page.goto(site + path)
+        page.set_input_files(field, str(upload))
+        page.locator(field).evaluate("input => input.form.requestSubmit()")
+        banner = page.locator(".flash p.flash-error")
+        expect(banner).to_be_visible()
+        box = banner.bounding_box()
+        heading = page.locator("main.page h1").bounding_box()
+        assert abs(box["x"] - heading["x"]) < 1, path
+        assert abs((box["x"] + box["width"]) - (heading["x"] + heading["width"])) < 1, (
+            path
+        )

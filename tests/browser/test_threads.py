@@ -126,3 +126,31 @@ def test_a_code_block_copies_its_code_and_a_thumbs_down_takes_a_reason(page):
         "wrong",
         "It printed the wrong thing",
     )
+
+
+def test_the_edit_box_sends_on_enter_cancels_on_escape_and_hides_the_pencil(page):
+    """As in the composer: Enter sends the edit, Shift+Enter is a newline; Escape
+    cancels; the Edit (pencil) button is hidden while its editor is open."""
+    ask(page, "First question", 1)
+    question = page.locator("article.msg-user").first
+    pencil = question.locator(".msg-actions button.msg-edit")
+    editor = question.locator("textarea.msg-edit-input")
+    pencil.click()
+    expect(editor).to_be_focused()
+    expect(pencil).to_be_hidden()
+    page.keyboard.press("Escape")
+    expect(editor).to_have_count(0)
+    expect(pencil).to_be_visible()
+    assert user_texts(page) == ["First question"]
+
+    pencil.click()
+    editor.fill("Edited")
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.type("second line")
+    expect(editor).to_have_value("Edited\nsecond line")
+    page.keyboard.press("Enter")
+    expect(page.locator("article.msg-user .version-label")).to_have_text("2/2")
+    expect(page.locator("article.msg-assistant.status-complete")).to_have_count(1)
+    edited = Message.objects.filter(role="user").order_by("created_at").last()
+    # a form's line breaks travel as CRLF (the HTML form encoding)
+    assert edited.content.replace("\r\n", "\n") == "Edited\nsecond line"

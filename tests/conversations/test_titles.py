@@ -234,8 +234,9 @@ class RecordingEngine(ScriptedEngine):
             yield item
 
 
-def first_exchange(user, content):
-    """A conversation with ``content`` as its first message and a complete answer."""
+def first_exchange(user, content, status=Message.Status.COMPLETE, answer=None):
+    """A conversation with ``content`` as its first message and an answer (complete,
+    unless ``status`` says otherwise)."""
     conversation = Conversation.objects.create(
         user=user, title=services.title_from_text(content)
     )
@@ -246,8 +247,10 @@ def first_exchange(user, content):
         conversation=conversation,
         role="assistant",
         parent=question,
-        content="An answer of some length that says things.",
-        status=Message.Status.COMPLETE,
+        content="An answer of some length that says things."
+        if answer is None
+        else answer,
+        status=status,
     )
     return conversation
 
@@ -269,6 +272,28 @@ def test_the_model_is_asked_for_json_and_its_title_loses_its_markdown(
     assert job.params["response_format"] == TITLE_RESPONSE_FORMAT
     assert job.messages[-1]["content"].endswith(
         "How hot should water be for *green* tea?"
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_first_answer_stopped_with_text_still_gets_a_title(
+    start_worker, user, settings
+):
+    settings.MEMORY_SMALL_POOL = "titles"
+    settings.MEMORY_GENERATION_TIMEOUT_S = 10
+    start_worker(ScriptedEngine(text='{"title": "Green tea brewing"}'), pool="titles")
+    stopped = first_exchange(
+        user, "How hot should water be for green tea?", Message.Status.CANCELLED
+    )
+    assert services.conversation_title_generate(conversation_id=stopped.id) == (
+        "Green tea brewing"
+    )
+    # stopped before any text: nothing to go on, the first-message title stays
+    empty = first_exchange(
+        user, "How long to steep black tea?", Message.Status.CANCELLED, answer=""
+    )
+    assert services.conversation_title_generate(conversation_id=empty.id) == (
+        "How long to steep black tea?"
     )
 
 

@@ -186,6 +186,40 @@ def test_a_fact_is_grounded_in_the_users_words_in_any_script(said, fact, kept):
     assert _grounded(fact, _content_words(said)) is kept
 
 
+@pytest.mark.parametrize(
+    ("fact", "kept"),
+    [
+        ("The project lead is:", False),
+        ("The project lead is", False),
+        ("The user works on the", False),
+        ("The user likes tea,", False),
+        ("Ada", False),
+        ("Ada Lovelace", False),
+        ("Ada is vegan", True),
+        ("The project lead is Ada.", True),
+        ("用户叫小明", True),
+    ],
+)
+def test_an_incomplete_fact_is_refused(fact, kept):
+    from memory.summary import _complete
+
+    assert _complete(fact) is kept
+
+
+@pytest.mark.django_db(transaction=True)
+def test_extraction_drops_a_fact_cut_off_after_its_colon(start_worker, user):
+    start_worker(
+        ScriptedEngine(text="- The project lead is:\n- The user leads a project.")
+    )
+    stored = facts_extract(
+        user_id=user.pk,
+        messages=[{"role": "user", "content": "Who is the project lead? I lead one."}],
+        pool="default",
+        timeout_s=10,
+    )
+    assert [f.text for f in stored] == ["The user leads a project."]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_extraction_that_fails_stores_nothing(start_worker, user):
     start_worker(ScriptedEngine(text="- The user's name is Ada. more", fail_after=3))
