@@ -191,6 +191,9 @@ def test_the_chat_page_shows_the_scope_menu_with_the_ready_documents(
     page = auth_client.get(reverse("conversation-detail", args=[chat.conversation.id]))
     html = page.content.decode()
     assert 'id="doc-scope"' in html
-    assert 'Documents: <span class="doc-scope-label">1 chosen</span>' in html
+    assert (
+        '<span class="picker-name">Documents:</span> '
+        '<span class="doc-scope-label picker-chip">1 chosen</span>'
+    ) in html
     assert f'name="documents" value="{bees.id}" checked' in html
     assert 'name="doc_scope" value="some" checked' in html

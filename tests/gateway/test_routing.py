@@ -188,7 +188,10 @@ def test_the_chat_page_offers_the_plans_models_and_the_post_honours_the_choice(
     fake_heartbeat("big")
     client.force_login(user)
     page = client.get("/").content.decode()
-    assert 'name="model"' in page and "large-1" in page and "tiny-1" in page
+    # each pool an option by its name, labelled with its model's display name
+    assert 'name="model"' in page
+    assert '<option value="big">large 1</option>' in page
+    assert '<option value="small"' in page and ">tiny 1</option>" in page
     response = client.post("/c/messages/", {"content": "hi", "model": "big"})
     assert response.status_code == 201
     from conversations.models import Message
