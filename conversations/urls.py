@@ -4,7 +4,14 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django_ratelimit.decorators import ratelimit
 
-from conversations import sse, views, views_moderation, views_search, views_tools
+from conversations import (
+    sse,
+    views,
+    views_conversation,
+    views_moderation,
+    views_search,
+    views_tools,
+)
 from conversations.signin import LockoutAuthenticationForm
 
 urlpatterns = [
@@ -82,22 +89,22 @@ urlpatterns = [
     ),
     path(
         "c/<uuid:conversation_id>/rename/",
-        views.conversation_rename,
+        views_conversation.conversation_rename,
         name="conversation-rename",
     ),
     path(
         "c/<uuid:conversation_id>/documents/",
-        views.conversation_documents,
+        views_conversation.conversation_documents,
         name="conversation-documents",
     ),
     path(
         "c/<uuid:conversation_id>/title/",
-        views.conversation_title,
+        views_conversation.conversation_title,
         name="conversation-title",
     ),
     path(
         "c/<uuid:conversation_id>/delete/",
-        views.conversation_delete,
+        views_conversation.conversation_delete,
         name="conversation-delete",
     ),
     path(

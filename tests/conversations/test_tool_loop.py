@@ -14,7 +14,7 @@ from django.urls import reverse
 from conversations import selectors, services
 from conversations.events import sse_validate
 from conversations.models import Conversation, Message
-from conversations.services.turns import tools
+from conversations.services.turns import tool_calls, tools
 from inference import params as inference_params
 from tests.conversations import tool_loop_tools
 from tests.conversations.tool_loop_tools import ToolEngine
@@ -191,7 +191,7 @@ def test_stop_during_a_running_tool_cancels_it_and_keeps_the_chain(
         ("tool", "complete", ""),
     ]
     row = Message.objects.get(role="tool", conversation_id=conversation_id)
-    assert row.content == tools.STOPPED_NOTE
+    assert row.content == tool_calls.STOPPED_NOTE
     assert len(engine.jobs) == 1  # no next generation
     assert not tools.tool_running(conversation_id=conversation_id)
     # the turn is over: the conversation takes a new one

@@ -10,7 +10,7 @@ the browser leaves:
 1. once per message (a Redis ``SET NX`` on :func:`step_key`), the conversation marked
    busy meanwhile (:func:`busy_key`: a new turn gets Conflict, as while an answer
    streams);
-2. each call is run through the tool offered to the user (:func:`tools_offered`; an
+2. each call is run (:mod:`.tool_calls`) through the tool offered to the user (:func:`tools_offered`; an
    unknown or disabled tool, bad JSON arguments, a tool that fails or passes its
    wall-clock limit: an error result the model reads), screened
    (:func:`safety.documents.tool_results_screen`: a flagged result is replaced by a
@@ -33,13 +33,10 @@ returning text or an object with ``content`` (and optionally ``truncated``,
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.utils.module_loading import import_string
@@ -48,7 +45,13 @@ from chatsite.errors import DomainError
 from conversations import selectors, tool_selectors
 from conversations.models import Message
 from conversations.services.tool_steps import tool_result_append
-from conversations.tool_steps import ToolOutput
+from conversations.services.turns.tool_calls import (
+    ToolContext,
+    call_output,
+    screened,
+    stop_key,
+    stopped_by_user,
+)
 from gateway import generations
 from inference.connections import redis_sync
 from inference.protocol import FINISH_TOOL_CALLS
@@ -62,13 +65,6 @@ STEP_STOPPED = "stopped"  # the user stopped it: the turn ends here
 STEP_FAILED = "failed"  # the next generation could not start: "error" says why
 STEP_LIMIT = "limit"  # a round past CHAT_TOOL_MAX_STEPS: not run
 STEP_ENDS = {STEP_NEXT, STEP_STOPPED, STEP_FAILED, STEP_LIMIT}
-
-SCREENED_NOTE = (
-    "[The tool's result was withheld: it goes against the content policy ({category}).]"
-)
-STOPPED_NOTE = "[Stopped by the user before the tool finished.]"
-# how often a running tool checks for the user's stop, in seconds
-STOP_POLL_S = 0.05
 
 
 def step_key(message_id: Any) -> str:
@@ -105,20 +101,6 @@ def turn_params(*, message_id: Any) -> dict[str, Any] | None:
     (the chat's defaults)."""
     raw = redis_sync().get(params_key(message_id))
     return json.loads(raw) if raw else None
-
-
-def stop_key(message_id: Any) -> str:
-    """The Redis key of the user's stop of ``message_id``'s tool step."""
-    return f"chat:toolstop:{message_id}"
-
-
-@dataclass(frozen=True)
-class ToolContext:
-    """Who a tool runs for: the user, their conversation and the calling message."""
-
-    user_id: int
-    conversation_id: str
-    message_id: str
 
 
 def tools_offered(*, user: User) -> dict[str, Any]:
@@ -204,113 +186,6 @@ def tool_step_stop(*, message_id: Any) -> None:
         generations.generation_cancel(job_id=str(state["next"]))
 
 
-def _stopped(message_id: Any) -> bool:
-    return bool(redis_sync().exists(stop_key(message_id)))
-
-
-def _result_fields(value: Any) -> tuple[str, bool, bool, str]:
-    """``(content, truncated, error, label)`` of what a tool's run returned: text, or
-    an object with ``content`` (or ``text``) and optionally ``truncated``, ``error``,
-    ``label``."""
-    if isinstance(value, str):
-        return value, False, False, ""
-    return (
-        str(getattr(value, "content", None) or getattr(value, "text", "") or ""),
-        bool(getattr(value, "truncated", False)),
-        bool(getattr(value, "error", False)),
-        str(getattr(value, "label", "") or ""),
-    )
-
-
-async def _call_run(
-    tool: Any, arguments: dict[str, Any], context: ToolContext
-) -> tuple[ToolOutput | None, bool]:
-    """Run one call; return ``(output without its call id, stopped)``. The tool's
-    task is cancelled when the user stops the step or its ``timeout_s`` passes."""
-    task = asyncio.ensure_future(tool.run(arguments, context))
-    limit = float(getattr(tool, "timeout_s", 0) or settings.CHAT_TOOL_STEP_TTL_S)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    while not task.done():
-        await asyncio.wait({task}, timeout=STOP_POLL_S)
-        if task.done():
-            break
-        stopped = _stopped(context.message_id)  # one Redis read, ~0.1 ms
-        if stopped or loop.time() >= deadline:
-            task.cancel()
-            try:
-                await task
-            except BaseException:  # noqa: BLE001 - the tool's own end, reported below
-                pass
-            if stopped:
-                return ToolOutput("", STOPPED_NOTE, error=True), True
-            return (
-                ToolOutput(
-                    "", f"The tool ran past its limit of {limit:g} s.", error=True
-                ),
-                False,
-            )
-    try:
-        content, truncated, error, label = _result_fields(task.result())
-    except Exception as exc:  # noqa: BLE001 - a failing tool is a result the model reads
-        logger.warning("tool %s failed: %s", getattr(tool, "name", "?"), exc)
-        return ToolOutput("", f"The tool failed: {exc}", error=True), False
-    return ToolOutput("", content, label=label, truncated=truncated, error=error), False
-
-
-def _call_output(
-    call: dict[str, str], offered: dict[str, Any], context: ToolContext
-) -> tuple[ToolOutput, bool]:
-    """The output of one stored call (an error output for an unknown tool or bad
-    arguments), and whether the user stopped it."""
-    tool = offered.get(call["name"])
-    if tool is None:
-        text = f"There is no tool named {call['name']!r} available."
-        return ToolOutput(call["id"], text, error=True), False
-    try:
-        arguments = json.loads(call["arguments"] or "{}")
-    except ValueError:
-        arguments = None
-    if not isinstance(arguments, dict):
-        text = "The tool's arguments are not a JSON object."
-        return ToolOutput(call["id"], text, error=True), False
-    # async_to_sync, not asyncio.run: a tool's thread-sensitive sync_to_async steps
-    # (its ORM reads) then run in this thread, also when this step runs inside a
-    # request's sync_to_async (the settling relay, Celery eager)
-    output, stopped = async_to_sync(_call_run)(tool, arguments, context)
-    assert output is not None
-    return (
-        ToolOutput(
-            call["id"],
-            output.content,
-            label=output.label,
-            truncated=output.truncated,
-            error=output.error,
-        ),
-        stopped,
-    )
-
-
-def _screened(output: ToolOutput) -> ToolOutput:
-    """``output``, or a note in its place when screening flags its text."""
-    from safety.documents import tool_results_screen
-
-    if not output.content.strip():
-        return output
-    try:
-        flag = tool_results_screen(texts=[output.content])[0]
-    except DomainError:  # moderation unavailable, failing closed: nothing unchecked
-        flag = "unchecked"
-    if flag is None:
-        return output
-    return ToolOutput(
-        output.tool_call_id,
-        SCREENED_NOTE.format(category=flag),
-        label=output.label,
-        error=True,
-    )
-
-
 def _rounds(message: Message) -> int:
     """How many rounds of tool calls the turn of ``message`` made, its own included."""
     path = selectors.message_tree(conversation=message.conversation).path_to(message.id)
@@ -375,23 +250,23 @@ def _step(message: Message, *, conversation_id: Any, user: User) -> str:
     context = ToolContext(user.pk, str(conversation_id), str(message.id))
     done, last = 0, None
     for call in message.tool_calls:
-        if _stopped(message.id):
+        if stopped_by_user(message.id):
             _state_set(message.id, state=STEP_STOPPED, done=done)
             return STEP_STOPPED
         _state_set(message.id, state=STEP_RUNNING, done=done, call=done)
-        output, stopped = _call_output(call, offered, context)
+        output, stopped = call_output(call, offered, context)
         last = tool_result_append(
             user=user,
             conversation_id=conversation_id,
             message_id=message.id,
-            output=output if stopped else _screened(output),
+            output=output if stopped else screened(output),
         )
         done += 1
         if stopped:
             _state_set(message.id, state=STEP_STOPPED, done=done)
             return STEP_STOPPED
         _state_set(message.id, state=STEP_RUNNING, done=done)
-    if _stopped(message.id):
+    if stopped_by_user(message.id):
         _state_set(message.id, state=STEP_STOPPED, done=done)
         return STEP_STOPPED
     question = tool_selectors.answer_question(answer=message)
