@@ -32,9 +32,9 @@ from django.utils import timezone
 
 from accounts.models import Appearance
 from chatsite.errors import InvalidInput
-from gateway import keys, selectors
+from gateway import selectors
 from gateway.models import UsageRecord, UserPreference
-from inference import protocol
+from inference import keys
 from inference.connections import redis_sync
 from memory import services as memory_services
 
@@ -145,30 +145,20 @@ def account_redis_purge(*, user_id: int, job_ids: list[str]) -> int:
     """
     client = redis_sync()
     doomed: list[str] = list(
-        client.scan_iter(match=keys.quota_user_pattern(user_id), count=_SCAN_COUNT)
+        keys.scan_iter_all(client, keys.quota_user_pattern(user_id), count=_SCAN_COUNT)
     )
+    doomed.append(keys.reservations_key(user_id))
     for pattern, field in (
         (keys.CACHE_EXACT_KEY_PATTERN, "user"),
         (keys.CACHE_PENDING_KEY_PATTERN, "user_id"),
     ):
-        for key in client.scan_iter(match=pattern, count=_SCAN_COUNT):
+        for key in keys.scan_iter_all(client, pattern, count=_SCAN_COUNT):
             if _entry_user(client.get(key), field) == user_id:
                 doomed.append(key)
     for job_id in job_ids:
-        doomed += [
-            protocol.gen_key(job_id),
-            protocol.final_key(job_id),
-            protocol.cancel_key(job_id),
-            protocol.watch_key(job_id),
-            protocol.detached_key(job_id),
-            protocol.moderation_key(job_id),
-            protocol.attempts_key(job_id),
-            keys.reservation_key(job_id),
-            keys.cache_pending_key(job_id),
-            keys.job_key(job_id),
-            keys.retries_key(job_id),
-        ]
+        doomed += [*keys.job_keys(job_id), keys.reservation_key(user_id, job_id)]
     deleted = 0
+    # a DEL of keys in several slots: split per slot on a cluster (a clean-up)
     for start in range(0, len(doomed), _SCAN_COUNT):
         deleted += int(client.delete(*doomed[start : start + _SCAN_COUNT]))
     return deleted

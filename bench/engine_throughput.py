@@ -42,7 +42,7 @@ from django.conf import settings  # noqa: E402
 from bench.procs import workers_wait  # noqa: E402
 from bench.record import figures_record  # noqa: E402
 from inference import client as inference_client  # noqa: E402
-from inference import protocol  # noqa: E402
+from inference import keys, protocol  # noqa: E402
 from inference.connections import redis_sync  # noqa: E402
 from inference.engines.base import Delta, Engine, Finish  # noqa: E402
 from inference.engines.llamacpp import LlamaCppEngine  # noqa: E402
@@ -114,7 +114,7 @@ def run_direct(engine: Engine, job_id: str, prompt: str, max_tokens: int):
 def run_worker_path(job_id: str, prompt: str, max_tokens: int):
     """Enqueue one prompt and read its events back to the end; (tokens, s, text)."""
     r = redis_sync()
-    key = protocol.gen_key(job_id)
+    key = keys.gen_key(job_id)
     start = time.perf_counter()
     inference_client.job_enqueue(pool=POOL, job=make_job(job_id, prompt, max_tokens))
     cursor, parts = "0-0", []
@@ -138,7 +138,7 @@ def main() -> None:
     args = parser.parse_args()
 
     r = redis_sync()
-    for key in r.scan_iter(match=f"inf:*{POOL}*"):
+    for key in keys.scan_iter_all(r, f"inf:*{POOL}*"):
         r.delete(key)
 
     engine = LlamaCppEngine(n_ctx=2048, slots=1, n_threads=args.threads, seed=1)

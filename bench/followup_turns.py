@@ -145,10 +145,10 @@ def _outcomes(redis, start: str) -> dict[str, int]:
     """How every generation begun after ``start`` (a stream
     entry id) ended: ``stop``/``length`` (done), ``preempted``, another error code.
     Handled queue entries are deleted, but each generation's stream remains (TTL)."""
-    from inference import protocol
+    from inference import keys, protocol
 
     outcomes: dict[str, int] = {}
-    for key in redis.scan_iter(match="inf:gen:*", count=1000):
+    for key in keys.scan_iter_all(redis, keys.GEN_KEY_PATTERN, count=1000):
         head, tail = redis.xrange(key, count=1), redis.xrevrange(key, count=1)
         if not head or not tail or _id_key(head[0][0]) <= _id_key(start):
             continue

@@ -37,9 +37,9 @@ def main() -> None:
     from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from gateway import generations, keys, quota
+    from gateway import generations, quota
     from gateway.models import ModelPool, Plan, Subscription
-    from inference import protocol
+    from inference import keys
     from inference.connections import redis_sync
 
     user, _ = get_user_model().objects.get_or_create(username="bench-gw")
@@ -50,7 +50,7 @@ def main() -> None:
     plan.allowed_pools.set([pool])
     Subscription.objects.update_or_create(user=user, defaults={"plan": plan})
     r = redis_sync()
-    r.zadd(protocol.workers_key("bench-gw"), {"bench": time.time() + 3600})
+    r.zadd(keys.workers_key("bench-gw"), {"bench": time.time() + 3600})
     limits = quota.Limits(per_minute=10**12, per_day=10**12, per_month=10**12)
     messages = [
         {"role": "system", "content": "You are helpful."},
@@ -66,7 +66,7 @@ def main() -> None:
     def admit_once() -> None:
         job = uuid.uuid4().hex
         generations.generation_admit(request, job_id=job)
-        generations.generation_release(job_id=job)
+        generations.generation_release(user_id=user.pk, job_id=job)
 
     try:
         lua = []
@@ -74,7 +74,7 @@ def main() -> None:
             job = uuid.uuid4().hex
             t0 = time.perf_counter()
             quota.quota_reserve(user_id=user.pk, job_id=job, tokens=600, limits=limits)
-            quota.quota_settle(job_id=job, tokens=100)
+            quota.quota_settle(user_id=user.pk, job_id=job, tokens=100)
             lua.append((time.perf_counter() - t0) * 1e6)
         admit = []
         for _ in range(args.n // 4):
@@ -119,8 +119,8 @@ def main() -> None:
                 params=params,
             )
     finally:
-        r.delete(protocol.workers_key("bench-gw"))
-        for key in r.scan_iter(keys.quota_user_pattern(user.pk)):
+        r.delete(keys.workers_key("bench-gw"))
+        for key in keys.scan_iter_all(r, keys.quota_user_pattern(user.pk)):
             r.delete(key)
 
 

@@ -103,8 +103,7 @@ def stages(samples: list[Sample]) -> dict[str, list[float]]:
     import json
     import uuid
 
-    from gateway import keys
-    from inference import protocol
+    from inference import keys
     from inference.connections import redis_sync
 
     client = redis_sync()
@@ -119,7 +118,7 @@ def stages(samples: list[Sample]) -> dict[str, list[float]]:
             continue
         job_id = str(uuid.UUID(cid.removeprefix("chatcmpl-")))
         raw = client.get(keys.job_key(job_id))
-        entries = client.xrange(protocol.gen_key(job_id))
+        entries = client.xrange(keys.gen_key(job_id))
         times = {}
         for entry_id, fields in entries:
             times.setdefault(fields.get("e"), int(entry_id.split("-")[0]) / 1000)

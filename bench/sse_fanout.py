@@ -125,7 +125,7 @@ def _profiled_web(env: dict, out: str) -> Iterator:
 
 def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
     """Run the fan-out of ``n`` streams through ``target`` (``one`` or ``proxy``)."""
-    from inference import protocol
+    from inference import keys
     from inference.connections import redis_sync
     from tests.proxy import haproxy_process
     from tests.stack import stack_env, web_process, worker_processes
@@ -149,7 +149,7 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
         # The pool looks served (the gateway admits only to a served pool) while its
         # jobs wait: every stream is open before the first token.
         fake = "sse-bench-hold"
-        redis.zadd(protocol.workers_key(POOL), {fake: time.time() + 3600})
+        redis.zadd(keys.workers_key(POOL), {fake: time.time() + 3600})
         cookie, paths = asyncio.run(post_turns(base, password, n))
         host, port = base[7:].split(":")
         all_stats = [StreamStats() for _ in paths]
@@ -177,7 +177,7 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
             peak = rss_open
             # Without the stand-in heartbeat, start-up waits for the real worker; the
             # watchdog's no-worker grace (600 s here) covers the gap.
-            redis.zrem(protocol.workers_key(POOL), fake)
+            redis.zrem(keys.workers_key(POOL), fake)
             with worker_processes([worker], env) as procs:
                 cpu0, t0 = sum(proc_cpu_s(p) for p in pids), time.monotonic()
                 worker_cpu0 = proc_cpu_s(procs[0].pid)
@@ -204,7 +204,7 @@ def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
             }
 
         run = asyncio.run(fan_out())
-        waiting = redis.xlen(protocol.queue_key(POOL))
+        waiting = redis.xlen(keys.queue_key(POOL))
         warnings = _web_warnings(webs)
     done = [s for s in all_stats if s.done]
     errors: dict[str, int] = {}

@@ -39,7 +39,7 @@ from bench.record import bench_record, figures_record, pct  # noqa: E402
 
 
 def _writer(
-    keys: list[str], tokens: int, delay_s: float, stop: threading.Event
+    gen_keys: list[str], tokens: int, delay_s: float, stop: threading.Event
 ) -> None:
     """Append ``tokens`` token events to every stream, one pipeline per tick."""
     from inference import protocol
@@ -52,7 +52,7 @@ def _writer(
         if stop.is_set():
             return
         pipe = client.pipeline(transaction=False)
-        for key in keys:
+        for key in gen_keys:
             pipe.xadd(key, fields)
         pipe.execute()
         next_at += delay_s
@@ -61,14 +61,14 @@ def _writer(
 
 async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
     from inference import client as inference_client
-    from inference import protocol
+    from inference import keys, protocol
     from inference.connections import redis_sync
     from inference.streams import StreamHub
 
     redis = redis_sync()
     tag = f"hubbench-{mode}-{time.time_ns()}"
     jobs = [f"{tag}-{i}" for i in range(n)]
-    keys = [protocol.gen_key(j) for j in jobs]
+    gen_keys = [keys.gen_key(j) for j in jobs]
     lags: list[float] = []
     got = [0] * n
     reads = [0]  # XREAD commands sent by the per-stream followers
@@ -102,7 +102,7 @@ async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
     clients = redis.info("clients")["connected_clients"] - clients0
     stop = threading.Event()
     writer = threading.Thread(
-        target=_writer, args=(keys, args.tokens, args.delay_ms / 1000, stop)
+        target=_writer, args=(gen_keys, args.tokens, args.delay_ms / 1000, stop)
     )
     cpu0, t0 = time.thread_time(), time.monotonic()
     writer.start()
@@ -112,7 +112,7 @@ async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
         stop.set()
         writer.join()
     cpu, wall = time.thread_time() - cpu0, time.monotonic() - t0
-    redis.delete(*keys)
+    redis.delete(*gen_keys)
     events = sum(got)
     return {
         "mode": mode,
@@ -135,7 +135,7 @@ def _url() -> str:
 
 async def _subscribe_latency(tries: int = 20) -> list[float]:
     """ms from subscribing (while the hub's XREAD blocks, 1 s) to the first event."""
-    from inference import protocol
+    from inference import keys, protocol
     from inference.connections import redis_async
     from inference.streams import StreamHub
 
@@ -149,11 +149,11 @@ async def _subscribe_latency(tries: int = 20) -> list[float]:
         job = f"hubbench-late-{time.time_ns()}-{i}"
         started = time.monotonic()
         sub = hub.subscribe(job_id=job, after=protocol.STREAM_START)
-        await redis_async().xadd(protocol.gen_key(job), protocol.token_fields("x"))
+        await redis_async().xadd(keys.gen_key(job), protocol.token_fields("x"))
         await sub.next(timeout_s=5)
         waits.append((time.monotonic() - started) * 1000)
         sub.close()
-        await redis_async().delete(protocol.gen_key(job))
+        await redis_async().delete(keys.gen_key(job))
     anchor.close()
     return waits
 

@@ -12,6 +12,7 @@ from django.db.models import Prefetch, QuerySet
 from chatsite.errors import NotFound
 from conversations.models import Conversation, Feedback, Message
 from conversations.tool_steps import ToolStep
+from inference import keys
 from inference.connections import redis_sync
 from memory.models import Citation
 from safety import selectors as safety_selectors
@@ -300,10 +301,9 @@ def thread_items(
     return items
 
 
-def tool_busy_key(conversation_id: Any) -> str:
-    """The Redis key that marks a tool step running in ``conversation_id`` (its
-    value: the calling message's id; set and cleared by the tool loop)."""
-    return f"chat:toolbusy:{conversation_id}"
+# The Redis key that marks a tool step running in a conversation (its value: the
+# calling message's id; set and cleared by the tool loop).
+tool_busy_key = keys.tool_busy_key
 
 
 def tool_running(*, conversation_id: Any) -> bool:

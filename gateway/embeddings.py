@@ -214,7 +214,7 @@ def embedding_admit(
 def embedding_release(*, admission: EmbeddingAdmission) -> None:
     """Give back an admitted request's whole reservation (idempotent; a no-op once
     it was settled)."""
-    quota.quota_release(job_id=admission.job_id)
+    quota.quota_release(user_id=admission.user_id, job_id=admission.job_id)
 
 
 def embedding_settle(

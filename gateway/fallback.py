@@ -5,7 +5,7 @@ When a worker's engine fails before emitting any token (``error`` event with cod
 instead of storing the error. One Lua script checks the stream (no token, ends in an
 engine error, not cancelled by the user, retries left) and, if so, deletes the stream and
 its terminal marker, so the same job id starts afresh; the job (kept at submit time, see
-:mod:`gateway.keys`) is then enqueued on the first admissible pool of the failed pool's
+:mod:`inference.keys`) is then enqueued on the first admissible pool of the failed pool's
 fallback chain. The answer is therefore stored once, by whoever finalises the retried
 generation, with the model that answered (from the new ``meta`` event); the quota
 reservation is the same and is settled once.
@@ -24,10 +24,10 @@ from typing import Any
 from django.conf import settings
 
 from chatsite.errors import DomainError
-from gateway import keys, routing, selectors
+from gateway import routing, selectors
 from gateway.models import Plan
 from inference import client as inference_client
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 
 RETRYABLE_CODES = frozenset({protocol.ERROR_ENGINE})
@@ -97,9 +97,9 @@ def generation_retry(
     cleared = redis_sync().eval(
         _RETRY_LUA,
         4,
-        protocol.gen_key(job_id),
-        protocol.final_key(job_id),
-        protocol.cancel_key(job_id),
+        keys.gen_key(job_id),
+        keys.final_key(job_id),
+        keys.cancel_key(job_id),
         keys.retries_key(job_id),
         settings.GATEWAY_FALLBACK_RETRIES,
         settings.INFERENCE_STREAM_TTL_S,

@@ -19,7 +19,8 @@ submission (or before its transaction commits) leaves an unsubmitted entry behin
 GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S. It releases through the settle script, so a sweep
 and a late settlement cannot both apply.
 
-The Redis keys (window counters, reservation hashes) are listed in :mod:`gateway.keys`.
+The Redis keys (window counters, reservations, the sweep's buckets) are named in
+:mod:`inference.keys`; every key a script touches is in the user's slot.
 
 Windows are fixed (not sliding): across a minute boundary a user can spend up to twice
 the per-minute limit within 60 s; the day and month limits are exact.
@@ -36,7 +37,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from chatsite.errors import QuotaExceeded
-from gateway import keys
+from gateway.quota_lua import RESERVE_LUA, SETTLE_LUA
+from inference import keys
 from inference.connections import redis_sync
 
 WINDOW_MINUTE = "minute"
@@ -49,65 +51,6 @@ _LABELS = {
 }
 # A reservation nobody settles (a lost web process and reaper) is dropped after this.
 RESERVATION_TTL_S = 40 * 86400
-
-# KEYS: 3 window counters, reservation hash, unsubmitted set. ARGV: amount, 3 limits
-# (-1: none), 3 TTLs (s), reservation TTL (s), now (epoch s), job id, and "1" to check
-# first that the day and month counters exist. Returns {1, used1, used2, used3} after
-# charging, {0, window index (1-based), used in that window} when a limit would be
-# passed, or {-1, absent} (bit 1: day, bit 2: month) when a checked counter is absent:
-# nothing is charged then.
-_RESERVE_LUA = """
-if ARGV[11] == '1' then
-  local absent = 0
-  if redis.call('EXISTS', KEYS[2]) == 0 then absent = absent + 1 end
-  if redis.call('EXISTS', KEYS[3]) == 0 then absent = absent + 2 end
-  if absent > 0 then return {-1, absent} end
-end
-local amount = tonumber(ARGV[1])
-local used = {}
-for i = 1, 3 do
-  used[i] = tonumber(redis.call('GET', KEYS[i]) or '0')
-  local limit = tonumber(ARGV[1 + i])
-  if limit >= 0 and used[i] + amount > limit then
-    return {0, i, used[i]}
-  end
-end
-for i = 1, 3 do
-  used[i] = redis.call('INCRBY', KEYS[i], amount)
-  redis.call('EXPIRE', KEYS[i], ARGV[4 + i])
-end
-redis.call('HSET', KEYS[4], 'amount', amount, 'k1', KEYS[1], 'k2', KEYS[2], 'k3', KEYS[3])
-redis.call('EXPIRE', KEYS[4], ARGV[8])
-redis.call('ZADD', KEYS[5], ARGV[9], ARGV[10])
-return {1, used[1], used[2], used[3]}
-"""
-
-# KEYS: reservation hash, unsubmitted set. ARGV: actual tokens, job id, and for a sweep
-# a cutoff (epoch s). Moves every window of the reservation by (actual - reserved), never
-# below zero, then deletes the reservation and its unsubmitted entry. Returns the
-# reserved amount, or -1 if there was no reservation (already settled, or none made).
-# With a cutoff it acts only on a job still unsubmitted and reserved at or before the
-# cutoff, else returns -2: a job submitted after the sweep listed it is left alone.
-# The window keys come from the hash (single Redis node, not cluster-safe).
-_SETTLE_LUA = """
-if ARGV[3] then
-  local since = redis.call('ZSCORE', KEYS[2], ARGV[2])
-  if not since or tonumber(since) > tonumber(ARGV[3]) then return -2 end
-end
-redis.call('ZREM', KEYS[2], ARGV[2])
-local amount = redis.call('HGET', KEYS[1], 'amount')
-if not amount then return -1 end
-local delta = tonumber(ARGV[1]) - tonumber(amount)
-for i = 1, 3 do
-  local key = redis.call('HGET', KEYS[1], 'k' .. i)
-  if key and redis.call('EXISTS', key) == 1 then
-    local value = redis.call('INCRBY', key, delta)
-    if value < 0 then redis.call('SET', key, 0, 'KEEPTTL') end
-  end
-end
-redis.call('DEL', KEYS[1])
-return tonumber(amount)
-"""
 
 
 @dataclass(frozen=True)
@@ -244,14 +187,16 @@ def quota_reserve(
     now = time.time() if now is None else now
     windows = _windows(user_id, limits, now)
     ttls = [int(w.resets_at - now) + 60 for w in windows]
+    unsubmitted = keys.unsubmitted_key(job_id)
+    member = keys.unsubmitted_member(user_id, job_id)
 
-    def reserve(check: bool) -> list[Any]:
-        return redis_sync().eval(
-            _RESERVE_LUA,
+    def reserve(check: bool, pipe: Any) -> Any:
+        return pipe.eval(
+            RESERVE_LUA,
             5,
             *[w.key for w in windows],
-            keys.reservation_key(job_id),
-            keys.UNSUBMITTED_RESERVATIONS_KEY,
+            keys.reservation_key(user_id, job_id),
+            keys.reservations_key(user_id),
             tokens,
             *[-1 if w.limit is None else w.limit for w in windows],
             *ttls,
@@ -261,13 +206,19 @@ def quota_reserve(
             "1" if check else "0",
         )
 
-    result = reserve(seed is not None)
+    # Listed for the sweep before the reservation exists, in the same round trip: a
+    # crash in between leaves an entry whose release finds nothing to give back.
+    with redis_sync().pipeline(transaction=False) as pipe:
+        pipe.zadd(unsubmitted, {member: now})
+        reserve(seed is not None, pipe)
+        result = pipe.execute()[1]
     if int(result[0]) == -1:
         assert seed is not None
         absent = int(result[1])
         seed([w for bit, w in ((1, windows[1]), (2, windows[2])) if absent & bit])
-        result = reserve(False)
+        result = reserve(False, redis_sync())
     if int(result[0]) == 0:
+        redis_sync().zrem(unsubmitted, member)
         blocked = windows[int(result[1]) - 1]
         blocked = Window(
             blocked.name, blocked.key, blocked.limit, int(result[2]), blocked.resets_at
@@ -279,31 +230,49 @@ def quota_reserve(
     ]
 
 
-def quota_settle(*, job_id: str, tokens: int) -> int | None:
-    """Replace a job's reservation by its actual usage (``tokens``); refund the rest.
+def _settle(client: Any, *, user_id: int, job_id: str, tokens: int) -> int:
+    """Run the settle script on ``job_id``'s reservation; return the tokens reserved,
+    or -1 when there was none. Drops its sweep entry too."""
+    reservation = keys.reservation_key(user_id, job_id)
+    # the script is given the counters the reservation charged (every key in KEYS)
+    windows = cast(list[str | None], client.hmget(reservation, "k1", "k2", "k3"))
+    with client.pipeline(transaction=False) as pipe:
+        if all(windows):
+            pipe.eval(
+                SETTLE_LUA,
+                5,
+                reservation,
+                keys.reservations_key(user_id),
+                *windows,
+                max(0, tokens),
+                job_id,
+            )
+        pipe.zrem(
+            keys.unsubmitted_key(job_id), keys.unsubmitted_member(user_id, job_id)
+        )
+        results = pipe.execute()
+    return int(results[0]) if all(windows) else -1
+
+
+def quota_settle(*, user_id: int, job_id: str, tokens: int) -> int | None:
+    """Replace the reservation of ``user_id``'s job by its actual usage (``tokens``);
+    refund the rest.
 
     Idempotent: only the first call for a job changes the counters. Returns the tokens
     that had been reserved, or None when there was nothing to settle.
     """
-    reserved = int(
-        redis_sync().eval(
-            _SETTLE_LUA,
-            2,
-            keys.reservation_key(job_id),
-            keys.UNSUBMITTED_RESERVATIONS_KEY,
-            max(0, tokens),
-            job_id,
-        )
-    )
+    reserved = _settle(redis_sync(), user_id=user_id, job_id=job_id, tokens=tokens)
     return None if reserved < 0 else reserved
 
 
-def quota_release(*, job_id: str) -> int | None:
+def quota_release(*, user_id: int, job_id: str) -> int | None:
     """Give back a whole reservation (the request was rejected or failed)."""
-    return quota_settle(job_id=job_id, tokens=0)
+    return quota_settle(user_id=user_id, job_id=job_id, tokens=0)
 
 
-def quota_reservation_submitted(*, job_id: str, client: Any = None) -> None:
+def quota_reservation_submitted(
+    *, user_id: int, job_id: str, client: Any = None
+) -> None:
     """Record that ``job_id`` was enqueued or served from a cache: no sweep releases it.
 
     From then on the generation's terminal event settles the reservation (relay or
@@ -312,7 +281,9 @@ def quota_reservation_submitted(*, job_id: str, client: Any = None) -> None:
     windows), which is cheaper than a budget held for RESERVATION_TTL_S. ``client``: a
     pipeline to queue the command on (default: at once).
     """
-    (client or redis_sync()).zrem(keys.UNSUBMITTED_RESERVATIONS_KEY, job_id)
+    (client or redis_sync()).zrem(
+        keys.unsubmitted_key(job_id), keys.unsubmitted_member(user_id, job_id)
+    )
 
 
 def quota_reservations_sweep(
@@ -321,35 +292,34 @@ def quota_reservations_sweep(
     """Release every unsubmitted reservation made more than ``older_than_s`` s ago.
 
     Such a reservation belongs to a web process that died between admission and
-    submission; it would otherwise stay charged for RESERVATION_TTL_S. Each release is
-    the settle script at 0 tokens, conditional on the job still being unsubmitted, so it
-    is atomic, idempotent, and never touches a job submitted meanwhile. An entry whose
-    reservation is gone (expired) is only removed from the set. ``now``: epoch s
-    (default: the current time); ``batch``: entries read per round trip. Returns how
-    many reservations were released.
+    submission; it would otherwise stay charged for RESERVATION_TTL_S. The sweep takes
+    an entry out of its bucket first (ZREM: a job submitted meanwhile has left it, and
+    is never touched), then releases it with the settle script at 0 tokens, so it is
+    idempotent and a late settlement cannot also apply. An entry whose reservation is
+    gone (expired) is only removed. ``now``: epoch s (default: the current time);
+    ``batch``: entries read per round trip. Returns how many reservations were
+    released.
     """
     now = time.time() if now is None else now
     cutoff = now - older_than_s
     client = redis_sync()
     released = 0
-    while True:
-        job_ids = client.zrangebyscore(
-            keys.UNSUBMITTED_RESERVATIONS_KEY, "-inf", cutoff, start=0, num=batch
-        )
-        for job_id in cast(list[str], job_ids):  # decoded members (no scores)
-            reserved = client.eval(
-                _SETTLE_LUA,
-                2,
-                keys.reservation_key(job_id),
-                keys.UNSUBMITTED_RESERVATIONS_KEY,
-                0,
-                job_id,
-                repr(cutoff),
+    for bucket in keys.unsubmitted_keys():
+        while True:
+            members = cast(
+                list[str],
+                client.zrangebyscore(bucket, "-inf", cutoff, start=0, num=batch),
             )
-            released += int(reserved) >= 0
-        # every entry read left the set (released, or gone, or submitted meanwhile)
-        if len(job_ids) < batch:
-            return released
+            for member in members:
+                if not client.zrem(bucket, member):
+                    continue  # submitted or settled since it was read
+                user_id, job_id = keys.unsubmitted_member_parse(member)
+                released += (
+                    _settle(client, user_id=user_id, job_id=job_id, tokens=0) >= 0
+                )
+            if len(members) < batch:
+                break
+    return released
 
 
 def quota_unseeded(*, user_id: int, now: float | None = None) -> list[Window]:

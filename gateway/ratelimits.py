@@ -38,6 +38,7 @@ from django_ratelimit.middleware import (
 from redis.exceptions import RedisError
 
 from chatsite.errors import QuotaExceeded
+from inference import keys
 from inference.connections import redis_async, redis_sync
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,6 @@ MESSAGE_GROUP = "chat-message"
 # through the decorators above it) so the router can tell a limited path from its view.
 GROUP_ATTR = "ratelimit_group"
 # Redis key prefix of the refusal marks: ``<prefix>:<group>:<sha256 of session key>``.
-REFUSED_KEY_PREFIX = "ratelimit:refused"
 
 
 def message_rate(group: str, request: HttpRequest) -> str:
@@ -128,7 +128,7 @@ def refused_key(*, group: str, session_key: str) -> str:
     """The Redis key marking ``session_key`` refused in ``group`` (the session key is
     hashed: Redis never holds a usable session id)."""
     digest = hashlib.sha256(session_key.encode()).hexdigest()
-    return f"{REFUSED_KEY_PREFIX}:{group}:{digest}"
+    return keys.ratelimit_refused_key(group, digest)
 
 
 def view_group(view: Any) -> str | None:
@@ -202,9 +202,6 @@ async def arefusal_check(scope: dict[str, Any]) -> QuotaExceeded | None:
 
 # --- the per-account sign-in lockout ----------------------------------------------------
 
-LOGIN_FAILURES_KEY_PREFIX = "login:failures"
-LOGIN_LOCKED_KEY_PREFIX = "login:locked"
-
 
 def _account_digest(username: str) -> str:
     """The account's Redis id: the typed username, case-folded and hashed (Redis never
@@ -219,9 +216,7 @@ def login_locked_for(*, username: str) -> int:
     A Redis failure locks nothing (the per-IP LOGIN_RATE still applies).
     """
     try:
-        ttl = int(
-            redis_sync().ttl(f"{LOGIN_LOCKED_KEY_PREFIX}:{_account_digest(username)}")
-        )
+        ttl = int(redis_sync().ttl(keys.login_locked_key(_account_digest(username))))
     except RedisError:
         logger.warning("login lockout: Redis unavailable", exc_info=True)
         return 0
@@ -237,7 +232,7 @@ def login_failure_record(*, username: str) -> int:
     SET ... EX when locking.
     """
     digest = _account_digest(username)
-    key = f"{LOGIN_FAILURES_KEY_PREFIX}:{digest}"
+    key = keys.login_failures_key(digest)
     try:
         client = redis_sync()
         with client.pipeline() as pipe:
@@ -251,7 +246,7 @@ def login_failure_record(*, username: str) -> int:
             settings.LOGIN_LOCKOUT_BASE_S * 2 ** min(over, 30),
             settings.LOGIN_LOCKOUT_MAX_S,
         )
-        client.set(f"{LOGIN_LOCKED_KEY_PREFIX}:{digest}", 1, ex=seconds)
+        client.set(keys.login_locked_key(digest), 1, ex=seconds)
     except RedisError:
         logger.warning("login lockout: Redis unavailable", exc_info=True)
         return 0
@@ -263,8 +258,7 @@ def login_failures_clear(*, username: str) -> None:
     digest = _account_digest(username)
     try:
         redis_sync().delete(
-            f"{LOGIN_FAILURES_KEY_PREFIX}:{digest}",
-            f"{LOGIN_LOCKED_KEY_PREFIX}:{digest}",
+            keys.login_failures_key(digest), keys.login_locked_key(digest)
         )
     except RedisError:
         logger.warning("login lockout: Redis unavailable", exc_info=True)

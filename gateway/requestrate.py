@@ -6,7 +6,7 @@ Fixed UTC-minute windows, counted in one Redis Lua script: both counters are che
 first and both charged only when both have room, so a refused request counts nowhere
 and concurrent requests can never together pass a limit. Every API request counts
 (``/v1/models`` too), refused or not by later checks. The keys are in
-:mod:`gateway.keys`.
+:mod:`inference.keys`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from chatsite.errors import QuotaExceeded
-from gateway import keys
+from inference import keys
 from inference.connections import redis_sync
 
 CODE = "rate_limit_requests"
-# KEYS: user counter, key counter. ARGV: user limit, key limit (-1: none), TTL (s).
+# KEYS: user counter, key counter (one slot: the user's). ARGV: user limit, key limit (-1: none), TTL (s).
 # Returns {1, user count, key count} after counting, or {0, 1|2, count}: the user's
 # (1) or the key's (2) limit is reached and nothing was counted.
 _COUNT_LUA = """
@@ -83,7 +83,7 @@ def request_count(
     result = script(
         keys=[
             keys.rpm_user_key(user_id, minute),
-            keys.rpm_key_key(key_id or 0, minute),
+            keys.rpm_key_key(user_id, key_id or 0, minute),
         ],
         args=[
             -1 if user_limit is None else user_limit,

@@ -30,7 +30,7 @@ from chatsite.errors import Forbidden, InvalidInput, NotFound, PoolSaturated
 from gateway import selectors
 from gateway.models import ModelPool, Plan
 from inference import client as inference_client
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 
 
@@ -161,7 +161,7 @@ def embedding_pool_choose(*, plan: Plan, requested: str) -> ModelPool:
 def queue_waiting(*, pool: str) -> int:
     """Return how many jobs wait in ``pool``'s queue, not yet taken by a worker."""
     client = redis_sync()
-    key = protocol.queue_key(pool)
+    key = keys.queue_key(pool)
     try:
         groups = client.xinfo_groups(key)
     except ResponseError:  # no stream yet

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 
-from inference import protocol, redis_types
+from inference import keys, protocol, redis_types
 from inference.connections import redis_async, redis_sync
 from inference.jobs import FINISH_ERROR, GenerationEnd, events_fold, job_build
 from inference.steps import pipelined
@@ -44,11 +44,9 @@ def job_enqueue(
 
     ``client``: a pipeline to queue the command on (then the id is the pipeline's
     result); default: the process's sync client, at once. ``background``: the pool's
-    background lane (:func:`inference.protocol.background_queue_key`) instead.
+    background lane (:func:`inference.keys.background_queue_key`) instead.
     """
-    queue = (
-        protocol.background_queue_key(pool) if background else protocol.queue_key(pool)
-    )
+    queue = keys.background_queue_key(pool) if background else keys.queue_key(pool)
     return (client or redis_sync()).xadd(queue, job.to_fields())
 
 
@@ -61,7 +59,7 @@ def pool_load(*, pool: str, now: float | None = None) -> tuple[int, int | None]:
     """
     with redis_sync().pipeline(transaction=False) as pipe:
         workers_live_on(pipe, pool=pool, now=now)
-        pipe.xinfo_groups(protocol.queue_key(pool))
+        pipe.xinfo_groups(keys.queue_key(pool))
         live, groups = pipe.execute(raise_on_error=False)
     if isinstance(live, Exception):
         raise live
@@ -76,7 +74,7 @@ def pool_load(*, pool: str, now: float | None = None) -> tuple[int, int | None]:
 
 def job_cancel(*, job_id: str, ttl_s: int = 3600) -> None:
     """Set the cancel flag of a generation (workers poll it every few ms)."""
-    redis_sync().set(protocol.cancel_key(job_id), "1", ex=ttl_s)
+    redis_sync().set(keys.cancel_key(job_id), "1", ex=ttl_s)
 
 
 def workers_live_on(client: Any, *, pool: str, now: float | None = None) -> Any:
@@ -87,7 +85,7 @@ def workers_live_on(client: Any, *, pool: str, now: float | None = None) -> Any:
     of it) or a pipeline (queues the command).
     """
     now = time.time() if now is None else now
-    return client.zcount(protocol.workers_key(pool), now - WORKER_TTL_S, "+inf")
+    return client.zcount(keys.workers_key(pool), now - WORKER_TTL_S, "+inf")
 
 
 def workers_live(*, pool: str, now: float | None = None) -> int:
@@ -107,8 +105,8 @@ def terminal_append(
     return client.eval(
         _TERMINAL_LUA,
         2,
-        protocol.gen_key(job_id),
-        protocol.final_key(job_id),
+        keys.gen_key(job_id),
+        keys.final_key(job_id),
         fields["e"],
         fields["d"],
         ttl_s,
@@ -134,7 +132,7 @@ def generation_fail_on(
             payload={"code": code, "message": message, "usage": None},
             ttl_s=ttl_s,
         )
-        pipe.set(protocol.cancel_key(job_id), "1", ex=ttl_s)
+        pipe.set(keys.cancel_key(job_id), "1", ex=ttl_s)
 
     return pipelined(client, fill)
 
@@ -151,7 +149,7 @@ def generation_fail(*, job_id: str, code: str, message: str, ttl_s: int = 3600) 
 def generation_events(*, job_id: str) -> list[protocol.Event]:
     """Return a generation's events up to and including its first terminal event."""
     events: list[protocol.Event] = []
-    entries = redis_sync().xrange(protocol.gen_key(job_id))
+    entries = redis_sync().xrange(keys.gen_key(job_id))
     for entry_id, fields in cast(list[redis_types.StreamEntry], entries):
         event = protocol.event_parse(entry_id, fields)
         events.append(event)
@@ -162,7 +160,7 @@ def generation_events(*, job_id: str) -> list[protocol.Event]:
 
 def generation_exists(*, job_id: str) -> bool:
     """True while the generation's event stream exists in Redis."""
-    return bool(redis_sync().exists(protocol.gen_key(job_id)))
+    return bool(redis_sync().exists(keys.gen_key(job_id)))
 
 
 async def agen_read(
@@ -172,9 +170,7 @@ async def agen_read(
     client: aioredis.Redis = redis_async()
     result = cast(
         redis_types.StreamRead,
-        await client.xread(
-            {protocol.gen_key(job_id): after}, count=count, block=block_ms
-        ),
+        await client.xread({keys.gen_key(job_id): after}, count=count, block=block_ms),
     )
     if not result:
         return []
@@ -192,9 +188,9 @@ async def astream_attach(*, job_id: str, ttl_s: int = 3600) -> None:
     """Register an SSE client on a generation and clear any pending detach cancel."""
     client = redis_async()
     async with client.pipeline(transaction=True) as pipe:
-        pipe.incr(protocol.watch_key(job_id))
-        pipe.expire(protocol.watch_key(job_id), ttl_s)
-        pipe.delete(protocol.detached_key(job_id))
+        pipe.incr(keys.watch_key(job_id))
+        pipe.expire(keys.watch_key(job_id), ttl_s)
+        pipe.delete(keys.detached_key(job_id))
         await pipe.execute()
 
 
@@ -219,8 +215,8 @@ async def astream_detach(*, job_id: str, grace_s: float) -> int:
         await redis_async().eval(
             _DETACH_LUA,
             2,
-            protocol.watch_key(job_id),
-            protocol.detached_key(job_id),
+            keys.watch_key(job_id),
+            keys.detached_key(job_id),
             f"{deadline:.3f}",
             int(grace_s) + 3600,
         )
@@ -340,7 +336,7 @@ def _generation_wait(*, job_id: str, deadline: float) -> GenerationEnd:
     """Read ``job_id``'s stream until its terminal event or ``deadline`` (epoch s);
     return :func:`inference.jobs.events_fold` of what was read (with ``job_id``)."""
     client = redis_sync()
-    key = protocol.gen_key(job_id)
+    key = keys.gen_key(job_id)
     last = protocol.STREAM_START
     events: list[protocol.Event] = []
     while True:

@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
-from inference import metrics, protocol, redis_types
+from inference import keys, metrics, protocol, redis_types
 from inference.client import terminal_append
 from inference.engines.base import EngineError
 from inference.engines.embedding import Embedded, EmbeddingEngine
@@ -94,8 +94,8 @@ class EmbedWorker(Worker):
         self.max_batch = max(1, max_batch or engine.max_batch)
         self.bulk_batch = max(1, bulk_batch)
         self.expected_dim = expected_dim
-        self._queue = protocol.queue_key(pool)
-        self._bulk_queue = protocol.background_queue_key(pool)
+        self._queue = keys.queue_key(pool)
+        self._bulk_queue = keys.background_queue_key(pool)
         # bulk entries delivered to us while interactive ones went first
         self._held: list[Entry] = []
         self._batch_jobs = 0
@@ -224,7 +224,7 @@ class EmbedWorker(Worker):
         started = time.time()
         async with self.redis.pipeline(transaction=False) as pipe:
             for entry in entries:
-                pipe.exists(protocol.final_key(entry.job.job_id))
+                pipe.exists(keys.final_key(entry.job.job_id))
             ended = await pipe.execute()
         live: list[Entry] = []
         for entry, gone in zip(entries, ended, strict=True):

@@ -30,7 +30,7 @@ from typing import Any, TypedDict, Unpack
 
 from django.conf import settings
 
-from inference import protocol, redis_types
+from inference import keys, protocol, redis_types
 from inference.client import workers_live_on
 from inference.connections import redis_async, redis_sync
 from inference.embedding_model import EMBEDDING_DIM
@@ -76,9 +76,12 @@ def _jobs(texts: list[str], *, timeout_s: float, user_ref: str) -> list[protocol
     no single job holds a worker for long (workers batch jobs back together)."""
     size = max(1, settings.EMBEDDING_JOB_MAX_TEXTS)
     now = time.time()
+    starts = range(0, len(texts), size)
+    # one slot for all (their result streams are read by one XREAD)
+    job_ids = keys.job_ids_grouped(protocol.new_job_id(), len(starts))
     return [
         protocol.Job(
-            job_id=protocol.new_job_id(),
+            job_id=job_id,
             messages=[],
             kind=protocol.KIND_EMBED,
             input=texts[i : i + size],
@@ -86,7 +89,7 @@ def _jobs(texts: list[str], *, timeout_s: float, user_ref: str) -> list[protocol
             enqueued_at=now,
             deadline=now + timeout_s,
         )
-        for i in range(0, len(texts), size)
+        for job_id, i in zip(job_ids, starts, strict=True)
     ]
 
 
@@ -97,7 +100,7 @@ class _Answers:
         self.jobs = jobs
         self.pool = pool
         self.results: dict[str, Embeddings] = {}
-        self.keys = {protocol.gen_key(job.job_id): job for job in jobs}
+        self.keys = {keys.gen_key(job.job_id): job for job in jobs}
 
     def streams(self) -> redis_types.StreamOffsets:
         """The result streams still awaited (XREAD argument)."""
@@ -225,7 +228,7 @@ def _embed_steps(
         raise _no_worker(pool)
     jobs = _jobs(texts, timeout_s=timeout_s, user_ref=user_ref)
     answers = _Answers(jobs, pool)
-    queue = protocol.background_queue_key(pool) if bulk else protocol.queue_key(pool)
+    queue = keys.background_queue_key(pool) if bulk else keys.queue_key(pool)
 
     def enqueue(pipe: Any) -> None:
         for job in jobs:
@@ -233,7 +236,7 @@ def _embed_steps(
 
     def give_up(pipe: Any) -> None:
         for job_id in answers.pending_ids():
-            pipe.set(protocol.final_key(job_id), "1", ex=_RESULT_TTL_S)
+            pipe.set(keys.final_key(job_id), "1", ex=_RESULT_TTL_S)
 
     yield (lambda c: pipelined(c, enqueue), False)
     try:

@@ -35,7 +35,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from inference import protocol, redis_types
+from inference import keys, protocol, redis_types
 from inference.engines.base import Engine
 
 logger = logging.getLogger("inference.worker")
@@ -93,8 +93,8 @@ class JobIntake:
     async def _take_free(self, free: int, slot_freed: asyncio.Event) -> None:
         """Fill up to ``free`` slots: interactive jobs already queued, else wait up to
         ``block_ms`` for the first job of either lane."""
-        interactive = protocol.queue_key(self.pool)
-        background = protocol.background_queue_key(self.pool)
+        interactive = keys.queue_key(self.pool)
+        background = keys.background_queue_key(self.pool)
         result = await self._take(free, [interactive], None)
         if not any(entries for _key, entries in result or []):
             result = await self._take(1, [interactive, background], self.block_ms)
@@ -121,7 +121,7 @@ class JobIntake:
     async def _take_preempting(self, slot_freed: asyncio.Event) -> None:
         """Every slot is taken, some by background jobs: an interactive job that
         arrives displaces the newest of them."""
-        interactive = protocol.queue_key(self.pool)
+        interactive = keys.queue_key(self.pool)
         result = await self._take(1, [interactive], PREEMPT_POLL_MS)
         for entry_id, fields in _entries_of(result, interactive):
             victims = self._preemptible()
@@ -138,7 +138,7 @@ class JobIntake:
     ) -> None:
         """Put a delivered entry back on its queue (as a new entry) and drop ours;
         ``queue`` defaults to the pool's queue."""
-        queue = queue or protocol.queue_key(self.pool)
+        queue = queue or keys.queue_key(self.pool)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.xadd(queue, fields)
             pipe.xack(queue, protocol.GROUP, entry_id)
@@ -158,7 +158,7 @@ class JobIntake:
             logger.error("dropping malformed queue entry %s: %s", entry_id, exc)
             asyncio.create_task(self._ack(entry_id, queue))
             return
-        if queue == protocol.background_queue_key(self.pool):
+        if queue == keys.background_queue_key(self.pool):
             job.priority = protocol.PRIORITY_BACKGROUND
             self._background.add(job.job_id)
         else:
@@ -176,7 +176,7 @@ class JobIntake:
         task.add_done_callback(_done)
 
     async def _ack(self, entry_id: str, queue: str | None = None) -> None:
-        queue = queue or protocol.queue_key(self.pool)
+        queue = queue or keys.queue_key(self.pool)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.xack(queue, protocol.GROUP, entry_id)
             pipe.xdel(queue, entry_id)

@@ -27,7 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from inference import protocol, redis_types
+from inference import keys, protocol, redis_types
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class RedisOutageTolerance:
         that the connection error is raised (the job ends with an error, like any
         engine failure). Every written entry joins the job's journal.
         """
-        gen = protocol.gen_key(job_id)
+        gen = keys.gen_key(job_id)
         deadline = time.monotonic() + REDIS_WRITE_WAIT_S
         journal = self._journals.get(job_id)
         while batch:
@@ -145,7 +145,7 @@ class RedisOutageTolerance:
         """Before a job's terminal event: write its journal back if its stream is gone,
         so the terminal event never ends a stream that lost the answer's text."""
         if self._journals.get(job_id) and not await self.redis.exists(
-            protocol.gen_key(job_id)
+            keys.gen_key(job_id)
         ):
             await self._stream_restore(job_id, None)
 
@@ -159,7 +159,7 @@ class RedisOutageTolerance:
         writer, e.g. the web tier's watchdog, recreated the stream meanwhile); those
         entries are skipped with a warning and the new event is still written.
         """
-        gen = protocol.gen_key(job_id)
+        gen = keys.gen_key(job_id)
         journal = self._journals.get(job_id, [])
         async with self.redis.pipeline(transaction=True) as pipe:
             for entry_id, old in journal:

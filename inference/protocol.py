@@ -1,35 +1,34 @@
 """The Redis protocol between the web tier and inference workers (DESIGN §5).
 
-This module owns every Redis key name and every event schema of the inference tier;
-nothing else builds a key or an event by hand. It stays one module past 400 lines on
-purpose (CONVENTIONS §6, one owner per contract): a reader finds the whole protocol,
-keys, job, events and their schemas, in one place, and a change to it in one diff.
+This module owns every event schema of the inference tier and the job format;
+nothing else builds an event by hand. The key names live in :mod:`inference.keys`.
+It stays one module past 400 lines on purpose (CONVENTIONS §6, one owner per
+contract): a reader finds the whole protocol, job, events and their schemas, in one
+place, and a change to it in one diff.
 
-Keys
-- ``inf:q:{pool}``: stream of jobs, consumer group ``workers``; an entry holds one
-  field ``job`` (the JSON of :class:`Job`).
-- ``inf:qb:{pool}``: the pool's background lane, the same format: an embedding pool's
+Keys (named in :mod:`inference.keys`)
+- a pool's queue (``inf:q:*``): stream of jobs, consumer group ``workers``; an entry
+  holds one field ``job`` (the JSON of :class:`Job`).
+- a pool's background lane (``inf:qb:*``), the same format: an embedding pool's
   bulk jobs (ingestion, large requests), a chat pool's background generations (titles,
-  summaries, fact extraction). Taken only when ``inf:q:{pool}`` is empty; a chat worker
+  summaries, fact extraction). Taken only when the queue is empty; a chat worker
   whose slots are all taken stops a background job for an interactive one (the
   background job ends with ``error {code: "preempted"}`` and its caller sends it again).
-- ``inf:gen:{job_id}``: stream of one generation's events; each entry has fields
-  ``e`` (event type) and ``d`` (JSON payload). Expires ``stream_ttl`` seconds after its
-  terminal event.
-- ``inf:final:{job_id}``: set (NX) by whoever appends the terminal event, so a
-  generation has exactly one.
-- ``inf:cancel:{job_id}``: present = the user asked to stop.
-- ``inf:watch:{job_id}`` / ``inf:detached:{job_id}``: number of SSE clients attached,
-  and the epoch second after which a generation with none attached is cancelled.
-- ``inf:workers:{pool}``: sorted set, member = worker id, score = last heartbeat (epoch s).
-- ``inf:worker:{worker_id}``: hash written at each heartbeat: ``slots``, ``busy``,
-  ``pool``, ``engine``, ``model``, ``heartbeat`` (epoch s), ``stopping`` (1 once the
-  worker takes no new job and drains), ``reclaim_scans`` (crash-recovery scans done).
-- ``inf:attempts:{job_id}``: how many times crash recovery re-queued the job (a job that
-  lost its worker before its first token is retried at most :data:`MAX_RETRIES` times).
+- a generation's stream (``inf:gen:*``): each entry has fields ``e`` (event type) and
+  ``d`` (JSON payload). Expires ``stream_ttl`` seconds after its terminal event.
+- its final mark: set (NX) by whoever appends the terminal event, so a generation
+  has exactly one; its cancel flag: present = the user asked to stop; its watch count
+  and detach deadline: SSE clients attached, and the epoch second after which a
+  generation with none attached is cancelled.
+- a pool's workers: sorted set, member = worker id, score = last heartbeat (epoch s);
+  a worker's hash, written at each heartbeat: ``slots``, ``busy``, ``pool``,
+  ``engine``, ``model``, ``heartbeat`` (epoch s), ``stopping`` (1 once the worker takes
+  no new job and drains), ``reclaim_scans`` (crash-recovery scans done).
+- a job's attempts: how many times crash recovery re-queued it (a job that lost its
+  worker before its first token is retried at most :data:`MAX_RETRIES` times).
 
-Queue entries are deleted (XACK + XDEL) once handled, so ``XLEN inf:q:{pool}`` is the
-jobs waiting plus the jobs running (the consumer group's pending entries).
+Queue entries are deleted (XACK + XDEL) once handled, so a queue's XLEN is the jobs
+waiting plus the jobs running (the consumer group's pending entries).
 
 Events on ``inf:gen:{job_id}`` (payload schemas in :data:`EVENT_SCHEMAS`)
 - ``meta``  ``{"model": str, "worker": str, "queue_ms": int}``, first, when a worker takes the job:
@@ -131,98 +130,6 @@ CACHE_KINDS = frozenset({CACHE_EXACT, CACHE_SEMANTIC})
 
 STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
 STREAM_START = "0-0"
-
-
-def queue_key(pool: str) -> str:
-    """Return the job stream key of a pool."""
-    return f"inf:q:{pool}"
-
-
-def background_queue_key(pool: str) -> str:
-    """Return the background lane of a pool (a job stream in the queue's format).
-
-    Work nobody watches goes here: document ingestion and large embedding requests on
-    an embedding pool, titles, summaries and fact extraction on a chat pool. The
-    pool's workers take from it only when ``inf:q:{pool}`` is empty, so a turn never
-    waits behind a document or behind the previous turn's summary (on a one-slot
-    worker that wait would be seconds per turn). Its key is outside ``inf:q:*``: not a pool of its own, and not counted by admission.
-    """
-    return f"inf:qb:{pool}"
-
-
-def gen_key(job_id: str) -> str:
-    """Return the event stream key of one generation."""
-    return f"inf:gen:{job_id}"
-
-
-def hub_wake_key(hub_id: str) -> str:
-    """Return the wake-up stream of one web process's stream hub (inference/streams.py).
-
-    The hub's reader blocks in one XREAD over every followed generation plus this key;
-    an entry added here ends that XREAD at once, so a new follower is read without
-    waiting out the block. Each hub has its own (``hub_id`` is random).
-    """
-    return f"inf:hubwake:{hub_id}"
-
-
-def final_key(job_id: str) -> str:
-    """Return the key that marks a generation's terminal event as written."""
-    return f"inf:final:{job_id}"
-
-
-def cancel_key(job_id: str) -> str:
-    """Return the cancel-flag key of a generation."""
-    return f"inf:cancel:{job_id}"
-
-
-def watch_key(job_id: str) -> str:
-    """Return the key counting SSE clients attached to a generation."""
-    return f"inf:watch:{job_id}"
-
-
-def detached_key(job_id: str) -> str:
-    """Return the key holding the cancel deadline (epoch s) of an unwatched generation."""
-    return f"inf:detached:{job_id}"
-
-
-def moderation_key(job_id: str) -> str:
-    """Return the hash of a generation's output-moderation decisions.
-
-    Field: a window's index (0, 1, ...); value: its decision as JSON
-    (:class:`safety.output.WindowDecision`). Written once per window by whoever checks
-    it first (HSETNX: the live follower, or settlement's replay), read by every later
-    replay and resume, so all of them release and cut at the same place.
-    """
-    return f"inf:mod:{job_id}"
-
-
-def attempts_key(job_id: str) -> str:
-    """Return the key counting crash-recovery retries of a job."""
-    return f"inf:attempts:{job_id}"
-
-
-def pool_from_queue_key(key: str) -> str:
-    """Return the pool name of a ``inf:q:{pool}`` key (inverse of :func:`queue_key`)."""
-    return key.removeprefix("inf:q:")
-
-
-def pool_from_workers_key(key: str) -> str:
-    """Return the pool name of a ``inf:workers:{pool}`` key."""
-    return key.removeprefix("inf:workers:")
-
-
-QUEUE_KEY_PATTERN = "inf:q:*"
-WORKERS_KEY_PATTERN = "inf:workers:*"
-
-
-def workers_key(pool: str) -> str:
-    """Return the heartbeat sorted set of a pool's workers."""
-    return f"inf:workers:{pool}"
-
-
-def worker_key(worker_id: str) -> str:
-    """Return the slot-status hash of one worker."""
-    return f"inf:worker:{worker_id}"
 
 
 @dataclass

@@ -27,7 +27,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from inference import metrics, protocol, redis_types
+from inference import keys, metrics, protocol, redis_types
 from inference.engines.base import Engine
 
 logger = logging.getLogger("inference.worker")
@@ -117,7 +117,7 @@ class CrashRecovery:
         now = time.time()
         live = set(
             await self.redis.zrangebyscore(
-                protocol.workers_key(self.pool), now - self.worker_ttl_s, "+inf"
+                keys.workers_key(self.pool), now - self.worker_ttl_s, "+inf"
             )
         )
         live.add(self.worker_id)
@@ -144,7 +144,7 @@ class CrashRecovery:
                     if still:
                         continue
                 await self.redis.xgroup_delconsumer(queue, protocol.GROUP, name)
-                await self.redis.zrem(protocol.workers_key(self.pool), name)
+                await self.redis.zrem(keys.workers_key(self.pool), name)
         self.reclaim_scans += 1
         return handled
 
@@ -182,19 +182,17 @@ class CrashRecovery:
         except (ValueError, TypeError):
             await self._ack(entry_id, queue)
             return
-        if await self.redis.exists(protocol.final_key(job.job_id)):
+        if await self.redis.exists(keys.final_key(job.job_id)):
             await self._ack(entry_id, queue)  # it ended; only the ack was lost
             return
         head = cast(
             list[redis_types.StreamEntry],
-            await self.redis.xrange(protocol.gen_key(job.job_id), count=8),
+            await self.redis.xrange(keys.gen_key(job.job_id), count=8),
         )
         emitted = any(f.get("e") == protocol.EVENT_TOKEN for _id, f in head)
         if not emitted:
-            attempts = await self.redis.incr(protocol.attempts_key(job.job_id))
-            await self.redis.expire(
-                protocol.attempts_key(job.job_id), self.stream_ttl_s
-            )
+            attempts = await self.redis.incr(keys.attempts_key(job.job_id))
+            await self.redis.expire(keys.attempts_key(job.job_id), self.stream_ttl_s)
             if attempts <= protocol.MAX_RETRIES:
                 # A fresh queue window: the first one was spent on the dead worker.
                 now = time.time()
@@ -214,7 +212,7 @@ class CrashRecovery:
         if emitted:
             events = cast(
                 list[redis_types.StreamEntry],
-                await self.redis.xrange(protocol.gen_key(job.job_id)),
+                await self.redis.xrange(keys.gen_key(job.job_id)),
             )
             streamed = sum(f.get("e") == protocol.EVENT_TOKEN for _id, f in events)
         await self._terminal(

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
-from inference import protocol, redis_types
+from inference import keys, protocol, redis_types
 from inference.client import WORKER_TTL_S
 from inference.connections import redis_sync
 
@@ -76,12 +76,12 @@ def pools_list() -> list[str]:
     """Return the names of pools that have a queue or a heartbeat set, sorted."""
     client = redis_sync()
     pools = {
-        protocol.pool_from_queue_key(k)
-        for k in client.scan_iter(match=protocol.QUEUE_KEY_PATTERN, _type="stream")
+        keys.pool_from_queue_key(k)
+        for k in keys.scan_iter_all(client, keys.QUEUE_KEY_PATTERN, _type="stream")
     }
     pools |= {
-        protocol.pool_from_workers_key(k)
-        for k in client.scan_iter(match=protocol.WORKERS_KEY_PATTERN, _type="zset")
+        keys.pool_from_workers_key(k)
+        for k in keys.scan_iter_all(client, keys.WORKERS_KEY_PATTERN, _type="zset")
     }
     return sorted(pools)
 
@@ -98,11 +98,11 @@ def pool_status(*, pool: str, worker_ttl_s: float = WORKER_TTL_S) -> PoolStatus:
     local_now = time.time()
     status = PoolStatus(pool=pool)
     beats = client.zrangebyscore(
-        protocol.workers_key(pool), local_now - worker_ttl_s, "+inf", withscores=True
+        keys.workers_key(pool), local_now - worker_ttl_s, "+inf", withscores=True
     )
     # decoded replies (inference.connections): (member, score) pairs, a str hash
     for worker_id, beat in cast(list[tuple[str, float]], beats):
-        info = cast(dict[str, str], client.hgetall(protocol.worker_key(worker_id)))
+        info = cast(dict[str, str], client.hgetall(keys.worker_key(worker_id)))
         worker = WorkerStatus(
             worker_id=worker_id,
             engine=info.get("engine", ""),
@@ -117,7 +117,7 @@ def pool_status(*, pool: str, worker_ttl_s: float = WORKER_TTL_S) -> PoolStatus:
         status.workers.append(worker)
         status.slots += worker.slots
         status.busy += worker.busy
-    queue = protocol.queue_key(pool)
+    queue = keys.queue_key(pool)
     try:
         groups = client.xinfo_groups(queue)
     except ResponseError:

@@ -8,7 +8,7 @@ keys) and hands the parsed events to the followers' :class:`Subscription` buffer
 no connection, thread or Redis command per stream.
 
 - **Subscribing while the reader is blocked**: the XREAD also watches the hub's own
-  wake-up stream (:func:`inference.protocol.hub_wake_key`); a subscription made while
+  wake-up stream (:func:`inference.keys.hub_wake_key`); a subscription made while
   the XREAD is pending appends one entry there (at most one per XREAD round), which
   ends the XREAD at once, and the next round includes the new stream.
 - **Leaving**: :meth:`Subscription.close` only drops the subscription (no I/O), so it
@@ -39,7 +39,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from redis.exceptions import RedisError
 
-from inference import protocol, redis_types
+from inference import keys, protocol, redis_types
 from inference.connections import redis_async, redis_async_new
 
 logger = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ class StreamHub:
         self._open = 0  # subscriptions in _keys
         self._task: asyncio.Task[None] | None = None
         self._wake_tasks: set[asyncio.Task[None]] = set()
-        self._wake_key = protocol.hub_wake_key(self.hub_id)
+        self._wake_key = keys.hub_wake_key(self.hub_id)
         self._wake_after = protocol.STREAM_START
         self._reading = False
         self._wake_sent = False
@@ -219,7 +219,7 @@ class StreamHub:
 
     def subscribe(self, *, job_id: str, after: str) -> Subscription:
         """Follow generation ``job_id`` from entry id ``after`` (``0-0``: its start)."""
-        key = protocol.gen_key(job_id)
+        key = keys.gen_key(job_id)
         sub = Subscription(self, key, after)
         self._keys.setdefault(key, []).append(sub)
         self._open += 1

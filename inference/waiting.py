@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from inference import protocol
+from inference import keys, protocol
 from inference.client import (
     QUEUE_POSITION_SCAN_MAX,
     WATCHDOG_MESSAGES,
@@ -107,7 +107,7 @@ async def _waiting_jobs(pool: str) -> tuple[dict[str, int], bool]:
     """One Lua call: ``({job id: place (1 = next)}, more wait past the scan)`` for the
     first QUEUE_POSITION_SCAN_MAX jobs that wait in ``pool``'s queue."""
     reply = await redis_async().eval(
-        _WAITING_LUA, 1, protocol.queue_key(pool), protocol.GROUP,
+        _WAITING_LUA, 1, keys.queue_key(pool), protocol.GROUP,
         QUEUE_POSITION_SCAN_MAX,
     )  # fmt: skip
     *ids, more = reply

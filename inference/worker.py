@@ -38,7 +38,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from inference import metrics, protocol, redis_types
+from inference import keys, metrics, protocol, redis_types
 from inference.client import WORKER_TTL_S, terminal_append
 from inference.connections import redis_async_new
 from inference.engines.base import (
@@ -57,8 +57,8 @@ from inference.worker_loops import WorkerLoops
 logger = logging.getLogger(__name__)
 
 
-# Start a job: KEYS = final marker, cancel flag, generation stream, worker hash; ARGV =
-# meta event type and payload, stream TTL (s), busy slots. Returns {-1, ''} (the
+# Start a job: KEYS = final marker, cancel flag, generation stream (one slot: the
+# job's); ARGV = meta event type and payload, stream TTL (s). Returns {-1, ''} (the
 # generation already ended: nothing written), else {1 if it is cancelled or 0, the meta
 # event's entry id} after appending the meta event (the id opens the stream journal).
 _START_LUA = """
@@ -66,7 +66,6 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return {-1, ''} end
 local cancelled = redis.call('EXISTS', KEYS[2])
 local id = redis.call('XADD', KEYS[3], '*', 'e', ARGV[1], 'd', ARGV[2])
 redis.call('EXPIRE', KEYS[3], ARGV[3])
-redis.call('HSET', KEYS[4], 'busy', ARGV[4])
 return {cancelled, id}
 """
 
@@ -131,7 +130,7 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
     @property
     def queue_keys(self) -> list[str]:
         """The queue streams this worker takes jobs from, in order of priority."""
-        return [protocol.queue_key(self.pool), protocol.background_queue_key(self.pool)]
+        return [keys.queue_key(self.pool), keys.background_queue_key(self.pool)]
 
     def _busy(self) -> int:
         """Job slots in use (published in the heartbeat)."""
@@ -194,8 +193,8 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
             for task in aux:
                 task.cancel()
             await asyncio.wait(aux, timeout=5)
-            await self.redis.zrem(protocol.workers_key(self.pool), self.worker_id)
-            await self.redis.delete(protocol.worker_key(self.worker_id))
+            await self.redis.zrem(keys.workers_key(self.pool), self.worker_id)
+            await self.redis.delete(keys.worker_key(self.worker_id))
             await self.engine.close()
             await self.redis.aclose()
 
@@ -225,7 +224,7 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
 
     async def _run_job(self, entry_id: str, job: protocol.Job, queue: str) -> None:
         started = time.time()
-        gen = protocol.gen_key(job.job_id)
+        gen = keys.gen_key(job.job_id)
         try:
             if job.deadline and started > job.deadline:
                 await self._terminal(
@@ -250,19 +249,21 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
                 },
             )
             # One round trip before the engine starts (it is on every answer's TTFT):
-            # the checks and the meta event in one script.
-            state, meta_id = await self.redis.eval(
-                _START_LUA,
-                4,
-                protocol.final_key(job.job_id),
-                protocol.cancel_key(job.job_id),
-                gen,
-                protocol.worker_key(self.worker_id),
-                meta["e"],
-                meta["d"],
-                self.stream_ttl_s * 24,
-                len(self._running),
-            )
+            # the checks and the meta event in one script, the worker's busy slots
+            # beside it (the worker's hash is in another slot).
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.eval(
+                    _START_LUA,
+                    3,
+                    keys.final_key(job.job_id),
+                    keys.cancel_key(job.job_id),
+                    gen,
+                    meta["e"],
+                    meta["d"],
+                    self.stream_ttl_s * 24,
+                )
+                pipe.hset(keys.worker_key(self.worker_id), "busy", len(self._running))
+                state, meta_id = (await pipe.execute())[0]
             if int(state) < 0:
                 return  # ended elsewhere (e.g. timed out by the web tier)
             self._journal_open(job.job_id, (meta_id, meta))

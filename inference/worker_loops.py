@@ -20,7 +20,7 @@ import time
 
 import redis.asyncio as aioredis
 
-from inference import metrics, protocol, redis_types
+from inference import keys, metrics, protocol, redis_types
 from inference.engines.base import Engine
 
 logger = logging.getLogger(__name__)
@@ -57,11 +57,11 @@ class WorkerLoops:
 
     async def _heartbeat(self) -> None:
         now = time.time()
-        queue = protocol.queue_key(self.pool)
+        queue = keys.queue_key(self.pool)
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zadd(protocol.workers_key(self.pool), {self.worker_id: now})
+            pipe.zadd(keys.workers_key(self.pool), {self.worker_id: now})
             pipe.hset(
-                protocol.worker_key(self.worker_id),
+                keys.worker_key(self.worker_id),
                 mapping={
                     "slots": self.concurrency,
                     "busy": self._busy(),
@@ -75,9 +75,7 @@ class WorkerLoops:
                     **self._heartbeat_fields(),
                 },
             )
-            pipe.expire(
-                protocol.worker_key(self.worker_id), int(self.worker_ttl_s * 3) + 1
-            )
+            pipe.expire(keys.worker_key(self.worker_id), int(self.worker_ttl_s * 3) + 1)
             pipe.xlen(queue)
             pipe.xpending(queue, protocol.GROUP)
             results = await pipe.execute()
@@ -99,17 +97,18 @@ class WorkerLoops:
             if not job_ids:
                 continue
             try:
-                # one command for all running jobs (a pipeline of 2 per job packed and
+                # one MGET for all running jobs (split per slot on a cluster; a pipeline of 2 per job packed and
                 # parsed 100 commands every cancel_poll_s at 50 running jobs)
-                flags = await self.redis.mget(
+                flags = await keys.mget_all(
+                    self.redis,
                     [
                         key
                         for job_id in job_ids
                         for key in (
-                            protocol.cancel_key(job_id),
-                            protocol.detached_key(job_id),
+                            keys.cancel_key(job_id),
+                            keys.detached_key(job_id),
                         )
-                    ]
+                    ],
                 )
             except Exception:  # noqa: BLE001 - a Redis blip must not end the cancels
                 logger.exception("cancel check failed")

@@ -17,7 +17,7 @@ replay, so no surface can skip it. On while SAFETY_OUTPUT_ENABLED.
 - SAFETY_OUTPUT_MODE ``hold`` releases a window only once checked; ``release``
   streams at once and cuts after a violating window.
 - Each window's decision is recorded in Redis
-  (:func:`inference.protocol.moderation_key`, first checker wins), so every reader
+  (:func:`inference.keys.moderation_key`, first checker wins), so every reader
   cuts at the same place.
 - A cut ends the answer ``content_filter``, records one :class:`ModerationEvent` with
   the whole generated text and does not count toward the user's abuse score.
@@ -37,7 +37,7 @@ from django.conf import settings
 from django.db import transaction
 
 from chatsite.db import db_brief
-from inference import protocol
+from inference import keys
 from inference.connections import redis_sync
 from safety.categories import Category
 from safety.classifiers import (
@@ -307,7 +307,7 @@ class OutputModerator:
         if not window.strip():
             return WindowDecision(PASS)
         client = redis_sync()
-        key = protocol.moderation_key(self.job_id)
+        key = keys.moderation_key(self.job_id)
         raw = client.hget(key, str(index))
         if raw is not None:
             return WindowDecision.from_json(raw)

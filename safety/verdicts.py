@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 import redis
 from django.conf import settings
 
+from inference import keys
 from inference.connections import redis_sync
 from inference.embedding_model import EMBEDDING_DIM
 from inference.vectors import vectors_decode, vectors_encode
@@ -35,13 +36,11 @@ from safety.classifiers import Verdict
 
 logger = logging.getLogger(__name__)
 
-KEY_PREFIX = "safety:verdict"
-
 
 def verdict_key(*, backend: str, text: str) -> str:
     """Return the cache key of ``text``'s verdict by ``backend``."""
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"{KEY_PREFIX}:{backend}:{digest}"
+    return keys.verdict_key(backend, digest)
 
 
 def verdicts_cached(*, backend: str, texts: Sequence[str]) -> list[Verdict | None]:
@@ -53,7 +52,9 @@ def verdicts_cached(*, backend: str, texts: Sequence[str]) -> list[Verdict | Non
     if settings.SAFETY_VERDICT_CACHE_S <= 0 or not texts:
         return [None] * len(texts)
     try:
-        raw = redis_sync().mget([verdict_key(backend=backend, text=t) for t in texts])
+        raw = keys.mget_all(
+            redis_sync(), [verdict_key(backend=backend, text=t) for t in texts]
+        )
     except redis.RedisError as exc:
         logger.warning("verdict cache unavailable: %s", exc)
         return [None] * len(texts)
@@ -108,13 +109,10 @@ def verdicts_store(*, texts: Sequence[str], verdicts: Sequence[Verdict]) -> None
         logger.warning("verdict cache unavailable: %s", exc)
 
 
-VECTOR_PREFIX = "safety:vector"
-
-
 def vector_key(text: str) -> str:
     """Return the key of ``text``'s kept embedding (``safety:vector:{sha256}``)."""
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"{VECTOR_PREFIX}:{digest}"
+    return keys.vector_key(digest)
 
 
 def vectors_exchange(
@@ -134,9 +132,10 @@ def vectors_exchange(
         for text, vector in store.items():
             pipe.set(vector_key(text), vectors_encode([vector]), ex=ttl)
         if fetch:
-            pipe.mget([vector_key(t) for t in fetch])
+            for text in fetch:  # GETs, not one MGET: the keys are in many slots
+                pipe.get(vector_key(text))
         answers = pipe.execute()
-        raw = answers[-1] if fetch else []
+        raw = answers[len(store) :]
     except redis.RedisError as exc:
         logger.warning("vector cache unavailable: %s", exc)
         return [None] * len(fetch)

@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from inference import client as inference_client
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 from inference.embed_worker import EmbedWorker
 from inference.engines.base import Engine
@@ -295,16 +295,14 @@ def make_user(username: str) -> Any:
 def fake_heartbeat(pool: str = "default", worker_id: str = "fake-worker") -> None:
     """Make ``pool`` look served (a heartbeat an hour ahead) so the gateway admits jobs
     that no real worker takes: tests of what happens before, or without, a worker."""
-    from inference import protocol
 
-    redis_sync().zadd(protocol.workers_key(pool), {worker_id: time.time() + 3600})
+    redis_sync().zadd(keys.workers_key(pool), {worker_id: time.time() + 3600})
 
 
 def fake_heartbeat_stop(pool: str = "default", worker_id: str = "fake-worker") -> None:
     """Remove the heartbeat of :func:`fake_heartbeat` (the worker went away)."""
-    from inference import protocol
 
-    redis_sync().zrem(protocol.workers_key(pool), worker_id)
+    redis_sync().zrem(keys.workers_key(pool), worker_id)
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ import pytest
 
 from conversations import services as chat
 from conversations.models import Message
-from gateway import keys, quota
+from gateway import quota
 from gateway.models import UsageRecord
+from inference import keys
 from inference.connections import redis_sync
 from tests.faults import Browser, PrivateRedis, stream_read
 from tests.stack import running_processes, stack_env, web_process
@@ -101,7 +102,7 @@ def test_worker_killed_mid_answer_the_user_sees_a_clear_error_and_the_answer_is_
         assert usage.prompt_tokens > 0
         assert answer.token_count == usage.completion_tokens
         assert answer.prompt_tokens == usage.prompt_tokens
-        assert not redis_sync().exists(keys.reservation_key(answer.job_id))
+        assert not redis_sync().exists(keys.reservation_key(user.pk, answer.job_id))
         limits = quota.Limits(per_day=10**6, per_month=10**6)
         windows = quota.quota_windows(user_id=user.pk, limits=limits)
         assert [w.used for w in windows[1:]] == [usage.total_tokens] * 2

@@ -20,7 +20,7 @@ from chatsite.sentinel import (
     sentinel_url_parse,
 )
 from inference import client as inference_client
-from inference import protocol
+from inference import keys, protocol
 from inference.engines.scripted import ScriptedEngine
 from inference.jobs import GenerationEnd
 from tests.redis_sentinel import SentinelGroup
@@ -141,14 +141,14 @@ def test_every_redis_client_reaches_the_new_master_after_the_old_one_is_killed(
     assert [_ratelimited(request), _ratelimited(request)] == [False, False]
     _broker_round_trip(group, master_port=group.master_port, body="before")
     old = group.server(group.master_port)
-    assert old.exists(protocol.gen_key(first.job_id))  # the master holds it
+    assert old.exists(keys.gen_key(first.job_id))  # the master holds it
 
     group.kill_master()
 
     # The same process-wide clients (and the worker's) now reach the promoted replica.
     second = _generate()
     new = group.server(group.replica_port)
-    assert new.exists(protocol.gen_key(first.job_id), protocol.gen_key(second.job_id))
+    assert new.exists(keys.gen_key(first.job_id), keys.gen_key(second.job_id))
     assert cache.get("drill") == "before"
     cache.set("drill", "after")
     assert new.keys("*drill*") and cache.get("drill") == "after"

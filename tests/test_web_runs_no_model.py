@@ -19,7 +19,7 @@ import pytest
 
 from conversations.models import Message
 from gateway.models import SemanticCacheEntry, UserPreference
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 from memory import services as memory_services
 from memory.models import Citation, Document
@@ -93,7 +93,7 @@ def _answer(http: httpx.Client, turn: dict[str, Any]) -> Message:
 def _queued_job(pool: str, timeout_s: float = 10.0) -> protocol.Job:
     """The one job waiting in ``pool``'s queue (no worker has taken it)."""
     deadline = time.monotonic() + timeout_s
-    while not (entries := redis_sync().xrange(protocol.queue_key(pool))):
+    while not (entries := redis_sync().xrange(keys.queue_key(pool))):
         assert time.monotonic() < deadline, "no job was queued"
         time.sleep(0.05)
     assert len(entries) == 1

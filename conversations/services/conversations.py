@@ -186,5 +186,7 @@ def conversation_delete(*, user: User, conversation_id: Any) -> None:
     conversation.delete()
     for job_id in streaming:
         transaction.on_commit(
-            functools.partial(generations.generation_abandon, job_id=job_id)
+            functools.partial(
+                generations.generation_abandon, user_id=user.pk, job_id=job_id
+            )
         )

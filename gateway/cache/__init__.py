@@ -42,7 +42,7 @@ plans, which charge only tokens an engine processed: a hit processed none, so th
 reservation is released, the :class:`UsageRecord` has ``cache_hit=True``, zero tokens
 and cost 0, and the quota is not charged.
 
-The Redis keys (exact entries, pending material) are listed in :mod:`gateway.keys`.
+The Redis keys (exact entries, pending material) are listed in :mod:`inference.keys`.
 """
 
 from gateway.cache.exact import exact_digest

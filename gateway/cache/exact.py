@@ -12,9 +12,8 @@ from typing import Any
 
 from django.conf import settings
 
-from gateway import keys
 from gateway.cache.policy import CacheHit, sampling_params, sha256_json
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 
 

@@ -8,11 +8,10 @@ import logging
 
 from django.conf import settings
 
-from gateway import keys
 from gateway.cache.exact import exact_digest, exact_get, exact_store
 from gateway.cache.policy import CacheHit, CacheMaterial, params_hash
 from gateway.cache.semantic import semantic_get, semantic_store
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 
 logger = logging.getLogger(__name__)

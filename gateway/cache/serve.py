@@ -11,7 +11,7 @@ from django.conf import settings
 
 from gateway.cache.policy import CacheHit
 from inference import client as inference_client
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 
 CACHE_WORKER = "cache"  # the ``worker`` of a cached answer's meta event
@@ -57,7 +57,7 @@ def cache_serve(
     ``latency_ms`` are the milliseconds since ``enqueued_at`` (epoch s; None: 0).
     """
     client = redis_sync()
-    key = protocol.gen_key(job_id)
+    key = keys.gen_key(job_id)
     meta = {
         "model": hit.model,
         "worker": CACHE_WORKER,

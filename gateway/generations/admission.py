@@ -298,7 +298,7 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
             else None
         )
         if hit is not None:
-            quota.quota_release(job_id=job_id)
+            quota.quota_release(user_id=user.pk, job_id=job_id)
             return Admission(
                 job_id=job_id,
                 pool=pool.name,
@@ -318,7 +318,7 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
                 job_id=job_id, material=material, pool=pool.name, model=pool.model
             )
     except BaseException:
-        quota.quota_release(job_id=job_id)
+        quota.quota_release(user_id=user.pk, job_id=job_id)
         raise
     return Admission(
         job_id=job_id,
@@ -359,14 +359,15 @@ def _month_start(month_end: float) -> datetime:
     return last_day.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-def generation_release(*, job_id: str) -> None:
-    """Give back a job's whole reservation (idempotent; no-op if already settled)."""
-    quota.quota_release(job_id=job_id)
+def generation_release(*, user_id: int, job_id: str) -> None:
+    """Give back the whole reservation of ``user_id``'s job (idempotent; no-op if
+    already settled)."""
+    quota.quota_release(user_id=user_id, job_id=job_id)
 
 
 @contextmanager
-def reservation_guard(*, job_id: str) -> Iterator[None]:
-    """Release ``job_id``'s reservation if the block raises (no-op if none was made).
+def reservation_guard(*, user_id: int, job_id: str) -> Iterator[None]:
+    """Release the reservation of ``user_id``'s ``job_id`` if the block raises (no-op if none was made).
 
     Wraps admission, storing and submission, so a request that fails after
     :func:`generation_admit` (a conflict, a database error) consumes nothing.
@@ -374,5 +375,5 @@ def reservation_guard(*, job_id: str) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        generation_release(job_id=job_id)
+        generation_release(user_id=user_id, job_id=job_id)
         raise

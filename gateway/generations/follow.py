@@ -111,7 +111,9 @@ def _quota_settle_from(
     ``tokens_seen`` token events this follower read), so no budget stays held."""
     spent = jobs.usage_spent(terminal, tokens=tokens_seen)
     billable = 0 if generation.cache_kind else spent.total_tokens
-    quota.quota_settle(job_id=generation.job_id, tokens=billable)
+    quota.quota_settle(
+        user_id=generation.user_id, job_id=generation.job_id, tokens=billable
+    )
 
 
 async def _policy_prime(chain: PolicyChain, generation: Generation, after: str) -> None:

@@ -150,7 +150,9 @@ def usage_settle(
                 raise  # another constraint (e.g. a deleted message): not a race
             return None
         tokens = usage.total_tokens
-        transaction.on_commit(lambda: quota.quota_settle(job_id=job_id, tokens=tokens))
+        transaction.on_commit(
+            lambda: quota.quota_settle(user_id=user_id, job_id=job_id, tokens=tokens)
+        )
         transaction.on_commit(
             lambda: cache.cache_settle(
                 job_id=job_id,

@@ -80,6 +80,7 @@ class Started(Generic[T]):
 
 def generation_submit(
     *,
+    user_id: int,
     job_id: str,
     messages: list[dict[str, str]],
     params: dict[str, Any],
@@ -107,14 +108,16 @@ def generation_submit(
         enqueued_at=now,
         timeout_s=settings.INFERENCE_QUEUE_TIMEOUT_S,
     )
-    # One MULTI/EXEC, one round trip: the job is kept for a fallback retry, enqueued
-    # and its reservation marked submitted all at once or not at all (a crash can
-    # neither run a job whose reservation the sweep then releases, nor hold a budget
-    # for a job that was never enqueued).
-    with redis_sync().pipeline(transaction=True) as pipe:
+    # One round trip, in this order: the job is kept for a fallback retry, enqueued,
+    # and its reservation marked submitted. Its three keys are in three slots (job,
+    # pool, sweep bucket), so no MULTI on a cluster; a crash between the enqueue and
+    # the mark can leave the job running with its reservation swept after
+    # GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S (its usage uncharged), never a budget held
+    # for a job that was never enqueued.
+    with redis_sync().pipeline(transaction=False) as pipe:
         fallback.job_remember(job=job, client=pipe)
         inference_client.job_enqueue(pool=pool, job=job, client=pipe)
-        quota.quota_reservation_submitted(job_id=job_id, client=pipe)
+        quota.quota_reservation_submitted(user_id=user_id, job_id=job_id, client=pipe)
         pipe.execute()
     return now
 
@@ -136,13 +139,14 @@ def generation_start(
     Forbidden) and whatever ``store`` raises; nothing stays reserved or enqueued then.
     """
     job_id = job_id or protocol.new_job_id()
-    with reservation_guard(job_id=job_id):
+    with reservation_guard(user_id=request.user.pk, job_id=job_id):
         admission = generation_admit(request, job_id=job_id)
         stored = None
         if store is not None:
             with transaction.atomic(durable=True):
                 stored = store(admission)
         enqueued_at = generation_submit(
+            user_id=request.user.pk,
             job_id=job_id,
             messages=request.messages,
             params=admission.params,
@@ -167,7 +171,7 @@ def generation_cancel(*, job_id: str) -> None:
     inference_client.job_cancel(job_id=job_id, ttl_s=settings.INFERENCE_STREAM_TTL_S)
 
 
-def generation_abandon(*, job_id: str) -> None:
+def generation_abandon(*, user_id: int, job_id: str) -> None:
     """Cancel a generation nobody will settle (its answer was deleted); release quota."""
     generation_cancel(job_id=job_id)
-    generation_release(job_id=job_id)
+    generation_release(user_id=user_id, job_id=job_id)

@@ -22,7 +22,7 @@ from django.utils import timezone
 from accounts import services as account
 from accounts.models import Appearance
 from conversations.models import Conversation, Feedback, Message
-from gateway import keys, selectors, services
+from gateway import selectors, services
 from gateway.cache.exact import exact_store
 from gateway.models import (
     ApiKey,
@@ -32,7 +32,7 @@ from gateway.models import (
     UsageRecord,
     UserPreference,
 )
-from inference import protocol
+from inference import keys
 from inference.connections import redis_sync
 from memory.models import Chunk, Citation, Document, MemoryFact, MemorySettings
 from memory.selectors import memory_enabled
@@ -212,8 +212,8 @@ def test_the_chat_uses_the_default_model_when_none_is_chosen(
     with django_capture_on_commit_callbacks(execute=True):
         conversation_services.turn_start(user=user, content="Hello")
     r = redis_sync()
-    assert r.xlen(protocol.queue_key("small")) == 1
-    assert r.xlen(protocol.queue_key("default")) == 0
+    assert r.xlen(keys.queue_key("small")) == 1
+    assert r.xlen(keys.queue_key("default")) == 0
 
 
 # ---- account deletion ----
@@ -304,15 +304,15 @@ def _seed(user: Any) -> set[str]:
     )
     pending = keys.cache_pending_key(f"p{user.pk}")
     r.set(pending, json.dumps({"user_id": user.pk}))
-    r.xadd(protocol.gen_key(job_id), {"type": "token", "text": "hi"})
-    r.set(protocol.final_key(job_id), 1)
+    r.xadd(keys.gen_key(job_id), {"type": "token", "text": "hi"})
+    r.set(keys.final_key(job_id), 1)
     return {
         keys.quota_day_key(user.pk, today),
         keys.quota_month_key(user.pk, today),
         keys.cache_exact_key(f"d{user.pk}"),
         pending,
-        protocol.gen_key(job_id),
-        protocol.final_key(job_id),
+        keys.gen_key(job_id),
+        keys.final_key(job_id),
     }
 
 
@@ -447,7 +447,7 @@ def test_the_quota_panel_alone_shows_the_tokens_left_now(auth_client, user):
         tokens=300,
         limits=selectors.plan_limits(plan=plan),
     )
-    quota.quota_settle(job_id="answered", tokens=120)
+    quota.quota_settle(user_id=user.pk, job_id="answered", tokens=120)
     after = auth_client.get(url).content.decode()
     assert "880</data> today" in after
     assert auth_client.post(url).status_code == 405

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from conversations import services
 from conversations.events import sse_validate
-from inference import protocol, waiting
+from inference import keys, protocol, waiting
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
 from tests.conftest import fake_heartbeat
@@ -34,7 +34,7 @@ async def _cookie(user) -> str:
 
 def _take_one(pool: str = "default") -> None:
     """Deliver the oldest waiting job to a fake consumer (as a worker's read does)."""
-    key = protocol.queue_key(pool)
+    key = keys.queue_key(pool)
     client = redis_sync()
     if not any(g["name"] == protocol.GROUP for g in client.xinfo_groups(key)):
         client.xgroup_create(key, protocol.GROUP, id="0")

@@ -16,7 +16,7 @@ from django.urls import reverse
 from chatsite.errors import Conflict, InvalidInput, NotFound
 from conversations import prompt_history, selectors, services
 from conversations.models import Conversation, Feedback, Message
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("pool_heartbeat")]
@@ -30,7 +30,7 @@ def finish(message: Message, content: str) -> None:
 
 def last_job_text() -> str:
     """Everything the newest queued job would show the model, joined."""
-    fields = redis_sync().xrange(protocol.queue_key("default"))[-1][1]
+    fields = redis_sync().xrange(keys.queue_key("default"))[-1][1]
     job = protocol.Job.from_fields(fields)
     return "\n".join(m["content"] for m in job.messages)
 

@@ -13,7 +13,7 @@ from django.urls import reverse
 from conversations import services
 from conversations.models import Conversation, Message
 from inference import client as inference_client
-from inference import protocol
+from inference import keys
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
 from tests.conftest import fake_heartbeat, fake_heartbeat_stop
@@ -213,7 +213,7 @@ def test_disconnecting_the_sse_client_runs_the_relay_cleanup(
 
     def watch(result):
         if result.events and "watchers" not in seen:
-            seen["watchers"] = redis_sync().get(protocol.watch_key(job_id))
+            seen["watchers"] = redis_sync().get(keys.watch_key(job_id))
         return sum(e.event == "token" for e in result.events) >= 3
 
     result = asyncio.run(
@@ -222,8 +222,8 @@ def test_disconnecting_the_sse_client_runs_the_relay_cleanup(
     assert not result.completed
     assert seen["watchers"] == "1"
     # cleanup ran: no watcher left, a cancel deadline is scheduled
-    assert redis_sync().get(protocol.watch_key(job_id)) is None
-    deadline = float(redis_sync().get(protocol.detached_key(job_id)))
+    assert redis_sync().get(keys.watch_key(job_id)) is None
+    deadline = float(redis_sync().get(keys.detached_key(job_id)))
     assert time.time() - 1 < deadline < time.time() + 1
     # ... and with nobody re-attaching, the worker cancels after the grace period
     for _ in range(300):

@@ -13,9 +13,9 @@ from django.test import Client
 from django.urls import reverse
 
 from conversations.models import Message
-from gateway import keys
 from gateway import services as gateway_services
 from gateway.models import SemanticCacheEntry, UsageRecord
+from inference import keys
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
 from tests.conftest import make_user

@@ -14,7 +14,7 @@ from chatsite.errors import Conflict
 from conversations import services
 from conversations.models import Conversation, Message
 from conversations.services.turns import run
-from gateway import keys
+from inference import keys
 from inference.connections import redis_sync
 from tests.conftest import fake_heartbeat
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _reservations() -> list[str]:
-    return list(redis_sync().scan_iter(keys.RESERVATION_KEY_PATTERN))
+    return list(keys.scan_iter_all(redis_sync(), keys.RESERVATION_KEY_PATTERN))
 
 
 def _conversation(user: Any) -> Conversation:
@@ -121,6 +121,6 @@ def test_the_turn_that_loses_a_race_for_the_conversation_gives_its_tokens_back(
     assert len(conflicts) == 1 and len(started) == 1
     assert conflicts[0].code == "conversation_busy"
     assert _reservations() == [
-        keys.reservation_key(started[0].assistant_message.job_id)
+        keys.reservation_key(user.pk, started[0].assistant_message.job_id)
     ]
     assert conversation.messages.filter(role=Message.Role.USER).count() == 2

@@ -7,14 +7,14 @@ from django.urls import reverse
 from conversations import services
 from conversations.models import Conversation, Message
 from gateway.models import ModelPool
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("pool_heartbeat")]
 
 
 def queued_jobs() -> int:
-    return redis_sync().xlen(protocol.queue_key("default"))
+    return redis_sync().xlen(keys.queue_key("default"))
 
 
 def finish(message: Message, content: str = "an answer") -> None:
@@ -87,9 +87,7 @@ def test_send_starts_a_conversation_titled_after_the_first_message(
     assert body["conversation"]["created"] is True
     assert body["assistant_message"]["stream_url"].endswith("/stream/")
     assert queued_jobs() == 1
-    job = protocol.Job.from_fields(
-        redis_sync().xrange(protocol.queue_key("default"))[0][1]
-    )
+    job = protocol.Job.from_fields(redis_sync().xrange(keys.queue_key("default"))[0][1])
     assert job.job_id == body["assistant_message"]["id"]
     assert job.messages[-1] == {"role": "user", "content": long_text}
 
@@ -258,7 +256,7 @@ def test_delete_asks_for_confirmation_then_deletes_everything(
     assert not Conversation.objects.filter(id=turn.conversation.id).exists()
     assert Message.objects.count() == 0
     # the streaming answer of a deleted conversation is cancelled
-    assert redis_sync().exists(protocol.cancel_key(turn.assistant_message.job_id))
+    assert redis_sync().exists(keys.cancel_key(turn.assistant_message.job_id))
 
 
 def test_stop_sets_the_cancel_flag_of_a_streaming_answer(auth_client, turn):
@@ -266,7 +264,7 @@ def test_stop_sets_the_cancel_flag_of_a_streaming_answer(auth_client, turn):
         reverse("message-stop", args=[turn.conversation.id, turn.assistant_message.id])
     )
     assert response.status_code == 202
-    assert redis_sync().exists(protocol.cancel_key(turn.assistant_message.job_id))
+    assert redis_sync().exists(keys.cancel_key(turn.assistant_message.job_id))
 
 
 def test_regenerate_keeps_the_previous_answer_without_duplicating_the_question(
@@ -286,7 +284,7 @@ def test_regenerate_keeps_the_previous_answer_without_duplicating_the_question(
     assert Conversation.objects.count() == 1
     # the new job sees the question once, and not the old answer
     job = protocol.Job.from_fields(
-        redis_sync().xrange(protocol.queue_key("default"))[-1][1]
+        redis_sync().xrange(keys.queue_key("default"))[-1][1]
     )
     assert [m["role"] for m in job.messages] == ["system", "user"]
     # while it streams, another regenerate is refused

@@ -20,7 +20,7 @@ from evaluation import importing, runs, services
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet
 from gateway import generations, routing
 from gateway.models import Plan, UsageRecord
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
 from tests.conftest import fake_heartbeat, make_user
@@ -54,7 +54,7 @@ def make_set(name: str, lines: list[str]) -> EvalSet:
 def queue_jobs(pool: str, n: int) -> None:
     for i in range(n):
         job = protocol.Job(job_id=f"waiting-{pool}-{i}", messages=[])
-        redis_sync().xadd(protocol.queue_key(pool), job.to_fields())
+        redis_sync().xadd(keys.queue_key(pool), job.to_fields())
 
 
 def wait_for(condition, timeout: float = 10.0) -> None:
@@ -242,7 +242,7 @@ def test_a_shed_case_waits_with_backoff_and_runs_once_capacity_returns(
     # while the users' backlog lasts the eval request is refused, not enqueued
     watch_until = time.monotonic() + 0.5
     while time.monotonic() < watch_until:
-        assert redis_sync().xlen(protocol.queue_key("default")) == 3
+        assert redis_sync().xlen(keys.queue_key("default")) == 3
         time.sleep(0.05)
     assert not EvalResult.objects.filter(run=run).exists()
     start_worker(ScriptedEngine())  # drains the backlog: capacity comes back

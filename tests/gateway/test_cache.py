@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from conversations import services as chat
 from conversations.models import Message
-from gateway import cache, keys, quota
+from gateway import cache, quota
 from gateway.models import SemanticCacheEntry, UsageRecord
 from inference import client as inference_client
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
 from tests.conftest import fake_heartbeat, make_user
@@ -33,7 +33,7 @@ pytestmark = [
 ]
 
 DETERMINISTIC = {"temperature": 0}
-QUEUE = protocol.queue_key("default")
+QUEUE = keys.queue_key("default")
 
 
 def stream(user: Any, turn: chat.Turn, **options: Any) -> SseResult:
@@ -99,7 +99,7 @@ def test_exact_hit_at_temperature_0_streams_without_a_job_and_costs_nothing(
     assert record.message_id == answer.id and record.status == "complete"
     # the hit's reservation was released: the windows hold only the first answer
     assert quota.quota_windows(user_id=user.pk, limits=quota.Limits())[1].used == spent
-    assert redis_sync().get(keys.reservation_key(answer.job_id)) is None
+    assert redis_sync().get(keys.reservation_key(user.pk, answer.job_id)) is None
 
 
 def test_a_hit_is_served_even_when_the_pool_is_saturated(start_worker, user):
@@ -211,7 +211,7 @@ def test_another_system_prompt_or_model_is_a_miss(start_worker, user, settings):
     assert served_from_cache("What's the capital city of France?")  # control
     assert not served_from_cache("What is the capital of France?", model="big")
     assert not served_from_cache("What's the capital city of France?", model="big")
-    assert redis_sync().xlen(protocol.queue_key("big")) == 2
+    assert redis_sync().xlen(keys.queue_key("big")) == 2
     settings.CHAT_SYSTEM_PROMPT = "You are a pirate. Answer like one."
     assert not served_from_cache("What is the capital of France?")
     assert not served_from_cache("What's the capital city of France?")
@@ -364,7 +364,7 @@ def test_a_cached_answer_is_written_with_valid_events(user):
     assert [e.type for e in events][0] == "meta" and events[-1].type == "done"
     assert "".join(e.data["t"] for e in events if e.type == "token") == hit.text
     assert events[-1].data["finish_reason"] == "length"
-    assert redis_sync().exists(protocol.final_key("job-c"))
+    assert redis_sync().exists(keys.final_key("job-c"))
 
 
 def test_old_semantic_entries_are_not_served_and_are_pruned(user, settings):

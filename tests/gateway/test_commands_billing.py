@@ -149,7 +149,7 @@ def test_reset_quota_restores_the_budget_and_audits_it():
     factories.subscribe(ann, tiny)
     limits = selectors.plan_limits(plan=tiny)
     quota.quota_reserve(user_id=ann.pk, job_id="spent", tokens=900, limits=limits)
-    quota.quota_settle(job_id="spent", tokens=900)
+    quota.quota_settle(user_id=ann.pk, job_id="spent", tokens=900)
     quota.quota_reserve(user_id=ann.pk, job_id="live", tokens=60, limits=limits)
     out = run("reset_quota", "ann")
     assert "Reset the quota of ann:" in out

@@ -19,6 +19,7 @@ from gateway import embeddings, quota, selectors
 from gateway.checks import embedding_pool_dimensions_check
 from gateway.models import ModelPool, Plan, UsageRecord
 from inference import embeddings as inference_embeddings
+from inference import keys
 from inference.embeddings import EMBEDDING_DIM
 from tests.conftest import fake_heartbeat
 from tests.conversations.openai.helpers import no_reservations
@@ -125,12 +126,11 @@ async def test_a_cancelled_request_gives_its_reservation_back(user, settings):
         embeddings.embedding_create(admission=admission, texts=TEXTS)
     )
     # wait until the job is on the queue: the request is waiting for its vectors
-    from inference import protocol
     from inference.connections import redis_async
 
     client = redis_async()
     async with asyncio.timeout(10):
-        while not await client.xlen(protocol.queue_key(settings.EMBEDDING_POOL)):
+        while not await client.xlen(keys.queue_key(settings.EMBEDDING_POOL)):
             await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

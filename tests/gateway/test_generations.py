@@ -27,7 +27,7 @@ from gateway import services as gateway_services
 from gateway.generations import policy
 from gateway.models import UsageRecord
 from inference import client as inference_client
-from inference import protocol, streams
+from inference import keys, protocol, streams
 from inference.connections import redis_sync
 from tests.conftest import fake_heartbeat
 from tests.conversations.openai.helpers import asgi, ask, no_reservations
@@ -167,7 +167,7 @@ CASES = [
 def _write_generation(job_id: str, case: Case) -> None:
     """Write the generation's events as a worker does (protocol schemas enforced)."""
     client = redis_sync()
-    key = protocol.gen_key(job_id)
+    key = keys.gen_key(job_id)
     client.xadd(
         key,
         protocol.event_fields(
@@ -507,7 +507,7 @@ def _serve_one(pool: str, case: Case) -> None:
     worker does."""
     client = redis_sync()
     deadline = time.time() + 10
-    while not (entries := client.xrange(protocol.queue_key(pool))):
+    while not (entries := client.xrange(keys.queue_key(pool))):
         assert time.time() < deadline, "no job was enqueued"
         time.sleep(0.01)
     _write_generation(protocol.Job.from_fields(entries[0][1]).job_id, case)
@@ -544,6 +544,7 @@ def test_gateway_and_background_generations_enqueue_the_same_job():
     messages = [{"role": "user", "content": "Say hello"}]
     params = {"max_tokens": 16, "temperature": 0.2}
     generations.generation_submit(
+        user_id=7,
         job_id="gateway-job",
         messages=messages,
         params=params,
@@ -560,7 +561,7 @@ def test_gateway_and_background_generations_enqueue_the_same_job():
     assert end.error_code == protocol.ERROR_QUEUE_TIMEOUT  # nobody served it
     jobs = {}
     for pool in ("gateway-pool", "background-pool"):
-        [(_entry_id, fields)] = redis_sync().xrange(protocol.queue_key(pool))
+        [(_entry_id, fields)] = redis_sync().xrange(keys.queue_key(pool))
         jobs[pool] = protocol.Job.from_fields(fields)
     gateway_job, background_job = jobs["gateway-pool"], jobs["background-pool"]
     assert gateway_job.job_id == "gateway-job"

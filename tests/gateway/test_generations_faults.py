@@ -22,9 +22,10 @@ from django.test import Client
 
 from conversations import services as chat
 from conversations.models import Message
-from gateway import keys, quota
+from gateway import quota
 from gateway import services as gateway_services
 from gateway import tasks as gateway_tasks
+from inference import keys
 from inference.connections import redis_sync
 from tests import stack
 from tests.conftest import fake_heartbeat
@@ -61,7 +62,7 @@ _TURN_AND_DIE = textwrap.dedent(
 def _reserved_tokens() -> int:
     return sum(
         int(redis_sync().hget(key, "amount") or 0)
-        for key in redis_sync().scan_iter(keys.reservation_key("*"))
+        for key in keys.scan_iter_all(redis_sync(), keys.RESERVATION_KEY_PATTERN)
     )
 
 
@@ -199,7 +200,9 @@ def test_postgresql_restarted_under_running_streams_ends_each_clearly_and_leaks_
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + 30
-        while len(list(redis_sync().scan_iter("inf:gen:*"))) < 10:  # all streaming
+        while (
+            len(list(keys.scan_iter_all(redis_sync(), keys.GEN_KEY_PATTERN))) < 10
+        ):  # all streaming
             assert time.monotonic() < deadline, "the streams did not start"
             time.sleep(0.05)
         connection.close()

@@ -13,10 +13,10 @@ from django.urls import reverse
 from chatsite.errors import PoolSaturated, QuotaExceeded
 from conversations import services as chat
 from conversations.models import Conversation, Message
-from gateway import keys, quota, selectors
+from gateway import quota, selectors
 from gateway.models import UsageRecord
 from inference import client as inference_client
-from inference import protocol
+from inference import keys
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
 from tests.conftest import fake_heartbeat, fake_heartbeat_stop, make_user
@@ -33,7 +33,7 @@ def test_reserve_charges_every_window_and_settle_refunds_the_rest():
         user_id=7, job_id="j1", tokens=300, limits=limits, now=NOON
     )
     assert [w.used for w in windows] == [300, 300, 300]
-    assert quota.quota_settle(job_id="j1", tokens=120) == 300
+    assert quota.quota_settle(user_id=7, job_id="j1", tokens=120) == 300
     after = quota.quota_windows(user_id=7, limits=limits, now=NOON)
     assert [w.used for w in after] == [120, 120, 120]
     assert [w.remaining for w in after] == [880, 4880, 8880]
@@ -43,10 +43,12 @@ def test_settle_is_idempotent_and_release_gives_everything_back():
     limits = quota.Limits(per_day=1000)
     quota.quota_reserve(user_id=1, job_id="a", tokens=400, limits=limits, now=NOON)
     quota.quota_reserve(user_id=1, job_id="b", tokens=100, limits=limits, now=NOON)
-    assert quota.quota_settle(job_id="a", tokens=50) == 400
-    assert quota.quota_settle(job_id="a", tokens=50) is None  # second settle: no-op
-    assert quota.quota_release(job_id="b") == 100
-    assert quota.quota_release(job_id="b") is None
+    assert quota.quota_settle(user_id=1, job_id="a", tokens=50) == 400
+    assert (
+        quota.quota_settle(user_id=1, job_id="a", tokens=50) is None
+    )  # second settle: no-op
+    assert quota.quota_release(user_id=1, job_id="b") == 100
+    assert quota.quota_release(user_id=1, job_id="b") is None
     assert quota.quota_windows(user_id=1, limits=limits, now=NOON)[1].used == 50
 
 
@@ -67,7 +69,7 @@ def test_over_the_limit_is_a_429_naming_the_window_with_rate_limit_headers():
     }
     # nothing was charged for the rejected request, nothing reserved for it
     assert quota.quota_windows(user_id=3, limits=limits, now=NOON)[0].used == 80
-    assert not redis_sync().exists(keys.reservation_key("y"))
+    assert not redis_sync().exists(keys.reservation_key(3, "y"))
 
 
 def test_a_request_larger_than_the_limit_says_so():
@@ -90,6 +92,10 @@ def test_the_minute_window_rolls_over():
 # --- the sweep of reservations whose job was never submitted -------------------------
 
 
+def _unsubmitted() -> int:
+    return sum(redis_sync().zcard(key) for key in keys.unsubmitted_keys())
+
+
 def _used(user_id: int) -> list[int]:
     return [
         w.used
@@ -100,7 +106,7 @@ def _used(user_id: int) -> list[int]:
 def test_an_unsubmitted_reservation_is_released_once_older_than_the_timeout():
     limits = quota.Limits(per_day=10_000)
     quota.quota_reserve(user_id=21, job_id="kept", tokens=40, limits=limits, now=NOON)
-    quota.quota_reservation_submitted(job_id="kept")
+    quota.quota_reservation_submitted(user_id=21, job_id="kept")
     before = _used(21)
     quota.quota_reserve(user_id=21, job_id="lost", tokens=300, limits=limits, now=NOON)
     assert _used(21) == [b + 300 for b in before]
@@ -108,21 +114,23 @@ def test_an_unsubmitted_reservation_is_released_once_older_than_the_timeout():
     # not yet older than the timeout: still charged
     assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 59) == 0
     assert _used(21) == [b + 300 for b in before]
-    assert redis_sync().exists(keys.reservation_key("lost"))
+    assert redis_sync().exists(keys.reservation_key(21, "lost"))
 
     assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 61) == 1
     assert _used(21) == before
-    assert not redis_sync().exists(keys.reservation_key("lost"))
-    assert not redis_sync().zscore(keys.UNSUBMITTED_RESERVATIONS_KEY, "lost")
+    assert not redis_sync().exists(keys.reservation_key(21, "lost"))
+    assert not redis_sync().zscore(
+        keys.unsubmitted_key("lost"), keys.unsubmitted_member(21, "lost")
+    )
 
 
 def test_a_submitted_reservation_is_never_swept_and_settles_normally():
     limits = quota.Limits(per_day=10_000)
     quota.quota_reserve(user_id=22, job_id="sent", tokens=300, limits=limits, now=NOON)
-    quota.quota_reservation_submitted(job_id="sent")
+    quota.quota_reservation_submitted(user_id=22, job_id="sent")
     assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 86_400) == 0
     assert _used(22) == [300, 300, 300]
-    assert quota.quota_settle(job_id="sent", tokens=120) == 300
+    assert quota.quota_settle(user_id=22, job_id="sent", tokens=120) == 300
     assert _used(22) == [120, 120, 120]
 
 
@@ -130,23 +138,25 @@ def test_sweeping_twice_releases_once_and_a_later_settle_changes_nothing():
     limits = quota.Limits(per_day=10_000)
     quota.quota_reserve(user_id=23, job_id="a", tokens=100, limits=limits, now=NOON)
     quota.quota_reserve(user_id=23, job_id="b", tokens=50, limits=limits, now=NOON)
-    quota.quota_settle(job_id="b", tokens=50)  # settled before submission: used 50
+    quota.quota_settle(
+        user_id=23, job_id="b", tokens=50
+    )  # settled before submission: used 50
     assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 120) == 1
     assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 180) == 0
     assert _used(23) == [50, 50, 50]
     # the web process was only slow: its settlement comes after the sweep
-    assert quota.quota_settle(job_id="a", tokens=80) is None
-    assert quota.quota_release(job_id="a") is None
+    assert quota.quota_settle(user_id=23, job_id="a", tokens=80) is None
+    assert quota.quota_release(user_id=23, job_id="a") is None
     assert _used(23) == [50, 50, 50]
-    assert redis_sync().zcard(keys.UNSUBMITTED_RESERVATIONS_KEY) == 0
+    assert _unsubmitted() == 0
 
 
 def test_an_entry_whose_reservation_expired_is_only_removed():
     limits = quota.Limits(per_day=10_000)
     quota.quota_reserve(user_id=24, job_id="old", tokens=100, limits=limits, now=NOON)
-    redis_sync().delete(keys.reservation_key("old"))  # as its 40-day TTL would
+    redis_sync().delete(keys.reservation_key(24, "old"))  # as its 40-day TTL would
     assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 120) == 0
-    assert redis_sync().zcard(keys.UNSUBMITTED_RESERVATIONS_KEY) == 0
+    assert _unsubmitted() == 0
     assert _used(24) == [100, 100, 100]
 
 
@@ -159,8 +169,8 @@ def test_the_sweep_task_uses_the_submit_timeout(settings):
     quota.quota_reserve(user_id=25, job_id="t1", tokens=10, limits=limits, now=now - 61)
     quota.quota_reserve(user_id=25, job_id="t2", tokens=10, limits=limits, now=now - 30)
     assert tasks.sweep_quota_reservations() == 1
-    assert not redis_sync().exists(keys.reservation_key("t1"))
-    assert redis_sync().exists(keys.reservation_key("t2"))
+    assert not redis_sync().exists(keys.reservation_key(25, "t1"))
+    assert redis_sync().exists(keys.reservation_key(25, "t2"))
     assert "gateway.tasks.sweep_quota_reservations" in {
         entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()
     }
@@ -232,7 +242,7 @@ def test_concurrent_requests_never_spend_past_the_budget(
     # a rejected request stored nothing and queued nothing
     assert Conversation.objects.count() == 1
     assert Message.objects.filter(role=Message.Role.ASSISTANT).count() == 1
-    assert redis_sync().xlen(protocol.queue_key("default")) == 1
+    assert redis_sync().xlen(keys.queue_key("default")) == 1
 
     fake_heartbeat_stop()
     start_worker(ScriptedEngine(text="Fine thanks"))
@@ -385,7 +395,10 @@ def test_a_failure_after_admission_gives_the_reservation_back():
     from gateway import generations
 
     limits = quota.Limits(per_day=1000)
-    with pytest.raises(RuntimeError), generations.reservation_guard(job_id="g1"):
+    with (
+        pytest.raises(RuntimeError),
+        generations.reservation_guard(user_id=9, job_id="g1"),
+    ):
         quota.quota_reserve(user_id=9, job_id="g1", tokens=300, limits=limits)
         raise RuntimeError("the database went away")
     assert quota.quota_windows(user_id=9, limits=limits)[1].used == 0

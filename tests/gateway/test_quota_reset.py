@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from chatsite.errors import QuotaExceeded
-from gateway import keys, quota, quota_reset
+from gateway import quota, quota_reset
+from inference import keys
 from inference.connections import redis_sync
 
 NOON = 1_780_000_000.0  # 2026-05-28 20:26:40 UTC
@@ -26,7 +27,7 @@ def _reserve(user_id: int, job_id: str, tokens: int, now: float = NOON) -> None:
 
 def test_reset_restores_the_budget_and_keeps_requests_in_flight_charged():
     _reserve(1, "done", 600)
-    quota.quota_settle(job_id="done", tokens=600)
+    quota.quota_settle(user_id=1, job_id="done", tokens=600)
     _reserve(1, "live", 250)
     _reserve(2, "other", 100)  # another user's reservation is not touched
     with pytest.raises(QuotaExceeded):
@@ -41,9 +42,9 @@ def test_reset_restores_the_budget_and_keeps_requests_in_flight_charged():
     assert _used(2) == [100, 100, 100]
     _reserve(1, "after", 750)  # 250 in flight + 750 = the whole daily limit
     # the request in flight settles normally: the counter ends at its actual usage
-    assert quota.quota_settle(job_id="live", tokens=40) == 250
+    assert quota.quota_settle(user_id=1, job_id="live", tokens=40) == 250
     assert _used(1) == [790, 790, 790]
-    assert redis_sync().exists(keys.reservation_key("after"))
+    assert redis_sync().exists(keys.reservation_key(1, "after"))
 
 
 def test_a_reservation_from_an_earlier_day_settles_on_its_own_day():
@@ -54,7 +55,7 @@ def test_a_reservation_from_an_earlier_day_settles_on_its_own_day():
     assert (done["day"].before, done["day"].after) == (100, 100)
     # the month (same month) counted both, and still holds both in flight
     assert (done["month"].before, done["month"].after) == (500, 500)
-    quota.quota_settle(job_id="old", tokens=400)
+    quota.quota_settle(user_id=1, job_id="old", tokens=400)
     assert _used(1)[1:] == [100, 500]
     assert _used(1, now=yesterday)[1] == 400  # yesterday's counter unchanged
 

@@ -11,7 +11,7 @@ from chatsite.errors import Forbidden, NotFound, PoolSaturated
 from conversations import services as chat
 from gateway import routing
 from gateway.models import ModelPool, Plan
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 from tests.conftest import fake_heartbeat, make_user
 from tests.gateway import factories
@@ -40,7 +40,7 @@ def pools():
 def queue_jobs(pool: str, n: int) -> None:
     for i in range(n):
         job = protocol.Job(job_id=f"{pool}-{i}", messages=[])
-        redis_sync().xadd(protocol.queue_key(pool), job.to_fields())
+        redis_sync().xadd(keys.queue_key(pool), job.to_fields())
 
 
 def test_difficulty_sends_simple_prompts_to_the_cheap_pool(pools):
@@ -101,8 +101,8 @@ def test_a_queue_deeper_than_the_threshold_falls_back(pools):
 def test_jobs_taken_by_a_worker_no_longer_count_as_waiting(pools):
     queue_jobs("big", 4)
     client = redis_sync()
-    client.xgroup_create(protocol.queue_key("big"), protocol.GROUP, id="0")
-    client.xreadgroup(protocol.GROUP, "w1", {protocol.queue_key("big"): ">"}, count=3)
+    client.xgroup_create(keys.queue_key("big"), protocol.GROUP, id="0")
+    client.xreadgroup(protocol.GROUP, "w1", {keys.queue_key("big"): ">"}, count=3)
     assert routing.queue_waiting(pool="big") == 1
 
 
@@ -152,8 +152,8 @@ def test_the_turn_records_the_pool_that_was_chosen(
     with django_capture_on_commit_callbacks(execute=True):
         turn = chat.turn_start(user=user, content="hi", model="large-1")
     assert turn.assistant_message.pool == "small"
-    assert redis_sync().xlen(protocol.queue_key("small")) == 1
-    assert redis_sync().xlen(protocol.queue_key("big")) == 0
+    assert redis_sync().xlen(keys.queue_key("small")) == 1
+    assert redis_sync().xlen(keys.queue_key("big")) == 0
 
 
 def test_max_tokens_is_capped_at_the_pool_limit(
@@ -167,7 +167,7 @@ def test_max_tokens_is_capped_at_the_pool_limit(
     fake_heartbeat("small")
     with django_capture_on_commit_callbacks(execute=True):
         chat.turn_start(user=user, content="hi", params={"max_tokens": 5000})
-    entry = redis_sync().xrange(protocol.queue_key("small"))[0][1]
+    entry = redis_sync().xrange(keys.queue_key("small"))[0][1]
     assert protocol.Job.from_fields(entry).max_tokens == 100
 
 
@@ -337,6 +337,6 @@ def test_pool_load_reads_live_workers_and_waiting_jobs_together(pools):
     queue_jobs("big", 4)
     assert inference_client.pool_load(pool="big") == (1, None)  # no group: count
     client = redis_sync()
-    client.xgroup_create(protocol.queue_key("big"), protocol.GROUP, id="0")
-    client.xreadgroup(protocol.GROUP, "w1", {protocol.queue_key("big"): ">"}, count=3)
+    client.xgroup_create(keys.queue_key("big"), protocol.GROUP, id="0")
+    client.xreadgroup(protocol.GROUP, "w1", {keys.queue_key("big"): ">"}, count=3)
     assert inference_client.pool_load(pool="big") == (1, 1)

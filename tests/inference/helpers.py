@@ -3,7 +3,7 @@
 import time
 
 from inference import client as inference_client
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 
 
@@ -50,7 +50,7 @@ def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.01):
 
 def worker_state(worker_id: str) -> dict[str, str]:
     """Return the hash a worker writes at each heartbeat (``inf:worker:{worker_id}``)."""
-    return redis_sync().hgetall(protocol.worker_key(worker_id))
+    return redis_sync().hgetall(keys.worker_key(worker_id))
 
 
 def heartbeat_at(worker_id: str) -> float:
@@ -96,7 +96,7 @@ def queue_drained(pool: str = "default", timeout: float = 10.0) -> bool:
     """Wait until a pool's queue has no entry left, waiting or pending (acks follow the
     terminal event by a moment); return False after ``timeout`` s."""
     r = redis_sync()
-    queue = protocol.queue_key(pool)
+    queue = keys.queue_key(pool)
     deadline = time.time() + timeout
     while r.xlen(queue) or r.xpending(queue, protocol.GROUP)["pending"]:
         if time.time() > deadline:

@@ -8,7 +8,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from inference import client as inference_client
-from inference import protocol, waiting
+from inference import keys, protocol, waiting
 from inference.connections import redis_sync
 
 USAGE = {"prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0}
@@ -43,7 +43,7 @@ def _watch(job_id: str, *, enqueued_at: float) -> inference_client.Watch:
 @pytest.mark.parametrize("live", [False, True], ids=["no-worker", "worker"])
 async def test_the_sync_and_async_watchdogs_end_the_same_generations(live):
     if live:
-        redis_sync().zadd(protocol.workers_key("pool"), {"w1": time.time()})
+        redis_sync().zadd(keys.workers_key("pool"), {"w1": time.time()})
     quiet = time.time() - 10  # nothing arrived for 10 s: past the 1 s grace
     results = [
         await sync_to_async(inference_client.generation_watchdog)(
@@ -58,7 +58,7 @@ async def test_the_sync_and_async_watchdogs_end_the_same_generations(live):
     for job_id in ("sync", "async"):
         events = inference_client.generation_events(job_id=job_id)
         assert [e.data["code"] for e in events] == ([] if live else [expected])
-        assert bool(redis_sync().exists(protocol.cancel_key(job_id))) == (not live)
+        assert bool(redis_sync().exists(keys.cancel_key(job_id))) == (not live)
 
 
 async def test_a_generation_that_already_ended_is_left_as_it_is():
@@ -90,6 +90,6 @@ async def test_a_generation_that_already_ended_is_left_as_it_is():
 
 async def test_sync_and_async_liveness_count_recent_heartbeats_only():
     now = time.time()
-    redis_sync().zadd(protocol.workers_key("p"), {"fresh": now, "gone": now - 60})
+    redis_sync().zadd(keys.workers_key("p"), {"fresh": now, "gone": now - 60})
     assert await sync_to_async(inference_client.workers_live)(pool="p") == 1
     assert await waiting.aworkers_live(pool="p", max_age_s=0) == 1

@@ -6,7 +6,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 from inference import client as inference_client
-from inference import connections, protocol
+from inference import connections, keys, protocol
 from inference.connections import redis_async, redis_async_new
 from tests.faults import PrivateRedis
 
@@ -27,7 +27,7 @@ async def test_three_hundred_streams_block_in_xread_at_once_without_running_out(
     client = redis_async()
     async with client.pipeline(transaction=False) as pipe:
         for i in range(n):
-            pipe.xadd(protocol.gen_key(f"conn-{i}"), protocol.token_fields(f"t{i}"))
+            pipe.xadd(keys.gen_key(f"conn-{i}"), protocol.token_fields(f"t{i}"))
         await pipe.execute()
 
     results = await asyncio.gather(*reads)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from django.conf import settings
 
-from inference import protocol
+from inference import keys
 from inference.connections import redis_sync
 from inference.embed_worker import EmbeddingDimensionError, EmbedWorker
 from inference.embedding_model import embedding_model_path, embedding_tokenizer
@@ -104,7 +104,7 @@ def test_no_live_worker_fails_at_once_and_enqueues_nothing():
     assert caught.value.code == NO_WORKER
     assert "No embedding worker" in str(caught.value)
     assert time.monotonic() - started < 0.5
-    assert redis_sync().xlen(protocol.queue_key(settings.EMBEDDING_POOL)) == 0
+    assert redis_sync().xlen(keys.queue_key(settings.EMBEDDING_POOL)) == 0
 
 
 def test_text_vector_embeds_once_and_remembers_a_failure(start_embedding_worker):

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from inference import client as inference_client
-from inference import jobs, protocol
+from inference import jobs, keys, protocol
 from inference.connections import redis_sync
 
 USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "cached_tokens": 0}
@@ -109,11 +109,11 @@ def _serve(pool: str, tokens: list[str], terminal: tuple[str, dict]) -> None:
     """Take the one job of ``pool``'s queue and write its events, as a worker does."""
     client = redis_sync()
     deadline = time.time() + 10
-    while not (entries := client.xrange(protocol.queue_key(pool))):
+    while not (entries := client.xrange(keys.queue_key(pool))):
         assert time.time() < deadline, "no job was enqueued"
         time.sleep(0.01)
     job = protocol.Job.from_fields(entries[0][1])
-    key = protocol.gen_key(job.job_id)
+    key = keys.gen_key(job.job_id)
     client.xadd(
         key,
         protocol.event_fields("meta", {"model": "m1", "worker": "w1", "queue_ms": 1}),
@@ -167,4 +167,4 @@ def test_a_background_generation_past_its_timeout_ends_with_queue_timeout():
     # the stream holds the same end, so a late worker does not run the job
     [event] = inference_client.generation_events(job_id=end.job_id)
     assert event.data["code"] == protocol.ERROR_QUEUE_TIMEOUT
-    assert redis_sync().exists(protocol.cancel_key(end.job_id))
+    assert redis_sync().exists(keys.cancel_key(end.job_id))

@@ -4,7 +4,7 @@ A dead worker is simulated by a "ghost" consumer that read a job from the group 
 never sent a heartbeat (the real kill -9 runs are in test_worker_processes.py).
 """
 
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
 from tests.inference.helpers import (
@@ -21,7 +21,7 @@ FAST_RECLAIM = {"reclaim_s": 0.2, "worker_ttl_s": 2.0}
 def ghost_takes(job_id: str, *, pool: str = "default", tokens: list[str] = ()) -> str:
     """Deliver the queued job to a consumer that then 'dies' after emitting ``tokens``."""
     r = redis_sync()
-    queue = protocol.queue_key(pool)
+    queue = keys.queue_key(pool)
     try:
         r.xgroup_create(queue, protocol.GROUP, id="0", mkstream=True)
     except Exception:  # noqa: BLE001 - group exists
@@ -30,13 +30,13 @@ def ghost_takes(job_id: str, *, pool: str = "default", tokens: list[str] = ()) -
         protocol.GROUP, "ghost", {queue: ">"}, count=1
     )
     r.xadd(
-        protocol.gen_key(job_id),
+        keys.gen_key(job_id),
         protocol.event_fields(
             protocol.EVENT_META, {"model": "m", "worker": "ghost", "queue_ms": 1}
         ),
     )
     for text in tokens:
-        r.xadd(protocol.gen_key(job_id), protocol.token_fields(text))
+        r.xadd(keys.gen_key(job_id), protocol.token_fields(text))
     return entry_id
 
 
@@ -57,14 +57,14 @@ def test_job_lost_before_its_first_token_is_retried_once_and_completes(start_wor
     assert "".join(e.data["t"] for e in events if e.type == "token") == (
         "alpha beta gamma"
     )
-    assert redis_sync().get(protocol.attempts_key("lost-early")) == "1"
+    assert redis_sync().get(keys.attempts_key("lost-early")) == "1"
     # several more recovery scans after the job ended: none runs it again
     scans = handle.worker.reclaim_scans
     wait_until(lambda: handle.worker.reclaim_scans >= scans + 3)
     assert len(wait_events("lost-early", terminal)) == len(events)
     assert handle.worker.jobs_reclaimed == 1
     assert queue_drained()
-    consumers = redis_sync().xinfo_consumers(protocol.queue_key("default"), "workers")
+    consumers = redis_sync().xinfo_consumers(keys.queue_key("default"), "workers")
     assert [c["name"] for c in consumers] == [handle.worker.worker_id]
 
 
@@ -94,7 +94,7 @@ def test_a_retried_job_that_loses_its_worker_again_is_not_retried_twice(
 ):
     enqueue("lost-twice", script={"text": "x y"})
     ghost_takes("lost-twice")
-    redis_sync().set(protocol.attempts_key("lost-twice"), protocol.MAX_RETRIES)
+    redis_sync().set(keys.attempts_key("lost-twice"), protocol.MAX_RETRIES)
     start_worker(ScriptedEngine(), **FAST_RECLAIM)
     events = wait_events("lost-twice", terminal, timeout=15)
     assert [e.type for e in events] == ["meta", "error"]
@@ -106,9 +106,9 @@ def test_a_job_that_ended_before_its_ack_was_lost_is_only_acknowledged(start_wor
     enqueue("ended", script={"text": "x"})
     ghost_takes("ended", tokens=["x"])
     r = redis_sync()
-    r.set(protocol.final_key("ended"), "1")
+    r.set(keys.final_key("ended"), "1")
     r.xadd(
-        protocol.gen_key("ended"),
+        keys.gen_key("ended"),
         protocol.event_fields(
             protocol.EVENT_DONE,
             {
@@ -137,7 +137,7 @@ def test_two_reclaiming_workers_handle_each_lost_job_exactly_once(start_worker):
     for i in range(4):
         events = wait_events(f"race-{i}", terminal, timeout=15)
         assert [e.type for e in events] == ["meta", "meta", "token", "token", "done"]
-        assert redis_sync().get(protocol.attempts_key(f"race-{i}")) == "1"
+        assert redis_sync().get(keys.attempts_key(f"race-{i}")) == "1"
     assert first.worker.jobs_reclaimed + second.worker.jobs_reclaimed == 4
 
 

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from django.conf import settings
 
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_async, redis_sync
 from inference.streams import StreamHub, StreamReadError
 from tests.faults import PrivateRedis
@@ -27,7 +27,7 @@ async def _write(job_id: str, *texts: str) -> list[str]:
     """Append token events; return their entry ids."""
     async with redis_async().pipeline(transaction=False) as pipe:
         for text in texts:
-            pipe.xadd(protocol.gen_key(job_id), protocol.token_fields(text))
+            pipe.xadd(keys.gen_key(job_id), protocol.token_fields(text))
         return await pipe.execute()
 
 
@@ -66,7 +66,7 @@ async def test_many_followers_are_read_by_one_xread_on_one_connection():
     async with redis_async().pipeline(transaction=False) as pipe:
         for i in range(n):
             for text in (f"a{i}", f"b{i}"):
-                pipe.xadd(protocol.gen_key(f"many-{i}"), protocol.token_fields(text))
+                pipe.xadd(keys.gen_key(f"many-{i}"), protocol.token_fields(text))
         await pipe.execute()
     got = await asyncio.gather(
         *(_texts(lambda s=s: s.next(timeout_s=5), 2) for s in subs)
@@ -156,7 +156,7 @@ async def test_redis_down_past_the_grace_fails_every_follower_and_the_next_one_r
         assert len(hub) == 0
         again = hub.subscribe(job_id="r-again", after=protocol.STREAM_START)
         writer = redis_async(redis.url)
-        await writer.xadd(protocol.gen_key("r-again"), protocol.token_fields("back"))
+        await writer.xadd(keys.gen_key("r-again"), protocol.token_fields("back"))
         events: list[protocol.Event] = []
         deadline = time.monotonic() + 10
         while not events:
@@ -188,9 +188,7 @@ async def test_followers_outlive_a_quick_redis_restart_and_read_on(tmp_path):
         redis.start()
         writer = redis_async(redis.url)
         for i in range(3):
-            await writer.xadd(
-                protocol.gen_key(f"q-{i}"), protocol.token_fields(f"t{i}")
-            )
+            await writer.xadd(keys.gen_key(f"q-{i}"), protocol.token_fields(f"t{i}"))
 
         results = await asyncio.wait_for(asyncio.gather(*reads), timeout=10)
 

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from inference import client as inference_client
-from inference import protocol, waiting
+from inference import keys, protocol, waiting
 from inference.connections import redis_sync
 
 
@@ -26,7 +26,7 @@ def _enqueue(pool: str, n: int) -> list[str]:
 
 
 async def test_pool_liveness_is_asked_once_for_all_followers_of_a_loop():
-    redis_sync().zadd(protocol.workers_key("live"), {"w1": time.time()})
+    redis_sync().zadd(keys.workers_key("live"), {"w1": time.time()})
     redis_sync().config_resetstat()
 
     answers = await asyncio.gather(
@@ -39,7 +39,7 @@ async def test_pool_liveness_is_asked_once_for_all_followers_of_a_loop():
 
 async def test_pool_liveness_is_asked_again_once_the_answer_is_old():
     assert await waiting.aworkers_live(pool="gone", max_age_s=0.05) == 0
-    redis_sync().zadd(protocol.workers_key("gone"), {"w1": time.time()})
+    redis_sync().zadd(keys.workers_key("gone"), {"w1": time.time()})
     assert await waiting.aworkers_live(pool="gone", max_age_s=0.05) == 0  # cached
     await asyncio.sleep(0.1)
     assert await waiting.aworkers_live(pool="gone", max_age_s=0.05) == 1
@@ -47,7 +47,7 @@ async def test_pool_liveness_is_asked_again_once_the_answer_is_old():
 
 async def test_shared_queue_positions_match_the_exact_ones_with_one_call_per_pool():
     jobs = _enqueue("wait", 5)
-    key = protocol.queue_key("wait")
+    key = keys.queue_key("wait")
     redis_sync().xgroup_create(key, protocol.GROUP, id="0")
     redis_sync().xreadgroup(protocol.GROUP, "fake", {key: ">"}, count=2)  # running
     redis_sync().config_resetstat()

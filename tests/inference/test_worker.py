@@ -3,7 +3,7 @@
 import time
 
 from inference import client as inference_client
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
 from tests.inference.helpers import (
@@ -86,7 +86,7 @@ def test_backlog_stays_in_redis_until_a_slot_is_free(start_worker):
     # another: a take loop that ignored its free slots would have read them at once
     wait_events("job-0", lambda ev: len(ev) >= 22)
     wait_heartbeats(handle.worker.worker_id)
-    pending = redis_sync().xpending(protocol.queue_key("default"), protocol.GROUP)
+    pending = redis_sync().xpending(keys.queue_key("default"), protocol.GROUP)
     assert pending["pending"] == 1  # only the running job was delivered
     for i in range(3):
         inference_client.job_cancel(job_id=f"job-{i}")
@@ -134,7 +134,7 @@ def test_a_stream_lost_mid_answer_is_written_back_under_its_entry_ids(start_work
     before = wait_events(
         "lost-stream", lambda evs: sum(e.type == "token" for e in evs) >= 5
     )
-    redis_sync().delete(protocol.gen_key("lost-stream"))
+    redis_sync().delete(keys.gen_key("lost-stream"))
     events = wait_events("lost-stream", terminal)
     assert [e.id for e in events[: len(before)]] == [e.id for e in before]
     assert [e.type for e in events].count("meta") == 1
@@ -158,7 +158,7 @@ def test_generation_with_no_client_attached_is_cancelled_after_the_grace_period(
     start_worker(ScriptedEngine(text="tok ", cycle=True, delay_ms=10))
     enqueue("orphan", max_tokens=2000)
     wait_events("orphan", lambda ev: len(ev) >= 2)
-    redis_sync().set(protocol.detached_key("orphan"), f"{time.time() + 0.2:.3f}")
+    redis_sync().set(keys.detached_key("orphan"), f"{time.time() + 0.2:.3f}")
     events = wait_events("orphan", terminal, timeout=3)
     assert events[-1].data["finish_reason"] == "cancelled"
 
@@ -173,7 +173,7 @@ def test_only_one_terminal_event_even_when_the_web_tier_times_a_job_out(start_wo
     wait_until(lambda: handle.worker.jobs_done == 1)
     assert queue_drained()
     events = inference_client.generation_events(job_id="raced")
-    raw = redis_sync().xrange(protocol.gen_key("raced"))
+    raw = redis_sync().xrange(keys.gen_key("raced"))
     assert [e.type for e in events] == ["error"]
     assert len(raw) == 1
     assert not inference_client.generation_fail(
@@ -208,7 +208,7 @@ def test_a_job_arriving_while_the_worker_stops_is_put_back_not_taken(start_worke
     handle.thread.join(timeout=10)
     assert not handle.thread.is_alive()
     assert inference_client.generation_events(job_id="late") == []
-    queue = protocol.queue_key("default")
+    queue = keys.queue_key("default")
     [(_id, fields)] = redis_sync().xrange(queue)
     assert protocol.Job.from_fields(fields).job_id == "late"
     assert redis_sync().xpending(queue, protocol.GROUP)["pending"] == 0

@@ -4,7 +4,7 @@ takes the slot of running background work (titles, summaries, facts)."""
 import threading
 
 from inference import client as inference_client
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
 from tests.inference.helpers import (
@@ -96,7 +96,7 @@ def test_a_preempted_background_generation_is_sent_again_and_completes(
     # the preempted attempt, the turn and the attempt sent again
     # (counted after the ack, which follows the terminal event by a moment)
     wait_until(lambda: handle.worker.jobs_done == 3)
-    assert redis_sync().xlen(protocol.background_queue_key("default")) == 0
+    assert redis_sync().xlen(keys.background_queue_key("default")) == 0
 
 
 def test_background_work_waiting_when_a_worker_stops_is_served_by_the_next(
@@ -109,7 +109,7 @@ def test_background_work_waiting_when_a_worker_stops_is_served_by_the_next(
     handle.stop()  # cancels the running turn
     assert wait_events("turn", terminal)[-1].data["finish_reason"] == "cancelled"
     assert inference_client.generation_events(job_id="facts") == []
-    lane = protocol.background_queue_key("default")
+    lane = keys.background_queue_key("default")
     assert redis_sync().xlen(lane) == 1  # still waiting, for the next worker
     replacement = start_worker(ScriptedEngine(), concurrency=1)
     facts = wait_events("facts", terminal, timeout=5)

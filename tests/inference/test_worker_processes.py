@@ -18,7 +18,7 @@ from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from inference import client as inference_client
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 from inference.metrics import metrics_render
 from tests.inference.helpers import (
@@ -47,7 +47,7 @@ class WorkerProcess:
             "INFERENCE_RECLAIM_S": "0.5",
             "PYTHONUNBUFFERED": "1",
         }
-        known = set(redis_sync().zrange(protocol.workers_key(pool), 0, -1))
+        known = set(redis_sync().zrange(keys.workers_key(pool), 0, -1))
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -67,7 +67,7 @@ class WorkerProcess:
         )
         deadline = time.time() + 60
         while True:
-            new = set(redis_sync().zrange(protocol.workers_key(pool), 0, -1)) - known
+            new = set(redis_sync().zrange(keys.workers_key(pool), 0, -1)) - known
             if new:
                 (self.worker_id,) = new
                 break
@@ -183,8 +183,8 @@ def test_sigterm_finishes_the_running_answer_takes_no_new_job_and_exits_0(spawn)
     events = wait_events("draining", terminal)
     assert events[-1].type == "done" and events[-1].data["finish_reason"] == "stop"
     assert tokens_text(events) == text
-    assert redis_sync().xrange(protocol.gen_key("after-stop")) == []
-    queue = protocol.queue_key("drain")
+    assert redis_sync().xrange(keys.gen_key("after-stop")) == []
+    queue = keys.queue_key("drain")
     assert redis_sync().xlen(queue) == 1
     assert redis_sync().xpending(queue, protocol.GROUP)["pending"] == 0
     assert "drained, 1 jobs served" in worker.proc.stdout.read()

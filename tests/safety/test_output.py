@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from inference import protocol
+from inference import keys
 from inference.connections import redis_sync
 from safety import output
 from safety.categories import Category
@@ -193,7 +193,7 @@ def test_a_recorded_decision_wins_over_a_new_classification():
         category=Category.VIOLENCE, defaults={"action": Action.OFF}
     )
     assert _live(_moderator(job), [CLEAN + VIOLENT]) == live
-    assert redis_sync().ttl(protocol.moderation_key(job)) > 0
+    assert redis_sync().ttl(keys.moderation_key(job)) > 0
 
 
 def test_the_async_path_decides_like_the_sync_one():

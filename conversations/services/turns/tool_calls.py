@@ -18,6 +18,7 @@ from django.conf import settings
 
 from chatsite.errors import DomainError
 from conversations.tool_steps import ToolOutput
+from inference import keys
 from inference.connections import redis_sync
 
 logger = logging.getLogger(__name__)
@@ -30,9 +31,7 @@ STOPPED_NOTE = "[Stopped by the user before the tool finished.]"
 STOP_POLL_S = 0.05
 
 
-def stop_key(message_id: Any) -> str:
-    """The Redis key of the user's stop of ``message_id``'s tool step."""
-    return f"chat:toolstop:{message_id}"
+stop_key = keys.tool_stop_key
 
 
 @dataclass(frozen=True)

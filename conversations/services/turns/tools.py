@@ -53,6 +53,7 @@ from conversations.services.turns.tool_calls import (
     stopped_by_user,
 )
 from gateway import generations
+from inference import keys
 from inference.connections import redis_sync
 from inference.protocol import FINISH_TOOL_CALLS
 
@@ -67,11 +68,10 @@ STEP_LIMIT = "limit"  # a round past CHAT_TOOL_MAX_STEPS: not run
 STEP_ENDS = {STEP_NEXT, STEP_STOPPED, STEP_FAILED, STEP_LIMIT}
 
 
-def step_key(message_id: Any) -> str:
-    """The Redis key of the tool step of the calling message ``message_id``: a JSON
-    object ``{"state", "done" (results stored), "call" (the index of the call
-    running), "next" (message id), "error", "code"}``."""
-    return f"chat:toolstep:{message_id}"
+# The Redis key of the tool step of a calling message: a JSON object ``{"state",
+# "done" (results stored), "call" (the index of the call running), "next" (message
+# id), "error", "code"}``.
+step_key = keys.tool_step_key
 
 
 busy_key = selectors.tool_busy_key
@@ -83,10 +83,9 @@ tool_running = selectors.tool_running
 PARAMS_TTL_S = 24 * 3600
 
 
-def params_key(message_id: Any) -> str:
-    """The Redis key of the sampling parameters the turn of answer ``message_id`` was
-    given (JSON), which its tool step's continuation uses too."""
-    return f"chat:toolparams:{message_id}"
+# The Redis key of the sampling parameters the turn of an answer was given (JSON),
+# which its tool step's continuation uses too.
+params_key = keys.tool_params_key
 
 
 def turn_params_keep(*, message_id: Any, params: dict[str, Any] | None) -> None:
@@ -223,7 +222,10 @@ def tool_step_run(*, message_id: Any) -> str:
     r = redis_sync()
     # one runner: the claim marks the step, this lock who runs it
     if not r.set(
-        f"{step_key(message.id)}:run", "1", nx=True, ex=settings.CHAT_TOOL_STEP_TTL_S
+        keys.tool_step_run_key(message.id),
+        "1",
+        nx=True,
+        ex=settings.CHAT_TOOL_STEP_TTL_S,
     ):
         return "skipped"
     conversation, user = message.conversation, message.conversation.user

@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-from gateway import keys
+from inference import keys
 from inference.connections import redis_sync
 
 
@@ -113,7 +113,7 @@ def ask(**extra: Any) -> dict[str, Any]:
 
 def no_reservations() -> bool:
     """Whether no token reservation is left unsettled in Redis."""
-    return not list(redis_sync().scan_iter(keys.RESERVATION_KEY_PATTERN))
+    return not list(keys.scan_iter_all(redis_sync(), keys.RESERVATION_KEY_PATTERN))
 
 
 CAPITAL = "What is the capital of France?"

@@ -19,7 +19,7 @@ from django.conf import settings
 from conversations.openai import schemas
 from gateway import quota, selectors, services
 from gateway.models import ModelPool, UsageRecord
-from inference import protocol
+from inference import keys
 from inference.connections import redis_async
 from inference.embeddings import EMBEDDING_DIM, embed_texts
 from tests.conftest import fake_heartbeat, make_user
@@ -236,7 +236,7 @@ async def test_a_client_that_disconnects_while_waiting_leaves_no_reservation(
     client = redis_async()
 
     async def once_enqueued() -> None:
-        while not await client.xlen(protocol.queue_key(settings.EMBEDDING_POOL)):
+        while not await client.xlen(keys.queue_key(settings.EMBEDDING_POOL)):
             await asyncio.sleep(0.01)
         assert not no_reservations()  # reserved while it waits
 

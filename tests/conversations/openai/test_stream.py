@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from gateway import generations, services
 from gateway.models import UsageRecord
 from inference import client as inference_client
-from inference import protocol
+from inference import keys, protocol
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
 from tests.conversations.openai.helpers import asgi, ask, capital, no_reservations
@@ -39,7 +39,7 @@ async def test_a_client_that_disconnects_cancels_the_job_and_is_billed_once(
     record = await UsageRecord.objects.aget(user=user)
     assert record.status == UsageRecord.Status.CANCELLED
     assert 3 <= record.completion_tokens < 1000
-    assert redis_sync().exists(protocol.cancel_key(record.job_id))
+    assert redis_sync().exists(keys.cancel_key(record.job_id))
     events = [
         e.type
         for e in await sync_to_async(inference_client.generation_events)(
@@ -84,7 +84,7 @@ async def test_a_client_that_leaves_during_admission_has_its_job_cancelled_and_s
     record = await UsageRecord.objects.aget(user=user)
     assert record.status == UsageRecord.Status.CANCELLED
     assert record.total_tokens == 0
-    assert redis_sync().exists(protocol.cancel_key(record.job_id))
+    assert redis_sync().exists(keys.cancel_key(record.job_id))
     assert no_reservations()
 
 
