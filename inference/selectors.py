@@ -1,6 +1,6 @@
 """Read-only views of the inference tier's state in Redis (``manage.py inference_status``).
 
-Counts come from the keys of :mod:`inference.protocol`: heartbeats (``inf:workers:{pool}``),
+Counts come from the keys of :mod:`inference.keys`: heartbeats (``inf:workers:{pool}``),
 slot hashes (``inf:worker:{id}``) and the queue streams (``inf:q:{pool}``, whose handled
 entries workers delete, so length − pending = waiting).
 """

@@ -1,4 +1,4 @@
-"""The Redis protocol: key names and event schemas (inference/protocol.py)."""
+"""The Redis protocol: the job format and event schemas (inference/protocol.py)."""
 
 import json
 
