@@ -58,9 +58,11 @@ Conversations (owner :mod:`conversations`): ``chat:toolbusy:{c:<conversation>}``
 ``chat:toolstop:{m:<message>}``: a tool step's state, CHAT_TOOL_STEP_TTL_S.
 
 Django's cache (django-ratelimit's counters, the cache framework) names its own keys
-under the ``cache`` prefix; it issues single-key commands only (GET, SET, INCR,
-DELETE), so any key is safe on a cluster. ``delete_many``/``get_many`` in Django's
-Redis backend are multi-key; the product does not call them.
+under the ``cache`` prefix; the product and django-ratelimit use single-key commands
+only (GET, SET NX, INCR, EXISTS, DELETE), so any key is safe on a cluster. Django's
+``get_many``/``set_many``/``delete_many`` are multi-key; the product does not call them.
+Celery's broker keys (kombu's Redis transport: queue lists, ``unacked``, ``_kombu.*``)
+are kombu's and are not named here: kombu reads several queues per command.
 
 A DEL, UNLINK or EXISTS of keys in several slots is split per slot by redis-py's
 cluster client (not atomic): it is used only for clean-ups. MGET goes through
