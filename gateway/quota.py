@@ -191,7 +191,8 @@ def quota_reserve(
     member = keys.unsubmitted_member(user_id, job_id)
 
     def reserve(check: bool, pipe: Any) -> Any:
-        return pipe.eval(
+        return keys.eval_on(
+            pipe,
             RESERVE_LUA,
             5,
             *[w.key for w in windows],
@@ -238,7 +239,8 @@ def _settle(client: Any, *, user_id: int, job_id: str, tokens: int) -> int:
     windows = cast(list[str | None], client.hmget(reservation, "k1", "k2", "k3"))
     with client.pipeline(transaction=False) as pipe:
         if all(windows):
-            pipe.eval(
+            keys.eval_on(
+                pipe,
                 SETTLE_LUA,
                 5,
                 reservation,

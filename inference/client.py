@@ -102,7 +102,8 @@ def terminal_append(
     is the new entry id, or ``None`` when another writer already ended the generation.
     """
     fields = protocol.event_fields(event_type, payload)
-    return client.eval(
+    return keys.eval_on(
+        client,
         _TERMINAL_LUA,
         2,
         keys.gen_key(job_id),

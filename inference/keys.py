@@ -66,7 +66,8 @@ are kombu's and are not named here: kombu reads several queues per command.
 
 A DEL, UNLINK or EXISTS of keys in several slots is split per slot by redis-py's
 cluster client (not atomic): it is used only for clean-ups. MGET goes through
-:func:`mget_all`, a pattern SCAN through :func:`scan_iter_all`.
+:func:`mget_all`, a pattern SCAN through :func:`scan_iter_all`, an EVAL that may be
+pipelined through :func:`eval_on`.
 """
 
 from __future__ import annotations
@@ -359,7 +360,17 @@ def tool_stop_key(message_id: Any) -> str:
     return f"chat:toolstop:{{m:{message_id}}}"
 
 
-# --- commands over several slots ---------------------------------------------------
+# --- commands that must work on a cluster ------------------------------------------
+
+
+def eval_on(client: Any, script: str, numkeys: int, *keys_and_args: Any) -> Any:
+    """Run (client) or queue (pipeline) ``EVAL script numkeys *keys_and_args``.
+
+    Works on a plain or cluster client or pipeline, sync or async: redis-py's cluster
+    pipeline has no ``eval()`` but routes the raw command by its KEYS (which must be
+    in one slot).
+    """
+    return client.execute_command("EVAL", script, numkeys, *keys_and_args)
 
 
 def scan_iter_all(client: Any, match: str, **kwargs: Any) -> Iterator[Any]:

@@ -252,7 +252,8 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
             # the checks and the meta event in one script, the worker's busy slots
             # beside it (the worker's hash is in another slot).
             async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.eval(
+                keys.eval_on(
+                    pipe,
                     _START_LUA,
                     3,
                     keys.final_key(job.job_id),
