@@ -25,7 +25,8 @@ Inference (owner :mod:`inference`; TTLs in INFERENCE_STREAM_TTL_S unless said):
   ``inf:detached:{<job>}`` (string, cancel deadline epoch s), ``inf:mod:{<job>}``
   (hash, output-moderation decision per window), ``inf:attempts:{<job>}`` (integer,
   crash-recovery retries).
-- ``inf:hubwake:{h:<hub_id>}``: stream, wakes one web process's stream hub; short TTL.
+- ``inf:hubwake:{h:<hub_id>}``: stream, wakes one web process's stream hub; expires
+  after ``inference.streams.WAKE_TTL_S``.
 
 Gateway (owner :mod:`gateway`):
 
