@@ -1,7 +1,7 @@
 """Sample a running process with py-spy (pinned in requirements.txt) and summarise
 where its CPU went: ``with py_spy(pid, path): ...`` records while the block runs
-(``py-spy record --format raw``: one line per distinct stack, ``frame;frame;... N``,
-idle threads left out), then :func:`collapsed_summary` prints the functions by
+(``py-spy record --gil --format raw``: one line per distinct stack,
+``frame;frame;... N``, only the thread holding the GIL: Python's CPU, not its waits), then :func:`collapsed_summary` prints the functions by
 inclusive and by own samples.
 """
 
@@ -32,8 +32,10 @@ def py_spy(pid: int, out: Path, *, rate_hz: int = 500) -> Iterator[None]:
     exe = py_spy_path()
     if exe is None:
         raise RuntimeError("py-spy is not installed (requirements.txt pins it)")
+    # --gil: only the thread holding the GIL is sampled, so waits on PostgreSQL,
+    # Redis and the event loop's select (GIL released) are left out: Python's CPU
     argv = [exe, "record", "-p", str(pid), "-r", str(rate_hz), "--nonblocking"]
-    argv += ["--threads", "-f", "raw", "-o", str(out)]
+    argv += ["--gil", "-f", "raw", "-o", str(out)]
     spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)  # attached before the work starts
     try:

@@ -15,6 +15,8 @@ Rows (each a dict: measure, value, unit, pinning, params, goal):
   the engine's TTFT) and the whole turn's CPU (to the answer settled: the
   process's CPU over all the turns / turns). ``--py-spy FILE``: those turns sampled
   by py-spy, summarised (:mod:`bench.pyspy`);
+- the same POST answered with the turn's JSON (no stream): daphne's CPU for the
+  POST alone, so the first row splits into the POST and the stream's start;
 - ``--users`` users at once on one process: turn overhead p50 and p99 (every POST in
   the same instant, :func:`bench.turn_overhead._concurrent`), and daphne's CPU per
   turn over the burst;
@@ -30,7 +32,6 @@ import argparse
 import asyncio
 import statistics
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,13 +79,48 @@ async def _turn_with_cpu(base: str, s: Any, pid: int) -> dict[str, float]:
     return row
 
 
-def _settled(pid: int, *, quiet_ms: float = 50.0, limit_s: float = 2.0) -> None:
-    """Wait until daphne has used no CPU tick for ``quiet_ms`` (the previous answer
-    relayed to its end and settled), at most ``limit_s``."""
+def _json_post_cpu(base: str, s: Any, pid: int) -> float:
+    """Daphne's CPU (ms) for one message POST answered with the turn's JSON (the
+    page's old way: no stream opened), then wait until daphne is quiet."""
+    from urllib.parse import quote, urlsplit
+
+    from bench.sse_wire import json_post
+    from bench.turn_overhead import QUESTION
+
+    parts = urlsplit(base)
+    before = web_cpu_ns(pid)
+    status, body = asyncio.run(
+        json_post(
+            parts.hostname or "127.0.0.1",
+            parts.port or 80,
+            "/c/messages/",
+            s,
+            f"content={quote(QUESTION)}",
+        )
+    )
+    spent = (web_cpu_ns(pid) - before) / 1e6
+    if status != 201:
+        raise RuntimeError(f"POST: {status} {body}")
+    _settled(pid, [])  # nobody follows the answer: wait for quiet only
+    return spent
+
+
+def _settled(pid: int, users: list[Any], *, limit_s: float = 10.0) -> None:
+    """Wait until no answer of ``users`` is streaming (every turn relayed to its end
+    and finalised), then until daphne has used no CPU tick for 250 ms (the quota
+    settled; on a loaded core the process may wait that long for its turn); at
+    most ``limit_s``."""
+    from conversations.models import Message
+
     deadline = time.monotonic() + limit_s
+    streaming = Message.objects.filter(
+        conversation__user__in=users, status=Message.Status.STREAMING
+    )
+    while streaming.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     last = web_cpu_ns(pid)
     while time.monotonic() < deadline:
-        time.sleep(quiet_ms / 1000)
+        time.sleep(0.25)
         now = web_cpu_ns(pid)
         if now == last:
             return
@@ -134,9 +170,10 @@ def web_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
     pinning = plan.describe()
     rows: list[dict[str, Any]] = []
     load_pin(plan)  # this process first: the workers it starts inherit the cores
-    # the first token at once, the next (and the answer's end) 100 ms later: the
-    # POST-to-first-frame window holds no relaying of later frames nor settlement
-    worker = [*CHAT_WORKER, "--delay-ms", "100"]
+    # the first token at once, the next (and the answer's end) 600 ms later: the
+    # POST-to-first-frame window holds no relaying of later frames nor settlement,
+    # even when a loaded machine delays the client's read of the first frame
+    worker = [*CHAT_WORKER, "--delay-ms", "600"]
     with worker_processes([worker], env) as workers:
         load_pin(plan, [w.pid for w in workers])
         users = users_setup(max(args.users, 1), memory=False)
@@ -146,7 +183,7 @@ def web_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
             s = login_http(web.base, users[0].username)
             for _ in range(3):  # warm: connections, caches, the tokenizer
                 asyncio.run(_turn_with_cpu(web.base, s, pid))
-                _settled(pid)
+                _settled(pid, users[:1])
             load_pin(plan)  # PostgreSQL's backends opened meanwhile
             web_pin(plan, pid)
             seq: list[dict[str, float]] = []
@@ -154,12 +191,13 @@ def web_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
                 started = web_cpu_ns(pid)
                 for _ in range(args.turns):
                     seq.append(asyncio.run(_turn_with_cpu(web.base, s, pid)))
-                    _settled(pid)
+                    _settled(pid, users[:1])
                 whole_ms = (web_cpu_ns(pid) - started) / 1e6 / max(len(seq), 1)
+            posts = [_json_post_cpu(web.base, s, pid) for _ in seq]
             sessions = [session_for(u) for u in users[: args.users]]
             before = web_cpu_ns(pid)
             burst = asyncio.run(_concurrent(web.base, sessions, args.rounds))
-            _settled(pid)
+            _settled(pid, users[: args.users])
             burst_cpu = (web_cpu_ns(pid) - before) / 1e6 / max(len(burst), 1)
     cpu = [r["cpu_ms"] for r in seq]
     over = [r["overhead"] for r in seq]
@@ -191,6 +229,17 @@ def web_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
             params + f" (p99 {pct(over, 99):.1f} ms)",
         )
     )
+    rows.append(
+        _row(
+            "web CPU per plain turn, POST answered with JSON (no stream)",
+            statistics.mean(posts),
+            "ms",
+            pinning,
+            f"{len(posts)} POSTs in a row, each answer left to the worker (mean of "
+            "/proc ticks): the POST's share; the rest of the first row is the "
+            "stream's start",
+        )
+    )
     b_over = [r["overhead"] for r in burst]
     params = f"{args.users} users, {args.rounds} round(s), every POST at once"
     rows.append(
@@ -217,6 +266,21 @@ def web_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
     return rows
 
 
+def _questions() -> list[str]:
+    """Everyday questions, none with an id-like token."""
+    plants = ["tomatoes", "cucumbers", "peppers", "basil", "lettuce", "beans"]
+    return [f"How often should I water the {p} in my garden?" for p in plants]
+
+
+def _verdict_forget(text: str) -> None:
+    """Drop the cached verdict of ``text`` (:mod:`safety.verdicts`): a miss next."""
+    from inference.connections import redis_sync
+    from safety.classifiers import classifier_get
+    from safety.verdicts import verdict_key
+
+    redis_sync().delete(verdict_key(backend=classifier_get().name, text=text))
+
+
 def moderation_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
     """Input moderation's own cost on a turn, hit and miss (see the module
     docstring); needs the embedding worker (started here)."""
@@ -238,12 +302,14 @@ def moderation_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, A
         load_pin(plan, [w.pid for w in workers])
         for i in range(args.moderation_turns + 1):
             for kind in ("miss", "hit"):
-                # a miss: a text never seen; a hit: the bench question, judged before
+                # a miss: an everyday question whose cached verdict is dropped first
+                # (no id in it: a text with one is judged once more without it); a
+                # hit: the bench question, judged the turn before
                 text = (
-                    f"{QUESTION} ({uuid.uuid4().hex[:8]})"
-                    if kind == "miss"
-                    else QUESTION
+                    _questions()[i % len(_questions())] if kind == "miss" else QUESTION
                 )
+                if kind == "miss":
+                    _verdict_forget(text)
                 query = TextVector(text)
                 query.get()  # the turn's shared vector, embedded before admission
                 wall, cpu = time.perf_counter(), time.thread_time()
