@@ -5,7 +5,9 @@
 Starts `daphne` and `manage.py run_inference_worker --engine llamacpp` as processes on
 the dev services (run `make migrate` first, or use `make bench`), signs in as a bench user
 over HTTP, and for each turn: POST the message (CSRF) → read the SSE stream to `done`.
-Prints per-turn figures and medians:
+Daphne runs on one core, the worker, this client, PostgreSQL and Redis on the other
+(bench/cpu_pin.py); the web process's CPU per turn is read from /proc. Prints
+per-turn figures and medians:
 
 - client TTFT (ms): POST sent → first `token` frame received by the client.
 - server TTFT (ms): enqueue → first token at the worker (stored on the message).
@@ -23,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.boot import django_start, option_parser  # noqa: E402
 from bench.corpus import LATENCY_PROMPTS  # noqa: E402
+from bench.cpu_pin import load_note, load_pin, pinning_plan, web_cpu_ns, web_pin  # noqa: E402
 from bench.record import bench_record  # noqa: E402
 
 PASSWORD = "bench-pass-123"
@@ -44,13 +47,21 @@ def main() -> None:
     from bench.chat import login, turn_read
     from bench.users import plan_user, pool_upsert
     from conversations.models import Message
-    from tests.stack import running_stack
+    from tests.stack import running_processes
 
     pool = pool_upsert("bench", model="SmolLM2-135M-Instruct.Q4_1")
     plan_user("bench", plan="bench", pools=[pool], password=PASSWORD)
 
     worker = ["--pool", "bench", "--engine", "llamacpp"]
-    with running_stack(worker, for_tests=False) as base:
+    plan = pinning_plan()
+    load_pin(plan)  # the worker started next inherits the load cores
+    with running_processes(worker, for_tests=False) as stack:
+        base = stack.web.base
+        web_pin(plan, stack.web.process.pid)
+        load_pin(plan)  # PostgreSQL's backends forked since
+        pinned = f"{plan.describe()}; {load_note()}"
+        print(f"pinning: {pinned}")
+        cpu_before = web_cpu_ns(stack.web.process.pid)
         rows = []
         with httpx.Client(base_url=base, timeout=120) as client:
             login(client, username="bench", password=PASSWORD)
@@ -74,11 +85,23 @@ def main() -> None:
                     f"turn {i + 1:2d}: client TTFT {rows[-1]['client_ttft_ms']:7.1f} ms  server TTFT "
                     f"{m.ttft_ms} ms  {m.token_count:4d} tokens  {rows[-1]['tok_s']:6.1f} tok/s  {m.status}"
                 )
+        web_cpu = (web_cpu_ns(stack.web.process.pid) - cpu_before) / 1e6
         print()
         print(
             f"turns: {len(rows)}   model: SmolLM2-135M-Instruct Q4_1 (llama.cpp, CPU, {os.cpu_count()} cores)"
         )
-        params = f"{len(rows)} turns, max {args.max_tokens} tokens, llama.cpp"
+        print(f"web CPU per turn (/proc, whole turn): {web_cpu / len(rows):.1f} ms")
+        params = (
+            f"{len(rows)} turns, max {args.max_tokens} tokens, llama.cpp; "
+            f"{plan.describe()}"
+        )
+        bench_record(
+            bench="turn_latency",
+            metric="web CPU per turn",
+            value=web_cpu / len(rows),
+            unit="ms",
+            params=params,
+        )
         for key, label, unit in [
             ("client_ttft_ms", "client TTFT ms", "ms"),
             ("server_ttft_ms", "server TTFT ms", "ms"),

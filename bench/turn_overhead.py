@@ -3,7 +3,7 @@ minus the engine's own time to first token.
 
     .venv/bin/python bench/turn_overhead.py [--turns 20] [--users 100] [--rounds 1]
         [--think-s 10] [--active-s 30] [--cold-starts 1] [--cases plain memory]
-        [--two-requests] [--profile 20]
+        [--two-requests] [--profile 20] [--hot-path [--moderation-turns 20]]
 
 The defaults are the quick run of ``make bench`` (a few minutes on a busy 2-core
 machine); a big run: ``--turns 200 --rounds 5 --cold-starts 5``.
@@ -42,8 +42,11 @@ the time of each stage of the POST (session and user, admission, quota reservati
 context and token counting, storing, enqueue) and of the relay up to its first frame,
 the database queries and Redis commands per turn, and the top functions.
 
-Everything shares the machine (client, daphne, workers, PostgreSQL, Redis): on a busy
-2-core box the figures are upper bounds of what our code costs.
+Pinning (bench/cpu_pin.py): daphne on one core, everything else (this client, the
+workers, PostgreSQL, Redis) on the others; each figure says so, with the machine's load,
+and daphne's own CPU per turn is read from /proc beside the wall-clock figures.
+``--hot-path``: only the goal table's plain-turn rows (:func:`hot_path_rows`, in
+bench/turn_hot_path.py, which the lead's table calls).
 """
 
 from __future__ import annotations
@@ -60,8 +63,10 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.boot import django_start, option_parser  # noqa: E402
+from bench.cpu_pin import load_note, load_pin, pinning_plan, web_cpu_ns, web_pin  # noqa: E402
 from bench.record import bench_record, pct  # noqa: E402
 from bench.sse_wire import Session, turn_streamed, turn_two_requests  # noqa: E402
+from bench.turn_hot_path import hot_path_rows  # noqa: E402  the goal table's rows
 
 POOL = "turn-bench"  # a pool only this run's worker serves
 PASSWORD = "turn-bench-pass-123"
@@ -105,7 +110,14 @@ def users_setup(count: int, *, memory: bool) -> list[Any]:
     from bench.users import plan_user, pool_upsert
     from gateway.models import ModelPool
 
-    pool = pool_upsert(POOL, model="scripted-1", engine=ModelPool.Engine.SCRIPTED)
+    # a burst of --users turns must not be shed: the web tier is measured, not
+    # admission control (the worker shares the load core with everything else)
+    pool = pool_upsert(
+        POOL,
+        model="scripted-1",
+        engine=ModelPool.Engine.SCRIPTED,
+        queue_threshold=10_000,
+    )
     kind = "memory" if memory else "plain"
     users = []
     for i in range(count):
@@ -240,11 +252,16 @@ def run_case(case: str, args: argparse.Namespace) -> None:
     )
     print(f"\ncase {case}: {what}")
     workers = [CHAT_WORKER] + ([EMBED_WORKER] if memory else [])
+    plan = pinning_plan()
+    load_pin(plan)  # the workers started next inherit the load cores
+    print(f"  pinning: {plan.describe()}; {load_note()}")
     with worker_processes(workers, env):
         users = users_setup(max(args.users, 1), memory=memory)
         cold: list[float] = []
         for start in range(args.cold_starts + 1):
             with web_process(env) as web:
+                web_pin(plan, web.process.pid)
+                load_pin(plan)  # PostgreSQL's backends forked since
                 s = login_http(web.base, users[0].username)
                 first = asyncio.run(turn(web.base, s))
                 cold.append(first["overhead"])
@@ -253,8 +270,11 @@ def run_case(case: str, args: argparse.Namespace) -> None:
                 )
                 if start < args.cold_starts:
                     continue
+                cpu_before = web_cpu_ns(web.process.pid)
                 seq = [asyncio.run(turn(web.base, s)) for _ in range(args.turns)]
+                cpu_turn = (web_cpu_ns(web.process.pid) - cpu_before) / 1e6 / len(seq)
                 one = _summary("1 user, turns in a row", seq)
+                print(f"  web CPU per turn (/proc, whole turn) {cpu_turn:.2f} ms")
                 sessions = [session_for(u) for u in users[: args.users]]
                 conc = asyncio.run(_concurrent(web.base, sessions, args.rounds))
                 many = _summary(f"{args.users} users at once (burst)", conc)
@@ -273,6 +293,7 @@ def run_case(case: str, args: argparse.Namespace) -> None:
         f"{cold_p50:.1f} ms, max {max(cold):.1f} ms; cold/warm p50 {ratio:.2f}x "
         "(goal <= 2x)"
     )
+    pinned = plan.describe()
     for params, figures in (
         ("c=1", one),
         (f"c={args.users} at once", many),
@@ -284,9 +305,16 @@ def run_case(case: str, args: argparse.Namespace) -> None:
                 metric=f"{case} overhead {q}",
                 value=figures[q],
                 unit="ms",
-                params=params,
+                params=f"{params}; {pinned}",
                 goal=GOALS.get((case, q), ""),
             )
+    bench_record(
+        bench="turn_overhead",
+        metric=f"{case} web CPU per turn",
+        value=cpu_turn,
+        unit="ms",
+        params=f"c=1, {args.turns} turns, /proc; {pinned}",
+    )
     bench_record(
         bench="turn_overhead",
         metric=f"{case} cold/warm p50",
@@ -317,6 +345,22 @@ def main() -> None:
         action="store_true",
         help="POST for the turn's JSON, then GET the stream (the old chat page)",
     )
+    parser.add_argument(
+        "--hot-path",
+        action="store_true",
+        help="only the goal table's plain-turn rows, pinned (bench/turn_hot_path.py)",
+    )
+    parser.add_argument(
+        "--moderation-turns",
+        type=int,
+        default=20,
+        help="--hot-path: turns timing input moderation, per verdict cache hit/miss",
+    )
+    parser.add_argument(
+        "--py-spy",
+        metavar="FILE",
+        help="--hot-path: sample daphne with py-spy over the c=1 turns (raw output)",
+    )
     parser.add_argument("--profile", type=int, default=0, metavar="TURNS")
     parser.add_argument("--profile-case", default="plain", choices=["plain", "memory"])
     args = parser.parse_args()
@@ -324,6 +368,9 @@ def main() -> None:
     TWO_REQUESTS = args.two_requests
     django_start({"INFERENCE_DEFAULT_POOL": POOL, "LOG_LEVEL": "WARNING"})
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()}")
+    if args.hot_path:
+        hot_path_rows(args)
+        return
     if args.profile:
         from bench.turn_profile import profile_run
 

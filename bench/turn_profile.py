@@ -15,7 +15,10 @@ median of the turns after the first):
 - store: the transaction that stores the messages; enqueue: ``generation_submit``;
 - relay: GET sent -> first frame, -> first token frame.
 
-Also per turn: database queries and Redis round trips (sync and async commands, a
+Each turn is run twice: once unprofiled, for the POST's own CPU time (this thread's,
+``time.thread_time``: the test client runs the view in it; in-process, so no pinning
+applies beyond the machine's), then under cProfile for the stages. Also per turn:
+database queries and Redis round trips (sync and async commands, a
 pipeline counted once), and the top functions of the POST by cumulative time.
 """
 
@@ -37,7 +40,7 @@ STAGES: list[tuple[str, str, str]] = [
     # (label, module, attribute): the attribute is replaced by a timed wrapper
     ("turn_start (the view's service)", "conversations.services", "turn_start"),
     ("  context: prompt_build", "conversations.services.turns.run", "prompt_build"),
-    ("    history selectors", "conversations.selectors", "history_and_summary"),
+    ("    history selectors", "conversations.prompt_history", "history_and_summary"),
     ("    memory: turn_context", "conversations.services.turns.prompt", "turn_context"),
     ("      context_build (counting)", "memory.context", "context_build"),
     (
@@ -224,6 +227,13 @@ def profile_run(turns: int, *, memory: bool) -> None:
     from django.conf import settings
     from django.test import Client
 
+    from bench.cpu_pin import (
+        load_note,
+        load_pin,
+        load_pin_services,
+        pinning_plan,
+        web_pin,
+    )
     from bench.turn_overhead import CHAT_WORKER, EMBED_WORKER, QUESTION, users_setup
     from tests.sse import session_cookie
     from tests.stack import stack_env, worker_processes
@@ -233,10 +243,16 @@ def profile_run(turns: int, *, memory: bool) -> None:
     settings.DEBUG = False  # as deployed: no query log
     settings.SAFETY_INPUT_ENABLED = memory
     settings.CHAT_BACKGROUND_JOBS = False
+    settings.SAFETY_OUTPUT_ENABLED = memory  # plain: no moderation either way
     env = stack_env({"LOG_LEVEL": "WARNING"}, for_tests=False)
     workers = [CHAT_WORKER] + ([EMBED_WORKER] if memory else [])
     counters = Counters()
+    plan = pinning_plan()
+    load_pin(plan)  # the workers started next inherit the load cores
     with worker_processes(workers, env):
+        web_pin(plan, os.getpid())  # this process is the web one here
+        load_pin_services(plan)
+        print(f"pinning: {plan.describe()} (the web process: this one); {load_note()}")
         user = users_setup(1, memory=memory)[0]
         client = Client()
         client.force_login(user)
@@ -244,14 +260,25 @@ def profile_run(turns: int, *, memory: bool) -> None:
         instrument(counters)
         import chatsite.asgi  # noqa: F401  what daphne imports (its start-up warm-up)
 
-        profiler = cProfile.Profile()
-        cold_profiler = cProfile.Profile()
+        # CPU time, not wall: the web core's cost (waits on PostgreSQL and Redis,
+        # on the other core, count in the stage times above, not here)
+        profiler = cProfile.Profile(time.thread_time)
+        cold_profiler = cProfile.Profile(time.thread_time)
         posts, firsts, tokens, queries, round_trips = [], [], [], [], []
+        post_cpu: list[float] = []
         sample_sql: list[str] = []
         sample_redis: list[str] = []
         for i in range(turns):
             counters.reset_turn()
             warm = i > 0
+            # the POST's own CPU without the profiler's: measured on a turn of its own
+            cpu_started = time.thread_time()
+            response = client.post("/c/messages/", {"content": QUESTION})
+            post_cpu.append((time.thread_time() - cpu_started) * 1000)
+            assert response.status_code == 201, response.content[:300]
+            url = response.json()["assistant_message"]["stream_url"]
+            asyncio.run(_stream_first(url, cookie))  # settled before the next
+            counters.reset_turn()
             started = time.perf_counter()
             active = profiler if warm else cold_profiler
             active.enable()
@@ -281,7 +308,10 @@ def profile_run(turns: int, *, memory: bool) -> None:
         f"\nin-process turns ({'memory + moderation' if memory else 'plain'}), n={n}, "
         f"medians; load average {os.getloadavg()}"
     )
-    print(f"  POST (test client, whole)           {med(posts):7.2f} ms")
+    print(f"  POST (test client, whole, profiled) {med(posts):7.2f} ms")
+    print(
+        f"  POST's own CPU, unprofiled (thread) {med(post_cpu[1:] or post_cpu):7.2f} ms"
+    )
     view = med(counters.times["turn_start (the view's service)"])
     print(f"  session/auth + middleware + view glue {med(posts) - view:5.2f} ms")
     for label, _, _ in STAGES:
@@ -297,9 +327,15 @@ def profile_run(turns: int, *, memory: bool) -> None:
     for sql in sample_sql:
         print(f"    {sql}")
     print("  Redis round trips of the last POST: " + ", ".join(sample_redis))
+    if os.environ.get("TURN_PROFILE_OUT"):  # pstats file of the warm POSTs
+        profiler.dump_stats(os.environ["TURN_PROFILE_OUT"])
     for title, prof in (("warm POSTs", profiler), ("the cold POST", cold_profiler)):
         out = io.StringIO()
         stats = pstats.Stats(prof, stream=out)
         stats.sort_stats("cumulative").print_stats(45)
-        print(f"\ncProfile of {title} (cumulative):")
+        print(f"\ncProfile of {title} (cumulative, CPU time of this thread):")
         print("\n".join(out.getvalue().splitlines()[:75]))
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
+        print(f"\ncProfile of {title} (own time, CPU):")
+        print("\n".join(out.getvalue().splitlines()[:40]))

@@ -178,7 +178,8 @@ def redis_cache_config(url: str, *, key_prefix: str) -> dict[str, Any]:
     """Return a ``CACHES`` entry for Django's ``RedisCache`` on ``url`` (plain or
     Sentinel); django-ratelimit counts in this cache too."""
     config: dict[str, Any] = {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # Django's RedisCache, one client per pool (chatsite/cache.py)
+        "BACKEND": "chatsite.cache.SharedClientRedisCache",
         "LOCATION": url,
         "KEY_PREFIX": key_prefix,
     }

@@ -199,11 +199,11 @@ def context_build(
     # History, newest first, by the cost of whole units (a tool call with its results);
     # then an exact check of the whole prompt.
     room = limit - base
-    probe_system = [{"role": "system", "content": "."}]
-    probe_base = count(probe_system)
     units = history_units(earlier)
     start = len(units)
     used = 0
+    probe_system = [{"role": "system", "content": "."}]
+    probe_base = count(probe_system) if units else 0  # a first message has none
     while start > 0:
         cost = count([*probe_system, *units[start - 1]]) - probe_base
         if used + cost > room:
@@ -212,7 +212,8 @@ def context_build(
         start -= 1
     window = starts_with_user([m for unit in units[start:] for m in unit])
     messages = messages_assemble(system, window, last, passages, tail)
-    tokens = count(messages)
+    # without history the prompt is the fixed part, counted already (``base``)
+    tokens = count(messages) if window else base
     while tokens > limit and window:
         window = starts_with_user(window[1:])
         messages = messages_assemble(system, window, last, passages, tail)
@@ -273,6 +274,7 @@ def turn_context(
     document_ids: Collection[int] | None = None,
     tools: list[dict[str, Any]] | None = None,
     continued: str | None = None,
+    sources: tuple[bool, bool] | None = None,
 ) -> BuiltContext:
     """Build a turn's context for ``user_id`` with their facts and document passages.
 
@@ -290,13 +292,16 @@ def turn_context(
     MEMORY_TOKENIZER_ENGINE tokenizer against MEMORY_CONTEXT_TOKENS, with ``tools``
     (the OpenAI tool definitions the generation offers) rendered into every count, so
     the prompt's tokens and the history's budget include them; ``continued`` the
-    text of an answer the turn continues. See :func:`context_build` for the rules
-    and errors.
+    text of an answer the turn continues; ``sources`` the user's
+    :func:`memory.selectors.memory_sources` when the caller read them already (None:
+    read here). See :func:`context_build` for the rules and errors.
     """
     facts: list[str] = []
     passages: list[Passage] = []
     question = str(history[question_index(history)]["content"])
-    want_facts, has_docs = selectors.memory_sources(user=user_id)
+    want_facts, has_docs = (
+        sources if sources is not None else selectors.memory_sources(user=user_id)
+    )
     want_docs = (document_ids is None or bool(document_ids)) and has_docs
     vector = None
     if want_facts or want_docs:

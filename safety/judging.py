@@ -4,6 +4,7 @@ the events are :mod:`safety.services`'."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Collection
 
@@ -22,6 +23,23 @@ logger = logging.getLogger(__name__)
 
 
 def verdict_shared(*, text: str, query: TextVector | None) -> Verdict:
+    """Judge a turn's ``text``: its cached verdict (:mod:`safety.verdicts`, one
+    MGET; no vector needed), else :func:`verdict_fresh`, cached for the next time.
+
+    A cached verdict is returned as a fresh one (no ``cached`` mark): a chat turn is
+    a new message each time, so a flag-only match records its event again, as it
+    did before the cache (the mark keeps an API client's unchanged history from
+    doing so, :func:`safety.services.messages_moderate`)."""
+    classifier = classifier_get()
+    [cached] = verdict_cache.verdicts_cached(backend=classifier.name, texts=[text])
+    if cached is not None:
+        return dataclasses.replace(cached, detail={})
+    verdict = verdict_fresh(text=text, query=query)
+    verdict_cache.verdicts_store(texts=[text], verdicts=[verdict])
+    return verdict
+
+
+def verdict_fresh(*, text: str, query: TextVector | None) -> Verdict:
     """Classify ``text`` with the configured backend, reading the shared vector of
     ``query`` (when it is of ``text``) instead of embedding again; applies the fail
     policy (raises ModerationUnavailable when failing closed)."""
@@ -73,7 +91,7 @@ def texts_judge(
     ]
     try:
         for i in shared:
-            fresh[i] = verdict_shared(text=texts[i], query=query)
+            fresh[i] = verdict_fresh(text=texts[i], query=query)
         rest = [i for i in todo if i not in fresh]
         if rest and classifier.uses_vector and keep:
             vectors = texts_embed([texts[i] for i in rest])

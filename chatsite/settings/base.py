@@ -179,6 +179,10 @@ REDIS_SYNC_MAX_CONNECTIONS = env.int("REDIS_SYNC_MAX_CONNECTIONS", default=200)
 REDIS_SYNC_POOL_TIMEOUT_S = env.float("REDIS_SYNC_POOL_TIMEOUT_S", default=10.0)
 
 CACHES = {"default": redis_cache_config(REDIS_URL, key_prefix="cache")}
+# Sessions read from that cache, written through to the database (Django's cached_db):
+# a signed-in request's session costs a Redis GET instead of a query; PostgreSQL stays
+# the record, so a flushed or restarted Redis signs nobody out.
+SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 
 AUTH_PASSWORD_VALIDATORS = [
     {

@@ -1,9 +1,9 @@
 """The database round trips of a chat turn's POST (issue 13: what the turn path costs).
 
-A first message without memory, as a new user sends it: the session and the user, the
-user's preferences, one query for their memory sources, suspension, plan, then the
-turn's short transaction: the conversation inserted with its current leaf and both
-messages in one INSERT (no savepoint, no update of the conversation)."""
+A first message without memory, as a new user sends it: the user (the session is read
+from the cache), suspension, one query for the user's preferences and memory sources,
+plan, then the turn's short transaction: the conversation inserted with its current
+leaf and both messages in one INSERT (no savepoint, no update of the conversation)."""
 
 from __future__ import annotations
 
@@ -34,10 +34,14 @@ def test_a_first_turn_reads_each_thing_once_and_writes_without_savepoints(
     ]
     assert sum('FROM "memory_' in s for s in sql) == 1, sql  # one for all three
     assert len(tables) == 3, sql
-    assert sum("gateway_userpreference" in s for s in sql) == 1, sql
+    # the preferences in that same query
+    assert [s for s in sql if "gateway_userpreference" in s] == [
+        s for s in sql if 'FROM "memory_' in s
+    ], sql
+    assert not any("django_session" in s for s in sql), sql  # cached_db: a cache hit
     # the test's own transaction makes the turn's durable one a savepoint: that one only
     assert sum(s.startswith("SAVEPOINT") for s in sql) == 1, sql
     assert not any('SET "doc_scope"' in s for s in sql), sql
     assert sum(s.startswith('INSERT INTO "conversations_message"') for s in sql) == 1
     assert not any(s.startswith('UPDATE "conversations_conversation"') for s in sql)
-    assert len(sql) <= 10, "\n".join(sql)
+    assert len(sql) <= 8, "\n".join(sql)

@@ -208,3 +208,36 @@ def test_a_shared_vector_that_failed_is_not_embedded_again(user, monkeypatch):
         user=user, text=DRUGS, surface="chat", query=query
     )
     assert verdict.available is False and calls == []
+
+
+def test_a_turn_text_judged_before_is_read_from_the_verdict_cache_without_a_vector(
+    embedding_worker, user, monkeypatch
+):
+    services.input_moderate(
+        user=user, text=BENIGN[0], surface="chat", query=TextVector(BENIGN[0])
+    )
+    calls: list[Any] = []
+    for module in (embeddings, embedded):
+        monkeypatch.setattr(
+            module, "embed_texts", lambda *a, **k: calls.append(a) or 1 / 0
+        )
+    again = TextVector(BENIGN[0])
+    verdict = services.input_moderate(
+        user=user, text=BENIGN[0], surface="chat", query=again
+    )
+    assert verdict.available and not verdict.flagged
+    assert calls == [] and again.embedded is None  # no vector was needed
+    assert not ModerationEvent.objects.exists()
+
+
+def test_a_cached_verdict_still_blocks_and_records_each_turns_event(
+    embedding_worker, user
+):
+    for _ in range(2):  # the second is a verdict cache hit
+        with pytest.raises(ModerationBlocked):
+            services.input_moderate(user=user, text=DRUGS, surface="chat")
+    services.input_moderate(user=user, text=ABOUT_INJECTION, surface="chat")
+    services.input_moderate(user=user, text=ABOUT_INJECTION, surface="chat")
+    # a chat message is new each time: a flag-only match is recorded per turn too
+    actions = sorted(ModerationEvent.objects.values_list("action", flat=True))
+    assert actions == ["block", "block", "flag", "flag"]

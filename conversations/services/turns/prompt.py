@@ -55,6 +55,7 @@ def prompt_build(
     max_tokens: int,
     query: TextVector,
     tools: list[dict[str, Any]] | None = None,
+    sources: tuple[bool, bool] | None = None,
 ) -> BuiltContext:
     """Build the prompt of the turn's answer to the token (memory.context.turn_context).
 
@@ -65,7 +66,8 @@ def prompt_build(
     then, for a turn that continues an answer, that answer's text.
     ``max_tokens`` is the answer's reserve, in tokens; ``query`` the question's shared
     embedding; ``scope`` the documents retrieval may search; ``tools`` the tool
-    definitions offered, counted into the prompt's tokens.
+    definitions offered, counted into the prompt's tokens; ``sources`` the user's
+    memory sources, read already (:func:`conversations.turn_selectors.turn_reads`).
     """
     history: list[dict[str, Any]] = []
     summary, covers = "", 0
@@ -89,6 +91,7 @@ def prompt_build(
         tools=tools,
         # the start of the assistant's turn (prefill) that a continuation writes on
         continued=turn.continues.content if turn.continues is not None else None,
+        sources=sources,
     )
 
 

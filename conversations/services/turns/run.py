@@ -33,6 +33,7 @@ from conversations.services.turns.prompt import (
 )
 from conversations.services.turns.request import Turn, TurnRequest
 from conversations.services.turns.rows import idle_check, rows_store
+from conversations.turn_selectors import turn_reads
 from gateway import generations
 from gateway import selectors as gateway_selectors
 from inference import protocol
@@ -49,8 +50,9 @@ def turn_run(
     parameters over the chat's defaults; no ``model``: the user's default model
     (Settings), if they chose one. Raises what :func:`turn_start` raises.
     """
-    # one read of the user's preferences: the default model and the cache opt-in
-    preference = gateway_selectors.user_preference_get(user=turn.user)
+    # one query: the user's preferences (default model, cache opt-in) and memory
+    reads = turn_reads(user=turn.user)
+    preference = reads.preference
     model = model or gateway_selectors.default_model(
         user=turn.user, preference=preference
     )
@@ -71,6 +73,7 @@ def turn_run(
         max_tokens=int(sampling["max_tokens"]),
         query=query,
         tools=offered,
+        sources=reads.memory_sources,
     )
     request = generation_request(
         turn,

@@ -1,0 +1,384 @@
+"""The web tier's hot path for a plain chat turn, measured per core: the rows of the
+goal table (:func:`hot_path_rows`), run by ``bench/turn_overhead.py --hot-path``.
+
+Pinning (:mod:`bench.cpu_pin`): daphne on the first core this process may use; this
+process (the raw-socket client), the scripted chat worker, the embedding worker,
+PostgreSQL and Redis on the others. Every row says so in its ``pinning``.
+
+Rows (each a dict: measure, value, unit, pinning, params, goal):
+
+- web CPU per plain turn, POST to first token frame: daphne's own CPU
+  (:func:`bench.cpu_pin.web_cpu_ns`, ``/proc/<pid>/stat``) between the POST being
+  sent and the first token frame read, ``--turns`` turns one after another (each in
+  a new conversation, input and output moderation off), the mean (ticks of 10 ms:
+  no percentile); beside it the wall-clock overhead p50 (POST to first token minus
+  the engine's TTFT) and the whole turn's CPU (to the answer settled: the
+  process's CPU over all the turns / turns). ``--py-spy FILE``: those turns sampled
+  by py-spy, summarised (:mod:`bench.pyspy`);
+- the same POST answered with the turn's JSON (no stream): daphne's CPU for the
+  POST alone, so the first row splits into the POST and the stream's start;
+- ``--users`` users at once on one process: turn overhead p50 and p99 (every POST in
+  the same instant, :func:`bench.turn_overhead._concurrent`), and daphne's CPU per
+  turn over the burst;
+- input moderation's own cost on a turn, p50 (in this process, as admission calls it:
+  :func:`safety.services.input_moderate` with the turn's shared vector already
+  embedded, the embedding worker's time left out): a verdict cache hit (a text judged
+  in the last SAFETY_VERDICT_CACHE_S s) and a miss (a new text each time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench.cpu_pin import (
+    Pinning,
+    load_note,
+    load_pin,
+    pinning_plan,
+    web_cpu_ns,
+    web_pin,
+)
+from bench.record import bench_record, pct
+
+
+def timezone_now() -> Any:
+    """Django's aware now (imported late: this module loads before Django)."""
+    import datetime as dt
+
+    return dt.datetime.now(dt.UTC)
+
+
+RUN_STARTED = timezone_now()
+
+GOALS = {
+    "web CPU per plain turn (POST to first frame)": "<= 6 ms",
+    "100 users at once, turn overhead p50": "<= 0.6 s",
+    "input moderation per turn p50, verdict cache hit": "<= 3 ms",
+    "input moderation per turn p50, verdict cache miss": "<= 15 ms",
+}
+
+
+def _row(
+    measure: str, value: float, unit: str, pinning: str, params: str, goal: str = ""
+) -> dict[str, Any]:
+    return {
+        "measure": measure,
+        "value": round(value, 3),
+        "unit": unit,
+        "pinning": pinning,
+        "params": params,
+        "goal": goal or GOALS.get(measure, ""),
+    }
+
+
+async def _turn_with_cpu(base: str, s: Any, pid: int) -> dict[str, float]:
+    """One turn (:func:`bench.turn_overhead.turn`) with daphne's CPU (ms) from the
+    POST sent to the first token frame read."""
+    from bench.turn_overhead import turn
+
+    before = web_cpu_ns(pid)
+    row = await turn(base, s)
+    row["cpu_ms"] = (web_cpu_ns(pid) - before) / 1e6
+    return row
+
+
+def _json_post_cpu(base: str, s: Any, pid: int) -> float:
+    """Daphne's CPU (ms) for one message POST answered with the turn's JSON (the
+    page's old way: no stream opened), then wait until daphne is quiet."""
+    from urllib.parse import quote, urlsplit
+
+    from bench.sse_wire import json_post
+    from bench.turn_overhead import QUESTION
+
+    parts = urlsplit(base)
+    before = web_cpu_ns(pid)
+    status, body = asyncio.run(
+        json_post(
+            parts.hostname or "127.0.0.1",
+            parts.port or 80,
+            "/c/messages/",
+            s,
+            f"content={quote(QUESTION)}",
+        )
+    )
+    spent = (web_cpu_ns(pid) - before) / 1e6
+    if status != 201:
+        raise RuntimeError(f"POST: {status} {body}")
+    _settled(pid, [])  # nobody follows the answer: wait for quiet only
+    return spent
+
+
+def _settled(pid: int, users: list[Any], *, limit_s: float = 10.0) -> None:
+    """Wait until no answer of ``users`` is streaming (every turn relayed to its end
+    and finalised), then until daphne has used no CPU tick for 250 ms (the quota
+    settled; on a loaded core the process may wait that long for its turn); at
+    most ``limit_s``."""
+    from conversations.models import Message
+
+    deadline = time.monotonic() + limit_s
+    streaming = Message.objects.filter(
+        conversation__user__in=users,
+        status=Message.Status.STREAMING,
+        created_at__gte=RUN_STARTED,  # an earlier run's unfollowed answers stay so
+    )
+    while streaming.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    last = web_cpu_ns(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = web_cpu_ns(pid)
+        if now == last:
+            return
+        last = now
+
+
+@contextmanager
+def _sampled(pid: int, args: argparse.Namespace) -> Iterator[None]:
+    """Record daphne with py-spy while the block runs when ``args.py_spy`` names a
+    file (then print the summary), else nothing."""
+    if not getattr(args, "py_spy", None):
+        yield
+        return
+    from bench.pyspy import collapsed_summary, py_spy
+
+    out = Path(args.py_spy)
+    with py_spy(pid, out):
+        yield
+    print(f"py-spy of daphne over {args.turns} turns ({out}):")
+    print(collapsed_summary(out, per=args.turns))
+
+
+def web_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
+    """The plain turn's rows: CPU per turn and overhead at c=1, then ``args.users``
+    at once (see the module docstring)."""
+    from bench.turn_overhead import (
+        CHAT_WORKER,
+        _concurrent,
+        login_http,
+        session_for,
+        users_setup,
+    )
+    from tests.stack import stack_env, web_process, worker_processes
+
+    env = stack_env(
+        {
+            "SAFETY_INPUT_ENABLED": "0",
+            # plain: no output moderation either (no embedding worker here)
+            "SAFETY_OUTPUT_ENABLED": "0",
+            "CHAT_MESSAGE_RATE": "100000/m",
+            "LOGIN_RATE": "100000/m",
+            "CHAT_BACKGROUND_JOBS": "0",
+            "LOG_LEVEL": "WARNING",
+        },
+        for_tests=False,
+    )
+    pinning = plan.describe()
+    rows: list[dict[str, Any]] = []
+    load_pin(plan)  # this process first: the workers it starts inherit the cores
+    # the first token at once, the next (and the answer's end) 600 ms later: the
+    # POST-to-first-frame window holds no relaying of later frames nor settlement,
+    # even when a loaded machine delays the client's read of the first frame
+    worker = [*CHAT_WORKER, "--delay-ms", "600"]
+    with worker_processes([worker], env) as workers:
+        load_pin(plan, [w.pid for w in workers])
+        users = users_setup(max(args.users, 1), memory=False)
+        with web_process(env) as web:
+            pid = web.process.pid
+            web_pin(plan, pid)
+            s = login_http(web.base, users[0].username)
+            for _ in range(3):  # warm: connections, caches, the tokenizer
+                asyncio.run(_turn_with_cpu(web.base, s, pid))
+                _settled(pid, users[:1])
+            load_pin(plan)  # PostgreSQL's backends opened meanwhile
+            web_pin(plan, pid)
+            seq: list[dict[str, float]] = []
+            with _sampled(pid, args):
+                started = web_cpu_ns(pid)
+                for _ in range(args.turns):
+                    seq.append(asyncio.run(_turn_with_cpu(web.base, s, pid)))
+                    _settled(pid, users[:1])
+                whole_ms = (web_cpu_ns(pid) - started) / 1e6 / max(len(seq), 1)
+            posts = [_json_post_cpu(web.base, s, pid) for _ in seq]
+            sessions = [session_for(u) for u in users[: args.users]]
+            before = web_cpu_ns(pid)
+            burst = asyncio.run(_concurrent(web.base, sessions, args.rounds))
+            _settled(pid, users[: args.users])
+            burst_cpu = (web_cpu_ns(pid) - before) / 1e6 / max(len(burst), 1)
+    cpu = [r["cpu_ms"] for r in seq]
+    over = [r["overhead"] for r in seq]
+    params = f"{len(seq)} turns in a row, new conversations, moderation off"
+    rows.append(
+        _row(
+            "web CPU per plain turn (POST to first frame)",
+            statistics.mean(cpu),
+            "ms",
+            pinning,
+            params + " (mean of /proc ticks)",
+        )
+    )
+    rows.append(
+        _row(
+            "web CPU per plain turn, to the answer settled",
+            whole_ms,
+            "ms",
+            pinning,
+            params + " (process CPU / turns)",
+        )
+    )
+    rows.append(
+        _row(
+            "plain turn overhead p50, c=1 (wall)",
+            statistics.median(over),
+            "ms",
+            pinning,
+            params + f" (p99 {pct(over, 99):.1f} ms)",
+        )
+    )
+    rows.append(
+        _row(
+            "web CPU per plain turn, POST answered with JSON (no stream)",
+            statistics.mean(posts),
+            "ms",
+            pinning,
+            f"{len(posts)} POSTs in a row, each answer left to the worker (mean of "
+            "/proc ticks): the POST's share; the rest of the first row is the "
+            "stream's start",
+        )
+    )
+    b_over = [r["overhead"] for r in burst]
+    params = f"{args.users} users, {args.rounds} round(s), every POST at once"
+    rows.append(
+        _row(
+            f"{args.users} users at once, turn overhead p50",
+            pct(b_over, 50) / 1000,
+            "s",
+            pinning,
+            params + f" (p99 {pct(b_over, 99) / 1000:.2f} s)",
+            goal=GOALS["100 users at once, turn overhead p50"]
+            if args.users == 100
+            else "",
+        )
+    )
+    rows.append(
+        _row(
+            f"{args.users} users at once, web CPU per turn",
+            burst_cpu,
+            "ms",
+            pinning,
+            params,
+        )
+    )
+    return rows
+
+
+def _questions() -> list[str]:
+    """Everyday questions, none with an id-like token."""
+    plants = ["tomatoes", "cucumbers", "peppers", "basil", "lettuce", "beans"]
+    return [f"How often should I water the {p} in my garden?" for p in plants]
+
+
+def _verdict_forget(text: str) -> None:
+    """Drop the cached verdict of ``text`` (:mod:`safety.verdicts`): a miss next."""
+    from inference.connections import redis_sync
+    from safety.classifiers import classifier_get
+    from safety.verdicts import verdict_key
+
+    redis_sync().delete(verdict_key(backend=classifier_get().name, text=text))
+
+
+def moderation_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
+    """Input moderation's own cost on a turn, hit and miss (see the module
+    docstring); needs the embedding worker (started here)."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+
+    from bench.turn_overhead import EMBED_WORKER, QUESTION
+    from inference.embeddings import TextVector
+    from safety import services as safety_services
+    from safety.models import ModerationEvent
+    from tests.stack import stack_env, worker_processes
+
+    settings.SAFETY_INPUT_ENABLED = True
+    user, _ = get_user_model().objects.get_or_create(username="turnbench-moderation")
+    env = stack_env({"LOG_LEVEL": "WARNING"}, for_tests=False)
+    load_pin(plan)
+    timings: dict[str, list[tuple[float, float]]] = {"hit": [], "miss": []}
+    with worker_processes([EMBED_WORKER], env) as workers:
+        load_pin(plan, [w.pid for w in workers])
+        for i in range(args.moderation_turns + 1):
+            for kind in ("miss", "hit"):
+                # a miss: an everyday question whose cached verdict is dropped first
+                # (no id in it: a text with one is judged once more without it); a
+                # hit: the bench question, judged the turn before
+                text = (
+                    _questions()[i % len(_questions())] if kind == "miss" else QUESTION
+                )
+                if kind == "miss":
+                    _verdict_forget(text)
+                query = TextVector(text)
+                query.get()  # the turn's shared vector, embedded before admission
+                wall, cpu = time.perf_counter(), time.thread_time()
+                safety_services.input_moderate(
+                    user=user,
+                    text=text,
+                    query=query,
+                    surface=ModerationEvent.Surface.CHAT,
+                )
+                spent = (
+                    (time.perf_counter() - wall) * 1000,
+                    (time.thread_time() - cpu) * 1000,
+                )
+                if i > 0:  # the first of each: imports and the classifier's load
+                    timings[kind].append(spent)
+    pinning = plan.describe() + " (measured in the bench process, on the load core)"
+    rows = []
+    for kind in ("hit", "miss"):
+        wall = [w for w, _ in timings[kind]]
+        cpu = [c for _, c in timings[kind]]
+        rows.append(
+            _row(
+                f"input moderation per turn p50, verdict cache {kind}",
+                statistics.median(wall),
+                "ms",
+                pinning,
+                f"{len(wall)} turns, turn vector embedded before; CPU p50 "
+                f"{statistics.median(cpu):.2f} ms, wall p99 {pct(wall, 99):.2f} ms",
+            )
+        )
+    return rows
+
+
+def hot_path_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Measure and return the plain turn's rows of the goal table (module docstring),
+    each recorded with :func:`bench.record.bench_record` and printed.
+
+    ``args``: ``turns`` (c=1 turns), ``users``, ``rounds`` (the burst),
+    ``moderation_turns`` (0: no moderation rows). Needs the dev services (migrated).
+    """
+    plan = pinning_plan()
+    print(f"\nhot path of a plain turn; pinning: {plan.describe()}; {load_note()}")
+    rows = web_rows(args, plan)
+    if args.moderation_turns:
+        rows += moderation_rows(args, plan)
+    for row in rows:
+        print(
+            f"  {row['measure']:52s} {row['value']:9.3f} {row['unit']:3s}  "
+            f"goal {row['goal'] or '-':9s} [{row['params']}]"
+        )
+        bench_record(
+            bench="turn_hot_path",
+            metric=row["measure"],
+            value=row["value"],
+            unit=row["unit"],
+            params=f"{row['params']}; {row['pinning']}",
+            goal=row["goal"],
+        )
+    print(f"  load after: {load_note()}")
+    return rows
