@@ -18,13 +18,15 @@ lag" of docs/benchmarks.md).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime as dt
 import functools
 import weakref
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import SyncToAsync, sync_to_async
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
@@ -92,9 +94,79 @@ def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     @functools.wraps(fn)
     async def gated(*args: Any, **kwargs: Any) -> Any:
         async with _gate():
-            return await in_thread(*args, **kwargs)
+            if not _released():
+                return await in_thread(*args, **kwargs)
+            # the shared threads: a plain executor call, without asgiref's per-call
+            # work (it re-homes every context variable in the thread, each time)
+            call = functools.partial(
+                contextvars.copy_context().run, run, *args, **kwargs
+            )
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(_shared_executor(), call)
 
     return gated
+
+
+class _SharedExecutor(ThreadPoolExecutor):
+    """The process's threads for the sync steps of streaming responses: shared by
+    every request, so one request's end (Django's ``ThreadSensitiveContext`` shuts its
+    executor down on exit) must not shut it down."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Ignored: the pool lives as long as the process."""
+
+
+_shared: _SharedExecutor | None = None
+
+
+def _shared_executor() -> _SharedExecutor:
+    global _shared  # noqa: PLW0603 - one pool per process, made on first use
+    if _shared is None:
+        _shared = _SharedExecutor(
+            max_workers=settings.DATABASE_BRIEF_CONCURRENCY,
+            thread_name_prefix="stream-sync",
+        )
+    return _shared
+
+
+def _released() -> bool:
+    """Whether the running request gave its thread back (:func:`request_thread_release`)."""
+    context = SyncToAsync.thread_sensitive_context.get(None)
+    return (
+        context is not None
+        and _shared is not None
+        and SyncToAsync.context_to_thread_executor.get(context) is _shared
+    )
+
+
+async def request_thread_release() -> None:
+    """Give back the request's database connection and its thread, for a response
+    that streams (an SSE answer, open for seconds to minutes).
+
+    Under ASGI Django runs a request's sync code (``sync_to_async`` with
+    ``thread_sensitive=True``: middleware, ``db_brief``) in a thread of the request's
+    own (asgiref's ``ThreadSensitiveContext``), kept until the response ends: a
+    thread per open stream, idle while the answer streams. This returns the
+    connection (in that thread), ends the thread and sends the request's later sync
+    calls (its ``db_brief`` steps, the response's close) to one pool of
+    DATABASE_BRIEF_CONCURRENCY threads shared by every stream of the process: those
+    steps hold no connection or transaction between them, so they need no thread of
+    their own. Waiting then costs no thread.
+
+    Outside an ASGI request (tests calling the relay) only the connection is
+    released. Idempotent.
+    """
+    if _released():
+        return
+    await sync_to_async(_release)()
+    context = SyncToAsync.thread_sensitive_context.get(None)
+    if context is None:
+        return
+    executors = SyncToAsync.context_to_thread_executor
+    own = executors.get(context)
+    executors[context] = _shared_executor()
+    if own is not None:
+        own.shutdown(wait=False)
 
 
 async def connection_release() -> None:

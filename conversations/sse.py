@@ -44,7 +44,7 @@ from django.http.response import HttpResponseBase
 from django.urls import reverse
 
 from chatsite.auth import AuthenticatedRequest
-from chatsite.db import connection_release, db_brief
+from chatsite.db import db_brief, request_thread_release
 from chatsite.errors import DomainError, InvalidInput, error_response, error_sse
 from chatsite.sse import frame_json, sse_frame
 from conversations import selectors, services, tool_selectors
@@ -175,6 +175,7 @@ async def relay_events(message: Message, after: str) -> AsyncGenerator[str, None
     ``step_end`` (stopped, or the step limit) / ``error`` (the next step could not
     start) when the turn ends there.
     """
+    await request_thread_release()  # no connection or thread held while waiting
     yield "retry: 1000\n\n"
     current: Message | None = message
     while current is not None:
@@ -365,8 +366,8 @@ def _event_stream(
     frames: AsyncIterator[str], status: int = 200
 ) -> StreamingHttpResponse:
     response = StreamingHttpResponse(
-        frames, content_type="text/event-stream", status=status
-    )
+        frames, content_type="text/event-stream", status=status, charset="utf-8"
+    )  # a charset of its own: else Django reads the setting per frame
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once
     return response
@@ -382,8 +383,7 @@ def event_stream_accepted(request: HttpRequest) -> bool:
 
 
 async def _turn_events(payload: dict[str, Any], message: Message) -> AsyncIterator[str]:
-    # the view's connection: not held for the answer (relay_events takes brief ones)
-    await connection_release()
+    await request_thread_release()  # the view's connection and thread go back
     yield sse_frame(SSE_TURN, payload)
     async with aclosing(relay_events(message, protocol.STREAM_START)) as frames:
         async for frame in frames:
