@@ -2,7 +2,8 @@
 one core, everything else (client, scripted worker, Redis, PostgreSQL) on another.
 
     .venv/bin/python bench/sse_fanout.py [--streams 200 1000] [--ramp]
-        [--tokens 200] [--delay-ms 20] [--server daphne|uvicorn] [--profile FILE]
+        [--tokens 200] [--delay-ms 20] [--server daphne|uvicorn] [--nice -10]
+        [--profile FILE] [--py-spy FILE [--py-spy-phase tokens|done]]
 
 For each N: start the web process pinned to the web core, sign in a bench user and
 POST N messages (the real turn path; the pool looks served while its jobs wait), open
@@ -192,7 +193,7 @@ def run_one(n: int, args: argparse.Namespace) -> dict:
         with pinned({args.web_core}):
             web = stack.enter_context(web_server(env, args.server, args.profile))
         pid = web.process.pid
-        pin_tree(pid, {args.web_core})
+        pin_tree(pid, {args.web_core}, args.nice)
         # the pool looks served (the gateway admits only to a served pool)
         fake = "sse-bench-hold"
         redis.zadd(protocol.workers_key(POOL), {fake: time.time() + 3600})
@@ -307,7 +308,7 @@ def setup(argv: list[str] | None = None) -> argparse.Namespace:
     (restored by :func:`unpin`)."""
     parser = option_parser(
         __doc__.split("\n\n")[0], streams=[200], tokens=200, delay_ms=20.0,
-        ramp=False, ramp_max=4000, server="daphne",
+        ramp=False, ramp_max=4000, server="daphne", nice=0,
     )  # fmt: skip
     parser.add_argument("--profile", metavar="FILE", help="cProfile the web process")
     parser.add_argument(
@@ -324,15 +325,16 @@ def setup(argv: list[str] | None = None) -> argparse.Namespace:
     args.web_core, args.load_core = cores_pick()
     args.load_pids = list(service_pids().values())
     for pid in args.load_pids:
-        pin_tree(pid, {args.load_core})
+        pin_tree(pid, {args.load_core}, args.nice)
     os.sched_setaffinity(0, {args.load_core})
+    os.setpriority(os.PRIO_PROCESS, 0, args.nice)  # what this process starts inherits
     return args
 
 
 def unpin(args: argparse.Namespace) -> None:
     """Give the services every core back."""
     for pid in args.load_pids:
-        pin_tree(pid, ALL_CORES)
+        pin_tree(pid, ALL_CORES, 0)
 
 
 def main() -> None:

@@ -57,15 +57,20 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def pin_tree(pid: int, cores: set[int] | frozenset[int]) -> int:
-    """Pin every thread of ``pid`` and of its descendants to ``cores``; return how
-    many threads were pinned (a thread that ended meanwhile is skipped)."""
+def pin_tree(
+    pid: int, cores: set[int] | frozenset[int], nice: int | None = None
+) -> int:
+    """Pin every thread of ``pid`` and of its descendants to ``cores`` (and give them
+    the scheduling priority ``nice``, when given); return how many threads were
+    pinned (a thread that ended meanwhile is skipped)."""
     pinned, todo = 0, [pid]
     while todo:
         p = todo.pop()
         for tid in _threads(p):
             try:
                 os.sched_setaffinity(tid, cores)
+                if nice is not None:
+                    os.setpriority(os.PRIO_PROCESS, tid, nice)
                 pinned += 1
             except OSError:
                 pass

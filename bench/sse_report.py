@@ -47,7 +47,7 @@ def pinning(args: argparse.Namespace) -> str:
         return f"unpinned: one core ({args.web_core}) for all"
     return (
         f"{args.server} on core {args.web_core}; client, worker, Redis, PostgreSQL on "
-        f"core {args.load_core}; machine load {os.getloadavg()[0]:.1f} on "
+        f"core {args.load_core}; nice {args.nice}; machine load {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} cores"
     )
 
