@@ -24,6 +24,7 @@ import functools
 import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import SyncToAsync, sync_to_async
@@ -105,6 +106,106 @@ def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
             return await loop.run_in_executor(_shared_executor(), call)
 
     return gated
+
+
+# Calls of one db_batched function per batch, and batches of it running at once per loop
+BATCH_MAX = 64
+BATCH_PARALLEL = 4
+
+
+def _run_calls(
+    fn: Callable[..., Any], calls: list[tuple[contextvars.Context, tuple, dict]]
+) -> list[tuple[bool, Any]]:
+    """Run ``fn`` once per call (each in its caller's context), then release the
+    thread's connection; each result is ``(True, value)`` or ``(False, exception)``."""
+    out: list[tuple[bool, Any]] = []
+    try:
+        for context, args, kwargs in calls:
+            try:
+                out.append((True, context.run(fn, *args, **kwargs)))
+            except (OperationalError, InterfaceError) as exc:
+                if connection.connection is not None and connection.is_usable():
+                    out.append((False, exc))
+                else:
+                    out.append((False, _connection_lost(exc)))
+            except Exception as exc:  # noqa: BLE001 - it fails its own call only
+                out.append((False, exc))
+    finally:
+        _release()
+    return out
+
+
+@dataclass
+class _Batches:
+    pending: list[tuple[contextvars.Context, tuple, dict, asyncio.Future[Any]]] = field(
+        default_factory=list
+    )
+    running: int = 0
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)  # the loop's are weak
+
+
+def db_batched(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    """:func:`db_brief` for steps that come in bursts (a thousand answers ending
+    together, each settling and reading its final state): on a request that gave its
+    thread back (:func:`request_thread_release`), the calls that arrive while a batch
+    runs go together in the next one, up to BATCH_MAX, with BATCH_PARALLEL batches at
+    once: one thread hand-off, one pooled connection and one pass of the gate per
+    batch instead of per call. Each call is still its own ``fn`` call (its own
+    transaction, in its caller's context) and an exception fails only its own call.
+    Elsewhere (tests, sync callers' threads) the same as :func:`db_brief`.
+    """
+    brief = db_brief(fn)
+    per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batches] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    async def drain(state: _Batches) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while state.pending:
+                batch = state.pending[:BATCH_MAX]
+                del state.pending[:BATCH_MAX]
+                calls = [(c, a, k) for c, a, k, _f in batch]
+                try:
+                    async with _gate():
+                        results = await loop.run_in_executor(
+                            _shared_executor(), functools.partial(_run_calls, fn, calls)
+                        )
+                except BaseException as exc:  # noqa: BLE001 - every caller hears of it
+                    for *_call, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+                    continue
+                for (*_call, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+        finally:
+            state.running -= 1
+
+    @functools.wraps(fn)
+    async def batched(*args: Any, **kwargs: Any) -> Any:
+        if not _released():
+            return await brief(*args, **kwargs)
+        loop = asyncio.get_running_loop()
+        state = per_loop.get(loop)
+        if state is None:
+            state = per_loop[loop] = _Batches()
+        future: asyncio.Future[Any] = loop.create_future()
+        state.pending.append((contextvars.copy_context(), args, kwargs, future))
+        if state.running < BATCH_PARALLEL:
+            state.running += 1
+            # a context of its own: the batch outlives the request that started it
+            task = loop.create_task(drain(state), context=contextvars.Context())
+            state.tasks.add(task)
+            task.add_done_callback(state.tasks.discard)
+        ok, value = await future
+        if ok:
+            return value
+        raise value
+
+    return batched
 
 
 class _SharedExecutor(ThreadPoolExecutor):

@@ -44,7 +44,7 @@ from django.http.response import HttpResponseBase
 from django.urls import reverse
 
 from chatsite.auth import AuthenticatedRequest
-from chatsite.db import db_brief, request_thread_release
+from chatsite.db import db_batched, db_brief, request_thread_release
 from chatsite.errors import DomainError, InvalidInput, error_response, error_sse
 from chatsite.sse import frame_json, sse_frame
 from conversations import selectors, services, tool_selectors
@@ -74,10 +74,8 @@ def token_frame(text: str, event_id: str) -> str:
 
 def message_payload(message: Message) -> dict[str, Any]:
     """Return the final state of an answer as sent in ``done`` / ``error`` frames.
-
-    Sync (reads the answer's citations): call it through ``chatsite.db.db_brief``. Each citation
-    is ``{"number", "title", "passage", "url"}`` (passage numbers start at 1).
-    """
+    Sync (reads the answer's citations). Each citation is ``{"number", "title",
+    "passage", "url"}`` (passage numbers start at 1)."""
     citations: list[dict[str, Any]] = [
         {
             "number": c.number,
@@ -134,11 +132,13 @@ def _message_final(message_id: Any) -> tuple[Message, dict[str, Any]]:
     return message, message_payload(message)
 
 
+_final_batched = db_batched(_message_final)
+
+
 async def _final_frame(message_id: Any, event_id: str | None) -> str:
-    """The answer's ``done`` frame (or ``error``, for a failed answer), from the
-    database: the stored, rendered text is what the page keeps."""
+    """The answer's ``done`` (or ``error``) frame, read from the database in batches."""
     try:
-        message, payload = await db_brief(_message_final)(message_id)
+        message, payload = await _final_batched(message_id)
     except DomainError as exc:
         return error_sse(exc, event_id=event_id, message_id=str(message_id))
     if message.status == Message.Status.ERROR:
