@@ -14,9 +14,10 @@ then every answer ends in the same tick.
 
 Figures (each says how it was pinned):
 
-- web CPU per token frame: the web process's own CPU (/proc) from the first token tick
-  to the last, over the token frames the client read meanwhile; the settlement's CPU
-  per answer apart (last tick to the last ``done``);
+- web CPU per token frame: the web process's own CPU (/proc, sampled every 0.1 s) from
+  the first token tick to the last token frame the client read, over the token frames
+  read; the settlement's CPU per answer apart (from then to the last ``done``; with a
+  lagging web process some answers settle while others still stream);
 - frame gap p99 at the client (ms) and relay latency (the token's Redis entry time to
   the frame's read); done lag (the last token frame to the ``done`` frame, p50/p99 ms:
   N answers ending together);
@@ -161,9 +162,11 @@ async def fan_out(
     t0 = time.monotonic()
     threads = 0
     pending = set(tasks)
+    cpu_samples: list[tuple[float, float]] = []  # (monotonic s, web CPU s)
     while pending:
         _, pending = await asyncio.wait(pending, timeout=0.1)
         threads = max(threads, proc_threads(web_pid))
+        cpu_samples.append((time.monotonic(), proc_cpu_s(web_pid)))
         ends_at = t0 + args.tokens * args.delay_ms / 1000 - 0.5
         if spy is None and args.py_spy_phase == "done" and time.monotonic() > ends_at:
             spy = py_spy_start(args, web_pid)
@@ -176,7 +179,7 @@ async def fan_out(
     worker.join(10)
     return {"stats": stats, "phases": phases, "threads": threads, "wall_s": wall,
             "busy": busy, "load_cpu_s": load_cpu, "rss_open": rss_open,
-            "web_cpu_end": proc_cpu_s(web_pid)}  # fmt: skip
+            "web_cpu_end": proc_cpu_s(web_pid), "cpu_samples": cpu_samples}  # fmt: skip
 
 
 def run_one(n: int, args: argparse.Namespace) -> dict:
@@ -221,12 +224,16 @@ def _figures(
     for s in stats:
         if not s.done:
             errors[s.error] = errors.get(s.error, 0) + 1
-    t_tok, t_last = ph.at["tokens"], ph.at["last_tick"]
-    window_frames = sum(
-        sum(1 for m in s.token_monos if t_tok <= m <= t_last) for s in stats
+    # the token frames' window: the first tick to the last token frame read (a web
+    # process that lags sends frames after the last tick); its CPU from the samples
+    t_tok = ph.at["tokens"]
+    t_last = max((m for s in stats for m in s.token_monos[-1:]), default=t_tok)
+    window_frames = sum(len(s.token_monos) for s in stats)
+    cpu_last = next(
+        (c for t, c in run["cpu_samples"] if t >= t_last), run["web_cpu_end"]
     )
-    steady_cpu = ph.web_cpu["last_tick"] - ph.web_cpu["tokens"]
-    settle_cpu = run["web_cpu_end"] - ph.web_cpu["last_tick"]
+    steady_cpu = cpu_last - ph.web_cpu["tokens"]
+    settle_cpu = run["web_cpu_end"] - cpu_last
     gaps = [g for s in done for g in s.gaps_ms]
     done_lags = [s.done_lag_ms for s in done if s.done_lag_ms is not None]
     lags = [lag for s in done for lag in s.lags_ms]
