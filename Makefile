@@ -153,9 +153,9 @@ bench-moderation: migrate
 	$(BIN)/python bench/moderation.py $(BENCH_ARGS)
 	$(BIN)/python bench/output_false_cuts.py
 
-# N concurrent chat streams through one daphne and through two behind HAProxy
-# (default: 200 through one; BENCH_ARGS='--streams 250 500 1000 2000 --targets one proxy')
-bench-sse: migrate proxy
+# N concurrent chat streams through one web process on one core (bench/sse_fanout.py)
+# (default: 200 through one daphne pinned to one core; BENCH_ARGS='--streams 200 1000 --ramp')
+bench-sse: migrate
 	$(BIN)/python bench/sse_fanout.py $(BENCH_ARGS)
 
 clean: stop

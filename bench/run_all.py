@@ -57,10 +57,6 @@ BUDGET_S = 13 * 60
 MIN_START_S = 30
 
 
-def _haproxy() -> str | None:
-    return shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
-
-
 def _needs_vllm() -> str | None:
     if not VLLM_PYTHON.exists():
         return "needs the vLLM venv (.venv-vllm: make venv-vllm)"
@@ -76,9 +72,8 @@ def _needs_bwrap() -> str | None:
 
 
 def _sse_args() -> list[str]:
-    # Through one daphne always; through two behind HAProxy only where it is installed.
-    targets = ["one", "proxy"] if _haproxy() else ["one"]
-    return ["--streams", "200", "--tokens", "100", "--targets", *targets]
+    # one daphne pinned to one core, the load on another (bench/sse_fanout.py)
+    return ["--streams", "200", "--tokens", "100"]
 
 
 @dataclass(frozen=True)
@@ -121,9 +116,6 @@ BENCHES: list[Bench] = [
         "sse_fanout",
         _sse_args,
         240,
-        note=lambda: (
-            None if _haproxy() else "no HAProxy (make proxy): one daphne measured alone"
-        ),
     ),
     Bench("flood", ["--requests", "200", "--seconds", "2", "--turns", "3"], 150),
     Bench("upload_flood", ["--turns", "5"], 180),

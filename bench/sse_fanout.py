@@ -1,64 +1,91 @@
-"""SSE fan-out: N concurrent chat streams through one daphne, and through two behind
-HAProxy (deploy/haproxy.cfg).
+"""SSE fan-out per core: N concurrent chat streams through one web process pinned to
+one core, everything else (client, scripted worker, Redis, PostgreSQL) on another.
 
-    .venv/bin/python bench/sse_fanout.py [--streams 250 500 1000 2000]
-        [--targets one proxy] [--tokens 200] [--delay-ms 20] [--coalesce-ms 50]
+    .venv/bin/python bench/sse_fanout.py [--streams 200 1000] [--ramp]
+        [--tokens 200] [--delay-ms 20] [--server daphne|uvicorn] [--nice -10]
+        [--profile FILE] [--py-spy FILE [--py-spy-phase tokens|done]]
 
-The default (200 streams, one daphne) is the quick run of ``make bench``; the full
-figures come from ``--streams 250 500 1000 2000 --targets one proxy``.
+For each N: start the web process pinned to the web core, sign in a bench user and
+POST N messages (the real turn path; the pool looks served while its jobs wait), open
+N SSE streams (a light raw-socket client, :mod:`bench.sse_wire`) and wait until all are
+open, then run the tick-batched scripted worker (:mod:`bench.sse_load`): every stream's
+token of one tick in one Redis round trip, ``--tokens`` ticks ``--delay-ms`` apart,
+then every answer ends in the same tick.
 
-Runs on the dev services (`make migrate` first). For each target and N:
+Figures (each says how it was pinned):
 
-1. start the web process(es) (and HAProxy), sign in a bench user over HTTP and POST N
-   messages (the real turn path); the pool looks served (a heartbeat) but no worker
-   runs yet, so every job waits in the queue;
-2. open N SSE streams (a light raw-socket client: headers, chunked decoding, frame
-   boundaries; token payloads are not JSON-decoded) and wait until all are open;
-3. start one scripted worker (``--concurrency N``, ``--tokens`` tokens ``--delay-ms``
-   apart): every generation starts at once and each stream reads to its ``done``.
+- web CPU per token frame: the web process's own CPU (/proc, sampled every 0.1 s) from
+  the first token tick to the last token frame the client read, over the token frames
+  read; the settlement's CPU per answer apart (from then to the last ``done``; with a
+  lagging web process some answers settle while others still stream);
+- frame gap p99 at the client (ms) and relay latency (the token's Redis entry time to
+  the frame's read); done lag (the last token frame to the ``done`` frame, p50/p99 ms:
+  N answers ending together);
+- the web process's threads at peak, per open stream;
+- the load core's use (all processes on it, /proc/stat) and the load side's own CPU
+  (client, worker, Redis, PostgreSQL). A step whose load core was saturated
+  (>= LOAD_SATURATED busy) says so and its ceiling is not reported: the web process was
+  not what limited it.
 
-Figures:
-
-- completed streams (a ``done`` frame) of N;
-- TTFT added by our path: the first token's Redis entry time (the entry id is the
-  XADD's millisecond clock) to the client receiving its frame, p50/p99 ms; the same
-  for every frame ("relay latency");
-- p99 gap between two token frames of one stream at the client (ms; the engine emits
-  every ``--delay-ms`` and the relay coalesces for SSE_COALESCE_MS or longer under
-  load, so anything above is worker, relay or client lag: the relay latency tells the
-  relay's share);
-- done lag: the last token frame to the ``done`` frame (p50/p99 ms), the settlement
-  (usage record, quota, the stored answer); every stream ends at once here, so this is
-  a burst of N settlements;
-- web CPU (cores busy while streaming, per 1,000 streams; and per frame sent) and RSS
-  added by the open streams (MiB per 1,000 streams), summed over the web processes;
-  HAProxy's own CPU and RSS are not counted.
-
-The client, the worker, the web processes and Redis share the machine, so on a small
-or busy one the figures are upper bounds of the relay's cost.
+``--ramp`` doubles N from the first ``--streams`` until frame gap p99 >= 250 ms (or
+streams fail, or the load core saturates) and reports the most streams that passed
+and why the next step failed. :func:`hot_path_rows` is the benchmark table's call.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import resource
-import statistics
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.boot import django_start, option_parser  # noqa: E402
 from bench.procstat import proc_cpu_s, proc_rss_mib, proc_threads  # noqa: E402
-from bench.record import figures_record, pct  # noqa: E402
+from bench.record import bench_record, pct  # noqa: E402
+from bench.sse_load import (  # noqa: E402
+    ALL_CORES,
+    CoreUse,
+    Phases,
+    batched_worker,
+    cores_pick,
+    pin_tree,
+    pinned,
+    service_pids,
+    tree_cpu_s,
+)
+from bench.sse_report import (  # noqa: E402
+    LOAD_SATURATED,
+    pinning,
+    py_spy_start,
+    report,
+    step_verdict,
+)
+from bench.sse_web import web_server  # noqa: E402
 from bench.sse_wire import StreamStats, stream_follow  # noqa: E402
 
 POOL = "ssebench"
+ENV = {
+    "INFERENCE_DEFAULT_POOL": POOL,
+    "CHAT_MESSAGE_RATE": "1000000/m",
+    "SAFETY_INPUT_ENABLED": "0",
+    # the relay's own cost: output moderation (its own benchmark) off
+    "SAFETY_OUTPUT_ENABLED": "0",
+    "CHAT_BACKGROUND_JOBS": "0",
+    "GATEWAY_QUEUE_THRESHOLD": "1000000",
+    "GATEWAY_CACHE_ENABLED": "0",
+    "GATEWAY_SEMANTIC_CACHE_ENABLED": "0",
+    # jobs wait while the streams open; no watchdog may end them meanwhile
+    "INFERENCE_QUEUE_TIMEOUT_S": "600",
+    "INFERENCE_NO_WORKER_GRACE_S": "600",
+    "LOG_LEVEL": "WARNING",
+}
 
 
 def bench_setup(password: str) -> None:
@@ -97,269 +124,238 @@ async def post_turns(base: str, password: str, n: int) -> tuple[str, list[str]]:
     return cookie, list(paths)
 
 
-@contextmanager
-def _profiled_web(env: dict, out: str) -> Iterator:
-    """One daphne under cProfile (``python -m cProfile -o out``); the profile is
-    written when daphne exits on SIGTERM. Read it with ``python -m pstats out``."""
-    from bench.procs import profiled
-    from tests.stack import (
-        ASGI_APP,
-        Web,
-        free_port,
-        process_start,
-        processes_stop,
-        web_wait,
-    )
-
-    port = free_port()
-    daphne = Path(sys.executable).parent / "daphne"
-    argv = profiled([daphne, "-b", "127.0.0.1", "-p", str(port), ASGI_APP], out)
-    web = process_start(argv, env, "daphne")
-    base = f"http://127.0.0.1:{port}"
-    try:
-        web_wait(base, web)
-        yield Web(base=base, process=web)
-    finally:
-        processes_stop([web])
+def _worker_main(out: multiprocessing.Queue, kwargs: dict) -> None:
+    out.put(asyncio.run(batched_worker(**kwargs)))
 
 
-def run_one(target: str, n: int, args: argparse.Namespace) -> dict:
-    """Run the fan-out of ``n`` streams through ``target`` (``one`` or ``proxy``)."""
+def _load_cpu(pids: list[int]) -> float:
+    return sum(tree_cpu_s(p) for p in pids)
+
+
+async def fan_out(
+    n: int, args: argparse.Namespace, web_pid: int, host: str, port: int,
+    cookie: str, paths: list[str], load_pids: list[int],
+) -> dict:  # fmt: skip
+    """Open the streams, run the worker, read every stream to its end."""
+    stats = [StreamStats() for _ in paths]
+    opened = [asyncio.Event() for _ in paths]
+    tasks = [
+        asyncio.create_task(stream_follow(host, port, p, cookie, s, ev))
+        for p, s, ev in zip(paths, stats, opened, strict=True)
+    ]
+    deadline = time.monotonic() + 120
+    while sum(ev.is_set() for ev in opened) < n and time.monotonic() < deadline:
+        if all(t.done() for t in tasks):
+            break
+        await asyncio.sleep(0.1)
+    rss_open = proc_rss_mib(web_pid)
+    ctx = multiprocessing.get_context("fork")
+    out: multiprocessing.Queue = ctx.Queue()
+    kwargs = {"pool": POOL, "expect": n, "tokens": args.tokens,
+              "delay_ms": args.delay_ms, "web_pid": web_pid}  # fmt: skip
+    worker = ctx.Process(target=_worker_main, args=(out, kwargs), daemon=True)
+    cores = CoreUse(sorted({args.web_core, args.load_core}))
+    cores.start()
+    worker.start()
+    spy = py_spy_start(args, web_pid) if args.py_spy_phase == "tokens" else None
+    load0 = _load_cpu([*load_pids, os.getpid(), worker.pid or 0])
+    t0 = time.monotonic()
+    threads = 0
+    pending = set(tasks)
+    cpu_samples: list[tuple[float, float]] = []  # (monotonic s, web CPU s)
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=0.1)
+        threads = max(threads, proc_threads(web_pid))
+        cpu_samples.append((time.monotonic(), proc_cpu_s(web_pid)))
+        ends_at = t0 + args.tokens * args.delay_ms / 1000 - 0.5
+        if spy is None and args.py_spy_phase == "done" and time.monotonic() > ends_at:
+            spy = py_spy_start(args, web_pid)
+    load_cpu = _load_cpu([*load_pids, os.getpid(), worker.pid or 0]) - load0
+    wall = time.monotonic() - t0
+    busy = cores.stop()
+    phases: Phases = await asyncio.to_thread(out.get, True, 30)
+    if spy is not None:
+        spy.wait(timeout=30)
+    worker.join(10)
+    return {"stats": stats, "phases": phases, "threads": threads, "wall_s": wall,
+            "busy": busy, "load_cpu_s": load_cpu, "rss_open": rss_open,
+            "web_cpu_end": proc_cpu_s(web_pid), "cpu_samples": cpu_samples}  # fmt: skip
+
+
+def run_one(n: int, args: argparse.Namespace) -> dict:
+    """One step: ``n`` streams through one web process on the web core."""
     from inference import keys
     from inference.connections import redis_sync
-    from tests.proxy import haproxy_process
-    from tests.stack import stack_env, web_process, worker_processes
+    from tests.stack import stack_env
 
     env = stack_env(for_tests=False)
     password = "ssebench-pass-123"
     bench_setup(password)
     redis = redis_sync()
     with ExitStack() as stack:
-        if args.profile:
-            webs = [stack.enter_context(_profiled_web(env, args.profile))]
-        else:
-            webs = [stack.enter_context(web_process(env))]
-        if target == "proxy":
-            webs.append(stack.enter_context(web_process(env)))
-            proxy = stack.enter_context(haproxy_process([w.base[7:] for w in webs]))
-            base = proxy.base
-        else:
-            base = webs[0].base
-        pids = [w.process.pid for w in webs]
-        # The pool looks served (the gateway admits only to a served pool) while its
-        # jobs wait: every stream is open before the first token.
+        with pinned({args.web_core}):
+            web = stack.enter_context(web_server(env, args.server, args.profile))
+        pid = web.process.pid
+        pin_tree(pid, {args.web_core}, args.nice)
+        # the pool looks served (the gateway admits only to a served pool)
         fake = "sse-bench-hold"
         redis.zadd(keys.workers_key(POOL), {fake: time.time() + 3600})
-        cookie, paths = asyncio.run(post_turns(base, password, n))
-        host, port = base[7:].split(":")
-        all_stats = [StreamStats() for _ in paths]
-        rss_before = sum(proc_rss_mib(p) for p in pids)
-
-        async def fan_out() -> dict:
-            opened = [asyncio.Event() for _ in paths]
-            tasks = [
-                asyncio.create_task(
-                    stream_follow(host, int(port), path, cookie, stats, ev)
-                )
-                for path, stats, ev in zip(paths, all_stats, opened, strict=True)
-            ]
-            deadline = time.monotonic() + 120
-            while sum(ev.is_set() for ev in opened) < n:
-                if time.monotonic() > deadline or all(t.done() for t in tasks):
-                    break
-                await asyncio.sleep(0.1)
-            rss_open = sum(proc_rss_mib(p) for p in pids)
-            worker = [
-                "--pool", POOL, "--engine", "scripted", "--concurrency", str(n),
-                "--delay-ms", str(args.delay_ms), "--cycle",
-                "--script-text", "tok " * 8,
-            ]  # fmt: skip
-            peak = rss_open
-            # Without the stand-in heartbeat, start-up waits for the real worker; the
-            # watchdog's no-worker grace (600 s here) covers the gap.
+        try:
+            cookie, paths = asyncio.run(post_turns(web.base, password, n))
+            host, port = web.base[7:].split(":")
+            rss_before, base_threads = proc_rss_mib(pid), proc_threads(pid)
+            run = asyncio.run(
+                fan_out(n, args, pid, host, int(port), cookie, paths, args.load_pids)
+            )
+        finally:
             redis.zrem(keys.workers_key(POOL), fake)
-            with worker_processes([worker], env) as procs:
-                cpu0, t0 = sum(proc_cpu_s(p) for p in pids), time.monotonic()
-                worker_cpu0 = proc_cpu_s(procs[0].pid)
-                client_cpu0 = time.process_time()
-                pending = set(tasks)
-                threads = clients = 0
-                while pending:
-                    _, pending = await asyncio.wait(pending, timeout=0.5)
-                    peak = max(peak, sum(proc_rss_mib(p) for p in pids))
-                    threads = max(threads, sum(proc_threads(p) for p in pids))
-                    clients = max(clients, redis.info("clients")["connected_clients"])
-                worker_cpu = proc_cpu_s(procs[0].pid) - worker_cpu0
-                client_cpu = time.process_time() - client_cpu0
-            cpu = sum(proc_cpu_s(p) for p in pids) - cpu0
-            return {
-                "rss_open": rss_open,
-                "rss_peak": peak,
-                "cpu_s": cpu,
-                "wall_s": time.monotonic() - t0,
-                "threads": threads,
-                "redis_clients": clients,
-                "worker_cpu_s": worker_cpu,
-                "client_cpu_s": client_cpu,
-            }
+        run["base_threads"] = base_threads
+        warnings = web.warnings()
+    return _figures(n, args, run, rss_before, warnings)
 
-        run = asyncio.run(fan_out())
-        waiting = redis.xlen(keys.queue_key(POOL))
-        warnings = _web_warnings(webs)
-    done = [s for s in all_stats if s.done]
+
+def _figures(
+    n: int, args: argparse.Namespace, run: dict, rss0: float, warn: dict
+) -> dict:
+    stats: list[StreamStats] = run["stats"]
+    ph: Phases = run["phases"]
+    done = [s for s in stats if s.done]
     errors: dict[str, int] = {}
-    for s in all_stats:
+    for s in stats:
         if not s.done:
             errors[s.error] = errors.get(s.error, 0) + 1
-    first = [s.first_token_lag_ms for s in done if s.first_token_lag_ms is not None]
-    lags = [lag for s in done for lag in s.lags_ms]
-    gaps = [gap for s in done for gap in s.gaps_ms]
+    # the token frames' window: the first tick to the last token frame read (a web
+    # process that lags sends frames after the last tick); its CPU from the samples
+    t_tok = ph.at["tokens"]
+    t_last = max((m for s in stats for m in s.token_monos[-1:]), default=t_tok)
+    window_frames = sum(len(s.token_monos) for s in stats)
+    cpu_last = next(
+        (c for t, c in run["cpu_samples"] if t >= t_last), run["web_cpu_end"]
+    )
+    steady_cpu = cpu_last - ph.web_cpu["tokens"]
+    settle_cpu = run["web_cpu_end"] - cpu_last
+    gaps = [g for s in done for g in s.gaps_ms]
     done_lags = [s.done_lag_ms for s in done if s.done_lag_ms is not None]
-    per_k = 1000 / n
+    lags = [lag for s in done for lag in s.lags_ms]
+    busy = run["busy"]
     return {
-        "target": target,
-        "n": n,
-        "completed": len(done),
-        "errors": errors,
-        "ttft_added_p50": pct(first, 50),
-        "ttft_added_p99": pct(first, 99),
-        "relay_p50": pct(lags, 50),
-        "relay_p99": pct(lags, 99),
-        "gap_p50": pct(gaps, 50),
-        "gap_p99": pct(gaps, 99),
-        "done_lag_p50": pct(done_lags, 50),
-        "done_lag_p99": pct(done_lags, 99),
-        "frames": statistics.mean([s.frames for s in done]) if done else 0,
-        "cpu_us_per_frame": run["cpu_s"]
-        * 1e6
-        / max(1, sum(s.frames for s in all_stats)),
-        "cores": run["cpu_s"] / run["wall_s"],
-        "cores_per_k": run["cpu_s"] / run["wall_s"] * per_k,
-        "cpu_ms_per_stream": run["cpu_s"] * 1000 / n,
-        "rss_open_per_k": (run["rss_open"] - rss_before) * per_k,
-        "rss_peak_per_k": (run["rss_peak"] - rss_before) * per_k,
-        "wall_s": run["wall_s"],
+        "n": n, "server": args.server, "completed": len(done), "errors": errors,
+        "gap_p50": pct(gaps, 50), "gap_p99": pct(gaps, 99),
+        "relay_p50": pct(lags, 50), "relay_p99": pct(lags, 99),
+        "done_lag_p50": pct(done_lags, 50), "done_lag_p99": pct(done_lags, 99),
+        "cpu_us_per_frame": steady_cpu * 1e6 / max(1, window_frames),
+        "web_cores": steady_cpu / max(1e-9, t_last - t_tok),
+        "settle_ms_per_answer": settle_cpu * 1000 / max(1, n),
+        "frames_per_s": window_frames / max(1e-9, t_last - t_tok),
         "threads": run["threads"],
-        "worker_cores": run["worker_cpu_s"] / run["wall_s"],
-        "client_cores": run["client_cpu_s"] / run["wall_s"],
-        "redis_clients": run["redis_clients"],
-        "left_waiting": waiting,
-        "warnings": warnings,
-    }
+        "threads_per_stream": max(0, run["threads"] - run["base_threads"]) / n,
+        "rss_per_k": (run["rss_open"] - rss0) * 1000 / n,
+        "web_core_busy": busy[args.web_core], "load_core_busy": busy[args.load_core],
+        "load_cores_ours": run["load_cpu_s"] / run["wall_s"],
+        "late_ticks": ph.late_ticks, "tick_rtt_max_ms": ph.tick_rtt_max_ms,
+        "wall_s": run["wall_s"], "load_avg": os.getloadavg()[0], "warnings": warn,
+    }  # fmt: skip
 
 
-def _web_warnings(webs: list) -> dict[str, int]:
-    """The web processes' WARNING/ERROR log lines so far, counted (digits folded,
-    cut at 200 characters): why a stream ended with an error frame, in the web's
-    words. Read before the processes stop (their stderr files close with them)."""
-    import re
+def ramp(args: argparse.Namespace) -> tuple[list[dict], int | None, str]:
+    """Run steps from the first ``--streams`` N, doubling it while one passes (up to
+    ``--ramp-max``). Return the rows, the ceiling (None: not reported, the load core
+    limited it) and why the last step failed."""
+    rows, n, ceiling, why = [], args.streams[0], 0, "ramp ended"
+    while n <= args.ramp_max:
+        r = run_one(n, args)
+        rows.append(r)
+        report(r, args)
+        why = step_verdict(r)
+        if why:
+            break
+        ceiling, n = n, n * 2
+    if why.startswith("load core saturated"):
+        return rows, None, why
+    return rows, ceiling, why
 
-    counts: dict[str, int] = {}
-    for web in webs:
-        web.process.stderr.flush()
-        web.process.stderr.seek(0)
-        for line in web.process.stderr.read().decode(errors="replace").splitlines():
-            if "WARNING" in line or "ERROR" in line or "Error" in line:
-                folded = re.sub(r"\d+", "N", line)[:200]
-                counts[folded] = counts.get(folded, 0) + 1
-    return counts
+
+def hot_path_rows(args: argparse.Namespace) -> list[dict]:
+    """The benchmark table's rows of issue 29's SSE measures (one step at the largest
+    ``--streams`` N, and the ramp when ``--ramp``): each ``{measure, value, unit,
+    pinning, params, goal}``. Needs :func:`setup` first."""
+    big = run_one(max(args.streams), args)
+    report(big, args)
+    params = (
+        f"N={big['n']}, {args.tokens} tokens {args.delay_ms:g} ms apart, {args.server}"
+    )
+    pin = pinning(args)
+    rows = [
+        {"measure": "web CPU per SSE frame, pinned", "value": big["cpu_us_per_frame"],
+         "unit": "us", "goal": "<= 100 us"},
+        {"measure": "threads held by the web process per open stream",
+         "value": big["threads_per_stream"], "unit": "threads", "goal": "0"},
+        {"measure": f"done lag when {big['n']} answers end together, p99",
+         "value": big["done_lag_p99"], "unit": "ms", "goal": "<= 2000 ms (N=1000)"},
+        {"measure": "frame gap p99", "value": big["gap_p99"], "unit": "ms",
+         "goal": "< 250 ms"},
+        {"measure": "load core busy", "value": big["load_core_busy"], "unit": "share",
+         "goal": f"< {LOAD_SATURATED}"},
+    ]  # fmt: skip
+    for row in rows:
+        row.update(pinning=pin, params=params)
+    if args.ramp:
+        _steps, ceiling, why = ramp(args)
+        rows.append({
+            "measure": "streams per web core, frame gap p99 < 250 ms",
+            "value": ceiling if ceiling is not None else f"not reported ({why})",
+            "unit": "streams", "goal": ">= 2000", "pinning": pin,
+            "params": f"ramp x2 from {args.streams[0]}; next step: {why}",
+        })  # fmt: skip
+    return rows
+
+
+def setup(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse options, start Django, pin this process and the services to the load core
+    (restored by :func:`unpin`)."""
+    parser = option_parser(
+        __doc__.split("\n\n")[0], streams=[200], tokens=200, delay_ms=20.0,
+        ramp=False, ramp_max=4000, server="daphne", nice=0,
+    )  # fmt: skip
+    parser.add_argument("--profile", metavar="FILE", help="cProfile the web process")
+    parser.add_argument(
+        "--py-spy",
+        metavar="FILE",
+        help="sample the web process with py-spy (raw folded stacks, FILE; py-spy "
+        "from the venv) while tokens stream, or from the first done frame on",
+    )
+    parser.add_argument("--py-spy-phase", choices=["tokens", "done"], default="tokens")
+    args = parser.parse_args(argv)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    django_start({**ENV, "CHAT_MAX_TOKENS": str(args.tokens)})
+    args.web_core, args.load_core = cores_pick()
+    args.load_pids = list(service_pids().values())
+    for pid in args.load_pids:
+        pin_tree(pid, {args.load_core}, args.nice)
+    os.sched_setaffinity(0, {args.load_core})
+    os.setpriority(os.PRIO_PROCESS, 0, args.nice)  # what this process starts inherits
+    return args
+
+
+def unpin(args: argparse.Namespace) -> None:
+    """Give the services every core back."""
+    for pid in args.load_pids:
+        pin_tree(pid, ALL_CORES, 0)
 
 
 def main() -> None:
-    parser = option_parser(
-        __doc__.split("\n\n")[0],
-        streams=[200],
-        targets=["one"],
-        tokens=200,
-        delay_ms=20.0,
-    )
-    parser.add_argument(
-        "--coalesce-ms",
-        type=float,
-        default=None,
-        help="SSE_COALESCE_MS of the web processes (default: the setting's)",
-    )
-    parser.add_argument(
-        "--profile",
-        metavar="FILE",
-        help="run the (one) daphne under cProfile and write its profile to FILE",
-    )
-    args = parser.parse_args()
-    if args.coalesce_ms is not None:
-        os.environ["SSE_COALESCE_MS"] = str(args.coalesce_ms)
-    # One socket per stream on each side (client, daphne, HAProxy).
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    django_start(
-        {
-            "INFERENCE_DEFAULT_POOL": POOL,
-            "CHAT_MAX_TOKENS": str(args.tokens),
-            "CHAT_MESSAGE_RATE": "1000000/m",
-            "SAFETY_INPUT_ENABLED": "0",
-            "CHAT_BACKGROUND_JOBS": "0",
-            "GATEWAY_QUEUE_THRESHOLD": "1000000",
-            "GATEWAY_CACHE_ENABLED": "0",
-            "GATEWAY_SEMANTIC_CACHE_ENABLED": "0",
-            # jobs wait while the streams open; no watchdog may end them meanwhile
-            "INFERENCE_QUEUE_TIMEOUT_S": "600",
-            "INFERENCE_NO_WORKER_GRACE_S": "600",
-            "LOG_LEVEL": "WARNING",
-        }
-    )
-    rows = [run_one(t, n, args) for n in args.streams for t in args.targets]
-    print(
-        f"\n{args.tokens} tokens per stream, {args.delay_ms:g} ms apart; "
-        f"{os.cpu_count()} cores shared by client, worker, web and Redis\n"
-    )
-    head = (
-        "target  streams  done  TTFT+ p50/p99 ms  relay p50/p99 ms  gap p50/p99 ms"
-        "  frames  web cores  cores/1k  CPU ms/stream  CPU us/frame  MiB/1k open/peak"
-    )
-    print(head)
-    for r in rows:
-        print(
-            f"{r['target']:6s}  {r['n']:7d}  {r['completed']:4d}  "
-            f"{r['ttft_added_p50']:7.1f}/{r['ttft_added_p99']:7.1f}  "
-            f"{r['relay_p50']:7.1f}/{r['relay_p99']:7.1f}  "
-            f"{r['gap_p50']:6.1f}/{r['gap_p99']:6.1f}  {r['frames']:6.1f}  "
-            f"{r['cores']:9.2f}  {r['cores_per_k']:8.2f}  "
-            f"{r['cpu_ms_per_stream']:13.1f}  {r['cpu_us_per_frame']:12.0f}  "
-            f"{r['rss_open_per_k']:6.1f}/{r['rss_peak_per_k']:6.1f}"
-        )
-        print(
-            f"        streaming {r['wall_s']:.1f} s; web threads at peak "
-            f"{r['threads']}; done lag p50/p99 {r['done_lag_p50']:.0f}/"
-            f"{r['done_lag_p99']:.0f} ms; Redis clients at peak {r['redis_clients']} (all "
-            f"processes); queue entries left {r['left_waiting']}; cores busy: "
-            f"worker {r['worker_cores']:.2f}, client {r['client_cores']:.2f}, load "
-            f"average {os.getloadavg()[0]:.1f}"
-        )
-        if r["errors"]:
-            print(f"        not completed: {r['errors']}")
-        for line, count in sorted(r["warnings"].items(), key=lambda kv: -kv[1])[:10]:
-            print(f"        web log x{count}: {line}")
-        _record(r, args)
-
-
-def _record(r: dict, args: argparse.Namespace) -> None:
-    """The headline figures of one row, for ``make bench``'s table."""
-    params = (
-        f"N={r['n']}, {'one daphne' if r['target'] == 'one' else 'two behind HAProxy'}"
-        f", {args.tokens} tokens {args.delay_ms:g} ms apart"
-        f", load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
-    )
-    figures = [
-        ("streams completed", r["completed"], "streams", f"= {r['n']}"),
-        ("token frame gap p99", r["gap_p99"], "ms", "< 250 ms"),
-        ("relay latency p99", r["relay_p99"], "ms", ""),
-        ("done lag p99 (settlement burst)", r["done_lag_p99"], "ms", ""),
-        ("TTFT added p50", r["ttft_added_p50"], "ms", ""),
-        ("TTFT added p99", r["ttft_added_p99"], "ms", ""),
-        ("web cores per 1,000 streams", r["cores_per_k"], "cores", ""),
-        ("web CPU per frame", r["cpu_us_per_frame"], "us", ""),
-        ("web RSS per 1,000 open streams", r["rss_open_per_k"], "MiB", ""),
-    ]
-    figures_record(bench="sse_fanout", params=params, figures=figures)
+    args = setup()
+    try:
+        rows = hot_path_rows(args)
+    finally:
+        unpin(args)
+    for row in rows:
+        print(f"{row['measure']}: {row['value']} {row['unit']} (goal {row['goal']}; "
+              f"{row['params']}; {row['pinning']})")  # fmt: skip
+        bench_record(bench="sse_fanout", metric=row["measure"], value=row["value"],
+                     unit=row["unit"], params=f"{row['params']}; {row['pinning']}",
+                     goal=row["goal"])  # fmt: skip
 
 
 if __name__ == "__main__":

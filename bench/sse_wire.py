@@ -216,6 +216,8 @@ class StreamStats:
     lags_ms: list[float] = field(default_factory=list)
     gaps_ms: list[float] = field(default_factory=list)
     done_lag_ms: float | None = None
+    # time.monotonic() of each token frame's read (s): frames sent in a window
+    token_monos: list[float] = field(default_factory=list)
 
 
 async def stream_follow(
@@ -252,6 +254,7 @@ async def stream_follow(
                 if last_frame_at is not None:
                     stats.gaps_ms.append((frame.mono - last_frame_at) * 1000)
                 last_frame_at = frame.mono
+                stats.token_monos.append(frame.mono)
                 lag = frame.wall * 1000 - int(frame.id.split("-")[0])
                 stats.lags_ms.append(lag)
                 if stats.first_token_lag_ms is None:

@@ -12,6 +12,7 @@ JSON only), and each of those middleware costs the request a hop to a sync threa
 back (the difference: docs/benchmarks.md).
 """
 
+import gc
 import os
 import re
 from types import ModuleType
@@ -168,4 +169,8 @@ application = ProtocolTypeRouter({"http": http_router})
 
 
 web_warm()
+# What start-up built (Django, the URLconf, the models, the classifier) lives as long
+# as the process: moved out of the collector's scans, so the young-object collections
+# a stream's frames trigger stay cheap (bench/results/2026-12-04-sse-profile.md).
+gc.freeze()
 services_warm_start()

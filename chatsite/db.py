@@ -18,13 +18,16 @@ lag" of docs/benchmarks.md).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime as dt
 import functools
 import weakref
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import SyncToAsync, sync_to_async
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
@@ -92,9 +95,179 @@ def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     @functools.wraps(fn)
     async def gated(*args: Any, **kwargs: Any) -> Any:
         async with _gate():
-            return await in_thread(*args, **kwargs)
+            if not _released():
+                return await in_thread(*args, **kwargs)
+            # the shared threads: a plain executor call, without asgiref's per-call
+            # work (it re-homes every context variable in the thread, each time)
+            call = functools.partial(
+                contextvars.copy_context().run, run, *args, **kwargs
+            )
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(_shared_executor(), call)
 
     return gated
+
+
+# Calls of one db_batched function per batch, and batches of it running at once per loop
+BATCH_MAX = 64
+BATCH_PARALLEL = 4
+
+
+def _run_calls(
+    fn: Callable[..., Any], calls: list[tuple[contextvars.Context, tuple, dict]]
+) -> list[tuple[bool, Any]]:
+    """Run ``fn`` once per call (each in its caller's context), then release the
+    thread's connection; each result is ``(True, value)`` or ``(False, exception)``."""
+    out: list[tuple[bool, Any]] = []
+    try:
+        for context, args, kwargs in calls:
+            try:
+                out.append((True, context.run(fn, *args, **kwargs)))
+            except (OperationalError, InterfaceError) as exc:
+                if connection.connection is not None and connection.is_usable():
+                    out.append((False, exc))
+                else:
+                    out.append((False, _connection_lost(exc)))
+            except Exception as exc:  # noqa: BLE001 - it fails its own call only
+                out.append((False, exc))
+    finally:
+        _release()
+    return out
+
+
+@dataclass
+class _Batches:
+    pending: list[tuple[contextvars.Context, tuple, dict, asyncio.Future[Any]]] = field(
+        default_factory=list
+    )
+    running: int = 0
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)  # the loop's are weak
+
+
+def db_batched(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    """:func:`db_brief` for steps that come in bursts (a thousand answers ending
+    together, each settling and reading its final state): on a request that gave its
+    thread back (:func:`request_thread_release`), the calls that arrive while a batch
+    runs go together in the next one, up to BATCH_MAX, with BATCH_PARALLEL batches at
+    once: one thread hand-off, one pooled connection and one pass of the gate per
+    batch instead of per call. Each call is still its own ``fn`` call (its own
+    transaction, in its caller's context) and an exception fails only its own call.
+    Elsewhere (tests, sync callers' threads) the same as :func:`db_brief`.
+    """
+    brief = db_brief(fn)
+    per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batches] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    async def drain(state: _Batches) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while state.pending:
+                batch = state.pending[:BATCH_MAX]
+                del state.pending[:BATCH_MAX]
+                calls = [(c, a, k) for c, a, k, _f in batch]
+                try:
+                    async with _gate():
+                        results = await loop.run_in_executor(
+                            _shared_executor(), functools.partial(_run_calls, fn, calls)
+                        )
+                except BaseException as exc:  # noqa: BLE001 - every caller hears of it
+                    for *_call, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+                    continue
+                for (*_call, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+        finally:
+            state.running -= 1
+
+    @functools.wraps(fn)
+    async def batched(*args: Any, **kwargs: Any) -> Any:
+        if not _released():
+            return await brief(*args, **kwargs)
+        loop = asyncio.get_running_loop()
+        state = per_loop.get(loop)
+        if state is None:
+            state = per_loop[loop] = _Batches()
+        future: asyncio.Future[Any] = loop.create_future()
+        state.pending.append((contextvars.copy_context(), args, kwargs, future))
+        if state.running < BATCH_PARALLEL:
+            state.running += 1
+            # a context of its own: the batch outlives the request that started it
+            task = loop.create_task(drain(state), context=contextvars.Context())
+            state.tasks.add(task)
+            task.add_done_callback(state.tasks.discard)
+        ok, value = await future
+        if ok:
+            return value
+        raise value
+
+    return batched
+
+
+class _SharedExecutor(ThreadPoolExecutor):
+    """The process's threads for the sync steps of streaming responses: shared by
+    every request, so one request's end (Django's ``ThreadSensitiveContext`` shuts its
+    executor down on exit) must not shut it down."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Ignored: the pool lives as long as the process."""
+
+
+_shared: _SharedExecutor | None = None
+
+
+def _shared_executor() -> _SharedExecutor:
+    global _shared  # noqa: PLW0603 - one pool per process, made on first use
+    if _shared is None:
+        _shared = _SharedExecutor(
+            max_workers=settings.DATABASE_BRIEF_CONCURRENCY,
+            thread_name_prefix="stream-sync",
+        )
+    return _shared
+
+
+def _released() -> bool:
+    """Whether the running request gave its thread back (:func:`request_thread_release`)."""
+    context = SyncToAsync.thread_sensitive_context.get(None)
+    return (
+        context is not None
+        and _shared is not None
+        and SyncToAsync.context_to_thread_executor.get(context) is _shared
+    )
+
+
+async def request_thread_release() -> None:
+    """Give back the request's database connection and its thread, for a response
+    that streams (an SSE answer, open for seconds to minutes).
+
+    Under ASGI Django runs a request's sync code (``sync_to_async`` with
+    ``thread_sensitive=True``: middleware, ``db_brief``) in a thread of the request's
+    own (asgiref's ``ThreadSensitiveContext``), kept until the response ends: a
+    thread per open stream, idle while the answer streams. This returns the
+    connection (in that thread), ends the thread and sends the request's later sync
+    calls (its ``db_brief`` steps, the response's close) to one pool of
+    DATABASE_BRIEF_CONCURRENCY threads shared by every stream of the process: those
+    steps hold no connection or transaction between them, so they need no thread of
+    their own. Waiting then costs no thread.
+
+    Outside an ASGI request (tests calling the relay) only the connection is
+    released. Idempotent.
+    """
+    if _released():
+        return
+    await sync_to_async(_release)()
+    context = SyncToAsync.thread_sensitive_context.get(None)
+    if context is None:
+        return
+    executors = SyncToAsync.context_to_thread_executor
+    own = executors.get(context)
+    executors[context] = _shared_executor()
+    if own is not None:
+        own.shutdown(wait=False)
 
 
 async def connection_release() -> None:

@@ -14,7 +14,7 @@ them. Each schema is checked by the tests on real streams
   fields), or a stream that broke (``code``, ``message``, ``message_id``, retry
   fields only);
 - ``tool_step``: one tool step's block, running or finished
-  (:func:`conversations.sse.tool_step_payload`): the tool loop's relay sends it, and
+  (:func:`conversations.sse_steps.tool_step_payload`): the tool loop's relay sends it, and
   ``static/chat.js`` inserts its ``html`` into the answer (``ChatTools.insertStep``);
 - ``next``: ``{"message_id", "stream_url", "stop_url"}`` — the tool step ended and the
   turn's next message is generated; its frames follow in the same response;

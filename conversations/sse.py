@@ -31,39 +31,32 @@ INFERENCE_DETACH_GRACE_S unless a client re-attaches.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.http import HttpRequest, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import reverse
 
 from chatsite.auth import AuthenticatedRequest
-from chatsite.db import connection_release, db_brief
+from chatsite.db import db_batched, db_brief, request_thread_release
 from chatsite.errors import DomainError, InvalidInput, error_response, error_sse
 from chatsite.sse import frame_json, sse_frame
-from conversations import selectors, services, tool_selectors
+from conversations import selectors, services
 from conversations.events import (
-    SSE_NEXT,
     SSE_QUEUE,
-    SSE_STEP_END,
-    SSE_TOOL_STEP,
     SSE_TURN,
 )
 from conversations.models import Message
-from conversations.rendering import answer_to_html, tool_step_html
-from conversations.services.turns import tools
-from conversations.tool_steps import ToolStep
+from conversations.rendering import answer_to_html
+from conversations.sse_steps import calling_get, step_events
+from conversations.sse_steps import tool_step_payload as tool_step_payload
 from gateway import generations
 from inference import protocol
-
-# how often the relay looks at a running tool step, in seconds
-STEP_POLL_S = 0.1
 
 
 def token_frame(text: str, event_id: str) -> str:
@@ -74,10 +67,8 @@ def token_frame(text: str, event_id: str) -> str:
 
 def message_payload(message: Message) -> dict[str, Any]:
     """Return the final state of an answer as sent in ``done`` / ``error`` frames.
-
-    Sync (reads the answer's citations): call it through ``chatsite.db.db_brief``. Each citation
-    is ``{"number", "title", "passage", "url"}`` (passage numbers start at 1).
-    """
+    Sync (reads the answer's citations). Each citation is ``{"number", "title",
+    "passage", "url"}`` (passage numbers start at 1)."""
     citations: list[dict[str, Any]] = [
         {
             "number": c.number,
@@ -114,31 +105,42 @@ def message_payload(message: Message) -> dict[str, Any]:
     }
 
 
-def tool_step_payload(step: ToolStep) -> dict[str, Any]:
-    """Return the ``tool_step`` frame's data for one step (schema in
-    :mod:`conversations.events`): ``{"message_id"`` (the calling assistant message),
-    ``"index"`` (the call's position), ``"state"`` ("running", "done", "error",
-    "missing"), ``"html"`` (:func:`conversations.rendering.tool_step_html`, the block
-    the thread shows after a reload)``}``. Sync (renders a template)."""
-    return {
-        "message_id": str(step.message.id),
-        "index": step.index,
-        "state": step.state,
-        "html": tool_step_html(step=step),
-    }
-
-
 def _message_final(message_id: Any) -> tuple[Message, dict[str, Any]]:
     """The answer and its :func:`message_payload`, in one brief database step."""
     message = Message.objects.select_related("conversation").get(id=message_id)
     return message, message_payload(message)
 
 
-async def _final_frame(message_id: Any, event_id: str | None) -> str:
-    """The answer's ``done`` frame (or ``error``, for a failed answer), from the
-    database: the stored, rendered text is what the page keeps."""
+_final_batched = db_batched(_message_final)
+_Final = tuple[Message, dict[str, Any]]
+
+
+class _FinalRecorder(services.MessageRecorder):
+    """Stores the answer as :class:`~conversations.services.MessageRecorder` does and,
+    once that commits, reads its final state in the same database step (``final``,
+    what the ``done`` frame shows: no step of its own after a burst of settlements)."""
+
+    def __init__(self, message_id: Any) -> None:
+        self.message_id = message_id
+        self.final: _Final | None = None
+
+    def finalize(self, *, job_id: str, outcome: generations.Outcome) -> bool:
+        """:meth:`MessageRecorder.finalize`, then the read once it commits."""
+        if not super().finalize(job_id=job_id, outcome=outcome):
+            return False
+        transaction.on_commit(self._read, robust=True)
+        return True
+
+    def _read(self) -> None:
+        self.final = _message_final(self.message_id)
+
+
+async def _final_frame(
+    message_id: Any, event_id: str | None, final: _Final | None = None
+) -> str:
+    """The answer's ``done`` (or ``error``) frame, read from the database in batches."""
     try:
-        message, payload = await db_brief(_message_final)(message_id)
+        message, payload = final or await _final_batched(message_id)
     except DomainError as exc:
         return error_sse(exc, event_id=event_id, message_id=str(message_id))
     if message.status == Message.Status.ERROR:
@@ -175,17 +177,18 @@ async def relay_events(message: Message, after: str) -> AsyncGenerator[str, None
     ``step_end`` (stopped, or the step limit) / ``error`` (the next step could not
     start) when the turn ends there.
     """
+    await request_thread_release()  # no connection or thread held while waiting
     yield "retry: 1000\n\n"
     current: Message | None = message
     while current is not None:
         async with aclosing(_message_events(current, after)) as frames:
             async for frame in frames:
                 yield frame
-        calling = await db_brief(_calling_get)(current.id)
+        calling = await db_brief(calling_get)(current.id)
         if calling is None:
             return
         current, after = None, protocol.STREAM_START
-        async with aclosing(_step_events(calling)) as steps:
+        async with aclosing(step_events(calling)) as steps:
             async for item in steps:
                 if isinstance(item, Message):
                     current = item
@@ -199,11 +202,12 @@ async def _message_events(message: Message, after: str) -> AsyncGenerator[str, N
         yield await _final_frame(message.id, None)
         return
     generation = services.message_generation(message)
+    recorder = _FinalRecorder(message.id)
     last_sent = time.monotonic()
     follow = generations.generation_follow(
         generation,
         after=after,
-        recorder=services.RECORDER,
+        recorder=recorder,
         message_id=message.id,
         resumable=True,
         report_queue=True,
@@ -221,112 +225,12 @@ async def _message_events(message: Message, after: str) -> AsyncGenerator[str, N
                     continue
                 yield ": ping\n\n"
             elif isinstance(item, generations.Ended):
-                yield await _final_frame(message.id, item.event_id)
+                yield await _final_frame(message.id, item.event_id, recorder.final)
                 return
             elif isinstance(item, generations.Broken):
                 yield error_sse(item.error, message_id=str(message.id))
                 return
             last_sent = time.monotonic()
-
-
-def _calling_get(message_id: Any) -> Message | None:
-    """The answer ``message_id`` if it ended calling tools (its turn goes on)."""
-    message = (
-        Message.objects.select_related("conversation__user")
-        .filter(id=message_id, finish_reason=protocol.FINISH_TOOL_CALLS)
-        .first()
-    )
-    return message if message is not None and message.tool_calls else None
-
-
-@dataclass
-class _StepView:
-    """One look at a running tool step: its state, the blocks that changed, the
-    next message (when the next generation started)."""
-
-    state: str
-    payloads: list[dict[str, Any]]
-    next: Message | None = None
-    error: str = ""
-    code: str = ""
-
-
-def _step_look(calling: Message, known: dict[Any, Any]) -> _StepView:
-    """Read the step of ``calling``: its Redis state, and its results when that
-    changed since the last look (``known``: each block's state sent, by index, and
-    under None the step's last ``(state, results done)``)."""
-    # no state: the step never ran here, or long ago: what the tree holds
-    state = tools.step_state(message_id=calling.id)
-    name = state["state"] if state else tools.STEP_NEXT
-    running = name == tools.STEP_RUNNING
-    mark = (name, state.get("done")) if state else None
-    if running and mark == known.get(None):
-        return _StepView(name, [])  # nothing new: no query
-    known[None] = mark
-    steps = tool_selectors.tool_steps_get(
-        user=calling.conversation.user,
-        conversation_id=calling.conversation_id,
-        message_id=calling.id,
-        running=running,
-    )
-    payloads = [
-        tool_step_payload(step) for step in steps if known.get(step.index) != step.state
-    ]
-    for p in payloads:
-        known[p["index"]] = p["state"]
-    view = _StepView(name, payloads)
-    if state is None:
-        view.next = tool_selectors.chain_next(message=calling)
-        if view.next is None:
-            view.state = tools.STEP_STOPPED
-    elif name == tools.STEP_NEXT:
-        view.next = Message.objects.select_related("conversation").get(id=state["next"])
-    elif name == tools.STEP_FAILED:
-        view.error, view.code = state.get("error", ""), state.get("code", "")
-    return view
-
-
-async def _step_events(calling: Message) -> AsyncGenerator[str | Message, None]:
-    """The frames of ``calling``'s tool step while it runs; ends with the next message
-    (a :class:`Message`, to relay next) or the frame that ends the turn."""
-    known: dict[Any, Any] = {}
-    last_sent = time.monotonic()
-    while True:
-        view = await db_brief(_step_look)(calling, known)
-        for payload in view.payloads:
-            yield sse_frame(SSE_TOOL_STEP, payload)
-            last_sent = time.monotonic()
-        if view.next is not None:
-            yield sse_frame(
-                SSE_NEXT,
-                {
-                    "message_id": str(view.next.id),
-                    "stream_url": reverse(
-                        "message-stream", args=[view.next.conversation_id, view.next.id]
-                    ),
-                    "stop_url": reverse(
-                        "message-stop", args=[view.next.conversation_id, view.next.id]
-                    ),
-                },
-            )
-            yield view.next
-            return
-        if view.state == tools.STEP_FAILED:
-            failed = DomainError(
-                view.error or "The next step of this answer could not start.",
-                code=view.code or "tool_step_failed",
-            )
-            yield error_sse(failed, message_id=str(calling.id))
-            return
-        if view.state in tools.STEP_ENDS:
-            yield sse_frame(
-                SSE_STEP_END, {"message_id": str(calling.id), "state": view.state}
-            )
-            return
-        if time.monotonic() - last_sent >= settings.SSE_HEARTBEAT_S:
-            yield ": ping\n\n"
-            last_sent = time.monotonic()
-        await asyncio.sleep(STEP_POLL_S)
 
 
 def _stream_target(
@@ -365,8 +269,8 @@ def _event_stream(
     frames: AsyncIterator[str], status: int = 200
 ) -> StreamingHttpResponse:
     response = StreamingHttpResponse(
-        frames, content_type="text/event-stream", status=status
-    )
+        frames, content_type="text/event-stream", status=status, charset="utf-8"
+    )  # a charset of its own: else Django reads the setting per frame
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once
     return response
@@ -382,8 +286,7 @@ def event_stream_accepted(request: HttpRequest) -> bool:
 
 
 async def _turn_events(payload: dict[str, Any], message: Message) -> AsyncIterator[str]:
-    # the view's connection: not held for the answer (relay_events takes brief ones)
-    await connection_release()
+    await request_thread_release()  # the view's connection and thread go back
     yield sse_frame(SSE_TURN, payload)
     async with aclosing(relay_events(message, protocol.STREAM_START)) as frames:
         async for frame in frames:

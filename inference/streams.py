@@ -59,12 +59,18 @@ HUB_COUNT = 256
 # round carry what every stream wrote meanwhile. Followers release frames every
 # SSE_COALESCE_MS (50 ms), so the added delay is not seen (not measured apart).
 HUB_MIN_ROUND_S = 0.01
-# ... at HUB_FULL_PACE_KEYS followed streams or more; below, the pause shrinks in
+# ... at HUB_FULL_PACE_KEYS followed streams; below, the pause shrinks in
 # proportion (a round's cost does too), so a lightly loaded process does not hold an
 # answer's first token for it. A turn's ``meta`` and first token come a millisecond
 # or two apart: read in two rounds, the token would wait out the full 10 ms, a large
 # share of what our path adds to a turn (docs/benchmarks.md).
 HUB_FULL_PACE_KEYS = 100
+# ... and above, the pause grows in proportion too (a round's cost does: it names every
+# key), up to HUB_MAX_ROUND_S: the reader's CPU stays about flat from 100 streams to
+# thousands, where followers release frames every 50-200 ms anyway
+# (:func:`gateway.generations.follow.coalesce_interval_s`); at 500 streams and more a
+# first token may wait up to 50 ms for its round (bench/results/2026-12-04-sse-profile.md).
+HUB_MAX_ROUND_S = 0.05
 # After a failed XREAD (Redis restarting), wait this long before the next one (s).
 ERROR_BACKOFF_S = 0.2
 # Reads failing for this long (s) fail the followers: Redis restarts in well under a
@@ -190,6 +196,7 @@ class StreamHub:
         count: int = HUB_COUNT,
         min_round_s: float = HUB_MIN_ROUND_S,
         full_pace_keys: int = HUB_FULL_PACE_KEYS,
+        max_round_s: float = HUB_MAX_ROUND_S,
         error_grace_s: float = ERROR_GRACE_S,
     ) -> None:
         self.url = url
@@ -198,6 +205,7 @@ class StreamHub:
         self.block_ms = block_ms
         self.count = count
         self.min_round_s = min_round_s
+        self.max_round_s = max(min_round_s, max_round_s)
         # the reader's own connection: its XREAD holds it while blocked. Its replies
         # are taken as Redis sends them: redis-py's XREAD callback builds a dict per
         # entry, a third of the reader's time at thousands of entries a second.
@@ -317,8 +325,9 @@ class StreamHub:
 
     def _pace(self, keys: int) -> float:
         """The least time between the starts of two rounds that returned entries (s):
-        ``min_round_s`` at ``full_pace_keys`` keys or more, in proportion below."""
-        return self.min_round_s * min(1.0, keys / self.full_pace_keys)
+        ``min_round_s`` at ``full_pace_keys`` keys, in proportion to the keys below and
+        above, at most ``max_round_s``."""
+        return min(self.max_round_s, self.min_round_s * keys / self.full_pace_keys)
 
     async def _read(self, streams: redis_types.StreamOffsets) -> Any:
         """One XREAD round: up to ``count`` entries per key, blocking ``block_ms``."""

@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 
+from chatsite.db import request_thread_release
 from chatsite.errors import DomainError, NotFound, error_json
 from conversations.openai import chunks
 from conversations.openai.requests import CompletionRequest
@@ -187,6 +188,7 @@ async def completion_stream(
     follower and the items :func:`completion_first` read already (default: follow
     from the start).
     """
+    await request_thread_release()  # no connection or thread held while waiting
     cid = chunks.completion_id(generation.job_id)
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:

@@ -281,7 +281,7 @@ async def generation_follow(
                 return
     finally:
         subscription.close()
-        if resumable:
+        if resumable and not settled:  # an ended generation has nothing to cancel
             try:
                 await inference_client.astream_detach(
                     job_id=job_id, grace_s=settings.INFERENCE_DETACH_GRACE_S

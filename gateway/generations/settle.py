@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from redis.exceptions import RedisError
 
-from chatsite.db import db_brief
+from chatsite.db import db_batched
 from chatsite.errors import ServiceUnavailable
 from gateway import cache, fallback, quota, selectors
 from gateway.generations.outcome import (
@@ -271,6 +271,10 @@ def generation_settle(
 BACKEND_ERRORS = (RedisError, DatabaseError, OSError, ServiceUnavailable)
 
 
+# answers ending together settle in batches (one thread hand-off per batch)
+_settle_batched = db_batched(generation_settle)
+
+
 async def asettle_retrying(
     generation: Generation, recorder: Recorder | None, message_id: Any
 ) -> Settlement:
@@ -281,7 +285,7 @@ async def asettle_retrying(
     delay = 0.1
     while True:
         try:
-            return await db_brief(generation_settle)(
+            return await _settle_batched(
                 generation=generation, recorder=recorder, message_id=message_id
             )
         except BACKEND_ERRORS:

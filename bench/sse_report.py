@@ -1,0 +1,87 @@
+"""How ``bench/sse_fanout.py`` reports a step: its pinning, its verdict (why it
+failed), the printed line, and the py-spy sampler of the web process."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+GAP_LIMIT_MS = 250.0
+# A load core busier than this (all processes on it) may be what limited a step.
+LOAD_SATURATED = 0.9
+
+
+def py_spy_start(args: argparse.Namespace, pid: int) -> subprocess.Popen | None:
+    """py-spy sampling ``pid`` for the token ticks (``--py-spy``), pinned to the load
+    core like the rest of the load side."""
+    if not args.py_spy:
+        return None
+    secs = max(1, int(args.tokens * args.delay_ms / 1000))
+    if args.py_spy_phase == "done":
+        secs = 10
+    spy = Path(sys.executable).parent / "py-spy"
+    argv = [
+        spy,
+        "record",
+        "-p",
+        pid,
+        "-d",
+        secs,
+        "-r",
+        200,
+        "-f",
+        "raw",
+        "--gil",
+        "-o",
+        args.py_spy,
+    ]
+    return subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL)
+
+
+def pinning(args: argparse.Namespace) -> str:
+    """How a figure was pinned, in words."""
+    if args.web_core == args.load_core:
+        return f"unpinned: one core ({args.web_core}) for all"
+    return (
+        f"{args.server} on core {args.web_core}; client, worker, Redis, PostgreSQL on "
+        f"core {args.load_core}; nice {args.nice}; machine load {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cores"
+    )
+
+
+def step_verdict(r: dict) -> str:
+    """Why a step failed ('' when it passed)."""
+    if r["completed"] < r["n"]:
+        return f"{r['n'] - r['completed']} streams did not complete: {r['errors']}"
+    if r["load_core_busy"] >= LOAD_SATURATED:
+        return f"load core saturated ({r['load_core_busy']:.0%} busy): not web-bound"
+    if r["gap_p99"] >= GAP_LIMIT_MS:
+        return (
+            f"frame gap p99 {r['gap_p99']:.0f} ms >= {GAP_LIMIT_MS:.0f} ms "
+            f"(web core {r['web_core_busy']:.0%} busy, web {r['web_cores']:.2f} core)"
+        )
+    return ""
+
+
+def report(r: dict, args: argparse.Namespace) -> None:
+    """Print one step for a person."""
+    print(
+        f"{r['server']} N={r['n']}: done {r['completed']}; web CPU/frame "
+        f"{r['cpu_us_per_frame']:.0f} us ({r['frames_per_s']:.0f} frames/s, web "
+        f"{r['web_cores']:.2f} core); settle CPU {r['settle_ms_per_answer']:.2f} "
+        f"ms/answer; gap p50/p99 {r['gap_p50']:.0f}/{r['gap_p99']:.0f} ms; relay "
+        f"p50/p99 {r['relay_p50']:.0f}/{r['relay_p99']:.0f} ms; done lag p50/p99 "
+        f"{r['done_lag_p50']:.0f}/{r['done_lag_p99']:.0f} ms; threads {r['threads']} "
+        f"({r['threads_per_stream']:.3f}/stream); RSS {r['rss_per_k']:.0f} MiB/1k"
+    )
+    print(
+        f"    cores busy: web core {r['web_core_busy']:.0%}, load core "
+        f"{r['load_core_busy']:.0%} (ours {r['load_cores_ours']:.2f}); worker ticks "
+        f"late {r['late_ticks']}, tick RTT max {r['tick_rtt_max_ms']:.0f} ms; "
+        f"{pinning(args)}; verdict: {step_verdict(r) or 'pass'}"
+    )
+    for line, count in sorted(r["warnings"].items(), key=lambda kv: -kv[1])[:5]:
+        print(f"    web log x{count}: {line}")

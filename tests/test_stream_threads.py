@@ -1,0 +1,82 @@
+"""Streaming responses hold no thread while they wait (chatsite/db.py): a request
+gives its own thread back, and its later brief steps share the process's threads,
+in batches when they come in a burst."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from asgiref.sync import ThreadSensitiveContext
+from django.contrib.auth import get_user_model
+
+from chatsite import db
+from chatsite.db import db_batched, db_brief, request_thread_release
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def _until(condition, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_request_that_gave_its_thread_back_waits_without_one():
+    """As under ASGI: the request's sync steps ran in a thread of its own; once it gave
+    it back that thread ends, and its next steps run on the shared threads."""
+    async with ThreadSensitiveContext():
+        own = await db_brief(threading.current_thread)()
+        assert own.is_alive()
+
+        await request_thread_release()
+        await request_thread_release()  # idempotent
+
+        await _until(lambda: not own.is_alive())
+        name = await db_brief(lambda: threading.current_thread().name)()
+        assert name.startswith("stream-sync")
+        assert await db_brief(get_user_model().objects.exists)() is False
+
+
+async def test_steps_of_many_streams_run_in_batches_and_fail_alone(monkeypatch):
+    """Twenty answers ending together: their steps share thread hand-offs (a batch
+    per hand-off), each gets its own result, and one that raises fails alone."""
+    hand_offs = 0
+    run_calls = db._run_calls
+
+    def counted(fn, calls):
+        nonlocal hand_offs
+        hand_offs += 1
+        return run_calls(fn, calls)
+
+    monkeypatch.setattr(db, "_run_calls", counted)
+
+    def step(i: int) -> tuple[int, int]:
+        time.sleep(0.05)  # the step's round trips
+        if i == 3:
+            raise ValueError("three")
+        return i, get_user_model().objects.count()
+
+    batched = db_batched(step)
+
+    async def stream(i: int) -> tuple[int, int]:
+        async with ThreadSensitiveContext():
+            await request_thread_release()
+            return await batched(i)
+
+    got = await asyncio.gather(*(stream(i) for i in range(20)), return_exceptions=True)
+
+    assert isinstance(got[3], ValueError)
+    assert [g for k, g in enumerate(got) if k != 3] == [
+        (i, 0) for i in range(20) if i != 3
+    ]
+    assert 1 <= hand_offs <= 8
+
+
+async def test_outside_a_request_a_batched_step_is_a_brief_one():
+    """No ASGI request (a test, a management command): each call runs as db_brief's."""
+    batched = db_batched(lambda: threading.current_thread().name)
+    assert not (await batched()).startswith("stream-sync")
