@@ -273,6 +273,11 @@ GATEWAY_SATURATED_RETRY_AFTER_S = env.int("GATEWAY_SATURATED_RETRY_AFTER_S", def
 GATEWAY_SIMPLE_MAX_CHARS = env.int("GATEWAY_SIMPLE_MAX_CHARS", default=280)
 # Pools and plans (admin-edited) are cached per process for this many seconds.
 GATEWAY_CONFIG_CACHE_S = env.float("GATEWAY_CONFIG_CACHE_S", default=5.0)
+# API key lookups (the key, its user, subscription and suspension) are cached per
+# process for this many seconds (gateway/apikey_cache.py: a revocation, suspension or
+# plan move applies within it; 0: not cached), at most this many keys.
+GATEWAY_API_KEY_CACHE_S = env.float("GATEWAY_API_KEY_CACHE_S", default=5.0)
+GATEWAY_API_KEY_CACHE_ENTRIES = env.int("GATEWAY_API_KEY_CACHE_ENTRIES", default=10_000)
 # A generation failing before its first token is retried this often on a fallback pool.
 GATEWAY_FALLBACK_RETRIES = env.int("GATEWAY_FALLBACK_RETRIES", default=1)
 # A quota reservation whose job was not submitted (enqueued or served from a cache) this
