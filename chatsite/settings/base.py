@@ -158,6 +158,9 @@ DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=16)
 # that run at once per process (chatsite/db.py); the rest wait on the event loop.
 # Half the pool: the other half stays free for sync views (a new turn's POST).
 DATABASE_BRIEF_CONCURRENCY = env.int("DATABASE_BRIEF_CONCURRENCY", default=8)
+# Reusable threads per process for the API's admission step (chatsite/db.py db_quick):
+# mostly Redis, a pooled database connection only on an API key cache miss.
+DATABASE_QUICK_THREADS = env.int("DATABASE_QUICK_THREADS", default=4)
 DATABASES["default"] = database_pool(DATABASES["default"], DATABASE_POOL_MAX_SIZE)
 # A web process opens its pooled PostgreSQL and Redis connections and loads the
 # gateway's config in a thread as it starts (chatsite/warmup.py), so that its first
