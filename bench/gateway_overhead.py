@@ -58,8 +58,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
-from bench.boot import ROOT, django_start, option_parser  # noqa: E402
-from bench.overhead_levels import Level, Target, litellm_start, run_levels, stages  # noqa: E402
+from bench.boot import ROOT, django_start  # noqa: E402
+from bench.overhead_levels import (  # noqa: E402
+    Level,
+    Target,
+    litellm_start,
+    run_levels,
+    stages,
+)
+from bench.overhead_levels import overhead_parser as parser  # noqa: E402
 from bench.pinning import Pinning, pinning_plan, service_pids  # noqa: E402
 from bench.procs import (  # noqa: E402
     free_port,
@@ -115,7 +122,11 @@ def _report(c: int, rows: dict[str, Level], rounds: int, pinning: Pinning) -> di
     for name, level in rows.items():
         p50, p99 = pct(level.ttfts, 50), pct(level.ttfts, 99)
         overhead[name] = (p50 - base50, p99 - base99)
-        cpu = "" if level.cpu_ms is None else f"{level.cpu_ms:>8.2f}"
+        cpu = (
+            ""
+            if level.cpu_ms is None or level.cpu_net_ms is None
+            else f"{level.cpu_ms:>8.2f} {level.cpu_net_ms:>8.2f}"
+        )
         print(
             f"{c:>5} {name:>8} {p50:>9.1f} {p99:>9.1f} "
             f"{p50 - base50:>8.1f} {p99 - base99:>8.1f} {level.rps:>7.1f} "
@@ -129,9 +140,17 @@ def _report(c: int, rows: dict[str, Level], rounds: int, pinning: Pinning) -> di
                 (f"{name} errors", sum(level.errors.values()), "", "0"),
             ]
             if level.cpu_ms is not None:
-                out["cpu"][name] = level.cpu_ms
+                out["cpu"][name] = (level.cpu_ms, level.cpu_net_ms)
                 figures.append(
                     (f"{name} server CPU per request", level.cpu_ms, "ms", "")
+                )
+                figures.append(
+                    (
+                        f"{name} server CPU per request, net of idle",
+                        level.cpu_net_ms,
+                        "ms",
+                        "",
+                    )
                 )
             figures_record(bench="gateway_overhead", params=params, figures=figures)
     split = stages(rows["ours"].samples)
@@ -186,48 +205,6 @@ def _report(c: int, rows: dict[str, Level], rounds: int, pinning: Pinning) -> di
         ]
         figures_record(bench="gateway_overhead", params=params, figures=figures)
     return out
-
-
-def parser() -> argparse.ArgumentParser:
-    """The options of this benchmark (see the module docstring)."""
-    parser = option_parser(concurrency=[1, 50])
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=3,
-        help="rounds per level; at least enough for --min-samples requests per target",
-    )
-    parser.add_argument("--min-samples", type=int, default=40)
-    parser.add_argument("--tokens", type=int, default=32)
-    parser.add_argument("--token-ms", type=float, default=5.0)
-    parser.add_argument(
-        "--moderation",
-        choices=("off", "on"),
-        default="off",
-        help="input moderation of our API (off: like LiteLLM, which has none; on: "
-        "with an embedding worker, as in production)",
-    )
-    parser.add_argument(
-        "--output-moderation",
-        choices=("off", "on"),
-        default="off",
-        help="output moderation of our API (off: like LiteLLM; on: the product's "
-        "default, whose hold mode delays the first token by a window's verdict)",
-    )
-    parser.add_argument(
-        "--profile",
-        type=Path,
-        default=None,
-        help="a folder: run daphne and the worker under cProfile, write "
-        "web.prof / worker.prof there (figures are then not comparable)",
-    )
-    parser.add_argument(
-        "--pin",
-        choices=("on", "off"),
-        default="on",
-        help="web process and LiteLLM on one core, everything else on another",
-    )
-    return parser
 
 
 def run(args: argparse.Namespace) -> dict[int, dict]:
@@ -314,7 +291,7 @@ def run(args: argparse.Namespace) -> dict[int, dict]:
         )
         print(
             f"{'conc':>5} {'target':>8} {'ttft p50':>9} {'ttft p99':>9} "
-            f"{'ovh p50':>8} {'ovh p99':>8} {'req/s':>7} {'errors':>6} {'cpu ms/req':>8}"
+            f"{'ovh p50':>8} {'ovh p99':>8} {'req/s':>7} {'errors':>6} {'cpu/req':>8} {'net/req':>8}"
         )
         for c in args.concurrency:
             rounds = max(args.rounds, -(-args.min_samples // c))
@@ -332,7 +309,17 @@ def hot_path_rows(args: argparse.Namespace | None = None) -> list[dict]:
     --min-samples 60``) and return the web tier table's API rows: dicts with
     ``measure``, ``value``, ``unit``, ``pinning``, ``params`` and ``goal``."""
     if args is None:
-        args = parser().parse_args(["--concurrency", "1", "50", "--min-samples", "60"])
+        args = parser().parse_args(
+            [
+                "--concurrency",
+                "1",
+                "50",
+                "--min-samples",
+                "60",
+                "--moderation-cost",
+                "60",
+            ]
+        )
     results = run(args)
     pinning = pinning_plan(args.pin == "on").describe()
     rows = []
@@ -362,8 +349,14 @@ def hot_path_rows(args: argparse.Namespace | None = None) -> list[dict]:
             params,
             GOALS.get(f"admission c={c}", ""),
         )
-        for name, cpu in out["cpu"].items():
+        for name, (cpu, net) in out["cpu"].items():
             row(f"web CPU per API request ({name}) at c={c}", cpu, "ms", params)
+            row(
+                f"web CPU per API request ({name}) at c={c}, net of idle",
+                net,
+                "ms",
+                params,
+            )
         if "ratio50" in out:
             row(
                 f"API added TTFT vs LiteLLM p50 at c={c}",
@@ -386,11 +379,21 @@ def hot_path_rows(args: argparse.Namespace | None = None) -> list[dict]:
                 params,
                 GOALS.get(f"rps c={c}", ""),
             )
+    if args.moderation_cost:
+        from bench.api_moderation_cost import moderation_rows
+
+        rows += moderation_rows(args.moderation_cost, pin=args.pin == "on")
     return rows
 
 
 def main() -> None:
-    run(parser().parse_args())
+    args = parser().parse_args()
+    run(args)
+    if args.moderation_cost:
+        from bench.api_moderation_cost import moderation_rows
+
+        for row in moderation_rows(args.moderation_cost, pin=args.pin == "on"):
+            print(f"{row['measure']}: {row['value']:.2f} ms ({row['params']})")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ rounds against each target, the CPU each target's server spent on them (from
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import secrets
 import subprocess
@@ -12,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.boot import ROOT
+from bench.boot import ROOT, option_parser
 from bench.procs import spawn
 from bench.procstat import proc_cpu_s
 
@@ -36,13 +37,26 @@ class Target:
 class Level:
     """One target's results at one concurrency: TTFTs (ms), requests/s over the time
     spent on that target, errors by kind, the samples, and its servers' CPU per
-    request (ms; None when it has no server pid)."""
+    request (ms; None when it has no server pid): all of it, and net of what the
+    server burns idle over the same time (its timers and pollers)."""
 
     ttfts: list[float]
     rps: float
     errors: Counter[str]
     samples: list[Sample]
     cpu_ms: float | None
+    cpu_net_ms: float | None = None
+
+
+async def idle_cpu_rates(
+    targets: dict[str, Target], seconds: float = 3.0
+) -> dict[str, float]:
+    """Each target's server CPU (s) per second while no request runs."""
+    before = {name: _cpu_s(t.pids) for name, t in targets.items()}
+    await asyncio.sleep(seconds)
+    return {
+        name: (_cpu_s(t.pids) - before[name]) / seconds for name, t in targets.items()
+    }
 
 
 async def one(client, model: str) -> Sample:
@@ -129,7 +143,8 @@ async def run_levels(
     drift in machine load hits all targets alike. One client (and connection pool) per
     target, warmed up first. A target's CPU per request is its server processes' CPU
     time over its rounds (read from /proc before and after each) divided by the
-    requests that succeeded.
+    requests that succeeded; net of the server's idle rate (:func:`idle_cpu_rates`,
+    measured after the warm-up) over that time.
     """
     import httpx
     import openai
@@ -156,6 +171,7 @@ async def run_levels(
             *(one(client, targets[name].model) for _ in range(min(concurrency, 5))),
             return_exceptions=True,
         )
+    idle = await idle_cpu_rates(targets)
     names = list(targets)
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
@@ -184,6 +200,13 @@ async def run_levels(
             samples=samples[name],
             cpu_ms=(
                 cpu_s[name] * 1000 / max(1, len(ttfts[name]))
+                if targets[name].pids
+                else None
+            ),
+            cpu_net_ms=(
+                (cpu_s[name] - idle[name] * busy_s[name])
+                * 1000
+                / max(1, len(ttfts[name]))
                 if targets[name].pids
                 else None
             ),
@@ -223,3 +246,53 @@ def litellm_start(
     argv = [litellm_bin, "--config", tmp / "litellm.yaml"]
     argv += ["--port", str(port), "--host", "127.0.0.1"]
     return spawn(argv, cwd=tmp, env=litellm_env), key
+
+
+def overhead_parser() -> argparse.ArgumentParser:
+    """The options of bench/gateway_overhead.py (see its docstring)."""
+    parser = option_parser(concurrency=[1, 50])
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds per level; at least enough for --min-samples requests per target",
+    )
+    parser.add_argument("--min-samples", type=int, default=40)
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--token-ms", type=float, default=5.0)
+    parser.add_argument(
+        "--moderation",
+        choices=("off", "on"),
+        default="off",
+        help="input moderation of our API (off: like LiteLLM, which has none; on: "
+        "with an embedding worker, as in production)",
+    )
+    parser.add_argument(
+        "--output-moderation",
+        choices=("off", "on"),
+        default="off",
+        help="output moderation of our API (off: like LiteLLM; on: the product's "
+        "default, whose hold mode delays the first token by a window's verdict)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="a folder: run daphne and the worker under cProfile, write "
+        "web.prof / worker.prof there (figures are then not comparable)",
+    )
+    parser.add_argument(
+        "--moderation-cost",
+        type=int,
+        default=0,
+        help="after the levels, time this many input moderation checks of an API "
+        "request, verdict cache hits and misses apart (bench/api_moderation_cost.py; "
+        "0: none)",
+    )
+    parser.add_argument(
+        "--pin",
+        choices=("on", "off"),
+        default="on",
+        help="web process and LiteLLM on one core, everything else on another",
+    )
+    return parser
