@@ -60,6 +60,7 @@ os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 from bench.boot import ROOT, django_start  # noqa: E402
 from bench.overhead_levels import (  # noqa: E402
+    GOALS,
     Level,
     Target,
     litellm_start,
@@ -80,14 +81,6 @@ from bench.record import figures_record, pct  # noqa: E402
 
 MODEL = "bench-fixed"  # the upstream's model (LiteLLM's model id)
 POOL = "bench-api"  # our pool in front of it (our API's model id)
-GOALS = {
-    "admission c=1": "<= 3 ms",
-    "admission c=50": "<= 60 ms",
-    "ratio p50 c=1": "<= 0.6",
-    "ratio p99 c=1": "<= 0.6",
-    "ratio p50 c=50": "<= 0.2",
-    "rps c=50": ">= 3",
-}
 
 
 def setup_ours() -> str:
@@ -117,7 +110,10 @@ def _report(c: int, rows: dict[str, Level], rounds: int, pinning: Pinning) -> di
     base50 = pct(rows["direct"].ttfts, 50)
     base99 = pct(rows["direct"].ttfts, 99)
     overhead = {}
-    params = f"c={c}, {rounds} rounds, {pinning.describe()}"
+    params = (
+        f"c={c}, {rounds} rounds, {pinning.describe()}, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     out: dict[str, Any] = {"params": params, "cpu": {}}
     for name, level in rows.items():
         p50, p99 = pct(level.ttfts, 50), pct(level.ttfts, 99)
@@ -306,8 +302,9 @@ def run(args: argparse.Namespace) -> dict[int, dict]:
 
 def hot_path_rows(args: argparse.Namespace | None = None) -> list[dict]:
     """Run the benchmark (``args`` from :func:`parser`; None: ``--concurrency 1 50
-    --min-samples 60``) and return the web tier table's API rows: dicts with
-    ``measure``, ``value``, ``unit``, ``pinning``, ``params`` and ``goal``."""
+    --min-samples 60 --moderation-cost 60``) and return the web tier table's API
+    rows: dicts with ``measure``, ``value``, ``unit``, ``pinning``, ``params`` (the
+    run's shape and the machine's load average) and ``goal``."""
     if args is None:
         args = parser().parse_args(
             [
@@ -379,21 +376,22 @@ def hot_path_rows(args: argparse.Namespace | None = None) -> list[dict]:
                 params,
                 GOALS.get(f"rps c={c}", ""),
             )
-    if args.moderation_cost:
-        from bench.api_moderation_cost import moderation_rows
+    return rows + _moderation_rows(args)
 
-        rows += moderation_rows(args.moderation_cost, pin=args.pin == "on")
-    return rows
+
+def _moderation_rows(args: argparse.Namespace) -> list[dict]:
+    """bench/api_moderation_cost.py's rows (none without ``--moderation-cost``)."""
+    from bench.api_moderation_cost import moderation_rows
+
+    n = args.moderation_cost
+    return moderation_rows(n, pin=args.pin == "on") if n else []
 
 
 def main() -> None:
     args = parser().parse_args()
     run(args)
-    if args.moderation_cost:
-        from bench.api_moderation_cost import moderation_rows
-
-        for row in moderation_rows(args.moderation_cost, pin=args.pin == "on"):
-            print(f"{row['measure']}: {row['value']:.2f} ms ({row['params']})")
+    for row in _moderation_rows(args):
+        print(f"{row['measure']}: {row['value']:.2f} ms ({row['params']})")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,16 @@ from bench.boot import ROOT, option_parser
 from bench.procs import spawn
 from bench.procstat import proc_cpu_s
 
+# The goals for the API rows (bench/gateway_overhead.py), by measure and level.
+GOALS = {
+    "admission c=1": "<= 3 ms",
+    "admission c=50": "<= 60 ms",
+    "ratio p50 c=1": "<= 0.6",
+    "ratio p99 c=1": "<= 0.6",
+    "ratio p50 c=50": "<= 0.2",
+    "rps c=50": ">= 3",
+}
+
 # What one streamed completion gave: TTFT and total (ms), the completion id, and the
 # epoch times (s) the request was sent and its first content delta arrived.
 Sample = tuple[float, float, str, float, float]

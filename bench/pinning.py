@@ -14,6 +14,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+# The cores this process could use when the module was imported (before any pinning).
+_CORES = sorted(os.sched_getaffinity(0))
+
 
 @dataclass(frozen=True)
 class Pinning:
@@ -54,10 +57,10 @@ class Pinning:
 
 
 def pinning_plan(enabled: bool = True) -> Pinning:
-    """The pinning for this machine: the first core this process may use for the web
-    process, the next for the rest; unpinned with fewer than two or when not
-    ``enabled``."""
-    allowed = sorted(os.sched_getaffinity(0))
+    """The pinning for this machine: the first core this process could use (when
+    this module was imported, before any pinning) for the web process, the next for
+    the rest; unpinned with fewer than two or when not ``enabled``."""
+    allowed = _CORES
     if not enabled or len(allowed) < 2:
         return Pinning(frozenset(), frozenset())
     return Pinning(frozenset(allowed[:1]), frozenset(allowed[1:2]))

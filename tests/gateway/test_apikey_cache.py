@@ -39,8 +39,9 @@ def _refused_within(raw: str, bound_s: float) -> float:
 def test_a_cached_key_admits_with_no_query(user, django_assert_num_queries, settings):
     factories.subscribe(user, factories.plan("pro", pools=[factories.pool("p1")]))
     _key, raw = services.api_key_create(user=user)
-    settings.GATEWAY_CONFIG_CACHE_S = 60
+    # warm: the key (and its last_used_at stamp), this test's pools-and-plans snapshot
     selectors.plan_for_user(user=services.api_key_authenticate(raw=raw))
+    settings.GATEWAY_CONFIG_CACHE_S = 60
     with django_assert_num_queries(0):
         found = services.api_key_authenticate(raw=raw)
         safety_selectors.suspension_check(user=found)
