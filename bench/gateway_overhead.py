@@ -381,10 +381,11 @@ def hot_path_rows(args: argparse.Namespace | None = None) -> list[dict]:
 
 def _moderation_rows(args: argparse.Namespace) -> list[dict]:
     """bench/api_moderation_cost.py's rows (none without ``--moderation-cost``)."""
+    if not args.moderation_cost:
+        return []
     from bench.api_moderation_cost import moderation_rows
 
-    n = args.moderation_cost
-    return moderation_rows(n, pin=args.pin == "on") if n else []
+    return moderation_rows(args.moderation_cost, pin=args.pin == "on")
 
 
 def main() -> None:
