@@ -10,6 +10,9 @@ Runs on the dev services (`make migrate` first). Prints p50/p99 in microseconds 
 - and the requests/s of admit+release from ``--threads`` threads at once.
 
 It uses a throw-away user and pool (``bench-gw``) and removes its Redis keys afterwards.
+Pinned (``--pin on``, :mod:`bench.pinning`): this process (the admitting one) on the
+first core, Redis and PostgreSQL on the second; the admit line adds this process's
+CPU per admission (ms, from /proc via ``time.process_time``).
 """
 
 from __future__ import annotations
@@ -25,14 +28,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
-from bench.boot import django_start, option_parser  # noqa: E402
+from bench.boot import ROOT, django_start, option_parser  # noqa: E402
+from bench.pinning import pinning_plan, service_pids  # noqa: E402
 from bench.record import bench_record, pct  # noqa: E402
 
 
 def main() -> None:
 
-    parser = option_parser(n=2000, threads=16)
+    parser = option_parser(n=2000, threads=16, pin="on")
     args = parser.parse_args()
+    pinning = pinning_plan(args.pin == "on")
+    pinning.pin(os.getpid(), web=True)
+    for pid in service_pids(ROOT / ".var").values():
+        pinning.pin_tree(pid, web=False)
     django_start()
     from django.contrib.auth import get_user_model
     from django.db import connection
@@ -77,10 +85,12 @@ def main() -> None:
             quota.quota_settle(user_id=user.pk, job_id=job, tokens=100)
             lua.append((time.perf_counter() - t0) * 1e6)
         admit = []
+        cpu0 = time.process_time()
         for _ in range(args.n // 4):
             t0 = time.perf_counter()
             admit_once()
             admit.append((time.perf_counter() - t0) * 1e6)
+        admit_cpu_us = (time.process_time() - cpu0) / max(1, len(admit)) * 1e6
         per_thread = max(1, args.n // (4 * args.threads))
 
         def worker() -> None:
@@ -101,7 +111,9 @@ def main() -> None:
         )
         print(
             f"admit+release (full path): n={len(admit)} "
-            f"p50={statistics.median(admit):.0f} us p99={pct(admit, 99):.0f} us"
+            f"p50={statistics.median(admit):.0f} us p99={pct(admit, 99):.0f} us, "
+            f"CPU {admit_cpu_us:.0f} us each ({pinning.describe()}, load average "
+            f"{os.getloadavg()[0]:.2f})"
         )
         print(f"admit+release, {args.threads} threads: {rate:.0f} requests/s")
         for metric, value, unit, params in (
@@ -109,6 +121,12 @@ def main() -> None:
             ("reserve+settle p99", pct(lua, 99), "us", f"n={len(lua)}"),
             ("admit+release p50", statistics.median(admit), "us", f"n={len(admit)}"),
             ("admit+release p99", pct(admit, 99), "us", f"n={len(admit)}"),
+            (
+                "admit+release CPU",
+                admit_cpu_us,
+                "us",
+                f"n={len(admit)}, {pinning.describe()}",
+            ),
             ("admit+release rate", rate, "req/s", f"{args.threads} threads"),
         ):
             bench_record(

@@ -21,6 +21,7 @@ import asyncio
 import contextvars
 import datetime as dt
 import functools
+import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -70,15 +71,9 @@ def _connection_lost(exc: Exception) -> ServiceUnavailable:
     )
 
 
-def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
-    """Return ``fn`` run through ``sync_to_async`` (the request's thread), after which
-    that thread's connection goes back to the pool (outside a transaction only); at
-    most DATABASE_BRIEF_CONCURRENCY such steps run at once per event loop.
-
-    Raises ServiceUnavailable (503) when the step hit a dead pooled connection; the
-    pool's other dead connections are replaced at once, so one request fails, not one
-    per connection the pool held.
-    """
+def _step(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` releasing its thread's connection afterwards (outside a transaction);
+    a dead pooled connection becomes ServiceUnavailable (:func:`_connection_lost`)."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -90,7 +85,19 @@ def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
         finally:
             _release()
 
-    in_thread = sync_to_async(run)
+    return run
+
+
+def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    """Return ``fn`` run through ``sync_to_async`` (the request's thread), after which
+    that thread's connection goes back to the pool (outside a transaction only); at
+    most DATABASE_BRIEF_CONCURRENCY such steps run at once per event loop.
+
+    Raises ServiceUnavailable (503) when the step hit a dead pooled connection; the
+    pool's other dead connections are replaced at once, so one request fails, not one
+    per connection the pool held.
+    """
+    in_thread = sync_to_async(_step(fn))
 
     @functools.wraps(fn)
     async def gated(*args: Any, **kwargs: Any) -> Any:
@@ -268,6 +275,44 @@ async def request_thread_release() -> None:
     executors[context] = _shared_executor()
     if own is not None:
         own.shutdown(wait=False)
+_quick: ThreadPoolExecutor | None = None
+_quick_lock = threading.Lock()
+
+
+def _quick_executor() -> ThreadPoolExecutor:
+    """The process's pool of DATABASE_QUICK_THREADS reusable threads."""
+    global _quick
+    if _quick is None:
+        with _quick_lock:
+            if _quick is None:
+                _quick = ThreadPoolExecutor(
+                    max_workers=settings.DATABASE_QUICK_THREADS,
+                    thread_name_prefix="db-quick",
+                )
+    return _quick
+
+
+def db_quick(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    """Return ``fn`` run in one of the process's DATABASE_QUICK_THREADS reusable
+    threads (the others wait on the event loop), with the caller's context variables;
+    its thread's connection goes back to the pool afterwards, as with
+    :func:`db_brief`.
+
+    For short steps on a request's critical path (the API's admission: mostly Redis,
+    the database only on a cache miss): no thread is started per request (``sync_to_
+    async`` in a request starts one: its thread-sensitive executor) and the step does
+    not queue behind :func:`db_brief`'s settlements. The step must not rely on the
+    request's own sync thread (no transaction across steps). Raises what
+    :func:`db_brief` raises.
+    """
+    run = _step(fn)
+
+    @functools.wraps(fn)
+    async def quick(*args: Any, **kwargs: Any) -> Any:
+        call = functools.partial(contextvars.copy_context().run, run, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(_quick_executor(), call)
+
+    return quick
 
 
 async def connection_release() -> None:

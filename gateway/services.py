@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from chatsite.errors import NotFound
-from gateway import requestrate, selectors
+from gateway import apikey_cache, requestrate, selectors
 from gateway.models import ApiKey, UserPreference
 from safety import selectors as safety_selectors
 
@@ -50,6 +50,7 @@ def api_key_revoke(*, key_id: Any, user: User | None = None) -> ApiKey:
             revoked_at=timezone.now()
         )
         key.refresh_from_db()
+    apikey_cache.apikey_forget(key.key_hash)
     return key
 
 
@@ -63,36 +64,56 @@ API_KEY_ID_ATTR = "_api_key_id"
 def api_key_authenticate(*, raw: str) -> User | None:
     """Return the active user owning the secret ``raw``, or None.
 
-    Stamps ``last_used_at`` when it is older than API_KEY_LAST_USED_RESOLUTION_S
-    seconds (the settings page shows it to the minute).
+    The lookup is kept per process for GATEWAY_API_KEY_CACHE_S seconds
+    (:mod:`gateway.apikey_cache`: a revoked key, a deactivated or suspended user or a
+    changed subscription applies within that bound; a revocation through
+    :func:`api_key_revoke` at once on its own process). Stamps ``last_used_at`` when
+    it is older than API_KEY_LAST_USED_RESOLUTION_S seconds (the settings page shows
+    it to the minute).
     """
     if not raw or not raw.startswith(API_KEY_PREFIX):
         return None
-    # One query for the whole admission: the subscription (plan_for_user needs no
-    # query of its own) and whether a suspension is in force (neither does
-    # suspension_check). Nothing is cached: a revoked key, a changed plan or a new
-    # suspension apply to the very next request. No ORDER BY (``first()`` added one):
-    # key_hash is unique, and compiling the ordering cost as much as running the query.
-    key = next(
-        iter(
-            ApiKey.objects.select_related("user", "user__subscription")
-            .annotate(
-                user_suspended=safety_selectors.suspension_in_force(user_ref="user_id")
-            )
-            .filter(key_hash=_key_hash(raw), revoked_at__isnull=True)[:1]
-        ),
-        None,
-    )
-    if key is None or not key.user.is_active:
-        return None
-    setattr(key.user, safety_selectors.SUSPENDED_ATTR, key.user_suspended)
-    setattr(key.user, API_KEY_ID_ATTR, key.pk)
+    key_hash = _key_hash(raw)
+    cached = apikey_cache.apikey_cached(key_hash)
+    if cached is not None:
+        key, user, suspended = cached
+    else:
+        key = _api_key_load(key_hash)
+        if key is None or not key.user.is_active:
+            return None
+        suspended = key.user_suspended
+        apikey_cache.apikey_remember(key_hash, key=key, suspended=suspended)
+        user = key.user
+    setattr(user, safety_selectors.SUSPENDED_ATTR, suspended)
+    setattr(user, API_KEY_ID_ATTR, key.pk)
     now = timezone.now()
     if key.last_used_at is None or (now - key.last_used_at).total_seconds() >= (
         API_KEY_LAST_USED_RESOLUTION_S
     ):
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
-    return key.user
+        apikey_cache.apikey_used(key_hash, at=now)
+    return user
+
+
+def _api_key_load(key_hash: str) -> Any:
+    """The active key (an ApiKey) of ``key_hash`` with its user and subscription,
+    annotated ``user_suspended``; None if there is none.
+
+    One query for the whole admission: the subscription (plan_for_user needs no
+    query of its own) and whether a suspension is in force (neither does
+    suspension_check). No ORDER BY (``first()`` adds one): key_hash is unique, and
+    compiling the ordering cost as much as running the query.
+    """
+    return next(
+        iter(
+            ApiKey.objects.select_related("user", "user__subscription")
+            .annotate(
+                user_suspended=safety_selectors.suspension_in_force(user_ref="user_id")
+            )
+            .filter(key_hash=key_hash, revoked_at__isnull=True)[:1]
+        ),
+        None,
+    )
 
 
 def api_request_count(*, user: User) -> requestrate.RequestCount:

@@ -158,6 +158,9 @@ DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=16)
 # that run at once per process (chatsite/db.py); the rest wait on the event loop.
 # Half the pool: the other half stays free for sync views (a new turn's POST).
 DATABASE_BRIEF_CONCURRENCY = env.int("DATABASE_BRIEF_CONCURRENCY", default=8)
+# Reusable threads per process for the API's admission step (chatsite/db.py db_quick):
+# mostly Redis, a pooled database connection only on an API key cache miss.
+DATABASE_QUICK_THREADS = env.int("DATABASE_QUICK_THREADS", default=4)
 DATABASES["default"] = database_pool(DATABASES["default"], DATABASE_POOL_MAX_SIZE)
 # A web process opens its pooled PostgreSQL and Redis connections and loads the
 # gateway's config in a thread as it starts (chatsite/warmup.py), so that its first
@@ -277,6 +280,11 @@ GATEWAY_SATURATED_RETRY_AFTER_S = env.int("GATEWAY_SATURATED_RETRY_AFTER_S", def
 GATEWAY_SIMPLE_MAX_CHARS = env.int("GATEWAY_SIMPLE_MAX_CHARS", default=280)
 # Pools and plans (admin-edited) are cached per process for this many seconds.
 GATEWAY_CONFIG_CACHE_S = env.float("GATEWAY_CONFIG_CACHE_S", default=5.0)
+# API key lookups (the key, its user, subscription and suspension) are cached per
+# process for this many seconds (gateway/apikey_cache.py: a revocation, suspension or
+# plan move applies within it; 0: not cached), at most this many keys.
+GATEWAY_API_KEY_CACHE_S = env.float("GATEWAY_API_KEY_CACHE_S", default=5.0)
+GATEWAY_API_KEY_CACHE_ENTRIES = env.int("GATEWAY_API_KEY_CACHE_ENTRIES", default=10_000)
 # A generation failing before its first token is retried this often on a fallback pool.
 GATEWAY_FALLBACK_RETRIES = env.int("GATEWAY_FALLBACK_RETRIES", default=1)
 # A quota reservation whose job was not submitted (enqueued or served from a cache) this

@@ -50,6 +50,8 @@ WEB_WARM_SERVICES = env.bool("WEB_WARM_SERVICES", default=False)
 INFERENCE_NO_WORKER_GRACE_S = 2.0
 # Tests edit pools and plans between requests: no per-process config cache.
 GATEWAY_CONFIG_CACHE_S = 0.0
+# nor API key lookups (tests of the cache turn it on)
+GATEWAY_API_KEY_CACHE_S = 0.0
 SAFETY_CONFIG_CACHE_S = 0.0
 # Tasks run eagerly here: tests trigger titles/summaries/facts explicitly, so a test
 # sees only the model calls it asked for.

@@ -1,0 +1,307 @@
+"""The client side of bench/gateway_overhead.py: streamed requests in interleaved
+rounds against each target, the CPU each target's server spent on them (from
+``/proc``), our TTFT split into stages, and LiteLLM's start-up."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import subprocess
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.boot import ROOT, option_parser
+from bench.procs import spawn
+from bench.procstat import proc_cpu_s
+
+# The issue's goals for the API rows (bench/gateway_overhead.py), by measure and level.
+GOALS = {
+    "admission c=1": "<= 3 ms",
+    "admission c=50": "<= 60 ms",
+    "ratio p50 c=1": "<= 0.6",
+    "ratio p99 c=1": "<= 0.6",
+    "ratio p50 c=50": "<= 0.2",
+    "rps c=50": ">= 3",
+}
+
+# What one streamed completion gave: TTFT and total (ms), the completion id, and the
+# epoch times (s) the request was sent and its first content delta arrived.
+Sample = tuple[float, float, str, float, float]
+
+
+@dataclass
+class Target:
+    """One server the client measures: its base URL, API key and model id, and the
+    pids of its server processes whose CPU counts as its own (none: not counted)."""
+
+    url: str
+    key: str
+    model: str
+    pids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Level:
+    """One target's results at one concurrency: TTFTs (ms), requests/s over the time
+    spent on that target, errors by kind, the samples, and its servers' CPU per
+    request (ms; None when it has no server pid): all of it, and net of what the
+    server burns idle over the same time (its timers and pollers)."""
+
+    ttfts: list[float]
+    rps: float
+    errors: Counter[str]
+    samples: list[Sample]
+    cpu_ms: float | None
+    cpu_net_ms: float | None = None
+
+
+async def idle_cpu_rates(
+    targets: dict[str, Target], seconds: float = 3.0
+) -> dict[str, float]:
+    """Each target's server CPU (s) per second while no request runs."""
+    before = {name: _cpu_s(t.pids) for name, t in targets.items()}
+    await asyncio.sleep(seconds)
+    return {
+        name: (_cpu_s(t.pids) - before[name]) / seconds for name, t in targets.items()
+    }
+
+
+async def one(client, model: str) -> Sample:
+    """Stream one completion; return its :data:`Sample`."""
+    sent = time.time()
+    start = time.perf_counter()
+    ttft = None
+    first_at = 0.0
+    cid = ""
+    stream = await client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Say the fixed answer."}],
+        stream=True,
+        max_tokens=256,
+    )
+    async for chunk in stream:
+        cid = cid or chunk.id
+        if ttft is None and chunk.choices and chunk.choices[0].delta.content:
+            ttft = (time.perf_counter() - start) * 1000
+            first_at = time.time()
+    total = (time.perf_counter() - start) * 1000
+    return (ttft if ttft is not None else total), total, cid, sent, first_at
+
+
+def stages(samples: list[Sample]) -> dict[str, list[float]]:
+    """Split each of our API's TTFTs into its stages (ms), from what Redis kept.
+
+    admission: request sent -> job enqueued (``enqueued_at`` of the job kept for a
+    fallback retry); to worker: -> the worker's ``meta`` event (queue hop and the
+    worker's start); engine: -> the first ``token`` event (the upstream request and
+    its first chunk, the upstream's own delay included); relay: -> the client read the
+    first content delta. Stream entry ids carry milliseconds, so each stage is +-1 ms.
+    """
+    import json
+    import uuid
+
+    from inference import keys
+    from inference.connections import redis_sync
+
+    client = redis_sync()
+    out: dict[str, list[float]] = {
+        "admission": [],
+        "to worker": [],
+        "engine": [],
+        "relay": [],
+    }
+    for _ttft, _total, cid, sent, first_at in samples:
+        if not cid.startswith("chatcmpl-") or not first_at:
+            continue
+        job_id = str(uuid.UUID(cid.removeprefix("chatcmpl-")))
+        raw = client.get(keys.job_key(job_id))
+        entries = client.xrange(keys.gen_key(job_id))
+        times = {}
+        for entry_id, fields in entries:
+            times.setdefault(fields.get("e"), int(entry_id.split("-")[0]) / 1000)
+        if raw is None or "meta" not in times or "token" not in times:
+            continue
+        enqueued = float(json.loads(raw)["enqueued_at"])
+        out["admission"].append((enqueued - sent) * 1000)
+        out["to worker"].append((times["meta"] - enqueued) * 1000)
+        out["engine"].append((times["token"] - times["meta"]) * 1000)
+        out["relay"].append((first_at - times["token"]) * 1000)
+    return out
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` together (a gone process counts 0)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += proc_cpu_s(pid)
+        except OSError:
+            continue
+    return total
+
+
+async def run_levels(
+    targets: dict[str, Target], concurrency: int, rounds: int
+) -> dict[str, Level]:
+    """Interleaved rounds of ``concurrency`` concurrent streams against each target.
+
+    Each round runs every target once, in an order rotated from round to round, so a
+    drift in machine load hits all targets alike. One client (and connection pool) per
+    target, warmed up first. A target's CPU per request is its server processes' CPU
+    time over its rounds (read from /proc before and after each) divided by the
+    requests that succeeded; net of the server's idle rate (:func:`idle_cpu_rates`,
+    measured after the warm-up) over that time.
+    """
+    import httpx
+    import openai
+
+    clients = {
+        name: openai.AsyncOpenAI(
+            base_url=t.url,
+            api_key=t.key,
+            max_retries=0,
+            http_client=httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=concurrency + 10),
+                timeout=httpx.Timeout(300),
+            ),
+        )
+        for name, t in targets.items()
+    }
+    ttfts: dict[str, list[float]] = {name: [] for name in targets}
+    samples: dict[str, list[Sample]] = {name: [] for name in targets}
+    errors: dict[str, Counter[str]] = {name: Counter() for name in targets}
+    busy_s = dict.fromkeys(targets, 0.0)
+    cpu_s = dict.fromkeys(targets, 0.0)
+    for name, client in clients.items():  # warm up
+        await asyncio.gather(
+            *(one(client, targets[name].model) for _ in range(min(concurrency, 5))),
+            return_exceptions=True,
+        )
+    idle = await idle_cpu_rates(targets)
+    names = list(targets)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            cpu0 = _cpu_s(targets[name].pids)
+            started = time.perf_counter()
+            results = await asyncio.gather(
+                *(one(clients[name], targets[name].model) for _ in range(concurrency)),
+                return_exceptions=True,
+            )
+            busy_s[name] += time.perf_counter() - started
+            cpu_s[name] += _cpu_s(targets[name].pids) - cpu0
+            for result in results:
+                if isinstance(result, BaseException):
+                    kind = f"{type(result).__name__}: {str(result)[:100]}"
+                    errors[name][kind] += 1
+                else:
+                    ttfts[name].append(result[0])
+                    samples[name].append(result)
+    for client in clients.values():
+        await client.close()
+    return {
+        name: Level(
+            ttfts=ttfts[name],
+            rps=len(ttfts[name]) / busy_s[name],
+            errors=errors[name],
+            samples=samples[name],
+            cpu_ms=(
+                cpu_s[name] * 1000 / max(1, len(ttfts[name]))
+                if targets[name].pids
+                else None
+            ),
+            cpu_net_ms=(
+                (cpu_s[name] - idle[name] * busy_s[name])
+                * 1000
+                / max(1, len(ttfts[name]))
+                if targets[name].pids
+                else None
+            ),
+        )
+        for name in targets
+    }
+
+
+def litellm_start(
+    tmp: Path, env: dict[str, str], *, port: int, upstream: str, model: str
+) -> tuple[subprocess.Popen | None, str]:
+    """Start LiteLLM proxy on ``port`` with ``model`` routed to ``upstream`` (its
+    config written in ``tmp``); return the process (None where the LiteLLM venv
+    ``.venv-litellm`` is missing) and its master key."""
+    litellm_bin = ROOT / ".venv-litellm" / "bin" / "litellm"
+    key = "sk-" + secrets.token_hex(32)
+    if not litellm_bin.exists():
+        return None, key
+    # no database for LiteLLM (our DATABASE_URL would make it start Prisma), and its
+    # bundled model cost map (no fetch)
+    litellm_env = {
+        k: v for k, v in env.items() if k not in ("DATABASE_URL", "REDIS_URL")
+    }
+    litellm_env.update(LITELLM_LOG="ERROR", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    (tmp / "litellm.yaml").write_text(
+        "model_list:\n"
+        f"  - model_name: {model}\n"
+        "    litellm_params:\n"
+        f"      model: openai/{model}\n"
+        f"      api_base: {upstream}/v1\n"
+        "      api_key: none\n"
+        "litellm_settings:\n"
+        "  drop_params: true\n"
+        "general_settings:\n"
+        f"  master_key: {key}\n"
+    )
+    argv = [litellm_bin, "--config", tmp / "litellm.yaml"]
+    argv += ["--port", str(port), "--host", "127.0.0.1"]
+    return spawn(argv, cwd=tmp, env=litellm_env), key
+
+
+def overhead_parser() -> argparse.ArgumentParser:
+    """The options of bench/gateway_overhead.py (see its docstring)."""
+    parser = option_parser(concurrency=[1, 50])
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds per level; at least enough for --min-samples requests per target",
+    )
+    parser.add_argument("--min-samples", type=int, default=40)
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--token-ms", type=float, default=5.0)
+    parser.add_argument(
+        "--moderation",
+        choices=("off", "on"),
+        default="off",
+        help="input moderation of our API (off: like LiteLLM, which has none; on: "
+        "with an embedding worker, as in production)",
+    )
+    parser.add_argument(
+        "--output-moderation",
+        choices=("off", "on"),
+        default="off",
+        help="output moderation of our API (off: like LiteLLM; on: the product's "
+        "default, whose hold mode delays the first token by a window's verdict)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="a folder: run daphne and the worker under cProfile, write "
+        "web.prof / worker.prof there (figures are then not comparable)",
+    )
+    parser.add_argument(
+        "--moderation-cost",
+        type=int,
+        default=0,
+        help="after the levels, time this many input moderation checks of an API "
+        "request, verdict cache hits and misses apart (bench/api_moderation_cost.py; "
+        "0: none)",
+    )
+    parser.add_argument(
+        "--pin",
+        choices=("on", "off"),
+        default="on",
+        help="web process and LiteLLM on one core, everything else on another",
+    )
+    return parser
