@@ -97,7 +97,8 @@ def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     pool's other dead connections are replaced at once, so one request fails, not one
     per connection the pool held.
     """
-    in_thread = sync_to_async(_step(fn))
+    run = _step(fn)
+    in_thread = sync_to_async(run)
 
     @functools.wraps(fn)
     async def gated(*args: Any, **kwargs: Any) -> Any:
