@@ -125,6 +125,12 @@ BENCHES: list[Bench] = [
             None if _haproxy() else "no HAProxy (make proxy): one daphne measured alone"
         ),
     ),
+    Bench(
+        "capacity",
+        ["--calibrate", "30", "--cal-tokens", "10", "40", "--levels", "60", "150"]
+        + ["--tokens", "40", "--idle-s", "2"],
+        180,
+    ),
     Bench("flood", ["--requests", "200", "--seconds", "2", "--turns", "3"], 150),
     Bench("upload_flood", ["--turns", "5"], 180),
     Bench(
