@@ -1,26 +1,34 @@
 """The capacity model: unit costs measured here, the fleet they imply at the product's
 peak, and the model checked against two load levels run here.
 
-    .venv/bin/python bench/capacity.py [--calibrate 40] [--cal-tokens 10 60]
+    .venv/bin/python bench/capacity.py [--calibrate 40] [--cal-tokens 10 120]
         [--levels 100 400] [--tokens 60] [--delay-ms 50] [--idle-s 3]
         [--markdown FILE]
 
-Runs on the dev services (`make migrate` first). One daphne (pinned to core 0 where
-the machine has two or more; this client and the worker to the others), a bench user
-with no limits (bench/sse_fanout.py's) and, per run, N turns held until all N streams
-are open, then one scripted worker (``--concurrency N``, T tokens ``--delay-ms``
-apart, 20 tokens/s by default) that streams them all at once (as bench/sse_fanout.py).
+The defaults are the full run (about 3 minutes on two busy cores); `make bench` runs
+a smaller one (bench/run_all.py). pg_stat_statements gives the statement counts when
+the server loads it (``shared_preload_libraries``) and the database has the
+extension; without it, transactions are counted instead.
 
-Per run, counters before and after (bench/capacity_probe.py): daphne's CPU from
-/proc, Redis commands (INFO commandstats) and bytes (INFO stats), PostgreSQL
-transactions, statements (pg_stat_statements, when loaded) and WAL bytes, and the
-worker's CPU from the moment it is up (its start-up left out). The worker's own start
-(between the POSTs and the streaming) is left out of every window.
+Runs on the dev services (`make migrate` first). One daphne (pinned to core 0 where
+the machine has two or more; this client and the worker to the others), the bench
+user, plan and pool of bench/sse_fanout.py (no limits) and, per run, one scripted
+worker (``--concurrency N``, answers of T tokens ``--delay-ms`` apart: 20 tokens/s per
+stream by default, sentences of 14 words so output moderation's windows fall as in
+prose). The worker starts first and is stopped (SIGSTOP) while the N turns are
+posted and their streams open, so its start-up is in no window and all N stream at
+once when it is let go (SIGCONT).
+
+Per run, counters before, once every stream is open, and after the last settlement
+(bench/capacity_probe.py): daphne's and the worker's CPU from /proc, Redis commands
+(INFO commandstats) and bytes (INFO stats, this script's own INFO traffic taken out),
+PostgreSQL transactions, statements (pg_stat_statements, when loaded) and WAL bytes.
 
 1. idle: web + worker up, no load, ``--idle-s`` s: the time-based rates;
 2. calibration: ``--calibrate`` turns at each of two answer lengths
-   (``--cal-tokens``): two runs fix each cost's per-turn and per-token (per-frame for
-   web CPU) parts (bench/capacity_model.py ``two_point_fit``);
+   (``--cal-tokens``): two runs fix each cost's per-turn and per-token parts
+   (bench/capacity_model.py ``two_point_fit``); the web's per-frame cost is printed
+   as an upper bound (its streaming CPU per frame sent);
 3. validation: ``--levels`` concurrent streams of ``--tokens`` tokens: the model's
    web CPU and Redis commands from the run's turns and tokens alone, against what
    was measured (goal: within 20 %);
@@ -36,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -44,6 +53,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.boot import django_start, option_parser  # noqa: E402
+from bench.capacity_load import (  # noqa: E402
+    PASSWORD,
+    cores_split,
+    login,
+    pin,
+    turns_post,
+    worker_args,
+)
 from bench.capacity_model import (  # noqa: E402
     Budgets,
     Peak,
@@ -61,8 +78,9 @@ from bench.capacity_probe import (  # noqa: E402
 from bench.record import figures_record  # noqa: E402
 from bench.sse_wire import StreamStats, stream_follow  # noqa: E402
 
-PASSWORD = "ssebench-pass-123"
 GOAL = 0.20  # the model's prediction within 20 % of the measured figure (issue 28)
+# How long a run waits for its last stream's end, s (a run's streams take seconds).
+STREAM_TIMEOUT_S = 120
 
 
 @dataclass
@@ -83,74 +101,14 @@ class Run:
         return self.n * self.tokens
 
 
-# The answers' text: sentences of 14 words (a word a token), so that output
-# moderation's windows (a sentence each, safety/output.py) fall as in ordinary prose.
-SENTENCE = "The relay sends this answer to the page a few words at a time."
-
-
-def answer_text(tokens: int) -> str:
-    """``tokens`` words of :data:`SENTENCE` repeated (the scripted engine emits a word
-    a token)."""
-    words = SENTENCE.split()
-    return " ".join(words[i % len(words)] for i in range(tokens))
-
-
-def _worker_args(n: int, tokens: int, delay_ms: float) -> list[str]:
-    from bench.sse_fanout import POOL
-
-    return [
-        "--pool", POOL, "--engine", "scripted", "--concurrency", str(max(1, n)),
-        "--delay-ms", str(delay_ms), "--script-text", answer_text(tokens),
-    ]  # fmt: skip
-
-
-def _pin(pid: int, cores: set[int]) -> None:
-    if cores:
-        os.sched_setaffinity(pid, cores)
-
-
-def _cores() -> tuple[set[int], set[int]]:
-    """(the web's cores, everyone else's): core 0 and the rest, where there are 2+."""
-    mine = sorted(os.sched_getaffinity(0))
-    if len(mine) < 2:
-        return set(), set()
-    return {mine[0]}, set(mine[1:])
-
-
-def _login(base: str) -> dict[str, str]:
-    """Sign the bench user in (a PBKDF2 run: kept out of every measured window);
-    return the session's cookies."""
-    import httpx
-
-    from bench.chat import login
-
-    with httpx.Client(base_url=base, timeout=60) as http:
-        login(http, username="ssebench", password=PASSWORD)
-        return dict(http.cookies.items())
-
-
-async def _turns_post(base: str, cookies: dict[str, str], n: int) -> list[str]:
-    """POST ``n`` messages as the chat page does, 8 at a time; return stream paths."""
-    import httpx
-
-    gate = asyncio.Semaphore(8)
-    headers = {"X-CSRFToken": cookies["csrftoken"]}
-    async with httpx.AsyncClient(base_url=base, timeout=120, cookies=cookies) as http:
-
-        async def one(i: int) -> str:
-            async with gate:
-                r = await http.post(
-                    "/c/messages/", data={"content": f"Turn {i}."}, headers=headers
-                )
-                r.raise_for_status()
-                return r.json()["assistant_message"]["stream_url"]
-
-        return list(await asyncio.gather(*(one(i) for i in range(n))))
-
-
 def run_one(web, env: dict, n: int, tokens: int, delay_ms: float, load: set) -> Run:  # noqa: ANN001
-    """Post ``n`` turns through ``web``, open their streams, stream them with one
-    worker; return the :class:`Run` (see the module docstring for the windows)."""
+    """Post ``n`` turns through ``web``, open their streams, then let one worker
+    stream them all; return the :class:`Run`.
+
+    The worker starts first (its start-up is in no window) and is stopped (SIGSTOP)
+    while the turns are posted and their streams open, with a stand-in heartbeat so
+    the gateway admits them; SIGCONT releases it once every stream is open.
+    """
     from bench.sse_fanout import POOL
     from inference import protocol
     from inference.connections import redis_sync
@@ -160,15 +118,19 @@ def run_one(web, env: dict, n: int, tokens: int, delay_ms: float, load: set) -> 
     probe = probe_bytes_measure(redis=redis)
     pids = [web.process.pid]
     hold = "capacity-bench-hold"
-    redis.zadd(protocol.workers_key(POOL), {hold: time.time() + 3600})
-    cookies = _login(web.base)
+    cookies = login(web.base)
     cookie = "; ".join(f"{k}={v}" for k, v in cookies.items())
-    before = counters_read(redis=redis, web_pids=pids, worker_pids=[])
-    paths = asyncio.run(_turns_post(web.base, cookies, n))
     host, port = web.base[7:].split(":")
-    stats = [StreamStats() for _ in paths]
+    stats: list[StreamStats] = []
 
-    async def stream_all() -> tuple[Delta, Delta]:
+    async def turns_stream(worker: int) -> tuple[Delta, Delta]:
+        read = asyncio.to_thread  # the ORM's reads may not run on the event loop
+        workers = [worker]
+        before = await read(
+            counters_read, redis=redis, web_pids=pids, worker_pids=workers
+        )
+        paths = await turns_post(web.base, cookies, n)
+        stats.extend(StreamStats() for _ in paths)
         opened = [asyncio.Event() for _ in paths]
         tasks = [
             asyncio.create_task(stream_follow(host, int(port), p, cookie, s, e))
@@ -177,23 +139,25 @@ def run_one(web, env: dict, n: int, tokens: int, delay_ms: float, load: set) -> 
         deadline = time.monotonic() + 120
         while sum(e.is_set() for e in opened) < n and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        read = asyncio.to_thread  # the ORM's reads may not run on the event loop
-        posted = await read(counters_read, redis=redis, web_pids=pids, worker_pids=[])
-        redis.zrem(protocol.workers_key(POOL), hold)
-        with worker_processes([_worker_args(n, tokens, delay_ms)], env) as procs:
-            _pin(procs[0].pid, load)
-            workers = [procs[0].pid]
-            start = await read(
-                counters_read, redis=redis, web_pids=pids, worker_pids=workers
-            )
-            await asyncio.wait(tasks, timeout=300)
-            await asyncio.sleep(PG_STATS_FLUSH_S)
-            end = await read(
-                counters_read, redis=redis, web_pids=pids, worker_pids=workers
-            )
-        return posted - before, end - start
+        posted = await read(
+            counters_read, redis=redis, web_pids=pids, worker_pids=workers
+        )
+        os.kill(worker, signal.SIGCONT)
+        await asyncio.wait(tasks, timeout=STREAM_TIMEOUT_S)
+        await asyncio.sleep(PG_STATS_FLUSH_S)
+        end = await read(counters_read, redis=redis, web_pids=pids, worker_pids=workers)
+        return posted - before, end - posted
 
-    posting, streaming = asyncio.run(stream_all())
+    with worker_processes([worker_args(n, tokens, delay_ms)], env) as procs:
+        worker = procs[0].pid
+        pin(worker, load)
+        redis.zadd(protocol.workers_key(POOL), {hold: time.time() + 3600})
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            posting, streaming = asyncio.run(turns_stream(worker))
+        finally:
+            os.kill(worker, signal.SIGCONT)
+            redis.zrem(protocol.workers_key(POOL), hold)
     return Run(
         n=n,
         tokens=tokens,
@@ -234,8 +198,8 @@ def idle_measure(web, env: dict, seconds: float, load: set) -> Delta:  # noqa: A
 
     redis = redis_sync()
     probe = probe_bytes_measure(redis=redis)
-    with worker_processes([_worker_args(1, 1, 0)], env) as procs:
-        _pin(procs[0].pid, load)
+    with worker_processes([worker_args(1, 1, 0)], env) as procs:
+        pin(procs[0].pid, load)
         pids, workers = [web.process.pid], [procs[0].pid]
         start: Counters = counters_read(redis=redis, web_pids=pids, worker_pids=workers)
         time.sleep(seconds)
@@ -315,7 +279,7 @@ def main() -> None:
     parser = option_parser(
         __doc__.split("\n\n")[0],
         calibrate=40,
-        cal_tokens=[10, 60],
+        cal_tokens=[10, 120],
         levels=[100, 400],
         tokens=60,
         delay_ms=50.0,
@@ -337,6 +301,10 @@ def main() -> None:
             "GATEWAY_SEMANTIC_CACHE_ENABLED": "0",
             "INFERENCE_QUEUE_TIMEOUT_S": "600",
             "INFERENCE_NO_WORKER_GRACE_S": "600",
+            # the worker is held (SIGSTOP) while the turns are posted: neither it
+            # nor a stream not yet opened may be taken for lost meanwhile
+            "INFERENCE_WORKER_TTL_S": "3600",
+            "INFERENCE_DETACH_GRACE_S": "600",
             "LOG_LEVEL": "WARNING",
         }
     )
@@ -347,11 +315,11 @@ def main() -> None:
 
     bench_setup(PASSWORD)
     env = stack_env(for_tests=False)
-    web_cores, load = _cores()
-    _pin(0, load)
+    web_cores, load = cores_split()
+    pin(0, load)
     load_start = os.getloadavg()
     with web_process(env) as web:
-        _pin(web.process.pid, web_cores)
+        pin(web.process.pid, web_cores)
         idle = idle_measure(web, env, args.idle_s, load)
         cal = [
             run_one(web, env, args.calibrate, t, args.delay_ms, load)

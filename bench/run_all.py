@@ -127,8 +127,8 @@ BENCHES: list[Bench] = [
     ),
     Bench(
         "capacity",
-        ["--calibrate", "30", "--cal-tokens", "10", "40", "--levels", "60", "150"]
-        + ["--tokens", "40", "--idle-s", "2"],
+        ["--calibrate", "16", "--cal-tokens", "10", "100", "--levels", "40", "100"]
+        + ["--tokens", "40", "--idle-s", "1"],
         180,
     ),
     Bench("flood", ["--requests", "200", "--seconds", "2", "--turns", "3"], 150),
