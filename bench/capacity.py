@@ -42,12 +42,13 @@ per process, so other load slows the run but moves the per-unit figures less.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import resource
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -72,8 +73,10 @@ from bench.capacity_probe import (  # noqa: E402
     PG_STATS_FLUSH_S,
     Counters,
     Delta,
+    Run,
     counters_read,
     probe_bytes_measure,
+    window_sum,
 )
 from bench.record import figures_record  # noqa: E402
 from bench.sse_wire import StreamStats, stream_follow  # noqa: E402
@@ -81,24 +84,6 @@ from bench.sse_wire import StreamStats, stream_follow  # noqa: E402
 GOAL = 0.20  # the model's prediction within 20 % of the measured figure (issue 28)
 # How long a run waits for its last stream's end, s (a run's streams take seconds).
 STREAM_TIMEOUT_S = 120
-
-
-@dataclass
-class Run:
-    """One run: ``n`` turns of ``tokens`` tokens; what the clients read and the
-    counters' difference (``delta``, the POSTs' window plus the streaming's;
-    ``posting``, the first alone: the POSTs and the streams' opening)."""
-
-    n: int
-    tokens: int
-    completed: int
-    frames: int
-    delta: Delta
-    posting: Delta
-
-    @property
-    def total_tokens(self) -> int:
-        return self.n * self.tokens
 
 
 def run_one(web, env: dict, n: int, tokens: int, delay_ms: float, load: set) -> Run:  # noqa: ANN001
@@ -137,7 +122,9 @@ def run_one(web, env: dict, n: int, tokens: int, delay_ms: float, load: set) -> 
             for p, s, e in zip(paths, stats, opened, strict=True)
         ]
         deadline = time.monotonic() + 120
-        while sum(e.is_set() for e in opened) < n and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not all(
+            e.is_set() or t.done() for e, t in zip(opened, tasks, strict=True)
+        ):
             await asyncio.sleep(0.05)
         posted = await read(
             counters_read, redis=redis, web_pids=pids, worker_pids=workers
@@ -163,31 +150,9 @@ def run_one(web, env: dict, n: int, tokens: int, delay_ms: float, load: set) -> 
         tokens=tokens,
         completed=sum(s.done for s in stats),
         frames=sum(s.frames for s in stats),
-        delta=_window_sum(posting, streaming, probe_bytes=2 * probe),
+        delta=window_sum(posting, streaming, probe_bytes=2 * probe),
         posting=posting,
-    )
-
-
-def _window_sum(a: Delta, b: Delta, *, probe_bytes: int) -> Delta:
-    """Two windows' counts added; ``probe_bytes`` (this benchmark's own INFO traffic)
-    taken out of the Redis bytes."""
-    calls = dict(a.redis_calls)
-    for name, count in b.redis_calls.items():
-        calls[name] = calls.get(name, 0) + count
-    statements = (
-        None
-        if a.pg_statements is None or b.pg_statements is None
-        else a.pg_statements + b.pg_statements
-    )
-    return Delta(
-        wall_s=a.wall_s + b.wall_s,
-        web_cpu_s=a.web_cpu_s + b.web_cpu_s,
-        worker_cpu_s=a.worker_cpu_s + b.worker_cpu_s,
-        redis_calls=calls,
-        redis_bytes=max(0, a.redis_bytes + b.redis_bytes - probe_bytes),
-        pg_statements=statements,
-        pg_xacts=a.pg_xacts + b.pg_xacts,
-        pg_wal_bytes=a.pg_wal_bytes + b.pg_wal_bytes,
+        errors=dict(Counter(s.error or "no end frame" for s in stats if not s.done)),
     )
 
 
@@ -241,6 +206,22 @@ def units_fit(idle: Delta, a: Run, b: Run) -> UnitCosts:
         redis_idle_ops_per_s=ops_idle,
         redis_idle_bytes_per_s=bytes_idle,
         frames=fit(lambda r: r.frames, 0.0),
+    )
+
+
+def pg_per_turn(units: UnitCosts, runs: list[Run]) -> UnitCosts:
+    """``units`` with PostgreSQL's per-turn figures taken over all ``runs`` (they
+    have no per-token part; WAL swings with checkpoints' full-page images, so more
+    turns give a steadier mean)."""
+    turns = sum(r.n for r in runs)
+    stmts = [r.delta.pg_statements for r in runs]
+    return dataclasses.replace(
+        units,
+        pg_statements_per_turn=None
+        if None in stmts
+        else sum(x or 0 for x in stmts) / turns,
+        pg_xacts_per_turn=sum(r.delta.pg_xacts for r in runs) / turns,
+        pg_wal_bytes_per_turn=sum(r.delta.pg_wal_bytes for r in runs) / turns,
     )
 
 
@@ -329,11 +310,22 @@ def main() -> None:
         runs = [
             run_one(web, env, n, args.tokens, args.delay_ms, load) for n in args.levels
         ]
+        units = pg_per_turn(units, [*cal, *runs])
     budgets = Budgets(
         coalesce_ms=settings.SSE_COALESCE_MS,
         frames_per_s_per_process=settings.SSE_FRAMES_PER_S,
     )
     rows = fleet_project(units, Peak(), budgets)
+    peak = Peak()
+    tenfold = fleet_project(
+        units,
+        Peak(
+            messages_per_s=peak.messages_per_s * 10,
+            streams=peak.streams * 10,
+            tokens_per_s=peak.tokens_per_s * 10,
+        ),
+        budgets,
+    )
     checks = [(run, validate(units, run)) for run in runs]
     pinned = (
         f"web on core {sorted(web_cores)}, load on {sorted(load)}"
@@ -345,7 +337,8 @@ def main() -> None:
         f"{os.getloadavg()[0]:.2f} at the end; {pinned}"
     )
     page = report_print(
-        units=units, idle=idle, cal=cal, checks=checks, rows=rows, args=args,
+        units=units, idle=idle, cal=cal, checks=checks, rows=rows, tenfold=tenfold,
+        args=args,
         machine=machine, goal=GOAL, split=web_split([*cal, *runs]),
     )  # fmt: skip
     if args.markdown:

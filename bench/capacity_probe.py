@@ -148,3 +148,45 @@ def probe_bytes_measure(*, redis: Any, readings: int = 5) -> int:
         sizes.append(now - last)
         last = now
     return sorted(sizes)[len(sizes) // 2]
+
+
+@dataclass
+class Run:
+    """One run: ``n`` turns of ``tokens`` tokens; what the clients read and the
+    counters' difference (``delta``, the POSTs' window plus the streaming's;
+    ``posting``, the first alone: the POSTs and the streams' opening)."""
+
+    n: int
+    tokens: int
+    completed: int
+    frames: int
+    delta: Delta
+    posting: Delta
+    errors: dict[str, int]
+
+    @property
+    def total_tokens(self) -> int:
+        return self.n * self.tokens
+
+
+def window_sum(a: Delta, b: Delta, *, probe_bytes: int) -> Delta:
+    """Two windows' counts added; ``probe_bytes`` (this benchmark's own INFO traffic)
+    taken out of the Redis bytes."""
+    calls = dict(a.redis_calls)
+    for name, count in b.redis_calls.items():
+        calls[name] = calls.get(name, 0) + count
+    statements = (
+        None
+        if a.pg_statements is None or b.pg_statements is None
+        else a.pg_statements + b.pg_statements
+    )
+    return Delta(
+        wall_s=a.wall_s + b.wall_s,
+        web_cpu_s=a.web_cpu_s + b.web_cpu_s,
+        worker_cpu_s=a.worker_cpu_s + b.worker_cpu_s,
+        redis_calls=calls,
+        redis_bytes=max(0, a.redis_bytes + b.redis_bytes - probe_bytes),
+        pg_statements=statements,
+        pg_xacts=a.pg_xacts + b.pg_xacts,
+        pg_wal_bytes=a.pg_wal_bytes + b.pg_wal_bytes,
+    )

@@ -78,6 +78,9 @@ def runs_table(runs: Sequence[Any]) -> list[str]:
             f"{d.redis_bytes / 1e6:.2f} | {d.pg_xacts} | {d.pg_wal_bytes / 1e3:.0f} | "
             f"{d.wall_s:.1f} | {_top_commands(d)} |"
         )
+    for r in runs:
+        if r.errors:
+            out.append(f"\n{r.n} x {r.tokens} tokens, not completed: {r.errors}")
     return out
 
 
@@ -103,10 +106,17 @@ def checks_table(checks: Sequence[Any], goal: float) -> tuple[list[str], bool]:
     return out, ok
 
 
-def projection_table(rows: Sequence[Row]) -> list[str]:
-    """The fleet at peak, each figure with its formula."""
-    out = ["| figure | value | unit | formula |", "|---|---:|---|---|"]
-    out += [f"| {r.what} | {_fmt(r.value)} | {r.unit} | {r.formula} |" for r in rows]
+def projection_table(rows: Sequence[Row], tenfold: Sequence[Row]) -> list[str]:
+    """The fleet at peak, each figure with its formula, and at 10x the peak (same
+    formulas)."""
+    out = [
+        "| figure | at peak | at 10x | unit | formula (at peak) |",
+        "|---|---:|---:|---|---|",
+    ]
+    out += [
+        f"| {r.what} | {_fmt(r.value)} | {_fmt(t.value)} | {r.unit} | {r.formula} |"
+        for r, t in zip(rows, tenfold, strict=True)
+    ]
     return out
 
 
@@ -117,6 +127,7 @@ def report_print(
     cal: Sequence[Any],
     checks: Sequence[Any],
     rows: Sequence[Row],
+    tenfold: Sequence[Row],
     args: argparse.Namespace,
     machine: str,
     goal: float,
@@ -148,9 +159,9 @@ def report_print(
         "",
         f"All judged figures within the goal: {'yes' if ok else 'NO'}.",
         "",
-        "## Fleet at peak (5,000 messages/s, 25,000 streams, 2.5 M tokens/s)",
+        "## Fleet at peak (5,000 messages/s, 25,000 streams, 2.5 M tokens/s) and 10x",
         "",
-        *projection_table(rows),
+        *projection_table(rows, tenfold),
         "",
     ]
     page = "\n".join(lines)
