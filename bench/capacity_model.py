@@ -64,7 +64,8 @@ def two_point_fit(a: tuple[float, float, float], b: tuple[float, float, float]) 
 
     Raises ValueError when the runs do not tell the two costs apart (the same ratio
     of x to turns). A negative coefficient (noise on a small term) is clamped to 0
-    and the other refitted through both runs' total, so the fit stays physical.
+    and the other refitted through both runs' total (itself at least 0), so the fit
+    stays physical.
     """
     (t1, x1, y1), (t2, x2, y2) = a, b
     det = t1 * x2 - t2 * x1
@@ -73,9 +74,9 @@ def two_point_fit(a: tuple[float, float, float], b: tuple[float, float, float]) 
     p = (y1 * x2 - y2 * x1) / det
     q = (t1 * y2 - t2 * y1) / det
     if p < 0:
-        return Fit(per_turn=0.0, per_x=(y1 + y2) / (x1 + x2))
+        return Fit(per_turn=0.0, per_x=max(0.0, (y1 + y2) / (x1 + x2)))
     if q < 0:
-        return Fit(per_turn=(y1 + y2) / (t1 + t2), per_x=0.0)
+        return Fit(per_turn=max(0.0, (y1 + y2) / (t1 + t2)), per_x=0.0)
     return Fit(per_turn=p, per_x=q)
 
 
