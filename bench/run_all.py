@@ -127,7 +127,7 @@ BENCHES: list[Bench] = [
     ),
     Bench(
         "capacity",
-        ["--calibrate", "16", "--cal-tokens", "10", "100", "--levels", "40", "100"]
+        ["--calibrate", "30", "--cal-tokens", "10", "100", "--levels", "40", "100"]
         + ["--tokens", "40", "--idle-s", "1"],
         180,
     ),

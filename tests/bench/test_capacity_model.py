@@ -61,6 +61,14 @@ def test_two_point_fit_clamps_a_negative_coefficient_to_zero():
     assert fit.per_x == pytest.approx(70.0 / 700)
 
 
+def test_two_point_fit_never_returns_a_negative_cost():
+    # idle-rate subtraction left both runs' totals below zero: the costs are zero
+    fit = two_point_fit((10, 100, -5.0), (10, 600, -1.0))
+
+    assert fit.per_turn >= 0.0
+    assert fit.per_x >= 0.0
+
+
 def test_frames_per_s_caps_token_frames_at_one_per_coalescing_interval():
     peak = Peak(messages_per_s=5_000, streams=25_000, tokens_per_s=2_500_000)
     every_token = Fit(per_turn=2, per_x=1.0)
