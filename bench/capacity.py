@@ -152,7 +152,13 @@ def run_one(web, env: dict, n: int, tokens: int, delay_ms: float, load: set) -> 
         frames=sum(s.frames for s in stats),
         delta=window_sum(posting, streaming, probe_bytes=2 * probe),
         posting=posting,
-        errors=dict(Counter(s.error or "no end frame" for s in stats if not s.done)),
+        errors=dict(
+            Counter(
+                s.error or f"no end frame ({s.frames} frames read)"
+                for s in stats
+                if not s.done
+            )
+        ),
     )
 
 
