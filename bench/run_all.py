@@ -117,6 +117,12 @@ BENCHES: list[Bench] = [
         _sse_args,
         240,
     ),
+    Bench(
+        "capacity",
+        ["--calibrate", "30", "--cal-tokens", "10", "100", "--levels", "40", "100"]
+        + ["--tokens", "40", "--idle-s", "1"],
+        180,
+    ),
     Bench("flood", ["--requests", "200", "--seconds", "2", "--turns", "3"], 150),
     Bench("upload_flood", ["--turns", "5"], 180),
     Bench(
