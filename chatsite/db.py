@@ -276,6 +276,8 @@ async def request_thread_release() -> None:
     executors[context] = _shared_executor()
     if own is not None:
         own.shutdown(wait=False)
+
+
 _quick: ThreadPoolExecutor | None = None
 _quick_lock = threading.Lock()
 
