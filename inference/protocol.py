@@ -27,6 +27,15 @@ Keys
   worker takes no new job and drains), ``reclaim_scans`` (crash-recovery scans done).
 - ``inf:attempts:{job_id}``: how many times crash recovery re-queued the job (a job that
   lost its worker before its first token is retried at most :data:`MAX_RETRIES` times).
+- ``inf:qw:{p:<pool>}:<worker_id>``: one worker's own job stream (conversation
+  affinity, :mod:`inference.affinity`), the queue's format and group; the worker reads
+  it before the pool's queue. Tagged per pool, so the worker reads it with the pool's
+  queues in one XREADGROUP and a job is moved from it to the pool's queue atomically.
+- ``inf:qws:{p:<pool>}``: set of the worker ids of the pool that have such a stream.
+- ``inf:aff:<pool>:{a:<affinity>}``: the worker that last served a conversation
+  (``Job.affinity``) on a pool; string, expires INFERENCE_AFFINITY_TTL_S after its turn.
+- ``inf:affsweep:{p:<pool>}``: the lock (SET NX PX) under which one worker of the pool
+  moves overdue jobs from the workers' own streams to the pool's queue.
 
 Queue entries are deleted (XACK + XDEL) once handled, so ``XLEN inf:q:{pool}`` is the
 jobs waiting plus the jobs running (the consumer group's pending entries).
@@ -201,6 +210,37 @@ def attempts_key(job_id: str) -> str:
     return f"inf:attempts:{job_id}"
 
 
+def worker_queue_key(pool: str, worker_id: str) -> str:
+    """Return the own job stream of one worker of ``pool`` (conversation affinity).
+
+    Tagged per pool (``{p:<pool>}``), like the pool's queues once every key carries
+    its hash tag: the worker reads it together with them in one XREADGROUP, and the
+    sweep moves an overdue job from it to the pool's queue in one script.
+    """
+    return f"inf:qw:{{p:{pool}}}:{worker_id}"
+
+
+def worker_queue_prefix(pool: str) -> str:
+    """Return how the keys of :func:`worker_queue_key` of ``pool`` begin."""
+    return f"inf:qw:{{p:{pool}}}:"
+
+
+def worker_queues_key(pool: str) -> str:
+    """Return the set of the worker ids of ``pool`` that have an own job stream."""
+    return f"inf:qws:{{p:{pool}}}"
+
+
+def affinity_key(pool: str, affinity: str) -> str:
+    """Return the key holding the worker that last served conversation ``affinity``
+    on ``pool`` (tagged per conversation: the map spreads over a cluster)."""
+    return f"inf:aff:{pool}:{{a:{affinity}}}"
+
+
+def affinity_sweep_key(pool: str) -> str:
+    """Return the lock under which one worker of ``pool`` sweeps the own streams."""
+    return f"inf:affsweep:{{p:{pool}}}"
+
+
 def pool_from_queue_key(key: str) -> str:
     """Return the pool name of a ``inf:q:{pool}`` key (inverse of :func:`queue_key`)."""
     return key.removeprefix("inf:q:")
@@ -269,6 +309,9 @@ class Job:
     messages and carries the texts to embed in ``input``. ``priority`` is set by the
     worker that takes the job: :data:`PRIORITY_BACKGROUND` for one of the background
     lane (``inf:qb``), whatever its sender wrote; engines may run those apart.
+    ``affinity``: the conversation's key (:func:`inference.affinity.affinity_of`, ""
+    for none): the worker that runs it records itself as the conversation's preferred
+    worker. Left out of the entry when "" (the entry is then as without affinity).
     """
 
     job_id: str
@@ -280,10 +323,14 @@ class Job:
     deadline: float = 0.0
     kind: str = KIND_GENERATE
     input: list[str] = field(default_factory=list)
+    affinity: str = ""
 
     def to_fields(self) -> RedisFields:
         """Serialise to the fields of a queue stream entry."""
-        return {"job": json.dumps(asdict(self), ensure_ascii=False)}
+        data = asdict(self)
+        if not self.affinity:
+            del data["affinity"]
+        return {"job": json.dumps(data, ensure_ascii=False)}
 
     @classmethod
     def from_fields(cls, fields: dict[Any, Any]) -> Job:

@@ -39,6 +39,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from inference import metrics, protocol, redis_types
+from inference.affinity import AffinitySweep
 from inference.client import WORKER_TTL_S, terminal_append
 from inference.connections import redis_async_new
 from inference.engines.base import (
@@ -71,13 +72,19 @@ return {cancelled, id}
 """
 
 
-class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
+class Worker(
+    JobIntake, CrashRecovery, AffinitySweep, RedisOutageTolerance, WorkerLoops
+):
     """Serve one pool with one engine until :meth:`stop` is called.
 
     ``heartbeat_s``, ``cancel_poll_s``, ``worker_ttl_s`` (a heartbeat older than this
     means the worker is dead) and ``reclaim_s`` (crash-recovery scan interval) are
     seconds; ``block_ms`` is how long one XREADGROUP waits for new jobs, in milliseconds.
     Raises ``ValueError`` when ``worker_ttl_s`` is under twice ``heartbeat_s``.
+    Conversation affinity (:mod:`inference.affinity`): ``affinity_wait_s`` (s) is the
+    longest a job waits in a worker's own stream before the sweep (every
+    ``affinity_sweep_s`` s) moves it to the pool's queue; ``affinity_ttl_s`` (s) how
+    long a conversation remembers this worker after a turn (0: never recorded).
     """
 
     def __init__(
@@ -94,6 +101,9 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
         block_ms: int = 500,
         worker_ttl_s: float = WORKER_TTL_S,
         reclaim_s: float = 5.0,
+        affinity_wait_s: float = 2.0,
+        affinity_sweep_s: float = 0.25,
+        affinity_ttl_s: int = 1800,
     ) -> None:
         self.pool = pool
         self.engine = engine
@@ -113,6 +123,9 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
             )
         self.worker_ttl_s = worker_ttl_s
         self.reclaim_s = reclaim_s
+        self.affinity_wait_s = affinity_wait_s
+        self.affinity_sweep_s = affinity_sweep_s
+        self.affinity_ttl_s = affinity_ttl_s
         self._labels = {"model_name": engine.model, "pool": pool}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._aborted: set[str] = set()
@@ -130,8 +143,14 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
 
     @property
     def queue_keys(self) -> list[str]:
-        """The queue streams this worker takes jobs from, in order of priority."""
-        return [protocol.queue_key(self.pool), protocol.background_queue_key(self.pool)]
+        """The queue streams this worker takes jobs from, in order of priority: a chat
+        worker's own stream first (:mod:`inference.affinity`)."""
+        own = [self.own_queue] if self.kind == "chat" else []
+        return [
+            *own,
+            protocol.queue_key(self.pool),
+            protocol.background_queue_key(self.pool),
+        ]
 
     def _busy(self) -> int:
         """Job slots in use (published in the heartbeat)."""
@@ -176,6 +195,8 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
             asyncio.create_task(self._cancel_loop()),
             asyncio.create_task(self._reclaim_loop()),
         ]
+        if self.kind == "chat":
+            aux.append(asyncio.create_task(self._affinity_sweep_loop()))
         logger.info(
             "worker %s serving pool %r with %s (%s slots)",
             self.worker_id,
@@ -303,6 +324,9 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
             self._journal_close(job.job_id)
             await self._ack(entry_id, queue)
             self.jobs_done += 1
+            if self.kind == "chat":
+                with contextlib.suppress(Exception):
+                    await self._affinity_after(job, len(self._running) - 1)
 
     async def _stream(self, job: protocol.Job) -> None:
         itl = metrics.INTER_TOKEN_LATENCY.labels(**self._labels)

@@ -245,6 +245,10 @@ class Command(BaseCommand):
             heartbeat_s=settings.INFERENCE_HEARTBEAT_S,
             worker_ttl_s=settings.INFERENCE_WORKER_TTL_S,
             reclaim_s=settings.INFERENCE_RECLAIM_S,
+            affinity_wait_s=settings.INFERENCE_AFFINITY_WAIT_S,
+            affinity_ttl_s=settings.INFERENCE_AFFINITY_TTL_S
+            if settings.INFERENCE_AFFINITY
+            else 0,
         )
         self._serve(worker)
 
