@@ -61,6 +61,8 @@ class JobIntake:
     # job ids of running jobs taken from the background lane / stopped for another job
     _background: set[str]
     _preempted: set[str]
+    # jobs whose engine finished (their slot is published free before their end)
+    _freed: set[str]
 
     @property
     def redis(self) -> aioredis.Redis:  # pragma: no cover - the Worker's
@@ -194,6 +196,7 @@ class JobIntake:
             self._aborted.discard(job_id)
             self._background.discard(job_id)
             self._preempted.discard(job_id)
+            self._freed.discard(job_id)
             slot_freed.set()
 
         task.add_done_callback(_done)

@@ -131,6 +131,7 @@ class Worker(
         self._aborted: set[str] = set()
         self._background: set[str] = set()
         self._preempted: set[str] = set()
+        self._freed: set[str] = set()  # jobs whose slot and affinity are published
         self._journals = {}  # typed in RedisOutageTolerance
         self._stopping = asyncio.Event()
         self._closing = False
@@ -153,8 +154,9 @@ class Worker(
         ]
 
     def _busy(self) -> int:
-        """Job slots in use (published in the heartbeat)."""
-        return len(self._running)
+        """Job slots in use (published in the heartbeat): a job whose engine finished
+        frees its slot before its terminal event is written."""
+        return len(self._running.keys() - self._freed)
 
     async def _engine_ready(self) -> None:  # noqa: B027 - optional hook
         """Check the started engine before serving (raise to refuse to start)."""
@@ -282,7 +284,7 @@ class Worker(
                 meta["e"],
                 meta["d"],
                 self.stream_ttl_s * 24,
-                len(self._running),
+                self._busy(),
             )
             if int(state) < 0:
                 return  # ended elsewhere (e.g. timed out by the web tier)
@@ -324,9 +326,10 @@ class Worker(
             self._journal_close(job.job_id)
             await self._ack(entry_id, queue)
             self.jobs_done += 1
-            if self.kind == "chat":
+            if self.kind == "chat" and job.job_id not in self._freed:
+                self._freed.add(job.job_id)
                 with contextlib.suppress(Exception):
-                    await self._affinity_after(job, len(self._running) - 1)
+                    await self._affinity_after(job, self._busy())
 
     async def _stream(self, job: protocol.Job) -> None:
         itl = metrics.INTER_TOKEN_LATENCY.labels(**self._labels)
@@ -380,6 +383,11 @@ class Worker(
                 end = time.time()
                 origin = job.enqueued_at or end
                 self._record_finish(job, item, first_token_at, end)
+                if self.kind == "chat":
+                    # before the terminal event: whoever reads it and sends the
+                    # conversation's next turn finds this worker recorded and free
+                    self._freed.add(job.job_id)
+                    await self._affinity_after(job, self._busy())
                 await self._stream_ensure(job.job_id)
                 await self._terminal(
                     job.job_id,

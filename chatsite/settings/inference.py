@@ -66,6 +66,10 @@ INFERENCE_AFFINITY = env.bool("INFERENCE_AFFINITY", default=True)
 INFERENCE_AFFINITY_WAIT_S = env.float("INFERENCE_AFFINITY_WAIT_S", default=2.0)
 # How long a conversation remembers its worker after a turn (s).
 INFERENCE_AFFINITY_TTL_S = env.int("INFERENCE_AFFINITY_TTL_S", default=1800)
+# A llama.cpp worker keeps the KV states of recent prompts, up to this many MiB (about
+# 23 KiB a token for SmolLM2-135M), so the conversations it serves in turn each resume
+# from their history (inference/engines/llamacpp_cache.py); 0: none.
+LLAMACPP_PROMPT_CACHE_MB = env.int("LLAMACPP_PROMPT_CACHE_MB", default=128)
 # prometheus_client multiprocess mode: every process (web, workers) writes its samples to
 # files in this folder and /metrics aggregates them. prometheus_client reads the variable
 # when first imported, so it is exported here; `make run` empties the folder at start.
