@@ -130,10 +130,11 @@ def job_route(
     """Return the worker whose own stream ``job`` should go to, or None (the pool).
 
     ``client``: a sync Redis client (two round trips: the conversation's worker, then
-    its hash and own stream's length). None without ``job.affinity``, or on a miss:
-    no worker recorded, its heartbeat older than WORKER_TTL_S seconds before ``now``
-    (epoch s) or it stops, or its ``busy`` slots plus its own stream's jobs reach its
-    ``slots``. Counts the outcome in AFFINITY_ROUTES.
+    its hash and own stream's length and pending count). None without
+    ``job.affinity``, or on a miss: no worker recorded, its heartbeat older than
+    WORKER_TTL_S seconds before ``now`` (epoch s) or it stops, or its ``busy`` slots
+    plus the jobs waiting in its own stream reach its ``slots``. Counts the outcome
+    in AFFINITY_ROUTES.
     """
     from inference.client import WORKER_TTL_S
 
@@ -148,8 +149,17 @@ def job_route(
                 protocol.worker_key(worker),
                 ["heartbeat", "slots", "busy", "stopping", "pool"],
             )
-            pipe.xlen(protocol.worker_queue_key(pool, worker))
-            (beat, slots, busy, stopping, its_pool), queued = pipe.execute()
+            own = protocol.worker_queue_key(pool, worker)
+            pipe.xlen(own)
+            pipe.xpending(own, protocol.GROUP)
+            (beat, slots, busy, stopping, its_pool), length, pending = pipe.execute(
+                raise_on_error=False
+            )
+        # waiting in its stream: its entries less those it took (running, or ended
+        # and not yet acknowledged; a running one counts in ``busy``)
+        queued = int(length) - (
+            0 if isinstance(pending, Exception) else int(pending["pending"])
+        )
         now = time.time() if now is None else now
         if (
             beat is None

@@ -99,22 +99,26 @@ class JobIntake:
         freed_wait.cancel()
 
     async def _take_free(self, free: int, slot_freed: asyncio.Event) -> None:
-        """Fill up to ``free`` slots: interactive jobs already queued, else wait up to
-        ``block_ms`` for the first job of either lane."""
+        """Fill up to ``free`` slots: jobs already waiting in this worker's own
+        stream, then interactive ones, else wait up to ``block_ms`` for the first
+        job of any lane."""
         own = self._own_queues()
         interactive = protocol.queue_key(self.pool)
         background = protocol.background_queue_key(self.pool)
-        result = await self._take(free, [*own, interactive], None)
-        if not any(entries for _key, entries in result or []):
+        # a read's count is per stream: the own stream first, the rest from the pool's
+        result = list(await self._take(free, own, None) or []) if own else []
+        left = free - sum(len(entries) for _key, entries in result)
+        if left > 0:
+            result += await self._take(left, [interactive], None) or []
+        if not any(entries for _key, entries in result):
             result = await self._take(1, [*own, interactive, background], self.block_ms)
         # own, then interactive entries first, whatever order Redis answered in
         for queue in (*own, interactive, background):
             for entry_id, fields in _entries_of(result, queue):
-                if self._stopping.is_set() or (
-                    queue == background and len(self._running) >= self.concurrency
-                ):
-                    # Stop arrived during the blocking read, or an interactive job
-                    # took the last slot in the same read: hand the job back.
+                if self._stopping.is_set() or len(self._running) >= self.concurrency:
+                    # Stop arrived during the blocking read, or two lanes answered
+                    # the same read and the first took the last slot: hand it back
+                    # (an own stream's job to the pool's queue).
                     await self._requeue(entry_id, fields, queue)
                 else:
                     self._start_job(entry_id, fields, slot_freed, queue)

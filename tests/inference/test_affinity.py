@@ -263,3 +263,33 @@ def test_gateway_submit_routes_by_affinity_and_the_setting_turns_it_off(
     assert r.keys("inf:qw:*") == [] or all(r.xlen(k) == 0 for k in r.keys("inf:qw:*"))
     aff = affinity.affinity_of(user_ref="8", messages=messages)
     assert r.get(protocol.affinity_key("aff-idle", aff)) is None
+
+
+def test_a_worker_reads_its_own_stream_first_and_takes_no_more_than_its_slots(
+    start_worker,
+):
+    now = time.time()
+
+    def job(job_id: str, max_tokens: int) -> protocol.Job:
+        return protocol.Job(
+            job_id=job_id,
+            messages=[{"role": "user", "content": "hi"}],
+            params={"max_tokens": max_tokens},
+            enqueued_at=now,
+            deadline=now + 60,
+        )
+
+    inference_client.job_enqueue(pool=POOL, job=job("pooled", 3))
+    inference_client.job_enqueue(pool=POOL, job=job("mine", 2000), worker="w1")
+    start_worker(
+        ScriptedEngine(text="tok ", cycle=True, delay_ms=20),
+        pool=POOL,
+        worker_id="w1",
+        concurrency=1,
+    )
+    wait_events("mine", lambda ev: any(e.type == "token" for e in ev))
+    # the pool's job waits in Redis for the slot, not in the worker
+    assert inference_client.generation_events(job_id="pooled") == []
+    assert redis_sync().xinfo_groups(protocol.queue_key(POOL))[0]["pending"] == 0
+    inference_client.job_cancel(job_id="mine")
+    assert served_by("pooled") == "w1"
