@@ -9,7 +9,8 @@ Two workers of one pool, in this process (each on its own event loop and thread,
 engine each: llama.cpp with the embedded SmolLM2-135M GGUF, one slot and ``--threads``
 threads, or vLLM), on the Redis of the settings (``scripts/services.py up``). The same
 ``--conversations`` run at once, each ``--turns`` turns in order (the next turn is sent
-``--think-s`` seconds after the previous one ended); every turn repeats the whole history, with canned
+0 to ``--think-s`` seconds after the previous one ended, drawn per turn with a fixed
+seed); every turn repeats the whole history, with canned
 answers, so every mode sends the same prompts. Modes:
 
 - ``off``: no affinity (INFERENCE_AFFINITY off: every job on the pool's queue);
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import sys
 import threading
 import time
@@ -206,7 +208,9 @@ def run_mode(args: Any, mode: str) -> dict[str, Any]:
                 rows.append(row)
             if turn == 0:
                 first_done.wait()
-            time.sleep(args.think_s)
+            # a person reads: a think time drawn per (conversation, turn), the same
+            # in every mode, so the conversations do not move in lockstep
+            time.sleep(random.Random(conv * 1000 + turn).uniform(0, args.think_s))
 
     def outcomes() -> dict[str, float]:
         found = {}
@@ -301,7 +305,7 @@ def main() -> None:
         )
     params = (
         f"{args.engine}, 2 workers x {args.slots} slot, {args.conversations} "
-        f"conversations x {args.turns} turns, think {args.think_s} s, follow-ups with >= {args.history} "
+        f"conversations x {args.turns} turns, think 0-{args.think_s} s, follow-ups with >= {args.history} "
         f"turns of history, {args.threads} thread(s)/worker, prompt cache "
         f"{args.prompt_cache_mb} MiB, load {load:.1f}"
     )
