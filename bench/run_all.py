@@ -142,7 +142,7 @@ BENCHES: list[Bench] = [
     Bench(
         "affinity",
         ["--conversations", "2", "--turns", "10", "--question-words", "20"]
-        + ["--prompt-cache-mb", "0", "--saturate"],
+        + ["--think-s", "0.5"],
         240,
     ),
     Bench("engine_throughput", ["--rounds", "1", "--max-tokens", "24"], 180),
