@@ -119,6 +119,31 @@ def _redis_url() -> str:
     return settings.REDIS_URL
 
 
+def worker_procs(args: Any) -> list[Any]:
+    """Start two ``run_inference_worker`` processes of POOL (``--procs``); return
+    them once both beat."""
+    import subprocess
+
+    from inference.connections import redis_sync
+    from inference.protocol import workers_key
+
+    argv = [sys.executable, str(ROOT / "manage.py"), "run_inference_worker"]
+    argv += ["--engine", args.engine, "--pool", POOL, "--concurrency", str(args.slots)]
+    if args.engine == "vllm":
+        argv += ["--model", args.model_dir]
+    else:
+        argv += ["--threads", str(args.threads), "--n-ctx", str(args.n_ctx)]
+        argv += ["--prompt-cache-mb", str(args.prompt_cache_mb)]
+    env = {**os.environ, "INFERENCE_HEARTBEAT_S": "0.5", "LOG_LEVEL": "WARNING"}
+    procs = [subprocess.Popen(argv, env=env, cwd=ROOT) for _ in range(2)]
+    deadline = time.time() + 600
+    while redis_sync().zcount(workers_key(POOL), time.time() - 5, "+inf") < 2:
+        if time.time() > deadline or any(p.poll() is not None for p in procs):
+            raise RuntimeError("bench worker processes did not start")
+        time.sleep(0.5)
+    return procs
+
+
 def engine_new(args: Any) -> Any:
     if args.engine == "vllm":
         from inference.engines.vllm import VllmEngine
@@ -173,7 +198,9 @@ def run_mode(args: Any, mode: str) -> dict[str, Any]:
     from inference.connections import redis_sync
 
     use_affinity = mode.startswith("on")
-    workers = [WorkerThread(engine_new(args)).start() for _ in range(2)]
+    workers = (
+        [] if args.procs else [WorkerThread(engine_new(args)).start() for _ in range(2)]
+    )
     first_done = threading.Barrier(args.conversations + 1)
     rows: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -183,6 +210,10 @@ def run_mode(args: Any, mode: str) -> dict[str, Any]:
         for turn in range(args.turns):
             now = time.time()
             messages = messages_of(conv, turn, args.question_words)
+            if args.procs:
+                # the workers (and their caches) serve every mode: each mode's
+                # conversations open with their own words, so no mode reuses another's
+                messages[0]["content"] += f" ({mode} session)"
             job = protocol.Job(
                 job_id=f"aff-{run_id}-{conv}-{turn}",
                 messages=messages,
@@ -285,6 +316,7 @@ def main() -> None:
         think_s=0.0,
         saturate=False,
         verbose=False,
+        procs=False,
     )
     parser.add_argument("--engine", choices=["llamacpp", "vllm"], default="llamacpp")
     parser.add_argument("--model-dir", default=str(ROOT / ".var/models/smollm2-hf"))
@@ -293,8 +325,14 @@ def main() -> None:
     load = os.getloadavg()[0]
     modes = ["off", "on"] + (["off-sat", "on-sat"] if args.saturate else [])
     results = {}
+    procs = worker_procs(args) if args.procs else []
     for mode in modes:
-        results[mode] = run_mode(args, mode)
+        try:
+            results[mode] = run_mode(args, mode)
+        except BaseException:
+            for p in procs:
+                p.terminate()
+            raise
         r = results[mode]
         print(
             f"{mode:8} follow-ups={r['n']:3} TTFT p50 {r['ttft_p50']:7.0f} ms "
@@ -303,6 +341,9 @@ def main() -> None:
             f"routes {r['routes']}",
             flush=True,
         )
+    for p in procs:
+        p.terminate()
+        p.wait(timeout=60)
     params = (
         f"{args.engine}, 2 workers x {args.slots} slot, {args.conversations} "
         f"conversations x {args.turns} turns, think 0-{args.think_s} s, follow-ups with >= {args.history} "
