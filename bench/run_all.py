@@ -137,6 +137,12 @@ BENCHES: list[Bench] = [
     ),
     Bench("turn_latency", ["--turns", "3", "--max-tokens", "32"], 150),
     Bench("followup_turns", ["--turns", "6", "--max-tokens", "48"], 240),
+    Bench(
+        "affinity",
+        ["--conversations", "2", "--turns", "10", "--question-words", "20"]
+        + ["--think-s", "0.5"],
+        240,
+    ),
     Bench("engine_throughput", ["--rounds", "1", "--max-tokens", "24"], 180),
     Bench("search", ["--messages", "10000", "--users", "20", "--queries", "50"], 150),
     Bench(

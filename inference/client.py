@@ -38,14 +38,25 @@ return false
 
 
 def job_enqueue(
-    *, pool: str, job: protocol.Job, client: Any = None, background: bool = False
+    *,
+    pool: str,
+    job: protocol.Job,
+    client: Any = None,
+    background: bool = False,
+    worker: str | None = None,
 ) -> Any:
     """Append a job to its pool's queue stream; return the queue entry id.
 
     ``client``: a pipeline to queue the command on (then the id is the pipeline's
     result); default: the process's sync client, at once. ``background``: the pool's
     background lane (:func:`inference.keys.background_queue_key`) instead.
+    ``worker``: that worker's own stream instead (conversation affinity,
+    :func:`inference.affinity.job_route` chose it).
     """
+    if worker:
+        from inference.affinity import worker_enqueue
+
+        return worker_enqueue(client or redis_sync(), pool=pool, worker=worker, job=job)
     queue = keys.background_queue_key(pool) if background else keys.queue_key(pool)
     return (client or redis_sync()).xadd(queue, job.to_fields())
 

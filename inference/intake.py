@@ -3,7 +3,9 @@
 A base class of :class:`~inference.worker.Worker` (like
 :class:`~inference.recovery.CrashRecovery`), so the worker module stays one job.
 
-A pool has two job streams (inference/protocol.py):
+A pool has two job streams (inference/protocol.py), and a chat worker has its own
+stream too (``inf:qw``, conversation affinity: :mod:`inference.affinity`), read before
+them; a job of it is an interactive one:
 
 - ``inf:q:{pool}``, interactive: what a person waits on (chat turns, API requests, a
   guard model's input moderation);
@@ -59,9 +61,15 @@ class JobIntake:
     # job ids of running jobs taken from the background lane / stopped for another job
     _background: set[str]
     _preempted: set[str]
+    # jobs whose engine finished (their slot is published free before their end)
+    _freed: set[str]
 
     @property
     def redis(self) -> aioredis.Redis:  # pragma: no cover - the Worker's
+        raise NotImplementedError
+
+    @property
+    def queue_keys(self) -> list[str]:  # pragma: no cover - the Worker's
         raise NotImplementedError
 
     # Provided by other bases of the Worker (declared here for readers and type
@@ -91,21 +99,26 @@ class JobIntake:
         freed_wait.cancel()
 
     async def _take_free(self, free: int, slot_freed: asyncio.Event) -> None:
-        """Fill up to ``free`` slots: interactive jobs already queued, else wait up to
-        ``block_ms`` for the first job of either lane."""
+        """Fill up to ``free`` slots: jobs already waiting in this worker's own
+        stream, then interactive ones, else wait up to ``block_ms`` for the first
+        job of any lane."""
+        own = self._own_queues()
         interactive = keys.queue_key(self.pool)
         background = keys.background_queue_key(self.pool)
-        result = await self._take(free, [interactive], None)
-        if not any(entries for _key, entries in result or []):
-            result = await self._take(1, [interactive, background], self.block_ms)
-        # interactive entries first, whatever order Redis answered in
-        for queue in (interactive, background):
+        # a read's count is per stream: the own stream first, the rest from the pool's
+        result = list(await self._take(free, own, None) or []) if own else []
+        left = free - sum(len(entries) for _key, entries in result)
+        if left > 0:
+            result += await self._take(left, [interactive], None) or []
+        if not any(entries for _key, entries in result):
+            result = await self._take(1, [*own, interactive, background], self.block_ms)
+        # own, then interactive entries first, whatever order Redis answered in
+        for queue in (*own, interactive, background):
             for entry_id, fields in _entries_of(result, queue):
-                if self._stopping.is_set() or (
-                    queue == background and len(self._running) >= self.concurrency
-                ):
-                    # Stop arrived during the blocking read, or an interactive job
-                    # took the last slot in the same read: hand the job back.
+                if self._stopping.is_set() or len(self._running) >= self.concurrency:
+                    # Stop arrived during the blocking read, or two lanes answered
+                    # the same read and the first took the last slot: hand it back
+                    # (an own stream's job to the pool's queue).
                     await self._requeue(entry_id, fields, queue)
                 else:
                     self._start_job(entry_id, fields, slot_freed, queue)
@@ -121,26 +134,41 @@ class JobIntake:
     async def _take_preempting(self, slot_freed: asyncio.Event) -> None:
         """Every slot is taken, some by background jobs: an interactive job that
         arrives displaces the newest of them."""
-        interactive = keys.queue_key(self.pool)
-        result = await self._take(1, [interactive], PREEMPT_POLL_MS)
-        for entry_id, fields in _entries_of(result, interactive):
-            victims = self._preemptible()
-            if self._stopping.is_set() or not victims:
-                await self._requeue(entry_id, fields, interactive)
-                continue
-            self._preempted.add(victims[-1])
-            self.engine.abort(victims[-1])
-            logger.info("background job %s preempted for a waiting job", victims[-1])
-            self._start_job(entry_id, fields, slot_freed, interactive)
+        queues = [*self._own_queues(), keys.queue_key(self.pool)]
+        result = await self._take(1, queues, PREEMPT_POLL_MS)
+        for queue in queues:
+            for entry_id, fields in _entries_of(result, queue):
+                victims = self._preemptible()
+                if self._stopping.is_set() or not victims:
+                    await self._requeue(entry_id, fields, queue)
+                    continue
+                self._preempted.add(victims[-1])
+                self.engine.abort(victims[-1])
+                logger.info(
+                    "background job %s preempted for a waiting job", victims[-1]
+                )
+                self._start_job(entry_id, fields, slot_freed, queue)
+
+    def _own_queues(self) -> list[str]:
+        """This worker's own stream (conversation affinity, :mod:`inference.affinity`)
+        when it takes one: a chat worker does; [] otherwise."""
+        prefix = keys.worker_queue_prefix(self.pool)
+        return [k for k in self.queue_keys if k.startswith(prefix)]
 
     async def _requeue(
         self, entry_id: str, fields: redis_types.RedisFields, queue: str | None = None
     ) -> None:
         """Put a delivered entry back on its queue (as a new entry) and drop ours;
-        ``queue`` defaults to the pool's queue."""
+        ``queue`` defaults to the pool's queue. An entry of a worker's own stream goes
+        to the pool's queue (any worker may take it; same hash tag, one MULTI)."""
         queue = queue or keys.queue_key(self.pool)
+        target = (
+            keys.queue_key(self.pool)
+            if queue.startswith(keys.worker_queue_prefix(self.pool))
+            else queue
+        )
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xadd(queue, fields)
+            pipe.xadd(target, fields)
             pipe.xack(queue, protocol.GROUP, entry_id)
             pipe.xdel(queue, entry_id)
             await pipe.execute()
@@ -171,6 +199,7 @@ class JobIntake:
             self._aborted.discard(job_id)
             self._background.discard(job_id)
             self._preempted.discard(job_id)
+            self._freed.discard(job_id)
             slot_freed.set()
 
         task.add_done_callback(_done)

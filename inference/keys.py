@@ -25,6 +25,16 @@ Inference (owner :mod:`inference`; TTLs in INFERENCE_STREAM_TTL_S unless said):
   ``inf:detached:{<job>}`` (string, cancel deadline epoch s), ``inf:mod:{<job>}``
   (hash, output-moderation decision per window), ``inf:attempts:{<job>}`` (integer,
   crash-recovery retries).
+- ``inf:qw:{p:<pool>}:<worker_id>``: stream, one worker's own jobs (conversation
+  affinity, :mod:`inference.affinity`), the queue's format and group; read before the
+  pool's queue, with it in one XREADGROUP (same tag). No TTL (the sweep deletes the
+  streams of workers that are gone).
+- ``inf:qws:{p:<pool>}``: set, the worker ids of the pool that have an own stream.
+- ``inf:aff:<pool>:{a:<affinity>}``: string, the worker that last served a
+  conversation (``Job.affinity``) on a pool; expires INFERENCE_AFFINITY_TTL_S after
+  its turn. Tagged per conversation: the map spreads over a cluster.
+- ``inf:affsweep:{p:<pool>}``: string, the lock (SET NX PX) under which one worker of
+  the pool moves overdue jobs from the own streams to the pool's queue.
 - ``inf:hubwake:{h:<hub_id>}``: stream, wakes one web process's stream hub; expires
   after ``inference.streams.WAKE_TTL_S``.
 
@@ -120,6 +130,34 @@ def queue_key(pool: str) -> str:
 def background_queue_key(pool: str) -> str:
     """Return the background lane of a pool (outside ``inf:q:*``: not a pool of its own)."""
     return f"inf:qb:{_pool(pool)}"
+
+
+def worker_queue_key(pool: str, worker_id: str) -> str:
+    """Return the own job stream of one worker of ``pool`` (conversation affinity):
+    tagged per pool, so the worker reads it with the pool's queues in one XREADGROUP
+    and the sweep moves an overdue job from it to the pool's queue in one script."""
+    return f"inf:qw:{_pool(pool)}:{worker_id}"
+
+
+def worker_queue_prefix(pool: str) -> str:
+    """Return how the keys of :func:`worker_queue_key` of ``pool`` begin."""
+    return f"inf:qw:{_pool(pool)}:"
+
+
+def worker_queues_key(pool: str) -> str:
+    """Return the set of the worker ids of ``pool`` that have an own job stream."""
+    return f"inf:qws:{_pool(pool)}"
+
+
+def affinity_key(pool: str, affinity: str) -> str:
+    """Return the key holding the worker that last served conversation ``affinity``
+    on ``pool`` (tagged per conversation: the map spreads over a cluster)."""
+    return f"inf:aff:{pool}:{{a:{affinity}}}"
+
+
+def affinity_sweep_key(pool: str) -> str:
+    """Return the lock under which one worker of ``pool`` sweeps the own streams."""
+    return f"inf:affsweep:{_pool(pool)}"
 
 
 def workers_key(pool: str) -> str:

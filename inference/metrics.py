@@ -21,6 +21,14 @@ empties the folder at start. Names follow vLLM's where vLLM has one, with its
 - ``inference:requests_aborted_total``: generations stopped by a cancel (user stop,
   no client left, shutdown); ``inference:request_errors_total{code}``: ``error`` ends;
   ``inference:requests_retried_total``: jobs re-queued by crash recovery.
+- ``inference:affinity_routes_total{pool, outcome}``: generations that carry a
+  conversation's affinity, by where the submitter sent them: ``hit`` (the worker
+  that served the conversation's previous turn), ``miss_new`` (none recorded),
+  ``miss_dead`` (its heartbeat is stale or it stops), ``miss_saturated`` (its slots
+  are taken); every miss goes to the pool's queue (:mod:`inference.affinity`).
+- ``inference:affinity_fallbacks_total{pool}``: jobs sent to a worker's own stream
+  (counted as ``hit``) that it had not taken within INFERENCE_AFFINITY_WAIT_S, moved
+  to the pool's queue.
 - ``chatsite:feedback_total{model_name, rating}``: thumbs up/down given to answers
   (recorded by the web process, :mod:`conversations.services.feedback`).
 - Embedding pools record the queue time, e2e latency, prompt tokens, running requests
@@ -179,6 +187,17 @@ EMBEDDING_BATCH_TEXTS = Histogram(
 REQUESTS_RETRIED = Counter(
     "inference:requests_retried",
     "Jobs re-queued by crash recovery after their worker died before any token.",
+    ("pool",),
+)
+AFFINITY_ROUTES = Counter(
+    "inference:affinity_routes",
+    "Generations with a conversation affinity, by routing outcome "
+    "(hit, miss_new, miss_dead, miss_saturated).",
+    ("pool", "outcome"),
+)
+AFFINITY_FALLBACKS = Counter(
+    "inference:affinity_fallbacks",
+    "Jobs a preferred worker left in its own stream past the bound, moved to the pool.",
     ("pool",),
 )
 

@@ -176,6 +176,9 @@ class Job:
     messages and carries the texts to embed in ``input``. ``priority`` is set by the
     worker that takes the job: :data:`PRIORITY_BACKGROUND` for one of the background
     lane (``inf:qb``), whatever its sender wrote; engines may run those apart.
+    ``affinity``: the conversation's key (:func:`inference.affinity.affinity_of`, ""
+    for none): the worker that runs it records itself as the conversation's preferred
+    worker. Left out of the entry when "" (the entry is then as without affinity).
     """
 
     job_id: str
@@ -187,10 +190,14 @@ class Job:
     deadline: float = 0.0
     kind: str = KIND_GENERATE
     input: list[str] = field(default_factory=list)
+    affinity: str = ""
 
     def to_fields(self) -> RedisFields:
         """Serialise to the fields of a queue stream entry."""
-        return {"job": json.dumps(asdict(self), ensure_ascii=False)}
+        data = asdict(self)
+        if not self.affinity:
+            del data["affinity"]
+        return {"job": json.dumps(data, ensure_ascii=False)}
 
     @classmethod
     def from_fields(cls, fields: dict[Any, Any]) -> Job:

@@ -112,7 +112,9 @@ class CrashRecovery:
         one worker wins) and then: already ended → acknowledged; no token yet and
         retries left → re-queued as a new entry; else ended with ``worker_lost``.
         Dead consumers left with no pending entry are removed from the group and the
-        heartbeat set. Every queue of the worker (:attr:`queue_keys`) is scanned.
+        heartbeat set. Every queue of the worker (:attr:`queue_keys`) is scanned, and
+        the own streams of the pool's dead workers (:mod:`inference.affinity`): their
+        jobs are re-queued on the pool's queue.
         """
         now = time.time()
         live = set(
@@ -145,7 +147,25 @@ class CrashRecovery:
                         continue
                 await self.redis.xgroup_delconsumer(queue, protocol.GROUP, name)
                 await self.redis.zrem(keys.workers_key(self.pool), name)
+        handled += await self._reclaim_own_streams(live)
         self.reclaim_scans += 1
+        return handled
+
+    async def _reclaim_own_streams(self, live: set[Any]) -> int:
+        """Take over the jobs dead workers had taken from their own streams."""
+        handled = 0
+        members = await self.redis.smembers(keys.worker_queues_key(self.pool))
+        for worker in cast(set[str], members):
+            if worker in live:
+                continue
+            stream = keys.worker_queue_key(self.pool, worker)
+            try:
+                consumers = await self.redis.xinfo_consumers(stream, protocol.GROUP)
+            except ResponseError:
+                continue  # no stream or group
+            for consumer in consumers:
+                if int(consumer["pending"]):
+                    handled += await self._reclaim_consumer(consumer["name"], stream)
         return handled
 
     async def _reclaim_consumer(self, consumer: str, queue: str) -> int:

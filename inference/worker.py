@@ -39,6 +39,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from inference import keys, metrics, protocol, redis_types
+from inference.affinity import AffinitySweep
 from inference.client import WORKER_TTL_S, terminal_append
 from inference.connections import redis_async_new
 from inference.engines.base import (
@@ -70,13 +71,19 @@ return {cancelled, id}
 """
 
 
-class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
+class Worker(
+    JobIntake, CrashRecovery, AffinitySweep, RedisOutageTolerance, WorkerLoops
+):
     """Serve one pool with one engine until :meth:`stop` is called.
 
     ``heartbeat_s``, ``cancel_poll_s``, ``worker_ttl_s`` (a heartbeat older than this
     means the worker is dead) and ``reclaim_s`` (crash-recovery scan interval) are
     seconds; ``block_ms`` is how long one XREADGROUP waits for new jobs, in milliseconds.
     Raises ``ValueError`` when ``worker_ttl_s`` is under twice ``heartbeat_s``.
+    Conversation affinity (:mod:`inference.affinity`): ``affinity_wait_s`` (s) is the
+    longest a job waits in a worker's own stream before the sweep (every
+    ``affinity_sweep_s`` s) moves it to the pool's queue; ``affinity_ttl_s`` (s) how
+    long a conversation remembers this worker after a turn (0: never recorded).
     """
 
     def __init__(
@@ -93,6 +100,9 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
         block_ms: int = 500,
         worker_ttl_s: float = WORKER_TTL_S,
         reclaim_s: float = 5.0,
+        affinity_wait_s: float = 2.0,
+        affinity_sweep_s: float = 0.25,
+        affinity_ttl_s: int = 1800,
     ) -> None:
         self.pool = pool
         self.engine = engine
@@ -112,11 +122,15 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
             )
         self.worker_ttl_s = worker_ttl_s
         self.reclaim_s = reclaim_s
+        self.affinity_wait_s = affinity_wait_s
+        self.affinity_sweep_s = affinity_sweep_s
+        self.affinity_ttl_s = affinity_ttl_s
         self._labels = {"model_name": engine.model, "pool": pool}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._aborted: set[str] = set()
         self._background: set[str] = set()
         self._preempted: set[str] = set()
+        self._freed: set[str] = set()  # jobs whose slot and affinity are published
         self._journals = {}  # typed in RedisOutageTolerance
         self._stopping = asyncio.Event()
         self._closing = False
@@ -129,12 +143,19 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
 
     @property
     def queue_keys(self) -> list[str]:
-        """The queue streams this worker takes jobs from, in order of priority."""
-        return [keys.queue_key(self.pool), keys.background_queue_key(self.pool)]
+        """The queue streams this worker takes jobs from, in order of priority: a chat
+        worker's own stream first (:mod:`inference.affinity`)."""
+        own = [self.own_queue] if self.kind == "chat" else []
+        return [
+            *own,
+            keys.queue_key(self.pool),
+            keys.background_queue_key(self.pool),
+        ]
 
     def _busy(self) -> int:
-        """Job slots in use (published in the heartbeat)."""
-        return len(self._running)
+        """Job slots in use (published in the heartbeat): a job whose engine finished
+        frees its slot before its terminal event is written."""
+        return len(self._running.keys() - self._freed)
 
     async def _engine_ready(self) -> None:  # noqa: B027 - optional hook
         """Check the started engine before serving (raise to refuse to start)."""
@@ -175,6 +196,8 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
             asyncio.create_task(self._cancel_loop()),
             asyncio.create_task(self._reclaim_loop()),
         ]
+        if self.kind == "chat":
+            aux.append(asyncio.create_task(self._affinity_sweep_loop()))
         logger.info(
             "worker %s serving pool %r with %s (%s slots)",
             self.worker_id,
@@ -263,7 +286,7 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
                     meta["d"],
                     self.stream_ttl_s * 24,
                 )
-                pipe.hset(keys.worker_key(self.worker_id), "busy", len(self._running))
+                pipe.hset(keys.worker_key(self.worker_id), "busy", self._busy())
                 state, meta_id = (await pipe.execute())[0]
             if int(state) < 0:
                 return  # ended elsewhere (e.g. timed out by the web tier)
@@ -305,6 +328,10 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
             self._journal_close(job.job_id)
             await self._ack(entry_id, queue)
             self.jobs_done += 1
+            if self.kind == "chat" and job.job_id not in self._freed:
+                self._freed.add(job.job_id)
+                with contextlib.suppress(Exception):
+                    await self._affinity_after(job, self._busy())
 
     async def _stream(self, job: protocol.Job) -> None:
         itl = metrics.INTER_TOKEN_LATENCY.labels(**self._labels)
@@ -358,6 +385,11 @@ class Worker(JobIntake, CrashRecovery, RedisOutageTolerance, WorkerLoops):
                 end = time.time()
                 origin = job.enqueued_at or end
                 self._record_finish(job, item, first_token_at, end)
+                if self.kind == "chat":
+                    # before the terminal event: whoever reads it and sends the
+                    # conversation's next turn finds this worker recorded and free
+                    self._freed.add(job.job_id)
+                    await self._affinity_after(job, self._busy())
                 await self._stream_ensure(job.job_id)
                 await self._terminal(
                     job.job_id,

@@ -58,6 +58,18 @@ EMBEDDING_JOB_MAX_TEXTS = env.int("EMBEDDING_JOB_MAX_TEXTS", default=16)
 INFERENCE_HEARTBEAT_S = env.float("INFERENCE_HEARTBEAT_S", default=2.0)
 INFERENCE_WORKER_TTL_S = env.float("INFERENCE_WORKER_TTL_S", default=10.0)
 INFERENCE_RECLAIM_S = env.float("INFERENCE_RECLAIM_S", default=5.0)
+# Conversation affinity (inference/affinity.py): a conversation's next turn goes to the
+# worker that served its previous one (its engine's prefix cache holds the history)
+# when that worker is live and has a free slot; off: every job goes to the pool's queue.
+INFERENCE_AFFINITY = env.bool("INFERENCE_AFFINITY", default=True)
+# A job its preferred worker has not taken within this many seconds goes to the pool.
+INFERENCE_AFFINITY_WAIT_S = env.float("INFERENCE_AFFINITY_WAIT_S", default=2.0)
+# How long a conversation remembers its worker after a turn (s).
+INFERENCE_AFFINITY_TTL_S = env.int("INFERENCE_AFFINITY_TTL_S", default=1800)
+# A llama.cpp worker keeps the KV states of recent prompts, up to this many MiB (about
+# 23 KiB a token for SmolLM2-135M), so the conversations it serves in turn each resume
+# from their history (inference/engines/llamacpp_cache.py); 0: none.
+LLAMACPP_PROMPT_CACHE_MB = env.int("LLAMACPP_PROMPT_CACHE_MB", default=128)
 # prometheus_client multiprocess mode: every process (web, workers) writes its samples to
 # files in this folder and /metrics aggregates them. prometheus_client reads the variable
 # when first imported, so it is exported here; `make run` empties the folder at start.

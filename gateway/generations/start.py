@@ -35,8 +35,8 @@ from gateway.generations.admission import (
     reservation_guard,
 )
 from gateway.generations.request import GenerationRequest
+from inference import affinity, jobs, protocol
 from inference import client as inference_client
-from inference import jobs, protocol
 from inference.connections import redis_sync
 
 T = TypeVar("T")
@@ -91,6 +91,9 @@ def generation_submit(
 ) -> float:
     """Enqueue an admitted generation on ``pool``; return its enqueue time (epoch s).
 
+    With INFERENCE_AFFINITY the job names its conversation and goes to the worker
+    that served the conversation's previous turn when that one is live and has a free
+    slot (:mod:`inference.affinity`), else to the pool's queue.
     The job expires INFERENCE_QUEUE_TIMEOUT_S after ``enqueued_at``. With ``cache_hit``
     (from the admission) nothing is enqueued: the cached answer is written as the
     generation's stream (:func:`gateway.cache.cache_serve`). Call after the
@@ -108,6 +111,11 @@ def generation_submit(
         enqueued_at=now,
         timeout_s=settings.INFERENCE_QUEUE_TIMEOUT_S,
     )
+    worker = None
+    if settings.INFERENCE_AFFINITY:
+        # the worker that served the conversation's previous turn, if live and free
+        job.affinity = affinity.affinity_of(user_ref=user_ref, messages=messages)
+        worker = affinity.job_route(redis_sync(), pool=pool, job=job)
     # One round trip, in this order: the job is kept for a fallback retry, enqueued,
     # and its reservation marked submitted. Its three keys are in three slots (job,
     # pool, sweep bucket), so no MULTI on a cluster; a crash between the enqueue and
@@ -116,7 +124,7 @@ def generation_submit(
     # for a job that was never enqueued.
     with redis_sync().pipeline(transaction=False) as pipe:
         fallback.job_remember(job=job, client=pipe)
-        inference_client.job_enqueue(pool=pool, job=job, client=pipe)
+        inference_client.job_enqueue(pool=pool, job=job, client=pipe, worker=worker)
         quota.quota_reservation_submitted(user_id=user_id, job_id=job_id, client=pipe)
         pipe.execute()
     return now

@@ -66,6 +66,7 @@ from inference.engines.base import (
     ToolCallDelta,
     Utf8Decoder,
 )
+from inference.engines.llamacpp_cache import PromptStates
 from inference.engines.llamacpp_grammar import (
     grammar_check,
     response_format_grammar,
@@ -126,6 +127,10 @@ class LlamaCppEngine(Engine):
     cache of ``n_ctx`` tokens: about 90 MiB at 4,096 for SmolLM2-135M in f16). It adds
     no concurrency: the worker runs ``slots`` jobs at once, and a turn that arrives
     while a background job runs takes its place (inference/intake.py).
+    ``prompt_cache_mb``: MiB of KV states of recent prompts kept for the chat slots
+    (:mod:`inference.engines.llamacpp_cache`), so a worker serving several
+    conversations in turn resumes each from its history; 0: none (a slot reuses
+    only its last request's prefix).
     """
 
     name = "llamacpp"
@@ -139,6 +144,7 @@ class LlamaCppEngine(Engine):
         slots: int = 1,
         seed: int = -1,
         background_slot: bool = True,
+        prompt_cache_mb: int = 0,
     ) -> None:
         self.model_path = Path(model_path) if model_path else bundled_model_path()
         self.model = self.model_path.stem
@@ -158,6 +164,9 @@ class LlamaCppEngine(Engine):
         self._prompt: Any = None
         self._stop_ids: set[int] = set()
         self._counter: Any = None
+        self._states = (
+            PromptStates(prompt_cache_mb * 2**20) if prompt_cache_mb > 0 else None
+        )
 
     def _load(self) -> None:
         from llama_cpp import Llama
@@ -252,6 +261,7 @@ class LlamaCppEngine(Engine):
             else self._free
         )
         llm = contexts.get()
+        states = None
         try:
             params = job.params
             temperature = float(params.get("temperature", 0.7))
@@ -273,6 +283,9 @@ class LlamaCppEngine(Engine):
             extractor, grammar = self._tool_setup(params, tools)
             if grammar is not None:
                 grammar_check(llm, grammar)
+            if self._states is not None and temperature != 0 and job.priority >= 0:
+                states = self._states
+                states.restore(llm, tokens)
             cached = 0
             for a, b in zip(llm._input_ids[: llm.n_tokens], tokens, strict=False):
                 if a != b:
@@ -330,6 +343,11 @@ class LlamaCppEngine(Engine):
         except Exception as exc:  # noqa: BLE001 - surfaced to the worker as an EngineError
             emit(EngineError(f"llama.cpp failed: {exc}"))
         finally:
+            if states is not None:
+                try:
+                    states.save(llm)
+                except Exception:  # noqa: BLE001 - the cache is an optimisation
+                    states = None
             contexts.put(llm)
 
     @staticmethod

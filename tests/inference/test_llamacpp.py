@@ -300,3 +300,31 @@ def test_a_continuation_prompt_ends_inside_the_open_answer(engine):
     )
     text = "".join(i.text for i in items if isinstance(i, Delta))
     assert not text.lstrip().startswith("The capital")  # it wrote on, not anew
+
+
+def test_a_prompt_cache_resumes_conversations_served_in_turn():
+    # one slot, two conversations in turn (A, B, A): without the cache the slot holds
+    # B's prompt when A's next turn comes; with it, A's history is loaded back
+    cached = LlamaCppEngine(n_ctx=1024, prompt_cache_mb=64, background_slot=False)
+    asyncio.run(cached.start())
+
+    def turn(conv: str, n: int) -> Job:
+        messages = [{"role": "system", "content": "Be brief."}]
+        for i in range(n):
+            messages.append(
+                {"role": "user", "content": f"{conv} question {i}: " + "soil " * 40}
+            )
+            if i < n - 1:
+                messages.append({"role": "assistant", "content": f"answer {i}"})
+        return Job(
+            job_id=f"{conv}{n}",
+            messages=messages,
+            params={"max_tokens": 2, "temperature": 0.7},
+        )
+
+    first = collect(cached, turn("A", 1))[-1].usage
+    collect(cached, turn("B", 1))
+    again = collect(cached, turn("A", 2))[-1].usage
+    assert again.cached_tokens >= first.prompt_tokens - 1
+    assert cached._states is not None and cached._states.loads == 1
+    asyncio.run(cached.close())

@@ -88,6 +88,13 @@ class Command(BaseCommand):
             "--model-path", default=None, help="GGUF file (default: bundled SmolLM2)"
         )
         parser.add_argument(
+            "--prompt-cache-mb",
+            type=int,
+            default=None,
+            help="llama.cpp: MiB of recent prompts' KV states kept "
+            "(default: LLAMACPP_PROMPT_CACHE_MB)",
+        )
+        parser.add_argument(
             "--delay-ms", type=float, default=20.0, help="scripted engine: ms per token"
         )
         parser.add_argument(
@@ -200,6 +207,9 @@ class Command(BaseCommand):
                 "n_ctx": opts["n_ctx"],
                 "slots": slots,
                 "n_threads": opts["threads"] or max(1, (os.cpu_count() or 2) // slots),
+                "prompt_cache_mb": settings.LLAMACPP_PROMPT_CACHE_MB
+                if opts["prompt_cache_mb"] is None
+                else opts["prompt_cache_mb"],
             }
             if opts["model_path"]:
                 engine_opts["model_path"] = opts["model_path"]
@@ -245,6 +255,10 @@ class Command(BaseCommand):
             heartbeat_s=settings.INFERENCE_HEARTBEAT_S,
             worker_ttl_s=settings.INFERENCE_WORKER_TTL_S,
             reclaim_s=settings.INFERENCE_RECLAIM_S,
+            affinity_wait_s=settings.INFERENCE_AFFINITY_WAIT_S,
+            affinity_ttl_s=settings.INFERENCE_AFFINITY_TTL_S
+            if settings.INFERENCE_AFFINITY
+            else 0,
         )
         self._serve(worker)
 

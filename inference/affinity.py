@@ -1,0 +1,281 @@
+"""Conversation affinity: a conversation's next turn goes to the worker that served its
+previous turn, whose engine still holds the shared history in its prefix cache
+(vLLM's automatic prefix caching; llama.cpp reuses its slot's KV for the common
+prompt prefix), so the follow-up prefills only its new tokens.
+
+The path of a job (keys in :mod:`inference.protocol`):
+
+1. The submitter names the conversation in ``Job.affinity`` (:func:`affinity_of`) and
+   asks :func:`job_route` where to send it: the worker recorded under
+   ``inf:aff:<pool>:{a:<affinity>}`` when that worker is live (a heartbeat within
+   WORKER_TTL_S, not stopping) and not saturated (its ``busy`` slots plus the jobs
+   already in its own stream below its ``slots``): then the job goes to the worker's
+   own stream ``inf:qw:{p:<pool>}:<worker>``; otherwise (no worker recorded, dead,
+   stopping, saturated) to the pool's queue, as without affinity. Each outcome is
+   counted (``inference:affinity_routes_total``).
+2. A chat worker reads its own stream first, then the pool's queues
+   (:mod:`inference.intake`). The worker that ends a job with an affinity records
+   itself under the conversation's key for INFERENCE_AFFINITY_TTL_S seconds, and
+   publishes its freed slot at once (``busy`` in its hash), so the next turn sees it
+   free.
+3. Workers stay interchangeable: every live worker of the pool runs
+   :meth:`AffinitySweep._affinity_sweep_loop`; under a per-pool lock, one of them
+   moves every job that has waited in any worker's own stream longer than
+   ``affinity_wait_s`` (undelivered: newer than the stream's group's last-delivered
+   id) to the pool's queue, in one script per stream, by Redis's clock. So a job
+   whose preferred worker died, stops or filled up after the routing decision runs
+   elsewhere after at most ``affinity_wait_s`` + ``affinity_sweep_s`` seconds
+   (INFERENCE_AFFINITY_WAIT_S, default 2 s, + 0.25 s; tests/inference/test_affinity.py).
+   A job the dead worker had already taken is crash recovery's
+   (:mod:`inference.recovery`), re-queued on the pool's queue.
+
+Turning INFERENCE_AFFINITY off makes the submitter leave ``affinity`` empty: the job
+goes to the pool's queue and its entry is byte for byte what it was without affinity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+
+from inference import keys, metrics, protocol
+
+logger = logging.getLogger("inference.worker")
+
+# Outcomes of :func:`job_route` (the ``outcome`` label of AFFINITY_ROUTES).
+HIT = "hit"
+MISS_NEW = "miss_new"
+MISS_DEAD = "miss_dead"
+MISS_SATURATED = "miss_saturated"
+
+# Move a worker's overdue jobs to the pool's queue. KEYS = the worker's own stream, the
+# pool's queue, the pool's set of own streams; ARGV = max wait (ms), worker id, group,
+# 1 if the worker is gone (its empty stream is then deleted). An entry is undelivered
+# when newer than the group's last-delivered id; it is overdue when its id (Redis's
+# clock at XADD, ms) is older than now - max wait. Returns the number moved.
+_SWEEP_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('SREM', KEYS[3], ARGV[2])
+  return 0
+end
+local last = '0-0'
+local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
+if ok then
+  for _, g in ipairs(groups) do
+    local name, id
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] end
+      if g[i] == 'last-delivered-id' then id = g[i + 1] end
+    end
+    if name == ARGV[3] and id then last = id end
+  end
+end
+local t = redis.call('TIME')
+local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  - tonumber(ARGV[1])
+local moved = 0
+if cutoff > 0 then
+  local entries = redis.call('XRANGE', KEYS[1], '(' .. last, tostring(cutoff),
+    'COUNT', 100)
+  for _, e in ipairs(entries) do
+    redis.call('XADD', KEYS[2], '*', unpack(e[2]))
+    redis.call('XDEL', KEYS[1], e[1])
+    moved = moved + 1
+  end
+end
+if redis.call('XLEN', KEYS[1]) == 0 then
+  redis.call('SREM', KEYS[3], ARGV[2])
+  if ARGV[4] == '1' then redis.call('DEL', KEYS[1]) end
+end
+return moved
+"""
+
+
+def affinity_of(*, user_ref: str, messages: list[dict[str, Any]]) -> str:
+    """Return the affinity key of the conversation ``messages`` belong to.
+
+    A conversation keeps its first messages across turns (DESIGN §6: the prompt
+    grows at its end), so the key is the first 16 hex characters of the SHA-256 of
+    ``user_ref`` (the account) and the first system and first user message: the
+    same for every turn of one conversation, different across users. Two
+    conversations of one user that open with the same words share a preferred worker,
+    which only routes them together. "" when there is no user message.
+    """
+    system = next((m for m in messages if m.get("role") == "system"), None)
+    user = next((m for m in messages if m.get("role") == "user"), None)
+    if user is None:
+        return ""
+    digest = hashlib.sha256()
+    for part in (user_ref, _text(system), _text(user)):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _text(message: dict[str, Any] | None) -> str:
+    if message is None:
+        return ""
+    content = message.get("content")
+    return content if isinstance(content, str) else repr(content)
+
+
+def job_route(
+    client: Any, *, pool: str, job: protocol.Job, now: float | None = None
+) -> str | None:
+    """Return the worker whose own stream ``job`` should go to, or None (the pool).
+
+    ``client``: a sync Redis client (two round trips: the conversation's worker, then
+    its hash and own stream's length and pending count). None without
+    ``job.affinity``, or on a miss: no worker recorded, its heartbeat older than
+    WORKER_TTL_S seconds before ``now`` (epoch s) or it stops, or its ``busy`` slots
+    plus the jobs waiting in its own stream reach its ``slots``. Counts the outcome
+    in AFFINITY_ROUTES.
+    """
+    from inference.client import WORKER_TTL_S
+
+    if not job.affinity:
+        return None
+    worker = client.get(keys.affinity_key(pool, job.affinity))
+    outcome = MISS_NEW
+    if worker is not None:
+        worker = worker.decode() if isinstance(worker, bytes) else str(worker)
+        with client.pipeline(transaction=False) as pipe:
+            pipe.hmget(
+                keys.worker_key(worker),
+                ["heartbeat", "slots", "busy", "stopping", "pool"],
+            )
+            own = keys.worker_queue_key(pool, worker)
+            pipe.xlen(own)
+            pipe.xpending(own, protocol.GROUP)
+            (beat, slots, busy, stopping, its_pool), length, pending = pipe.execute(
+                raise_on_error=False
+            )
+        # waiting in its stream: its entries less those it took (running, or ended
+        # and not yet acknowledged; a running one counts in ``busy``)
+        queued = int(length) - (
+            0 if isinstance(pending, Exception) else int(pending["pending"])
+        )
+        now = time.time() if now is None else now
+        if (
+            beat is None
+            or float(beat) < now - WORKER_TTL_S
+            or _s(stopping) == "1"
+            or _s(its_pool) != pool
+        ):
+            outcome = MISS_DEAD
+        elif int(busy or 0) + int(queued) >= int(slots or 1):
+            outcome = MISS_SATURATED
+        else:
+            outcome = HIT
+    metrics.AFFINITY_ROUTES.labels(pool=pool, outcome=outcome).inc()
+    return worker if outcome == HIT else None
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def worker_enqueue(client: Any, *, pool: str, worker: str, job: protocol.Job) -> Any:
+    """Queue ``job`` on ``worker``'s own stream and note the stream in the pool's set
+    (``client``: a pipeline, ideally MULTI; the XADD's reply is the entry id)."""
+    entry = client.xadd(keys.worker_queue_key(pool, worker), job.to_fields())
+    client.sadd(keys.worker_queues_key(pool), worker)
+    return entry
+
+
+class AffinitySweep:
+    """The worker's side of affinity (a base class of :class:`~inference.worker.Worker`).
+
+    Uses the worker's ``redis``, ``pool``, ``worker_id``, ``worker_ttl_s`` and
+    ``_closing``; ``affinity_wait_s`` (the bound, s), ``affinity_sweep_s`` (the
+    sweep interval, s) and ``affinity_ttl_s`` (how long a conversation remembers this
+    worker, s; 0: never recorded) are set by the Worker.
+    """
+
+    pool: str
+    worker_id: str
+    worker_ttl_s: float
+    affinity_wait_s: float
+    affinity_sweep_s: float
+    affinity_ttl_s: int
+    _closing: bool
+
+    @property
+    def redis(self) -> aioredis.Redis:  # pragma: no cover - the Worker's
+        raise NotImplementedError
+
+    @property
+    def own_queue(self) -> str:
+        """This worker's own job stream."""
+        return keys.worker_queue_key(self.pool, self.worker_id)
+
+    async def _affinity_after(self, job: protocol.Job, busy: int) -> None:
+        """After ``job`` ended: publish ``busy`` slots (the freed one shows at once) and
+        record this worker as the preferred one of the job's conversation."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(keys.worker_key(self.worker_id), "busy", busy)
+            if job.affinity and self.affinity_ttl_s > 0:
+                pipe.set(
+                    keys.affinity_key(self.pool, job.affinity),
+                    self.worker_id,
+                    ex=self.affinity_ttl_s,
+                )
+            await pipe.execute()
+
+    async def _affinity_sweep_loop(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.affinity_sweep_s)
+            try:
+                await self.affinity_sweep()
+            except Exception:  # noqa: BLE001 - retried at the next interval
+                logger.exception("affinity sweep failed")
+
+    async def affinity_sweep(self, *, force: bool = False) -> int:
+        """Move the pool's overdue own-stream jobs to its queue; return how many.
+
+        Runs only if this worker wins the pool's sweep lock for this interval (or
+        ``force``). Overdue: undelivered for more than ``affinity_wait_s`` seconds.
+        The empty stream of a worker whose heartbeat is gone is deleted.
+        """
+        if not force and not await self.redis.set(
+            keys.affinity_sweep_key(self.pool),
+            self.worker_id,
+            nx=True,
+            px=max(1, int(self.affinity_sweep_s * 1000)),
+        ):
+            return 0
+        members = await self.redis.smembers(keys.worker_queues_key(self.pool))
+        if not members:
+            return 0
+        now = time.time()
+        live = set(
+            await self.redis.zrangebyscore(
+                keys.workers_key(self.pool), now - self.worker_ttl_s, "+inf"
+            )
+        )
+        moved = 0
+        for worker in cast(set[str], members):
+            moved += int(
+                await self.redis.eval(
+                    _SWEEP_LUA,
+                    3,
+                    keys.worker_queue_key(self.pool, worker),
+                    keys.queue_key(self.pool),
+                    keys.worker_queues_key(self.pool),
+                    int(self.affinity_wait_s * 1000),
+                    worker,
+                    protocol.GROUP,
+                    0 if worker in live else 1,
+                )
+            )
+        if moved:
+            metrics.AFFINITY_FALLBACKS.labels(pool=self.pool).inc(moved)
+            logger.info(
+                "affinity: %s overdue job(s) moved to pool %r", moved, self.pool
+            )
+        return moved
