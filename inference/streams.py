@@ -39,6 +39,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from redis.exceptions import RedisError
 
+from chatsite.redis_cluster import is_cluster_url
 from inference import protocol, redis_types
 from inference.connections import redis_async, redis_async_new
 
@@ -351,10 +352,16 @@ class StreamHub:
 
 
 def stream_hub(url: str | None = None) -> StreamHub:
-    """Return the running event loop's stream hub for ``url`` (default REDIS_URL)."""
+    """Return the running event loop's stream hub for ``url`` (default REDIS_URL): on a
+    ``redis+cluster://`` URL one reading per node (inference/streams_cluster.py)."""
     url = url or settings.REDIS_URL
     per_loop = _hubs.setdefault(asyncio.get_running_loop(), {})
     hub = per_loop.get(url)
     if hub is None:
-        hub = per_loop[url] = StreamHub(url=url)
+        if is_cluster_url(url):
+            from inference.streams_cluster import ClusterStreamHub
+
+            hub = per_loop[url] = ClusterStreamHub(url=url)
+        else:
+            hub = per_loop[url] = StreamHub(url=url)
     return hub
