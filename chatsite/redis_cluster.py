@@ -21,7 +21,7 @@ This module reads no settings: the settings modules import it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -130,24 +130,6 @@ def cluster_client_async(parsed: ClusterUrl, **kwargs: Any) -> aiocluster.RedisC
         **parsed.client_kwargs(),
         **kwargs,
     )
-
-
-def scan_iter_all(
-    client: Any, match: str, *, count: int | None = None, _type: str | None = None
-) -> Iterator[str]:
-    """Yield every key matching ``match`` on a single node or on every master of a
-    cluster (SCAN is per node: a cluster client's plain ``scan_iter`` would read one
-    node only). ``count`` is SCAN's COUNT hint per call, ``_type`` its TYPE filter."""
-    options: dict[str, Any] = {"match": match}
-    if count is not None:
-        options["count"] = count
-    if _type is not None:
-        options["_type"] = _type
-    if isinstance(client, redis.cluster.RedisCluster):
-        for node in client.get_primaries():
-            yield from client.scan_iter(**options, target_nodes=node)
-        return
-    yield from client.scan_iter(**options)
 
 
 class ClusterCacheClient(RedisCacheClient):

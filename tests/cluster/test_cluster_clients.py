@@ -15,7 +15,6 @@ from django.test import RequestFactory
 from django_ratelimit.core import is_ratelimited
 
 from chatsite.kombu_cluster import KEY_PREFIX
-from chatsite.redis_cluster import scan_iter_all
 from inference import protocol
 from inference.connections import redis_async, redis_sync
 from inference.streams import stream_hub
@@ -32,10 +31,9 @@ async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None
         await asyncio.sleep(0.005)
 
 
-async def _write(job_id: str, text: str) -> str:
-    return await redis_async().xadd(
-        protocol.gen_key(job_id), protocol.token_fields(text)
-    )
+async def _write(key: str, text: str) -> str:
+    """Append a token event to the stream ``key``; return its entry id."""
+    return await redis_async().xadd(key, protocol.token_fields(text))
 
 
 def _evalsha_calls(group: RedisClusterGroup, port: int) -> int:
@@ -47,12 +45,12 @@ async def test_the_hub_reads_each_master_with_one_command_a_round(on_cluster):
     hub = stream_hub()
     assert isinstance(hub, ClusterStreamHub)
     jobs = [f"spread-{i}" for i in range(60)]
-    masters = {on_cluster.master_of(protocol.gen_key(j)) for j in jobs}
+    subs = [hub.subscribe(job_id=j, after=protocol.STREAM_START) for j in jobs]
+    masters = {on_cluster.master_of(sub.key) for sub in subs}
     assert len(masters) == 3  # the streams lie on every master
     before = {port: _evalsha_calls(on_cluster, port) for port in masters}
-    subs = [hub.subscribe(job_id=j, after=protocol.STREAM_START) for j in jobs]
-    for j in jobs:
-        await _write(j, f"t-{j}")
+    for j, sub in zip(jobs, subs, strict=True):
+        await _write(sub.key, f"t-{j}")
     got: dict[str, list[str]] = {j: [] for j in jobs}
     deadline = time.monotonic() + 10
     while any(not v for v in got.values()):
@@ -76,7 +74,7 @@ async def test_a_new_follower_gets_its_first_event_within_a_poll():
     await asyncio.sleep(0.1)  # the readers poll: nothing there
     sub = hub.subscribe(job_id="fresh", after=protocol.STREAM_START)
     started = time.monotonic()
-    await _write("fresh", "first")
+    await _write(sub.key, "first")
     events = await sub.next(timeout_s=5)
     assert [e.data["t"] for e in events] == ["first"]
     assert time.monotonic() - started < 1.0
@@ -88,10 +86,10 @@ async def test_followers_outlive_a_master_failover_and_read_on(on_cluster):
     hub = stream_hub()
     jobs = [f"fo-{i}" for i in range(12)]
     subs = {j: hub.subscribe(job_id=j, after=protocol.STREAM_START) for j in jobs}
-    for j in jobs:
-        await _write(j, "before")
-    victim = on_cluster.master_of(protocol.gen_key(jobs[0]))
-    on_victim = [j for j in jobs if on_cluster.master_of(protocol.gen_key(j)) == victim]
+    for sub in subs.values():
+        await _write(sub.key, "before")
+    victim = on_cluster.master_of(subs[jobs[0]].key)
+    on_victim = [j for j in jobs if on_cluster.master_of(subs[j].key) == victim]
     got: dict[str, list[str]] = {j: [] for j in jobs}
 
     async def read_all(want: int) -> None:
@@ -103,8 +101,8 @@ async def test_followers_outlive_a_master_failover_and_read_on(on_cluster):
 
     await read_all(1)
     await asyncio.to_thread(on_cluster.kill_master, victim)
-    for j in jobs:  # the product's client follows the promoted replica
-        await _write(j, "after")
+    for sub in subs.values():  # the product's client follows the promoted replica
+        await _write(sub.key, "after")
     await read_all(2)
     assert got == {j: ["before", "after"] for j in jobs}
     assert on_victim  # the killed master held some of them
@@ -140,8 +138,9 @@ def test_a_pattern_scan_finds_the_keys_of_every_master(on_cluster):
         client.set(name, "1")
     client.set("other", "1")
     assert len({on_cluster.master_of(n) for n in names}) == 3
-    assert sorted(scan_iter_all(client, "scan:*")) == sorted(names)
-    assert sorted(scan_iter_all(client, "scan:*", count=7, _type="string")) == sorted(
+    # redis-py's cluster SCAN walks every master (what the product's scans call)
+    assert sorted(client.scan_iter(match="scan:*")) == sorted(names)
+    assert sorted(client.scan_iter(match="scan:*", count=7, _type="string")) == sorted(
         names
     )
 
