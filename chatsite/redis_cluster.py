@@ -110,12 +110,33 @@ def is_cluster_url(url: str) -> bool:
     return url.partition("://")[0].lower() == SCHEME
 
 
-def cluster_client_sync(
-    parsed: ClusterUrl, **kwargs: Any
-) -> redis.cluster.RedisCluster:
+class ClusterPipeline(redis.cluster.ClusterPipeline):
+    """redis-py's sync cluster pipeline with ``eval``/``evalsha`` queued as any other
+    command (redis-py leaves them unimplemented in a cluster pipeline): each is sent to
+    the master of its first key's slot, which all its keys share (the key convention,
+    inference/keys.py)."""
+
+    def eval(self, script: str, numkeys: int, *keys_and_args: Any) -> Any:  # type: ignore[override]
+        return self.execute_command("EVAL", script, numkeys, *keys_and_args)
+
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
+
+
+class RedisCluster(redis.cluster.RedisCluster):
+    """redis-py's sync cluster client whose pipelines take scripts
+    (:class:`ClusterPipeline`)."""
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        pipe.__class__ = ClusterPipeline  # adds methods only, no state
+        return pipe
+
+
+def cluster_client_sync(parsed: ClusterUrl, **kwargs: Any) -> RedisCluster:
     """Return a sync cluster client; ``kwargs`` go to each node's connections (e.g.
     ``decode_responses``, ``max_connections`` per node, ``retry``)."""
-    return redis.cluster.RedisCluster(
+    return RedisCluster(
         startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in parsed.nodes],
         **parsed.client_kwargs(),
         **kwargs,

@@ -166,3 +166,13 @@ def test_celerys_broker_lives_in_one_slot_and_follows_its_failover(on_cluster):
     assert keys and all(k.startswith(KEY_PREFIX) for k in keys)  # kombu's, tagged
     on_cluster.kill_master(owner)
     _broker_round_trip("after")
+
+
+def test_a_pipeline_sends_each_script_to_the_master_of_its_keys(on_cluster):
+    client = redis_sync()
+    with client.pipeline(transaction=False) as pipe:
+        pipe.set("{pipe}:a", "1")
+        pipe.eval("return redis.call('INCR', KEYS[1])", 1, "{pipe}:a")
+        pipe.eval("return redis.call('GET', KEYS[1])", 1, "elsewhere")
+        assert pipe.execute() == [True, 2, None]
+    assert on_cluster.master_of("{pipe}:a") != on_cluster.master_of("elsewhere")
