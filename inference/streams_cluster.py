@@ -29,7 +29,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from django.conf import settings
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from chatsite.redis_cluster import cluster_url_parse
 from inference import redis_types
@@ -57,6 +57,9 @@ for i = 2, #ARGV, 2 do
 end
 return out
 """
+# The same for Redis 6, which knows no script flags (and checks only that each key a
+# script touches is on its node): tried once a Redis refuses the flagged script.
+READ_LUA_V6 = READ_LUA.split("\n", 1)[1]
 # How long a reader whose round found nothing waits for the next round (s). Followers
 # release frames every SSE_COALESCE_MS (50 ms), so a token waits at most this much
 # more than on one node, 10 ms on average; an idle reader costs its master 50 rounds
@@ -78,7 +81,7 @@ class _NodeReader:
             max_connections=1,
             **hub.credentials,
         )
-        self.script = self.client.register_script(READ_LUA)
+        self.script = self.client.register_script(hub.read_lua)
         self.event = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
@@ -113,6 +116,15 @@ class _NodeReader:
                 result = await self.script(args=args)
             except asyncio.CancelledError:
                 raise
+            except ResponseError as exc:
+                flagged = self.script.script == READ_LUA
+                if not flagged or "compil" not in str(exc).lower():
+                    logger.warning("stream hub read on %s failed: %r", self.name, exc)
+                    hub._reader_failed(self, exc)  # CLUSTERDOWN, a moved slot
+                    return
+                hub.read_lua = READ_LUA_V6  # a Redis 6 server
+                self.script = self.client.register_script(hub.read_lua)
+                continue
             except Exception as exc:  # noqa: BLE001 - every follower must hear of it
                 if not isinstance(exc, (RedisError, OSError)):
                     logger.exception("stream hub read failed")
@@ -177,6 +189,7 @@ class ClusterStreamHub(StreamHub):
         self._stale = False  # the slot map must be refreshed
         self._last_error: BaseException | None = None
         self._assign_event: asyncio.Event | None = None
+        self.read_lua = READ_LUA
 
     def subscribe(self, *, job_id: str, after: str) -> Subscription:
         sub = super().subscribe(job_id=job_id, after=after)
