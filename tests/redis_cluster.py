@@ -131,6 +131,8 @@ class RedisClusterGroup:
             [redis_binary(), "--port", str(port), "--bind", "127.0.0.1"]
             + ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
             + ["--cluster-node-timeout", str(NODE_TIMEOUT_MS)]
+            # the other masters serve on while one is down (deploy/redis-cluster.md)
+            + ["--cluster-require-full-coverage", "no"]
             + ["--save", "", "--appendonly", "no", "--dir", str(folder)]
             + ["--repl-diskless-sync-delay", "0", "--protected-mode", "yes"],
             stdout=subprocess.DEVNULL,
