@@ -39,7 +39,6 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from redis.exceptions import RedisError
 
-from chatsite.redis_cluster import is_cluster_url
 from inference import protocol, redis_types
 from inference.connections import redis_async, redis_async_new
 
@@ -358,6 +357,8 @@ def stream_hub(url: str | None = None) -> StreamHub:
     per_loop = _hubs.setdefault(asyncio.get_running_loop(), {})
     hub = per_loop.get(url)
     if hub is None:
+        from chatsite.redis_cluster import is_cluster_url
+
         if is_cluster_url(url):
             from inference.streams_cluster import ClusterStreamHub
 
