@@ -20,6 +20,7 @@ from pathlib import Path
 
 import redis
 
+from tests.conftest import _die_with_parent
 from tests.faults import redis_binary
 from tests.redis_sentinel import wait_for
 
@@ -137,6 +138,7 @@ class RedisClusterGroup:
             + ["--repl-diskless-sync-delay", "0", "--protected-mode", "yes"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,  # a killed test session leaves no node
         )
         self.nodes[port] = Node(port=port, proc=proc)
         wait_for(lambda: self.nodes[port].client().ping(), what=f"redis {port}")
@@ -249,8 +251,14 @@ class RedisClusterGroup:
 
 
 def cluster_folder(pid: int) -> Path:
-    """The session's folder under the checkout's ``.var/test/``."""
-    return ROOT / ".var" / "test" / f"cluster-{pid}"
+    """The session's folder under the checkout's ``.var/test/`` (folders of sessions
+    that are gone, killed before their teardown, are removed)."""
+    base = ROOT / ".var" / "test"
+    for old in base.glob("cluster-*"):
+        other = old.name.removeprefix("cluster-")
+        if other.isdigit() and not Path(f"/proc/{other}").exists():
+            shutil.rmtree(old, ignore_errors=True)
+    return base / f"cluster-{pid}"
 
 
 def started(folder: Path, *, attempts: int = 2) -> RedisClusterGroup:
