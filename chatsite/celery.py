@@ -4,6 +4,9 @@ import os
 
 from celery import Celery
 
+from chatsite import kombu_cluster
+
+kombu_cluster.register()  # a redis+cluster:// REDIS_URL's broker (rediscluster://)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 
 app = Celery("chatsite")

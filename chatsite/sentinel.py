@@ -30,6 +30,8 @@ import redis.asyncio as aioredis
 import redis.asyncio.sentinel as aiosentinel
 import redis.sentinel
 
+from chatsite.redis_cluster import cluster_cache_config, is_cluster_url
+
 SCHEME = "redis+sentinel"
 # Sentinel's own port (redis.io "Redis Sentinel"), used when a host names none.
 DEFAULT_SENTINEL_PORT = 26379
@@ -175,8 +177,11 @@ class SentinelCachePool:
 
 
 def redis_cache_config(url: str, *, key_prefix: str) -> dict[str, Any]:
-    """Return a ``CACHES`` entry for Django's ``RedisCache`` on ``url`` (plain or
-    Sentinel); django-ratelimit counts in this cache too."""
+    """Return a ``CACHES`` entry for Django's ``RedisCache`` on ``url`` (plain,
+    Sentinel or cluster: chatsite/redis_cluster.py); django-ratelimit counts in this
+    cache too."""
+    if is_cluster_url(url):
+        return cluster_cache_config(url, key_prefix=key_prefix)
     config: dict[str, Any] = {
         # Django's RedisCache, one client per pool (chatsite/cache.py)
         "BACKEND": "chatsite.cache.SharedClientRedisCache",
@@ -196,7 +201,13 @@ def sentinel_celery_broker(url: str) -> tuple[str, dict[str, Any]]:
     form: one ``sentinel://[:PASSWORD@]HOST:PORT/DB`` per Sentinel joined by ``;``,
     with the service in the ``master_name`` transport option and the Sentinels'
     timeouts and password in ``sentinel_kwargs`` (kombu's ``SentinelChannel``).
+    A cluster URL becomes the ``rediscluster://`` transport of
+    chatsite/kombu_cluster.py.
     """
+    if is_cluster_url(url):
+        from chatsite import kombu_cluster
+
+        return kombu_cluster.broker(url)
     parsed = sentinel_url_parse(url)
     if parsed is None:
         return url, {}

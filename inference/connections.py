@@ -3,7 +3,8 @@
 The sync client is shared by the process (redis-py pools are thread-safe). Async clients
 are bound to an event loop, so one is kept per running loop. A ``redis+sentinel://`` URL
 gives clients of the master that a Sentinel names (chatsite/sentinel.py), which follow
-it through a failover.
+it through a failover; a ``redis+cluster://`` URL gives Redis Cluster clients
+(chatsite/redis_cluster.py), which route each command to its key's master.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
+from chatsite.redis_cluster import (
+    cluster_client_async,
+    cluster_client_sync,
+    cluster_url_parse,
+)
 from chatsite.sentinel import (
     sentinel_master_async,
     sentinel_master_sync,
@@ -54,14 +60,24 @@ def redis_sync(url: str | None = None) -> redis.Redis:
     in a thread of its own, so a thousand streams settling at once ask for a thousand
     connections, and redis-py's default pool (100, then ``MaxConnectionsError`` at
     once) would fail the excess. A Sentinel client
-    keeps redis-py's non-blocking Sentinel pool, sized the same.
+    keeps redis-py's non-blocking Sentinel pool, sized the same; a cluster client
+    (:class:`redis.cluster.RedisCluster`) one such pool per node.
     """
     url = url or settings.REDIS_URL
-    client = _sync_clients.get(url)
+    client: Any = _sync_clients.get(url)
     if client is None:
         size = settings.REDIS_SYNC_MAX_CONNECTIONS
         sentinel = sentinel_url_parse(url)
-        if sentinel is not None:
+        cluster = cluster_url_parse(url)
+        if cluster is not None:
+            # per node: a cluster client keeps one pool per node it talks to
+            client = cluster_client_sync(
+                cluster,
+                decode_responses=True,
+                max_connections=size,
+                retry=Retry(ExponentialWithJitterBackoff(**_BACKOFF), COMMAND_RETRIES),
+            )
+        elif sentinel is not None:
             client = sentinel_master_sync(
                 sentinel,
                 decode_responses=True,
@@ -93,7 +109,9 @@ def redis_async_new(
     :mod:`inference.streams`, every open SSE stream held one connection in a
     blocking XREAD), so a busy process needs more than the default. Commands are
     retried on a fresh connection (COMMAND_RETRIES). ``url`` may be a Sentinel URL
-    (chatsite/sentinel.py).
+    (chatsite/sentinel.py) or a cluster URL (chatsite/redis_cluster.py: an asyncio
+    :class:`~redis.asyncio.cluster.RedisCluster`, ``max_connections`` per node; it
+    has no ``client_name``).
     """
     options: dict[str, Any] = {
         "decode_responses": True,
@@ -101,6 +119,10 @@ def redis_async_new(
         "client_name": client_name,
         "retry": AsyncRetry(ExponentialWithJitterBackoff(**_BACKOFF), COMMAND_RETRIES),
     }
+    cluster = cluster_url_parse(url)
+    if cluster is not None:
+        options.pop("client_name")
+        return cluster_client_async(cluster, **options)  # type: ignore[return-value]
     sentinel = sentinel_url_parse(url)
     if sentinel is not None:
         return sentinel_master_async(sentinel, **options)

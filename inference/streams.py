@@ -360,10 +360,18 @@ class StreamHub:
 
 
 def stream_hub(url: str | None = None) -> StreamHub:
-    """Return the running event loop's stream hub for ``url`` (default REDIS_URL)."""
+    """Return the running event loop's stream hub for ``url`` (default REDIS_URL): on a
+    ``redis+cluster://`` URL one reading per node (inference/streams_cluster.py)."""
     url = url or settings.REDIS_URL
     per_loop = _hubs.setdefault(asyncio.get_running_loop(), {})
     hub = per_loop.get(url)
     if hub is None:
-        hub = per_loop[url] = StreamHub(url=url)
+        from chatsite.redis_cluster import is_cluster_url
+
+        if is_cluster_url(url):
+            from inference.streams_cluster import ClusterStreamHub
+
+            hub = per_loop[url] = ClusterStreamHub(url=url)
+        else:
+            hub = per_loop[url] = StreamHub(url=url)
     return hub

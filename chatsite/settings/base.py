@@ -171,7 +171,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # One Redis for queues, streams, quotas, the cache, rate limits and the Celery broker:
 # redis://HOST:PORT/DB, or a Sentinel URL for failover,
 # redis+sentinel://[:PASSWORD@]SENTINEL:PORT[,SENTINEL:PORT...]/SERVICE/DB
-# (chatsite/sentinel.py; deploy/README.md "Redis failover").
+# (chatsite/sentinel.py; deploy/README.md "Redis failover"), or a Redis Cluster,
+# redis+cluster://[:PASSWORD@]HOST:PORT[,HOST:PORT...][?read_from_replicas=1]
+# (chatsite/redis_cluster.py; deploy/redis-cluster.md).
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # Connections one process's async Redis client may open (inference/connections.py): one
 # per open stream (blocking XREAD) in the web tier. Redis itself accepts 10,000 clients.
@@ -180,6 +182,10 @@ REDIS_ASYNC_MAX_CONNECTIONS = env.int("REDIS_ASYNC_MAX_CONNECTIONS", default=500
 # connections; a thread finding none free waits up to REDIS_SYNC_POOL_TIMEOUT_S (s).
 REDIS_SYNC_MAX_CONNECTIONS = env.int("REDIS_SYNC_MAX_CONNECTIONS", default=200)
 REDIS_SYNC_POOL_TIMEOUT_S = env.float("REDIS_SYNC_POOL_TIMEOUT_S", default=10.0)
+# On a cluster: how long a stream that cannot be read is retried before its followers
+# get a retryable error (s). A master's failover takes its cluster-node-timeout (Redis's
+# default 15 s, deploy/redis-cluster.md) plus about a second of election.
+REDIS_CLUSTER_FAILOVER_S = env.float("REDIS_CLUSTER_FAILOVER_S", default=20.0)
 
 CACHES = {"default": redis_cache_config(REDIS_URL, key_prefix="cache")}
 # Sessions read from that cache, written through to the database (Django's cached_db):
@@ -211,7 +217,8 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 
 # Celery (CONVENTIONS §7): broker and results on the same Redis.
-# A Sentinel URL becomes kombu's sentinel:// URLs and its master_name option.
+# A Sentinel URL becomes kombu's sentinel:// URLs and its master_name option; a cluster
+# URL the rediscluster:// transport of chatsite/kombu_cluster.py.
 CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = sentinel_celery_broker(
     env("CELERY_BROKER_URL", default=REDIS_URL)
 )

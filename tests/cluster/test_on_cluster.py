@@ -1,0 +1,30 @@
+"""The chat turn, the API, quotas, caches and resuming, run on a Redis Cluster: the
+suites' own tests (imported here, so each runs twice: on one node in its module, on
+the cluster here, with every Redis client of the product pointed at it by
+tests/cluster/conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conversations.openai.test_stream import (  # noqa: F401
+    test_a_repeated_deterministic_request_is_answered_by_the_exact_cache,
+)
+from tests.conversations.openai.test_views import (  # noqa: F401
+    test_a_completion_returns_the_answer_with_usage_and_records_it_once,
+    test_a_stream_sends_role_deltas_finish_usage_and_done,
+)
+from tests.conversations.test_turn import (  # noqa: F401
+    test_reconnect_with_last_event_id_yields_exactly_the_rest,
+    test_stop_aborts_generation_within_one_second_and_keeps_the_partial_text,
+    test_turn_streams_tokens_and_persists_the_answer_with_usage,
+)
+from tests.gateway.test_cache import (  # noqa: F401
+    test_exact_hit_at_temperature_0_streams_without_a_job_and_costs_nothing,
+)
+from tests.gateway.test_quota import (  # noqa: F401
+    test_a_failed_request_consumes_nothing_and_is_recorded_once,
+    test_concurrent_requests_never_spend_past_the_budget,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.cluster]
