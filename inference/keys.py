@@ -70,10 +70,12 @@ Conversations (owner :mod:`conversations`): ``chat:toolbusy:{c:<conversation>}``
 
 Django's cache (django-ratelimit's counters, the cache framework) names its own keys
 under the ``cache`` prefix; the product and django-ratelimit use single-key commands
-only (GET, SET NX, INCR, EXISTS, DELETE), so any key is safe on a cluster. Django's
-``get_many``/``set_many``/``delete_many`` are multi-key; the product does not call them.
-Celery's broker keys (kombu's Redis transport: queue lists, ``unacked``, ``_kombu.*``)
-are kombu's and are not named here: kombu reads several queues per command.
+only (GET, SET NX, INCR, EXISTS, DELETE), so any key is safe on a cluster; on a
+cluster :class:`chatsite.redis_cluster.ClusterCache` splits ``get_many``/``set_many``
+by slot. Celery's broker keys (kombu's Redis transport: queue lists, ``unacked``,
+``_kombu.*``) are kombu's: on a cluster they all carry kombu's ``global_keyprefix``
+``{celery}:`` (:mod:`chatsite.kombu_cluster`), one slot, since kombu reads several
+queues per command.
 
 A DEL, UNLINK or EXISTS of keys in several slots is split per slot by redis-py's
 cluster client (not atomic): it is used only for clean-ups. MGET goes through
