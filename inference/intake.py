@@ -36,6 +36,9 @@ import logging
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from inference import keys, protocol, redis_types
 from inference.engines.base import Engine
@@ -63,6 +66,12 @@ class JobIntake:
     _preempted: set[str]
     # jobs whose engine finished (their slot is published free before their end)
     _freed: set[str]
+    worker_id: str
+    # True: re-read this worker's own pending entries before taking new ones (set at
+    # start and by a failed read in RedisOutageTolerance._take)
+    _pending_check: bool
+    # entry ids crash recovery claimed to this worker and is handling (recovery.py)
+    _reclaiming: set[str]
 
     @property
     def redis(self) -> aioredis.Redis:  # pragma: no cover - the Worker's
@@ -81,6 +90,8 @@ class JobIntake:
     async def _take_loop(self) -> None:
         slot_freed = asyncio.Event()
         while not self._stopping.is_set():
+            if self._pending_check:
+                await self._resume_pending(slot_freed)
             free = self.concurrency - len(self._running)
             if free > 0:
                 await self._take_free(free, slot_freed)
@@ -122,6 +133,48 @@ class JobIntake:
                     await self._requeue(entry_id, fields, queue)
                 else:
                     self._start_job(entry_id, fields, slot_freed, queue)
+
+    async def _resume_pending(self, slot_freed: asyncio.Event) -> None:
+        """Start the entries delivered to this worker that it does not run.
+
+        A read that fails after Redis delivered (a client timeout, the process
+        paused) leaves its entries in this live worker's pending list, where crash
+        recovery (dead workers only) never looks: the job would never run. XREADGROUP
+        with id ``0`` returns this consumer's pending entries of each queue; one
+        whose job is not running (and that crash recovery is not handling) starts
+        while slots are free and goes back to its queue otherwise (:meth:`_requeue`).
+        An entry deleted meanwhile is acknowledged. Redis still unavailable: the
+        check stays due and the next loop's read waits for Redis.
+        """
+        try:
+            reply = await self.redis.xreadgroup(
+                protocol.GROUP, self.worker_id, dict.fromkeys(self.queue_keys, "0")
+            )
+            self._pending_check = False
+            for queue in self.queue_keys:
+                for entry_id, fields in _entries_of(reply, queue):
+                    if entry_id in self._reclaiming:
+                        continue
+                    if not fields:  # deleted meanwhile
+                        await self._ack(entry_id, queue)
+                    elif _job_id(fields) in self._running:
+                        continue
+                    elif self._stopping.is_set() or len(self._running) >= (
+                        self.concurrency
+                    ):
+                        await self._requeue(entry_id, fields, queue)
+                    else:
+                        logger.warning(
+                            "worker %s: resuming pending entry %s of %s",
+                            self.worker_id,
+                            entry_id,
+                            queue,
+                        )
+                        self._start_job(entry_id, fields, slot_freed, queue)
+        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+            if isinstance(exc, ResponseError) and "NOGROUP" not in str(exc):
+                raise
+            self._pending_check = True  # the next read waits for Redis, then again
 
     def _preemptible(self) -> list[str]:
         """Running background jobs not yet asked to stop, oldest first."""
@@ -218,3 +271,12 @@ def _entries_of(result: Any, queue: str) -> list[tuple[str, redis_types.RedisFie
         if (key.decode() if isinstance(key, bytes) else key) == queue:
             return list(entries)
     return []
+
+
+def _job_id(fields: redis_types.RedisFields) -> str | None:
+    """The job id of a queue entry; None when it is malformed (:meth:`_start_job`
+    drops it)."""
+    try:
+        return protocol.Job.from_fields(fields).job_id
+    except (ValueError, TypeError):
+        return None

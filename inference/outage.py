@@ -48,6 +48,9 @@ class RedisOutageTolerance:
     pool: str
     block_ms: int
     stream_ttl_s: int
+    # set at start and after a failed read: re-read this worker's own pending entries
+    # (JobIntake._resume_pending) before the next new ones
+    _pending_check: bool
     # job id -> the entries this worker wrote to its stream, oldest first
     _journals: dict[str, list[JournalEntry]]
 
@@ -68,6 +71,12 @@ class RedisOutageTolerance:
         served again as soon as Redis is (tests/test_faults.py, the Redis drill).
         Without this the worker exited and the pool stayed offline until a
         supervisor restarted it.
+
+        A read can fail after Redis delivered its entries (a client socket timeout
+        under load, the process paused by SIGSTOP): they sit in this live worker's
+        pending list, where crash recovery (dead workers only) never looks. So a
+        failed read sets ``_pending_check`` and the take loop reads them again
+        (:meth:`~inference.intake.JobIntake._resume_pending`).
         """
         try:
             return await self.redis.xreadgroup(
@@ -81,6 +90,7 @@ class RedisOutageTolerance:
             if isinstance(exc, ResponseError) and "NOGROUP" not in str(exc):
                 raise
             logger.warning("worker %s: Redis unavailable (%s)", self.worker_id, exc)
+            self._pending_check = True
             await asyncio.sleep(REDIS_RETRY_S)
             try:
                 await self._ensure_group()

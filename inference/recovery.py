@@ -50,6 +50,9 @@ class CrashRecovery:
     jobs_reclaimed: int
     reclaim_scans: int
     _closing: bool
+    # entry ids claimed to this worker and being recovered: the take loop leaves them
+    # alone when it re-reads its own pending entries (JobIntake._resume_pending)
+    _reclaiming: set[str]
     engine: Engine
 
     @property
@@ -174,24 +177,36 @@ class CrashRecovery:
         )
         handled = 0
         for entry in entries:
-            # min_idle_time makes the claim conditional: a second reclaimer racing us
-            # finds the idle time reset by our claim and gets nothing.
-            claimed = await self.redis.xclaim(
-                queue,
-                protocol.GROUP,
-                self.worker_id,
-                min_idle_time=500,
-                message_ids=[entry["message_id"]],
-            )
-            # an entry deleted meanwhile comes back with no fields
-            reply = cast(list[tuple[str, dict[str, str] | None]], claimed)
-            for entry_id, fields in reply:
-                if fields is None:  # deleted meanwhile
-                    await self._ack(entry_id, queue)
-                    continue
-                handled += 1
-                self.jobs_reclaimed += 1
-                await self._recover(entry_id, fields, consumer, queue)
+            entry_id = str(entry["message_id"])
+            self._reclaiming.add(entry_id)
+            try:
+                handled += await self._claim_recover(entry_id, consumer, queue)
+            finally:
+                self._reclaiming.discard(entry_id)
+        return handled
+
+    async def _claim_recover(self, entry_id: str, consumer: str, queue: str) -> int:
+        """Claim one entry of a dead ``consumer`` and recover its job; return 1 when
+        a job was recovered, 0 when another worker claimed it or it was deleted."""
+        # min_idle_time makes the claim conditional: a second reclaimer racing us
+        # finds the idle time reset by our claim and gets nothing.
+        claimed = await self.redis.xclaim(
+            queue,
+            protocol.GROUP,
+            self.worker_id,
+            min_idle_time=500,
+            message_ids=[entry_id],
+        )
+        # an entry deleted meanwhile comes back with no fields
+        reply = cast(list[tuple[str, dict[str, str] | None]], claimed)
+        handled = 0
+        for claimed_id, fields in reply:
+            if fields is None:  # deleted meanwhile
+                await self._ack(claimed_id, queue)
+                continue
+            handled += 1
+            self.jobs_reclaimed += 1
+            await self._recover(claimed_id, fields, consumer, queue)
         return handled
 
     async def _recover(

@@ -132,6 +132,8 @@ class Worker(
         self._preempted: set[str] = set()
         self._freed: set[str] = set()  # jobs whose slot and affinity are published
         self._journals = {}  # typed in RedisOutageTolerance
+        self._pending_check = True  # our own pending entries: read them at start
+        self._reclaiming: set[str] = set()  # entry ids crash recovery is handling
         self._stopping = asyncio.Event()
         self._closing = False
         self._redis: aioredis.Redis | None = None
