@@ -231,6 +231,7 @@ def test_gateway_submit_routes_by_affinity_and_the_setting_turns_it_off(
             messages=conversation(turns),
             params={"max_tokens": 3},
             user_ref="7",
+            user_id=7,
             pool=POOL,
         )
         return served_by(job_id)
@@ -250,13 +251,19 @@ def test_gateway_submit_routes_by_affinity_and_the_setting_turns_it_off(
         messages=conversation(4),
         params={"max_tokens": 3},
         user_ref="7",
+        user_id=7,
         pool=POOL,
     )
     served_by("off")
     assert routes("hit") + routes("miss_new") == counted
     # today's entry, on the pool's queue (a pool nobody serves keeps it to read)
     generation_submit(
-        job_id="idle", messages=messages, params={}, user_ref="8", pool="aff-idle"
+        job_id="idle",
+        messages=messages,
+        params={},
+        user_ref="8",
+        user_id=8,
+        pool="aff-idle",
     )
     [(_id, fields)] = r.xrange(keys.queue_key("aff-idle"))
     assert "affinity" not in json.loads(fields["job"])
