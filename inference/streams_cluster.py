@@ -38,6 +38,7 @@ from inference.streams import (
     ERROR_BACKOFF_S,
     HUB_COUNT,
     HUB_FULL_PACE_KEYS,
+    HUB_MAX_ROUND_S,
     HUB_MIN_ROUND_S,
     StreamHub,
     StreamReadError,
@@ -96,6 +97,10 @@ class _NodeReader:
     async def _run(self) -> None:
         try:
             await self._rounds()
+        except Exception as exc:  # a bug here must fail its followers, not hang them
+            logger.exception("stream hub reader of %s failed", self.name)
+            self.hub._fail_keys(list(self.keys), exc)
+            self.keys.clear()
         finally:
             if self.hub._readers.get(self.name) is self and not self.keys:
                 del self.hub._readers[self.name]
@@ -157,6 +162,7 @@ class ClusterStreamHub(StreamHub):
         count: int = HUB_COUNT,
         min_round_s: float = HUB_MIN_ROUND_S,
         full_pace_keys: int = HUB_FULL_PACE_KEYS,
+        max_round_s: float = HUB_MAX_ROUND_S,
         error_grace_s: float | None = None,
     ) -> None:
         parsed = cluster_url_parse(url)
@@ -166,6 +172,7 @@ class ClusterStreamHub(StreamHub):
         self.count = count
         self.min_round_s = min_round_s
         self.full_pace_keys = full_pace_keys
+        self.max_round_s = max(min_round_s, max_round_s)
         self.error_grace_s = (
             settings.REDIS_CLUSTER_FAILOVER_S
             if error_grace_s is None

@@ -79,10 +79,14 @@ def stream_read(
     last_event_id: str | None = None,
     until_tokens: int | None = None,
     timeout_s: float = 60.0,
+    deadline_s: float = 120.0,
 ) -> StreamRead:
     """Read the SSE stream at ``url`` until its terminal frame, ``until_tokens``
-    token frames, or the connection drops (recorded in ``error``)."""
+    token frames, the connection drops (recorded in ``error``) or ``deadline_s``
+    seconds pass (``error`` says so: heartbeats keep a stuck stream's reads alive, so
+    ``timeout_s``, per read, alone would never end it)."""
     read = StreamRead()
+    deadline = time.monotonic() + deadline_s
     headers = {"Cookie": cookie}
     if last_event_id:
         headers["Last-Event-ID"] = last_event_id
@@ -101,6 +105,9 @@ def stream_read(
                     break
                 tokens = sum(e.event == "token" for e in read.events)
                 if until_tokens is not None and tokens >= until_tokens:
+                    break
+                if time.monotonic() > deadline:
+                    read.error = f"no terminal frame within {deadline_s:g} s"
                     break
     except httpx.HTTPError as exc:
         read.error = repr(exc)
