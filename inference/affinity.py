@@ -147,13 +147,13 @@ def job_route(
         with client.pipeline(transaction=False) as pipe:
             pipe.hmget(
                 keys.worker_key(worker),
-                ["heartbeat", "slots", "busy", "stopping", "pool"],
+                ["heartbeat", "slots", "busy", "preemptible", "stopping", "pool"],
             )
             own = keys.worker_queue_key(pool, worker)
             pipe.xlen(own)
             pipe.xpending(own, protocol.GROUP)
-            (beat, slots, busy, stopping, its_pool), length, pending = pipe.execute(
-                raise_on_error=False
+            (beat, slots, busy, background, stopping, its_pool), length, pending = (
+                pipe.execute(raise_on_error=False)
             )
         # waiting in its stream: its entries less those it took (running, or ended
         # and not yet acknowledged; a running one counts in ``busy``)
@@ -168,7 +168,8 @@ def job_route(
             or _s(its_pool) != pool
         ):
             outcome = MISS_DEAD
-        elif int(busy or 0) + int(queued) >= int(slots or 1):
+        # a background job (title, summary) gives its slot to an interactive one
+        elif int(busy or 0) - int(background or 0) + int(queued) >= int(slots or 1):
             outcome = MISS_SATURATED
         else:
             outcome = HIT
@@ -214,11 +215,17 @@ class AffinitySweep:
         """This worker's own job stream."""
         return keys.worker_queue_key(self.pool, self.worker_id)
 
-    async def _affinity_after(self, job: protocol.Job, busy: int) -> None:
-        """After ``job`` ended: publish ``busy`` slots (the freed one shows at once) and
+    async def _affinity_after(
+        self, job: protocol.Job, busy: int, preemptible: int
+    ) -> None:
+        """After ``job`` ended: publish ``busy`` slots (the freed one shows at once;
+        ``preemptible``: of them, background jobs an interactive one displaces) and
         record this worker as the preferred one of the job's conversation."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(keys.worker_key(self.worker_id), "busy", busy)
+            pipe.hset(
+                keys.worker_key(self.worker_id),
+                mapping={"busy": busy, "preemptible": preemptible},
+            )
             if job.affinity and self.affinity_ttl_s > 0:
                 pipe.set(
                     keys.affinity_key(self.pool, job.affinity),

@@ -288,7 +288,13 @@ class Worker(
                     meta["d"],
                     self.stream_ttl_s * 24,
                 )
-                pipe.hset(keys.worker_key(self.worker_id), "busy", self._busy())
+                pipe.hset(
+                    keys.worker_key(self.worker_id),
+                    mapping={
+                        "busy": self._busy(),
+                        "preemptible": len(self._preemptible()),
+                    },
+                )
                 state, meta_id = (await pipe.execute())[0]
             if int(state) < 0:
                 return  # ended elsewhere (e.g. timed out by the web tier)
@@ -333,7 +339,9 @@ class Worker(
             if self.kind == "chat" and job.job_id not in self._freed:
                 self._freed.add(job.job_id)
                 with contextlib.suppress(Exception):
-                    await self._affinity_after(job, self._busy())
+                    await self._affinity_after(
+                        job, self._busy(), len(self._preemptible())
+                    )
 
     async def _stream(self, job: protocol.Job) -> None:
         itl = metrics.INTER_TOKEN_LATENCY.labels(**self._labels)
@@ -391,7 +399,9 @@ class Worker(
                     # before the terminal event: whoever reads it and sends the
                     # conversation's next turn finds this worker recorded and free
                     self._freed.add(job.job_id)
-                    await self._affinity_after(job, self._busy())
+                    await self._affinity_after(
+                        job, self._busy(), len(self._preemptible())
+                    )
                 await self._stream_ensure(job.job_id)
                 await self._terminal(
                     job.job_id,

@@ -50,6 +50,9 @@ class WorkerLoops:
     def _busy(self) -> int:  # pragma: no cover - the Worker's
         raise NotImplementedError
 
+    def _preemptible(self) -> list[str]:  # pragma: no cover - the intake's
+        raise NotImplementedError
+
     def _heartbeat_fields(
         self,
     ) -> redis_types.RedisFields:  # pragma: no cover - the Worker's
@@ -65,6 +68,7 @@ class WorkerLoops:
                 mapping={
                     "slots": self.concurrency,
                     "busy": self._busy(),
+                    "preemptible": len(self._preemptible()),
                     "pool": self.pool,
                     "kind": self.kind,
                     "engine": self.engine.name,

@@ -300,3 +300,29 @@ def test_a_worker_reads_its_own_stream_first_and_takes_no_more_than_its_slots(
     assert redis_sync().xinfo_groups(keys.queue_key(POOL))[0]["pending"] == 0
     inference_client.job_cancel(job_id="mine")
     assert served_by("pooled") == "w1"
+
+
+def test_a_worker_busy_only_with_background_work_is_not_saturated() -> None:
+    # A title or summary holding the only slot gives way to an interactive turn
+    # (the intake preempts it), so the conversation still goes to its worker.
+    r = redis_sync()
+    job = protocol.Job(
+        job_id="bg-busy",
+        messages=conversation(2),
+        params={},
+        enqueued_at=time.time(),
+        deadline=time.time() + 60,
+        affinity=affinity.affinity_of(user_ref="9", messages=conversation(2)),
+    )
+    r.set(keys.affinity_key(POOL, job.affinity), "busyone")
+    state = {
+        "heartbeat": f"{time.time():.3f}",
+        "slots": 1,
+        "busy": 1,
+        "stopping": 0,
+        "pool": POOL,
+    }
+    r.hset(keys.worker_key("busyone"), mapping={**state, "preemptible": 1})
+    assert affinity.job_route(r, pool=POOL, job=job) == "busyone"
+    r.hset(keys.worker_key("busyone"), mapping={**state, "preemptible": 0})
+    assert affinity.job_route(r, pool=POOL, job=job) is None
