@@ -19,6 +19,7 @@
   const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
   let active = null; // {source, article, stopUrl}
   let sending = false; // a send/regenerate POST is in flight (guards double Enter)
+  let stopAsked = false; // Stop pressed while that POST was in flight: stop its answer
 
   function setBusy(busy) {
     sendBtn.disabled = busy;
@@ -337,7 +338,7 @@
   // or a dialog is open (they take Esc themselves: an open <dialog>, or a handler
   // that called preventDefault).
   document.addEventListener("keydown", function (e) {
-    if (e.key !== "Escape" || e.defaultPrevented || e.isComposing || !active) return;
+    if (e.key !== "Escape" || e.defaultPrevented || e.isComposing || !(active || sending)) return;
     if (document.querySelector("dialog[open]")) return;
     const target = e.target;
     const editing = target && target !== input && target.closest &&
@@ -376,6 +377,7 @@
       if (!active) setBusy(false);
     } finally {
       sending = false;
+      if (!active) stopAsked = false;
     }
   });
 
@@ -390,6 +392,10 @@
     let answering = false; // a token arrived: the status line has done its job
     active = {source: source, article: article, stopUrl: stopUrl};
     setBusy(true);
+    if (stopAsked) { // Stop came before the answer had a stop URL: send it now
+      stopAsked = false;
+      post(stopUrl).catch(function (err) { showError(err.message); });
+    }
     const end = function () {
       source.close();
       active = null;
@@ -593,6 +599,7 @@
       return false;
     } finally {
       sending = false;
+      if (!active) stopAsked = false;
     }
   }
   const BUSY = "An answer is still being written in this conversation. Stop it or wait for it to finish.";
@@ -687,7 +694,8 @@
       asked.id = "m-" + turn.user_message.id;
       asked.dataset.messageId = turn.user_message.id;
       asked.dataset.editUrl = turn.user_message.edit_url;
-      input.value = "";
+      // keep what was typed while the message was being sent (the box held the sent text)
+      input.value = input.value.startsWith(text) ? input.value.slice(text.length) : input.value;
       startTurn(turn, sent.source);
       thread.dataset.threadUrl = turn.thread_url;
       thread.dispatchEvent(new CustomEvent("chat:turn", {bubbles: true, detail: turn}));
@@ -698,6 +706,7 @@
       input.focus();
     } finally {
       sending = false;
+      if (!active) stopAsked = false;
     }
   });
 
@@ -715,7 +724,7 @@
   });
 
   stopBtn.addEventListener("click", async function () {
-    if (!active) return;
+    if (!active) { stopAsked = sending; return; }
     try { await post(active.stopUrl); } catch (err) { showError(err.message); }
   });
 

@@ -208,3 +208,18 @@ def test_the_message_box_has_a_label_and_the_thread_does_not_read_every_token(pa
     assert status.inner_text() == ""  # nothing announced while it streams
     page.wait_for_selector("article.msg-assistant.status-complete")
     expect(status).to_contain_text("Here is bold text and code.")
+
+
+@pytest.mark.parametrize("worker_args", [["--delay-ms", "100"]])
+def test_stop_pressed_before_the_answer_appears_stops_it(page):
+    # Stop shows as soon as the message is sent; pressed before the POST answered
+    # (no stop URL yet), it is sent once the answer's stream starts.
+    page.fill("#content", "Tell me a long story")
+    page.evaluate(
+        "() => { document.getElementById('send').click();"
+        " document.getElementById('stop').click(); }"
+    )
+    page.wait_for_selector("article.msg-assistant.status-cancelled")
+    stopped = Message.objects.get(role="assistant")
+    assert stopped.status == "cancelled" and stopped.token_count < 40
+    expect(page.locator("#content")).to_have_value("")
