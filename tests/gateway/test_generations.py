@@ -571,7 +571,9 @@ def test_gateway_and_background_generations_enqueue_the_same_job():
         return {
             k: v
             for k, v in asdict(job).items()
-            if k not in ("job_id", "enqueued_at", "deadline")
+            # affinity: the gateway's conversation routing hint (inference.affinity);
+            # a background generation (titles, summaries) goes to any worker
+            if k not in ("job_id", "enqueued_at", "deadline", "affinity")
         }
 
     assert fields(gateway_job) == fields(background_job)
