@@ -1,5 +1,11 @@
 """The inference worker: pulls jobs of one pool from Redis and runs them on an engine.
 
+Kept as one module past 400 lines: it is one job's life on a worker (take, run,
+relay, finish, fail) in order; what could stand apart already does (the base classes
+below, the token writer in :mod:`inference.stream_writer`, the loops in
+:mod:`inference.worker_loops`), and splitting the job's steps further would scatter
+one sequence over modules.
+
 One asyncio loop per process. The worker reads its pool's queue streams through the
 ``workers`` consumer group, and only when a slot is free (``engine.max_concurrency``
 slots), so backlog stays in Redis where the gateway can see it; background work
@@ -16,12 +22,6 @@ a dead worker's jobs), :class:`inference.outage.RedisOutageTolerance` (Redis res
 Graceful stop (SIGTERM): :meth:`Worker.stop` makes the worker take no new job (entries
 that arrive during the last blocking read are put back on the queue untouched), finish
 its running jobs, and return from :meth:`Worker.run`.
-
-Kept as one module past 400 lines: it is one job's life on a worker (take, run,
-relay, finish, fail) in order; what could stand apart already does (the base classes
-above, the token writer in :mod:`inference.stream_writer`, the loops in
-:mod:`inference.worker_loops`), and splitting the job's steps further would scatter
-one sequence over modules.
 """
 
 from __future__ import annotations

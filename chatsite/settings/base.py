@@ -1,12 +1,12 @@
 """Settings shared by every environment.
 
+Kept as one module past 400 lines: one place to read every setting and its default
+(each a line or two); the environments (dev, test, prod) only override.
+
 All configuration comes from the environment through one django-environ `env`. With no
 `DATABASE_URL` / `REDIS_URL` set, the URLs of the private services that `make run` /
 `make test` start under `.var/` are read from `.var/services.env` (written by
 `scripts/services.py`); variables already in the environment always win.
-
-Kept as one module past 400 lines: one place to read every setting and its default
-(each a line or two); the environments (dev, test, prod) only override.
 """
 
 from chatsite.sentinel import redis_cache_config, sentinel_celery_broker
