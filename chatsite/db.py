@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import datetime as dt
 import functools
+import logging
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
@@ -33,6 +33,8 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
 from chatsite.errors import ServiceUnavailable
+
+logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -121,26 +123,57 @@ BATCH_MAX = 64
 BATCH_PARALLEL = 4
 
 
+def call_alone(
+    fn: Callable[..., Any], context: contextvars.Context, args: tuple, kwargs: dict
+) -> tuple[bool, Any]:
+    """Run one batched call of ``fn`` in its caller's ``context``: ``(True, value)``,
+    or ``(False, exception)`` (a dead pooled connection's error as ServiceUnavailable,
+    :func:`_connection_lost`). For a bulk function's items that take the path of one."""
+    try:
+        return True, context.run(fn, *args, **kwargs)
+    except (OperationalError, InterfaceError) as exc:
+        if connection.connection is not None and connection.is_usable():
+            return False, exc
+        return False, _connection_lost(exc)
+    except Exception as exc:  # noqa: BLE001 - it fails its own call only
+        return False, exc
+
+
 def _run_calls(
     fn: Callable[..., Any], calls: list[tuple[contextvars.Context, tuple, dict]]
 ) -> list[tuple[bool, Any]]:
     """Run ``fn`` once per call (each in its caller's context), then release the
     thread's connection; each result is ``(True, value)`` or ``(False, exception)``."""
-    out: list[tuple[bool, Any]] = []
     try:
-        for context, args, kwargs in calls:
-            try:
-                out.append((True, context.run(fn, *args, **kwargs)))
-            except (OperationalError, InterfaceError) as exc:
-                if connection.connection is not None and connection.is_usable():
-                    out.append((False, exc))
-                else:
-                    out.append((False, _connection_lost(exc)))
-            except Exception as exc:  # noqa: BLE001 - it fails its own call only
-                out.append((False, exc))
+        return [
+            call_alone(fn, context, args, kwargs) for context, args, kwargs in calls
+        ]
     finally:
         _release()
-    return out
+
+
+BulkCalls = list[tuple[contextvars.Context, tuple, dict]]
+
+
+def _run_bulk(
+    bulk: Callable[[BulkCalls], list[tuple[bool, Any]]],
+    fn: Callable[..., Any],
+    calls: BulkCalls,
+) -> list[tuple[bool, Any]]:
+    """Run ``bulk`` once over the batch's ``calls``; if it raises (it should not: it
+    answers each call with a result), each call runs alone through ``fn``. Then the
+    thread's connection is released."""
+    try:
+        try:
+            results = bulk(calls)
+            if len(results) != len(calls):
+                raise RuntimeError("a bulk step answered a different number of calls")
+        except Exception:  # noqa: BLE001 - the calls are run one by one instead
+            logger.exception("a bulk step failed; its calls run one by one")
+            return [call_alone(fn, c, a, k) for c, a, k in calls]
+        return results
+    finally:
+        _release()
 
 
 @dataclass
@@ -162,6 +195,28 @@ def db_batched(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     transaction, in its caller's context) and an exception fails only its own call.
     Elsewhere (tests, sync callers' threads) the same as :func:`db_brief`.
     """
+    return _batcher(fn, functools.partial(_run_calls, fn))
+
+
+def db_bulk(
+    bulk: Callable[[BulkCalls], list[tuple[bool, Any]]], fn: Callable[P, R]
+) -> Callable[P, Awaitable[R]]:
+    """:func:`db_batched` whose batch is one ``bulk`` call: ``bulk(calls)`` gets the
+    batch's calls of ``fn`` (``[(context, args, kwargs)]``, in arrival order) and
+    answers each, in order, with ``(True, value)`` or ``(False, exception)``, as
+    ``fn`` would have (so it can write the batch in one transaction and send the
+    calls it cannot take to ``fn`` alone, :func:`call_alone`). ``bulk`` runs in the
+    batch's own context, not a caller's. If ``bulk`` raises, every call of the batch
+    runs alone through ``fn``. Outside a released request each call is ``fn`` through
+    :func:`db_brief`.
+    """
+    return _batcher(fn, functools.partial(_run_bulk, bulk, fn))
+
+
+def _batcher(
+    fn: Callable[P, R], run_batch: Callable[[BulkCalls], list[tuple[bool, Any]]]
+) -> Callable[P, Awaitable[R]]:
+    """``fn`` batched as :func:`db_batched` says, each batch run by ``run_batch``."""
     brief = db_brief(fn)
     per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batches] = (
         weakref.WeakKeyDictionary()
@@ -177,7 +232,7 @@ def db_batched(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
                 try:
                     async with _gate():
                         results = await loop.run_in_executor(
-                            _shared_executor(), functools.partial(_run_calls, fn, calls)
+                            _shared_executor(), functools.partial(run_batch, calls)
                         )
                 except BaseException as exc:  # noqa: BLE001 - every caller hears of it
                     for *_call, future in batch:
@@ -327,49 +382,3 @@ async def connection_release() -> None:
     hold the whole pool and the next POSTs wait DATABASE_POOL_TIMEOUT_S for one.
     """
     await sync_to_async(_release)()
-
-
-def _readable_loader(base: type[Any]) -> type[Any]:
-    """A subclass of the psycopg timestamptz loader ``base`` that reads a time Python
-    cannot hold (past year 9999 or before year 1, ``infinity``) as the nearest end of
-    the storable range (:data:`chatsite.storable.YEAR_MIN` / ``YEAR_MAX``, UTC)
-    instead of raising ``DataError``."""
-    from psycopg import DataError
-
-    from chatsite.storable import YEAR_MAX, YEAR_MIN
-
-    class ReadableTimestamptzLoader(base):
-        readable = True
-
-        def load(self, data: Any) -> Any:
-            try:
-                return super().load(data)
-            except DataError:
-                # text format (Django's): "-infinity", "...-01-01 00:00:00+00 BC"
-                raw = bytes(data)
-                low = raw.startswith(b"-") or raw.endswith(b" BC")
-                year = YEAR_MIN if low else YEAR_MAX
-                moment = dt.datetime(year, 1 if low else 12, 1 if low else 31)
-                return moment.replace(tzinfo=dt.UTC)
-
-    return ReadableTimestamptzLoader
-
-
-def timestamps_readable(sender: Any, connection: Any, **kwargs: Any) -> None:
-    """``connection_created`` receiver: let ``connection`` read every stored time.
-
-    A ``timestamptz`` PostgreSQL holds but Python's ``datetime`` cannot (a year-10000
-    time stored before the input check of :mod:`chatsite.storable`, ``infinity``)
-    would make every page, search and export that reads its row a 500; it is read as
-    the storable range's nearest end instead (:func:`_readable_loader`). The loader
-    wraps the one Django registered on the connection (its time zone handling).
-    """
-    if connection.vendor != "postgresql" or connection.connection is None:
-        return
-    from psycopg.pq import Format
-
-    adapters = connection.connection.adapters
-    oid = adapters.types["timestamptz"].oid
-    base = adapters.get_loader(oid, Format.TEXT)  # Django reads in text format only
-    if base is not None and not getattr(base, "readable", False):
-        adapters.register_loader(oid, _readable_loader(base))

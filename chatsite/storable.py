@@ -15,6 +15,7 @@ file); :func:`value_check`, :func:`datetime_check` raise
 ``invalid_date``).
 :func:`storable_input` is the site's middleware that applies :func:`value_check` to
 every form field, query parameter, uploaded file name and JSON body.
+:func:`timestamps_readable` lets a connection read a time stored before that check.
 """
 
 from __future__ import annotations
@@ -180,3 +181,47 @@ __all__: list[str] = [
     "text_problem",
     "value_check",
 ]
+
+
+def _readable_loader(base: type[Any]) -> type[Any]:
+    """A subclass of the psycopg timestamptz loader ``base`` that reads a time Python
+    cannot hold (past year 9999 or before year 1, ``infinity``) as the nearest end of
+    the storable range (:data:`chatsite.storable.YEAR_MIN` / ``YEAR_MAX``, UTC)
+    instead of raising ``DataError``."""
+    from psycopg import DataError
+
+    class ReadableTimestamptzLoader(base):
+        readable = True
+
+        def load(self, data: Any) -> Any:
+            try:
+                return super().load(data)
+            except DataError:
+                # text format (Django's): "-infinity", "...-01-01 00:00:00+00 BC"
+                raw = bytes(data)
+                low = raw.startswith(b"-") or raw.endswith(b" BC")
+                year = YEAR_MIN if low else YEAR_MAX
+                moment = dt.datetime(year, 1 if low else 12, 1 if low else 31)
+                return moment.replace(tzinfo=dt.UTC)
+
+    return ReadableTimestamptzLoader
+
+
+def timestamps_readable(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """``connection_created`` receiver: let ``connection`` read every stored time.
+
+    A ``timestamptz`` PostgreSQL holds but Python's ``datetime`` cannot (a year-10000
+    time stored before the input check of :mod:`chatsite.storable`, ``infinity``)
+    would make every page, search and export that reads its row a 500; it is read as
+    the storable range's nearest end instead (:func:`_readable_loader`). The loader
+    wraps the one Django registered on the connection (its time zone handling).
+    """
+    if connection.vendor != "postgresql" or connection.connection is None:
+        return
+    from psycopg.pq import Format
+
+    adapters = connection.connection.adapters
+    oid = adapters.types["timestamptz"].oid
+    base = adapters.get_loader(oid, Format.TEXT)  # Django reads in text format only
+    if base is not None and not getattr(base, "readable", False):
+        adapters.register_loader(oid, _readable_loader(base))

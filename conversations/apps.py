@@ -6,9 +6,9 @@ class ConversationsConfig(AppConfig):
 
     def ready(self) -> None:
         """Every database connection reads every stored time
-        (:func:`chatsite.db.timestamps_readable`)."""
+        (:func:`chatsite.storable.timestamps_readable`)."""
         from django.db.backends.signals import connection_created
 
-        from chatsite.db import timestamps_readable
+        from chatsite.storable import timestamps_readable
 
         connection_created.connect(timestamps_readable, dispatch_uid="times-readable")

@@ -34,10 +34,12 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
+from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Prefetch
 from django.http import HttpRequest, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import reverse
@@ -57,6 +59,7 @@ from conversations.sse_steps import calling_get, step_events
 from conversations.sse_steps import tool_step_payload as tool_step_payload
 from gateway import generations
 from inference import protocol
+from memory.models import Citation
 
 
 def token_frame(text: str, event_id: str) -> str:
@@ -65,10 +68,16 @@ def token_frame(text: str, event_id: str) -> str:
     return f'id: {event_id}\nevent: token\ndata: {{"t": {frame_json(text)}}}\n\n'
 
 
-def message_payload(message: Message) -> dict[str, Any]:
+def message_payload(message: Message, *, prefetched: bool = False) -> dict[str, Any]:
     """Return the final state of an answer as sent in ``done`` / ``error`` frames.
-    Sync (reads the answer's citations). Each citation is ``{"number", "title",
-    "passage", "url"}`` (passage numbers start at 1)."""
+    Sync (reads the answer's citations, unless ``prefetched``: read with it by
+    :data:`_CITATIONS`). Each citation is ``{"number", "title", "passage", "url"}``
+    (passage numbers start at 1)."""
+    cited = (
+        message.citations.all()
+        if prefetched
+        else message.citations.select_related("chunk__document").order_by("number")
+    )
     citations: list[dict[str, Any]] = [
         {
             "number": c.number,
@@ -77,7 +86,7 @@ def message_payload(message: Message) -> dict[str, Any]:
             "url": reverse("document-detail", args=[c.chunk.document_id])
             + f"#p{c.chunk.ord}",
         }
-        for c in message.citations.select_related("chunk__document").order_by("number")
+        for c in cited
     ]
     return {
         "message_id": str(message.id),
@@ -133,6 +142,43 @@ class _FinalRecorder(services.MessageRecorder):
 
     def _read(self) -> None:
         self.final = _message_final(self.message_id)
+
+    @staticmethod
+    def finalize_many(
+        items: list[tuple[services.MessageRecorder, str, generations.Outcome]],
+    ) -> list[bool]:
+        """:meth:`MessageRecorder.finalize_many`, then, once that commits, the final
+        state of every answer it finalised in one read (two queries)."""
+        done = services.MessageRecorder.finalize_many(items)
+        recorders = [
+            recorder
+            for (recorder, _job, _outcome), finalised in zip(items, done, strict=True)
+            if finalised and isinstance(recorder, _FinalRecorder)
+        ]
+        if recorders:
+            transaction.on_commit(partial(_finals_read, recorders), robust=True)
+        return done
+
+
+# an answer's citations as its done frame shows them, read with many answers at once
+_CITATIONS = Prefetch(
+    "citations",
+    queryset=Citation.objects.select_related("chunk__document").order_by("number"),
+)
+
+
+def _finals_read(recorders: list[_FinalRecorder]) -> None:
+    """Set each recorder's ``final`` (its answer and :func:`message_payload`) from
+    one read of their answers and one of their citations."""
+    messages = Message.objects.select_related("conversation").prefetch_related(
+        _CITATIONS
+    )
+    ids = [r.message_id for r in recorders]
+    by_id = {str(m.id): m for m in messages.filter(id__in=ids)}
+    for recorder in recorders:
+        message = by_id.get(str(recorder.message_id))
+        if message is not None:
+            recorder.final = message, message_payload(message, prefetched=True)
 
 
 async def _final_frame(

@@ -267,6 +267,43 @@ def quota_settle(*, user_id: int, job_id: str, tokens: int) -> int | None:
     return None if reserved < 0 else reserved
 
 
+def quota_settle_many(settles: list[tuple[int, str, int]]) -> list[int | None]:
+    """:func:`quota_settle` of many jobs, ``[(user_id, job_id, tokens)]``, in two
+    pipelined round trips (the reservations' window keys, then a settle script per
+    job, each in its own user's slot: cluster-safe). Returns, per job in order, the
+    tokens that had been reserved or None."""
+    client = redis_sync()
+    with client.pipeline(transaction=False) as pipe:
+        for user_id, job_id, _tokens in settles:
+            pipe.hmget(keys.reservation_key(user_id, job_id), "k1", "k2", "k3")
+        windows = cast(list[list[str | None]], pipe.execute())
+    with client.pipeline(transaction=False) as pipe:
+        for (user_id, job_id, tokens), job_windows in zip(
+            settles, windows, strict=True
+        ):
+            if all(job_windows):
+                keys.eval_on(
+                    pipe,
+                    SETTLE_LUA,
+                    5,
+                    keys.reservation_key(user_id, job_id),
+                    keys.reservations_key(user_id),
+                    *job_windows,
+                    max(0, tokens),
+                    job_id,
+                )
+            pipe.zrem(
+                keys.unsubmitted_key(job_id), keys.unsubmitted_member(user_id, job_id)
+            )
+        results = iter(pipe.execute())
+    out: list[int | None] = []
+    for job_windows in windows:
+        reserved = int(next(results)) if all(job_windows) else -1
+        next(results)  # the ZREM
+        out.append(None if reserved < 0 else reserved)
+    return out
+
+
 def quota_release(*, user_id: int, job_id: str) -> int | None:
     """Give back a whole reservation (the request was rejected or failed)."""
     return quota_settle(user_id=user_id, job_id=job_id, tokens=0)

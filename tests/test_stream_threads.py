@@ -13,7 +13,7 @@ from asgiref.sync import ThreadSensitiveContext
 from django.contrib.auth import get_user_model
 
 from chatsite import db
-from chatsite.db import db_batched, db_brief, request_thread_release
+from chatsite.db import db_batched, db_brief, db_bulk, request_thread_release
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,3 +80,48 @@ async def test_outside_a_request_a_batched_step_is_a_brief_one():
     """No ASGI request (a test, a management command): each call runs as db_brief's."""
     batched = db_batched(lambda: threading.current_thread().name)
     assert not (await batched()).startswith("stream-sync")
+
+
+async def _released_calls(step, n: int) -> list:
+    async def stream(i: int):
+        async with ThreadSensitiveContext():
+            await request_thread_release()
+            return await step(i)
+
+    return await asyncio.gather(*(stream(i) for i in range(n)), return_exceptions=True)
+
+
+async def test_a_bulk_step_answers_each_call_of_its_batch():
+    """db_bulk: one bulk call per batch answers each call, in order; an answer that
+    is an exception fails its own call only."""
+    batches: list[list[int]] = []
+
+    def bulk(calls):
+        batches.append([args[0] for _context, args, _kwargs in calls])
+        return [
+            (False, ValueError("three")) if args[0] == 3 else (True, args[0] * 10)
+            for _context, args, _kwargs in calls
+        ]
+
+    got = await _released_calls(db_bulk(bulk, lambda i: -1), 12)
+
+    assert isinstance(got[3], ValueError)
+    assert [g for k, g in enumerate(got) if k != 3] == [
+        i * 10 for i in range(12) if i != 3
+    ]
+    assert sorted(i for batch in batches for i in batch) == list(range(12))
+
+
+async def test_when_a_bulk_step_raises_each_call_of_its_batch_runs_alone():
+    def bulk(calls):
+        raise RuntimeError("the batch's transaction failed")
+
+    def alone(i: int) -> int:
+        if i == 5:
+            raise ValueError("five")
+        return i + get_user_model().objects.count()
+
+    got = await _released_calls(db_bulk(bulk, alone), 8)
+
+    assert isinstance(got[5], ValueError)
+    assert [g for k, g in enumerate(got) if k != 5] == [i for i in range(8) if i != 5]

@@ -10,10 +10,11 @@ settles first (the SSE relay, or the reaper).
 from __future__ import annotations
 
 import datetime as dt
+from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import (
     ExpressionWrapper,
     F,
@@ -122,6 +123,106 @@ class MessageRecorder:
         if settings.CHAT_BACKGROUND_JOBS:
             transaction.on_commit(lambda: _after_answer(message_id=job_id))
         return True
+
+    @staticmethod
+    def finalize_many(
+        items: list[tuple[MessageRecorder, str, generations.Outcome]],
+    ) -> list[bool]:
+        """:meth:`finalize` of many answers, ``[(recorder, job_id, outcome)]``, in the
+        caller's transaction; returns, in order, whether each was finalised here.
+
+        The answers of plain outcomes are written by one conditional UPDATE (the same
+        writes as :meth:`finalize`'s), their conversations' ``updated_at`` by one
+        more; an answer whose outcome holds tool calls goes through :meth:`finalize`.
+        """
+        done = [False] * len(items)
+        plain: list[tuple[int, str, generations.Outcome]] = []
+        for index, (recorder, job_id, outcome) in enumerate(items):
+            if tools.outcome_calls(outcome=outcome):
+                done[index] = recorder.finalize(job_id=job_id, outcome=outcome)
+            else:
+                plain.append((index, job_id, outcome))
+        finalised = _answers_update(sorted(plain, key=lambda p: p[1]))
+        for index, job_id, _outcome in plain:
+            done[index] = job_id in finalised
+        conversations = set(finalised.values())
+        if conversations:
+            Conversation.objects.filter(id__in=conversations).update(
+                updated_at=timezone.now()
+            )
+        if settings.CHAT_BACKGROUND_JOBS:
+            for job_id in finalised:
+                transaction.on_commit(partial(_after_answer, message_id=job_id))
+        return done
+
+
+def _answers_update(
+    plain: list[tuple[int, str, generations.Outcome]],
+) -> dict[str, Any]:
+    """Write the final state of the answers of ``plain`` (``(index, job_id,
+    outcome)``, none with tool calls) in one UPDATE ... FROM (VALUES ...), on those
+    still streaming; return ``{job_id: conversation id}`` of those written."""
+    if not plain:
+        return {}
+    rows: list[str] = []
+    params: list[Any] = []
+    for _index, job_id, outcome in plain:
+        rows.append(_ROW)
+        finish = outcome.finish_reason
+        if finish == FINISH_TOOL_CALLS:
+            finish = protocol.FINISH_STOP  # no call to run
+        error = None
+        if outcome.error is not None:
+            error = outcome.error.message
+        elif outcome.reason:  # why a filtered answer was cut: shown under it
+            error = outcome.reason
+        usage = outcome.usage
+        params += [
+            job_id,
+            outcome.text,
+            outcome.model,
+            outcome.status,
+            finish,
+            usage.completion_tokens,
+            usage.prompt_tokens,
+            usage.cached_tokens,
+            outcome.cache_kind,
+            outcome.ttft_ms,
+            outcome.latency_ms,
+            error,
+        ]
+    sql = _ANSWERS_UPDATE.format(table=Message._meta.db_table, rows=", ".join(rows))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, Message.Status.STREAMING])
+        return {str(job): conversation for job, conversation in cursor.fetchall()}
+
+
+# One answer's values in _ANSWERS_UPDATE (typed: a NULL's type is not guessed)
+_ROW = (
+    "(%s::uuid, %s::text, %s::text, %s::text, %s::text, %s::int, %s::int, %s::int, "
+    "%s::text, %s::int, %s::int, %s::text)"
+)
+# MessageRecorder.finalize's writes for many answers: the counts add to what a
+# continued answer holds (a null count reads as 0), its first ttft_ms is kept
+_ANSWERS_UPDATE = """
+UPDATE {table} AS m SET
+  content = m.content || v.text,
+  model = v.model,
+  status = v.status,
+  finish_reason = v.finish_reason,
+  token_count = COALESCE(m.token_count, 0) + v.completion,
+  prompt_tokens = COALESCE(m.prompt_tokens, 0) + v.prompt,
+  cached_tokens = COALESCE(m.cached_tokens, 0) + v.cached,
+  cache_kind = v.cache_kind,
+  ttft_ms = COALESCE(m.ttft_ms, v.ttft),
+  latency_ms = CASE WHEN v.latency IS NULL THEN m.latency_ms
+    ELSE COALESCE(m.latency_ms, 0) + v.latency END,
+  error = COALESCE(v.error, m.error)
+FROM (VALUES {rows}) AS v(job, text, model, status, finish_reason, completion,
+  prompt, cached, cache_kind, ttft, latency, error)
+WHERE ((m.id = v.job AND m.job IS NULL) OR m.job = v.job) AND m.status = %s
+RETURNING v.job, m.conversation_id
+"""
 
 
 def _added(field: str, value: int | None) -> Any:

@@ -50,6 +50,7 @@ from gateway.cache.flow import (
     CACHEABLE_FINISH,
     cache_lookup,
     cache_pending_store,
+    cache_pending_take,
     cache_settle,
 )
 from gateway.cache.policy import (
@@ -77,6 +78,7 @@ __all__ = [
     "cache_pending_store",
     "cache_prepare",
     "cache_serve",
+    "cache_pending_take",
     "cache_settle",
     "exact_digest",
     "params_hash",

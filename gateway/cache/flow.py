@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from django.conf import settings
 
@@ -18,6 +19,20 @@ logger = logging.getLogger(__name__)
 
 # Finish reasons of an answer worth caching (a complete answer, maybe cut by max_tokens).
 CACHEABLE_FINISH = frozenset({protocol.FINISH_STOP, protocol.FINISH_LENGTH})
+
+
+# cache_settle's ``pending`` when the caller did not take the material
+_UNREAD = object()
+
+
+def cache_pending_take(*, job_ids: list[str]) -> list[str | bytes | None]:
+    """Take (GETDEL) the admitted material of many settled jobs in one pipelined
+    round trip, for :func:`cache_settle`'s ``pending``; None where a job has none.
+    Raises what Redis raises."""
+    with redis_sync().pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.getdel(keys.cache_pending_key(job_id))
+        return list(pipe.execute())
 
 
 def cache_lookup(*, material: CacheMaterial, pool: str, model: str) -> CacheHit | None:
@@ -91,6 +106,7 @@ def cache_settle(
     answer_model: str = "",
     cache_hit: bool = False,
     usage: protocol.Usage | None = None,
+    pending: Any = _UNREAD,
 ) -> bool:
     """Store a settled generation's answer in the caches if it qualifies; drop its material.
 
@@ -98,10 +114,15 @@ def cache_settle(
     ``finish_reason`` is ``stop`` or ``length``, the answer is not empty, it is not a
     cache hit, and it was answered on the pool it was admitted to (a fallback retry is
     not cached). ``usage``: the generation's, kept with both entries. Returns True
-    if stored. Never raises (a failure is logged).
+    if stored. Never raises (a failure is logged). ``pending``: the job's material as
+    :func:`cache_pending_take` took it (default: taken here, one round trip).
     """
     try:
-        raw = redis_sync().getdel(keys.cache_pending_key(job_id))
+        raw = (
+            redis_sync().getdel(keys.cache_pending_key(job_id))
+            if pending is _UNREAD
+            else pending
+        )
         if raw is None or cache_hit or not answer:
             return False
         if status != "complete" or finish_reason not in CACHEABLE_FINISH:

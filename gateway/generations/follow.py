@@ -65,10 +65,10 @@ from gateway.generations.policy import PolicyChain, policies_for
 from gateway.generations.settle import (
     BACKEND_ERRORS,
     Recorder,
-    asettle_retrying,
     generation_watch,
     outcome_settle,
 )
+from gateway.generations.settle_bulk import asettle_retrying
 from gateway.generations.start import Generation, generation_cancel
 from gateway.models import UsageRecord
 from inference import client as inference_client

@@ -13,7 +13,6 @@ failed pool's fallback (:mod:`gateway.fallback`) and settled when the retry ends
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -24,7 +23,6 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from redis.exceptions import RedisError
 
-from chatsite.db import db_batched
 from chatsite.errors import ServiceUnavailable
 from gateway import cache, fallback, quota, selectors
 from gateway.generations.outcome import (
@@ -33,7 +31,7 @@ from gateway.generations.outcome import (
     outcome_filtered,
     outcome_from_events,
 )
-from gateway.generations.policy import chain_replay, policies_for
+from gateway.generations.policy import PolicyChain, chain_replay, policies_for
 from gateway.generations.start import Generation
 from gateway.models import ModelPool, UsageRecord
 from inference import client as inference_client
@@ -235,20 +233,7 @@ def generation_settle(
                 if recorder is not None:
                     recorder.rerouted(job_id=generation.job_id, pool=retried_on)
             return Settlement("retried", pool=retried_on or generation.pool)
-    outcome = outcome_from_events(
-        events, model=generation.model, cache_kind=generation.cache_kind
-    )
-    generated = outcome.text
-    chain = policies_for(job_id=generation.job_id, user_id=generation.user_id)
-    if chain is not None and generation.prefix:
-        chain.prime(generation.prefix)  # a continued answer is screened whole
-    released = chain_replay(chain, generated)
-    if released.cut:
-        outcome = outcome_filtered(
-            outcome, released=released.text, reason=released.reason
-        )
-    else:
-        outcome.text = released.text
+    outcome, chain, generated = outcome_released(generation, events)
     with transaction.atomic():
         settled = outcome_settle(
             generation=generation,
@@ -256,43 +241,66 @@ def generation_settle(
             recorder=recorder,
             message_id=message_id,
         )
-        if settled and chain is not None and outcome.error is None:
-            chain.settled(
-                generated=generation.prefix + generated,
-                surface=generation.surface
-                or ("chat" if recorder is not None else "api"),
+        if settled:
+            policies_settled(
+                chain,
+                generation=generation,
+                outcome=outcome,
+                generated=generated,
+                chat=recorder is not None,
                 message_id=message_id,
             )
     return Settlement("settled" if settled else "already", outcome)
 
 
+def outcome_released(
+    generation: Generation, events: list[protocol.Event]
+) -> tuple[Outcome, PolicyChain | None, str]:
+    """The outcome of ``generation``'s ended stream ``events`` (:func:`outcome_from_events`)
+    with the stream policies replayed over its text: the text as released, or the
+    outcome ``filtered`` when a policy cut it. Returns it, the policies (None when
+    none is active; :func:`policies_settled` tells them once it is settled) and the
+    text the engine generated."""
+    outcome = outcome_from_events(
+        events, model=generation.model, cache_kind=generation.cache_kind
+    )
+    chain = policies_for(job_id=generation.job_id, user_id=generation.user_id)
+    if chain is not None and generation.prefix:
+        chain.prime(generation.prefix)  # a continued answer is screened whole
+    generated = outcome.text
+    released = chain_replay(chain, generated)
+    if released.cut:
+        outcome = outcome_filtered(
+            outcome, released=released.text, reason=released.reason
+        )
+    else:
+        outcome.text = released.text
+    return outcome, chain, generated
+
+
+def policies_settled(
+    chain: PolicyChain | None,
+    *,
+    generation: Generation,
+    outcome: Outcome,
+    generated: str,
+    chat: bool,
+    message_id: Any,
+) -> None:
+    """Tell ``chain`` (from :func:`outcome_released`) that its generation was settled
+    (in the settling transaction); nothing for an error or without policies."""
+    if chain is None or outcome.error is not None:
+        return
+    chain.settled(
+        generated=generation.prefix + generated,
+        surface=generation.surface or ("chat" if chat else "api"),
+        message_id=message_id,
+    )
+
+
 # What a failing database or Redis raise: a settlement that meets one is retried
 # (:func:`asettle_retrying`), a follower that meets one reports a broken stream.
 BACKEND_ERRORS = (RedisError, DatabaseError, OSError, ServiceUnavailable)
-
-
-# answers ending together settle in batches (one thread hand-off per batch)
-_settle_batched = db_batched(generation_settle)
-
-
-async def asettle_retrying(
-    generation: Generation, recorder: Recorder | None, message_id: Any
-) -> Settlement:
-    """:func:`generation_settle` from the event loop, retried while the database or
-    Redis come back (a restart or failover takes seconds), for up to
-    GATEWAY_SETTLE_RETRY_S seconds; then raises the last of :data:`BACKEND_ERRORS`."""
-    deadline = time.monotonic() + settings.GATEWAY_SETTLE_RETRY_S
-    delay = 0.1
-    while True:
-        try:
-            return await _settle_batched(
-                generation=generation, recorder=recorder, message_id=message_id
-            )
-        except BACKEND_ERRORS:
-            if time.monotonic() + delay > deadline:
-                raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
 
 
 def generation_watch(generation: Generation) -> inference_client.Watch:
