@@ -10,6 +10,7 @@ shapes come from :mod:`inference.protocol`.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any, cast
@@ -173,14 +174,34 @@ def generation_events_many(*, job_ids: list[str]) -> list[list[protocol.Event]]:
 
 
 def _until_terminal(entries: Any) -> list[protocol.Event]:
-    """The parsed stream ``entries`` up to and including the first terminal event."""
-    events: list[protocol.Event] = []
-    for entry_id, fields in cast(list[redis_types.StreamEntry], entries):
-        event = protocol.event_parse(entry_id, fields)
-        events.append(event)
-        if event.is_terminal:
+    """The parsed stream ``entries`` (``[(id, {"e", "d"})]``, as the sync client reads
+    them) up to and including the first terminal event.
+
+    The payloads are decoded by one ``json.loads`` of them all as one array: an
+    answer's hundreds of small token payloads cost little more than one (a call per
+    payload spent most of its time on the call). An entry of another shape is
+    decoded by :func:`protocol.event_parse`, and so is every entry of its stream.
+    """
+    end = len(entries)
+    for index, (_entry_id, fields) in enumerate(entries):
+        if fields.get("e") in protocol.TERMINAL_EVENTS:
+            end = index + 1
             break
-    return events
+    read = cast(list[redis_types.StreamEntry], entries[:end])
+    try:
+        if not all(
+            type(i) is str and len(f) == 2 and type(f["d"]) is str for i, f in read
+        ):
+            raise ValueError("not the shape we write")
+        payloads = json.loads("[" + ",".join(f["d"] for _i, f in read) + "]")
+        if len(payloads) != len(read):
+            raise ValueError("a payload that is not one JSON value")
+    except (KeyError, TypeError, ValueError):
+        return [protocol.event_parse(entry_id, fields) for entry_id, fields in read]
+    return [
+        protocol.Event(id=entry_id, type=fields["e"], data=data)
+        for (entry_id, fields), data in zip(read, payloads, strict=True)
+    ]
 
 
 def generation_exists(*, job_id: str) -> bool:

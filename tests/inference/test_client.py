@@ -12,6 +12,7 @@ from inference import keys, protocol, waiting
 from inference.connections import redis_sync
 
 USAGE = {"prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0}
+META = {"model": "m", "worker": "w1", "queue_ms": 1}
 DONE = {"finish_reason": "stop", "usage": USAGE, "ttft_ms": 1, "latency_ms": 2}
 WATCH = inference_client.Watch(
     job_id="j1", pool="p1", enqueued_at=100.0, queue_timeout_s=30, no_worker_grace_s=5
@@ -93,3 +94,35 @@ async def test_sync_and_async_liveness_count_recent_heartbeats_only():
     redis_sync().zadd(keys.workers_key("p"), {"fresh": now, "gone": now - 60})
     assert await sync_to_async(inference_client.workers_live)(pool="p") == 1
     assert await waiting.aworkers_live(pool="p", max_age_s=0) == 1
+
+
+@pytest.mark.parametrize("odd_entry", [False, True], ids=["ours", "odd entry"])
+def test_a_streams_events_read_one_by_one_or_many_at_once_are_the_same(odd_entry):
+    """generation_events(_many): every event up to the first terminal one, with its
+    payload as written (quotes, brackets, non-ASCII), whatever an entry's shape."""
+    client = redis_sync()
+    texts = ['He said "hi"', "], [", "é 你好", "\\n"]
+    for job_id in ("ev-1", "ev-2"):
+        key = keys.gen_key(job_id)
+        client.xadd(key, protocol.event_fields(protocol.EVENT_META, META))
+        for text in texts:
+            client.xadd(key, protocol.token_fields(text))
+        if odd_entry:
+            client.xadd(key, {"e": protocol.EVENT_TOKEN, "d": '{"t": "!"}', "x": "1"})
+        client.xadd(key, protocol.event_fields(protocol.EVENT_DONE, DONE))
+        client.xadd(key, protocol.token_fields("after the end"))
+
+    one = inference_client.generation_events(job_id="ev-1")
+    many = inference_client.generation_events_many(job_ids=["ev-1", "ev-2"])
+
+    extra = ["!"] if odd_entry else []
+    assert [e.data.get("t") for e in one if e.type == protocol.EVENT_TOKEN] == [
+        *texts,
+        *extra,
+    ]
+    assert [e.type for e in one][-1] == protocol.EVENT_DONE
+    assert one[-1].data == DONE and one[0].data == META
+    assert [[(e.type, e.data) for e in events] for events in many] == [
+        [(e.type, e.data) for e in one]
+    ] * 2
+    assert all(isinstance(e.id, str) for e in one)
