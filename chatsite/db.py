@@ -279,6 +279,13 @@ class _SharedExecutor(ThreadPoolExecutor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Ignored: the pool lives as long as the process."""
 
+    def __bool__(self) -> bool:
+        """False: asgiref's ``ThreadSensitiveContext.__aexit__`` (each request's end)
+        joins a truthy executor from a new thread, only to call the no-op
+        :meth:`shutdown`: a thread started and joined per stream's end, in the
+        burst of a thousand answers ending together."""
+        return False
+
 
 _shared: _SharedExecutor | None = None
 

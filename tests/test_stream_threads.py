@@ -41,6 +41,27 @@ async def test_a_request_that_gave_its_thread_back_waits_without_one():
         assert await db_brief(get_user_model().objects.exists)() is False
 
 
+async def test_the_end_of_a_request_that_gave_its_thread_back_starts_none(
+    monkeypatch,
+):
+    """A streamed request's end (asgiref's context exit) starts no thread to shut
+    down the shared threads it used."""
+    context = ThreadSensitiveContext()
+    async with context:
+        await request_thread_release()
+        assert await db_brief(get_user_model().objects.count)() == 0
+        started: list[threading.Thread] = []
+        start = threading.Thread.start
+
+        def counted(thread: threading.Thread) -> None:
+            started.append(thread)
+            start(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", counted)
+    assert started == []
+    assert await db_brief(get_user_model().objects.count)() == 0  # still serves
+
+
 async def test_steps_of_many_streams_run_in_batches_and_fail_alone(monkeypatch):
     """Twenty answers ending together: their steps share thread hand-offs (a batch
     per hand-off), each gets its own result, and one that raises fails alone."""
