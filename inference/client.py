@@ -161,47 +161,62 @@ def generation_fail(*, job_id: str, code: str, message: str, ttl_s: int = 3600) 
 
 def generation_events(*, job_id: str) -> list[protocol.Event]:
     """Return a generation's events up to and including its first terminal event."""
-    return _until_terminal(redis_sync().xrange(keys.gen_key(job_id)))
+    return generation_events_many(job_ids=[job_id])[0]
+
+
+# XRANGE of the whole stream, its reply as Redis sends it: redis-py's XRANGE reply
+# parser builds a dict per entry, the larger part of a settlement's read
+_XRANGE_RAW_LUA = "return redis.call('XRANGE', KEYS[1], '-', '+')"
 
 
 def generation_events_many(*, job_ids: list[str]) -> list[list[protocol.Event]]:
-    """:func:`generation_events` of many generations in one pipelined round trip
-    (one XRANGE each; on a cluster, grouped per node by the pipeline), in order."""
+    """:func:`generation_events` of many generations, in order, in one pipelined
+    round trip (on a cluster, grouped per node by the pipeline)."""
     with redis_sync().pipeline(transaction=False) as pipe:
         for job_id in job_ids:
-            pipe.xrange(keys.gen_key(job_id))
+            keys.eval_on(pipe, _XRANGE_RAW_LUA, 1, keys.gen_key(job_id))
         return [_until_terminal(entries) for entries in pipe.execute()]
 
 
-def _until_terminal(entries: Any) -> list[protocol.Event]:
-    """The parsed stream ``entries`` (``[(id, {"e", "d"})]``, as the sync client reads
-    them) up to and including the first terminal event.
+def _until_terminal(entries: list[list[Any]]) -> list[protocol.Event]:
+    """The events of a raw XRANGE reply (``[[id, [name, value, ...]], ...]``) up to
+    and including the first terminal one.
 
-    The payloads are decoded by one ``json.loads`` of them all as one array: an
+    When every entry is ours (``e``, ``d``, in that order: :func:`protocol.event_fields`)
+    the payloads are decoded by one ``json.loads`` of them all as one array: an
     answer's hundreds of small token payloads cost little more than one (a call per
-    payload spent most of its time on the call). An entry of another shape is
-    decoded by :func:`protocol.event_parse`, and so is every entry of its stream.
+    payload spent most of its time on the call). Otherwise each entry is decoded by
+    :func:`protocol.event_parse_flat`.
     """
-    end = len(entries)
-    for index, (_entry_id, fields) in enumerate(entries):
-        if fields.get("e") in protocol.TERMINAL_EVENTS:
-            end = index + 1
+    if all(
+        type(i) is str and len(f) == 4 and f[0] == "e" and f[2] == "d"
+        for i, f in entries
+    ):
+        end = next(
+            (
+                k + 1
+                for k, (_i, f) in enumerate(entries)
+                if f[1] in protocol.TERMINAL_EVENTS
+            ),
+            len(entries),
+        )
+        read = entries[:end]
+        try:
+            payloads = json.loads("[" + ",".join(f[3] for _i, f in read) + "]")
+        except (TypeError, ValueError):
+            payloads = None
+        if isinstance(payloads, list) and len(payloads) == len(read):
+            return [
+                protocol.Event(id=i, type=f[1], data=data)
+                for (i, f), data in zip(read, payloads, strict=True)
+            ]
+    events: list[protocol.Event] = []
+    for entry_id, fields in entries:
+        event = protocol.event_parse_flat(entry_id, fields)
+        events.append(event)
+        if event.is_terminal:
             break
-    read = cast(list[redis_types.StreamEntry], entries[:end])
-    try:
-        if not all(
-            type(i) is str and len(f) == 2 and type(f["d"]) is str for i, f in read
-        ):
-            raise ValueError("not the shape we write")
-        payloads = json.loads("[" + ",".join(f["d"] for _i, f in read) + "]")
-        if len(payloads) != len(read):
-            raise ValueError("a payload that is not one JSON value")
-    except (KeyError, TypeError, ValueError):
-        return [protocol.event_parse(entry_id, fields) for entry_id, fields in read]
-    return [
-        protocol.Event(id=entry_id, type=fields["e"], data=data)
-        for (entry_id, fields), data in zip(read, payloads, strict=True)
-    ]
+    return events
 
 
 def generation_exists(*, job_id: str) -> bool:
