@@ -169,7 +169,11 @@ _CITATIONS = Prefetch(
 
 def _finals_read(recorders: list[_FinalRecorder]) -> None:
     """Set each recorder's ``final`` (its answer and :func:`message_payload`) from
-    one read of their answers and one of their citations."""
+    one read of their answers and one of their citations (those not read yet: an
+    answer with tool calls was finalised, and read, alone)."""
+    recorders = [recorder for recorder in recorders if recorder.final is None]
+    if not recorders:
+        return
     messages = Message.objects.select_related("conversation").prefetch_related(
         _CITATIONS
     )

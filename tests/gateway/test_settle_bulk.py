@@ -102,8 +102,14 @@ def test_answers_ending_together_settle_once_each_in_a_few_queries(user):
         assert answer.content == f"answer {i}."
         assert (answer.token_count, answer.prompt_tokens) == (2, 11)
         assert (answer.ttft_ms, answer.latency_ms) == (5, 20)
+        assert (answer.finish_reason, answer.model) == ("stop", "scripted-1")
         record = UsageRecord.objects.get(job_id=answer.job_id)
         assert (record.total_tokens, record.message_id) == (BILLED, answer.id)
+        assert (record.status, record.user_id, record.cache_hit) == (
+            "complete",
+            user.pk,
+            False,
+        )
     assert UsageRecord.objects.count() == 12
     assert all(c.updated_at > before[c.id] for c in Conversation.objects.all())
     assert _day_used(user) == 12 * BILLED  # the windows hold what the records bill
