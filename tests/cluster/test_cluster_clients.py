@@ -15,7 +15,9 @@ from django.test import RequestFactory
 from django_ratelimit.core import is_ratelimited
 
 from chatsite.kombu_cluster import KEY_PREFIX
-from inference import protocol
+from gateway import quota
+from inference import client as inference_client
+from inference import keys, protocol
 from inference.connections import redis_async, redis_sync
 from inference.streams import stream_hub
 from inference.streams_cluster import ClusterStreamHub
@@ -176,3 +178,31 @@ def test_a_pipeline_sends_each_script_to_the_master_of_its_keys(on_cluster):
         pipe.eval("return redis.call('GET', KEYS[1])", 1, "elsewhere")
         assert pipe.execute() == [True, 2, None]
     assert on_cluster.master_of("{pipe}:a") != on_cluster.master_of("elsewhere")
+
+
+def test_a_batchs_streams_and_quotas_are_read_and_settled_across_slots(on_cluster):
+    """The bulk settlement's two pipelines (gateway/generations/settle_bulk.py): the
+    streams of many jobs read, and the reservations of many users settled, wherever
+    their slots are."""
+    client = redis_sync()
+    jobs = [f"bulk-{i}" for i in range(8)]
+    for job_id in jobs:
+        client.xadd(keys.gen_key(job_id), protocol.token_fields(job_id))
+    masters = {on_cluster.master_of(keys.gen_key(j)) for j in jobs}
+    limits = quota.Limits(per_day=1000)
+    for user_id, job_id in enumerate(jobs, start=1):
+        quota.quota_reserve(user_id=user_id, job_id=job_id, tokens=50, limits=limits)
+
+    streams = inference_client.generation_events_many(job_ids=jobs)
+    reserved = quota.quota_settle_many(
+        [(user_id, job_id, 7) for user_id, job_id in enumerate(jobs, start=1)]
+    )
+
+    assert len(masters) > 1
+    assert [[e.data["t"] for e in events] for events in streams] == [[j] for j in jobs]
+    assert reserved == [50] * len(jobs)
+    assert [
+        quota.quota_windows(user_id=user_id, limits=limits)[1].used
+        for user_id in range(1, len(jobs) + 1)
+    ] == [7] * len(jobs)
+    assert quota.quota_settle_many([(1, jobs[0], 7)]) == [None]  # once
