@@ -41,11 +41,18 @@ def verdict_shared(*, text: str, query: TextVector | None) -> Verdict:
 
 def verdict_fresh(*, text: str, query: TextVector | None) -> Verdict:
     """Classify ``text`` with the configured backend, reading the shared vector of
-    ``query`` (when it is of ``text``) instead of embedding again; applies the fail
-    policy (raises ModerationUnavailable when failing closed)."""
+    ``query`` (when it is of ``text`` and the backend reads ``text``'s own vector:
+    :meth:`~safety.classifiers.Classifier.vector_text`; a text with an id is embedded
+    without it, once) instead of embedding again; applies the fail policy (raises
+    ModerationUnavailable when failing closed)."""
     classifier = classifier_get()
     vector = None
-    if query is not None and classifier.uses_vector and query.text == text:
+    if (
+        query is not None
+        and classifier.uses_vector
+        and query.text == text
+        and classifier.vector_text(text) == text
+    ):
         try:
             vector = query.vector
         except EmbeddingUnavailable as exc:

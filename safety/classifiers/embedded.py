@@ -149,6 +149,11 @@ class EmbeddedClassifier(Classifier):
             detail={"rule": phrase} if phrase else {},
         )
 
+    def vector_text(self, text: str) -> str:
+        """``text`` without its ids (:func:`~safety.classifiers.features.ids_removed`):
+        what the model embeds and reads."""
+        return ids_removed(text)
+
     def classify(self, text: str, *, vector: Sequence[float] | None = None) -> Verdict:
         """Judge ``text`` (see :meth:`Classifier.classify`). The model reads the text
         without its ids (:func:`~safety.classifiers.features.ids_removed`): ``vector``
