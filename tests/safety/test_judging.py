@@ -104,4 +104,6 @@ def test_a_first_turns_vector_is_kept_with_its_new_verdict_in_one_round_trip(
     assert kept is not None and np.allclose(kept, query.vector, atol=1e-6)
     executes.clear()
     again = verdict_shared(text=text, query=TextVector(text), keep_query=True)
-    assert again.scores == verdict.scores and executes == []  # a hit, no vector
+    assert again.flagged == verdict.flagged  # the cached verdict (scores rounded)
+    assert again.scores == pytest.approx(verdict.scores, abs=1e-6)
+    assert executes == []  # a hit, and this query has no vector to keep
