@@ -20,16 +20,19 @@ Rows (each a dict: measure, value, unit, pinning, params, goal):
 - ``--users`` users at once on one process: turn overhead p50 and p99 (every POST in
   the same instant, :func:`bench.turn_overhead._concurrent`), and daphne's CPU per
   turn over the burst;
-- input moderation's own cost on a turn, p50 (in this process, as admission calls it:
-  :func:`safety.services.input_moderate` with the turn's shared vector already
-  embedded, the embedding worker's time left out): a verdict cache hit (a text judged
-  in the last SAFETY_VERDICT_CACHE_S s) and a miss (a new text each time).
+- input moderation's own cost on a turn, p50 (in this process, moved to the web core
+  for the timing, as admission calls it: :func:`safety.services.input_moderate` with
+  the turn's shared vector already embedded, the embedding worker's time left out): a
+  verdict cache hit (a text judged in the last SAFETY_VERDICT_CACHE_S s) and a miss
+  (a new text each time). ``bench/api_moderation_cost.py`` has the API's, and the
+  embedding's share apart.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -312,6 +315,8 @@ def moderation_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, A
     timings: dict[str, list[tuple[float, float]]] = {"hit": [], "miss": []}
     with worker_processes([EMBED_WORKER], env) as workers:
         load_pin(plan, [w.pid for w in workers])
+        if plan.web:  # timed where the web process runs, beside nothing else
+            os.sched_setaffinity(0, plan.web)
         for i in range(args.moderation_turns + 1):
             for kind in ("miss", "hit"):
                 # a miss: an everyday question whose cached verdict is dropped first
@@ -337,7 +342,11 @@ def moderation_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, A
                 )
                 if i > 0:  # the first of each: imports and the classifier's load
                     timings[kind].append(spent)
-    pinning = plan.describe() + " (measured in the bench process, on the load core)"
+    load_pin(plan)
+    pinning = plan.describe() + (
+        " (measured in the bench process, on the web core: one BLAS thread as "
+        "chatsite.blas_threads sets)"
+    )
     rows = []
     for kind in ("hit", "miss"):
         wall = [w for w, _ in timings[kind]]

@@ -62,6 +62,7 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import chatsite.blas_threads  # noqa: E402, F401  as the web process: before numpy
 from bench.boot import django_start, option_parser  # noqa: E402
 from bench.cpu_pin import load_note, load_pin, pinning_plan, web_cpu_ns, web_pin  # noqa: E402
 from bench.record import bench_record, pct  # noqa: E402

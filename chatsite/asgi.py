@@ -30,6 +30,7 @@ from django.test.utils import override_settings
 from django.urls import Resolver404, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, RoutePattern
 
+import chatsite.blas_threads  # noqa: F401  first: before anything loads numpy
 from chatsite.bodycap import body_capped, response_send
 from chatsite.errors import error_response
 from chatsite.health import HEALTH_PATH, health_app

@@ -4,12 +4,13 @@ Same queue protocol, heartbeats, crash recovery and graceful stop as the generat
 :class:`~inference.worker.Worker` (it is one), but a job is ``kind="embed"`` and ends
 with one ``embedding`` event instead of a token stream.
 
-Dynamic batching: the worker blocks for the first job, then takes what else is queued,
-waits out the rest of the ``gather_ms`` millisecond window once and takes what came
-meanwhile (stopping early at ``max_batch`` texts), and runs all of them through the
-engine together. While a batch runs, newly arriving jobs queue in Redis and form the
-next batch, so under load batches fill without any waiting, and a lone request pays at
-most ``gather_ms``. Jobs whose caller gave up (deadline passed, or their result key
+Dynamic batching: the worker blocks for the first job, then takes what else is queued;
+when more were queued (a burst is arriving) it waits out the rest of the ``gather_ms``
+millisecond window once and takes what came meanwhile (stopping early at
+``max_batch`` texts), and runs all of them through the engine together. A lone job
+(nothing else queued when it is taken) runs at once: no window, since nobody is
+arriving with it, and jobs that come while it runs queue in Redis and form the next
+batch, as under load, where batches fill without any waiting. Jobs whose caller gave up (deadline passed, or their result key
 already set) are dropped before the batch runs.
 
 Two queues, interactive first: ``inf:q:{pool}`` holds what a person waits on (a turn's
@@ -192,9 +193,11 @@ class EmbedWorker(Worker):
         return batch
 
     async def _gather(self, batch: list[Entry]) -> list[Entry]:
-        """Add the interactive jobs that arrive within the gathering window."""
+        """Add the interactive jobs that arrive within the gathering window; a lone
+        job (the only one, nothing more queued) is returned at once."""
         texts = sum(len(e.job.input) for e in batch)
         gather_until = time.monotonic() + self.gather_ms / 1000
+        lone = len(batch) == 1
         while texts < self.max_batch and not self._stopping.is_set():
             # Take what is queued without blocking (block=None; BLOCK 0 would wait
             # forever). The window is waited out here, not with XREADGROUP BLOCK:
@@ -205,10 +208,11 @@ class EmbedWorker(Worker):
             )
             if not more:
                 left_s = gather_until - time.monotonic()
-                if left_s <= 0:
+                if left_s <= 0 or lone:
                     break
                 await asyncio.sleep(left_s)
                 continue
+            lone = False
             batch += more
             texts += sum(len(e.job.input) for e in more)
         return batch

@@ -8,6 +8,8 @@ import dataclasses
 import logging
 from collections.abc import Collection
 
+from django.conf import settings
+
 from inference.embeddings import EmbeddingUnavailable, TextVector
 from safety import verdicts as verdict_cache
 from safety.classifiers import (
@@ -17,14 +19,19 @@ from safety.classifiers import (
     classify_text,
     unavailable_verdict,
 )
-from safety.windows import texts_embed
+from safety.windows import texts_embed, turn_keep
 
 logger = logging.getLogger(__name__)
 
 
-def verdict_shared(*, text: str, query: TextVector | None) -> Verdict:
+def verdict_shared(
+    *, text: str, query: TextVector | None, keep_query: bool = False
+) -> Verdict:
     """Judge a turn's ``text``: its cached verdict (:mod:`safety.verdicts`, one
     MGET; no vector needed), else :func:`verdict_fresh`, cached for the next time.
+    ``keep_query``: also keep the vector ``query`` has (a first turn's, for the next
+    turns' windows, :func:`safety.windows.turn_keep`), written with a new verdict in
+    one round trip; not when the verdict is unavailable (fail open).
 
     A cached verdict is returned as a fresh one (no ``cached`` mark): a chat turn is
     a new message each time, so a flag-only match records its event again, as it
@@ -33,19 +40,39 @@ def verdict_shared(*, text: str, query: TextVector | None) -> Verdict:
     classifier = classifier_get()
     [cached] = verdict_cache.verdicts_cached(backend=classifier.name, texts=[text])
     if cached is not None:
+        if keep_query:
+            turn_keep(query_vectors(query))
         return dataclasses.replace(cached, detail={})
     verdict = verdict_fresh(text=text, query=query)
-    verdict_cache.verdicts_store(texts=[text], verdicts=[verdict])
+    verdict_cache.verdicts_store(
+        texts=[text],
+        verdicts=[verdict],
+        vectors=_kept(query) if keep_query and verdict.available else None,
+    )
     return verdict
+
+
+def _kept(query: TextVector | None) -> dict[str, list[float]]:
+    """The vector of ``query`` to keep for the next turns' windows
+    (:func:`query_vectors`), or nothing when no window is judged
+    (SAFETY_WINDOW_TURNS under 2)."""
+    return query_vectors(query) if settings.SAFETY_WINDOW_TURNS > 1 else {}
 
 
 def verdict_fresh(*, text: str, query: TextVector | None) -> Verdict:
     """Classify ``text`` with the configured backend, reading the shared vector of
-    ``query`` (when it is of ``text``) instead of embedding again; applies the fail
-    policy (raises ModerationUnavailable when failing closed)."""
+    ``query`` (when it is of ``text`` and the backend reads ``text``'s own vector:
+    :meth:`~safety.classifiers.Classifier.vector_text`; a text with an id is embedded
+    without it, once) instead of embedding again; applies the fail policy (raises
+    ModerationUnavailable when failing closed)."""
     classifier = classifier_get()
     vector = None
-    if query is not None and classifier.uses_vector and query.text == text:
+    if (
+        query is not None
+        and classifier.uses_vector
+        and query.text == text
+        and classifier.vector_text(text) == text
+    ):
         try:
             vector = query.vector
         except EmbeddingUnavailable as exc:
@@ -68,14 +95,20 @@ def query_vectors(query: TextVector | None) -> dict[str, list[float]]:
 
 
 def texts_judge(
-    *, texts: list[str], query: TextVector | None, keep: Collection[str] = ()
+    *,
+    texts: list[str],
+    query: TextVector | None,
+    keep: Collection[str] = (),
+    keep_query: bool = False,
 ) -> list[Verdict]:
     """Judge each of ``texts``: cached verdicts first (:mod:`safety.verdicts`), then
     the text of ``query`` with its shared vector, then the rest in one batch (one
     embedding request: with ``keep``, embedded here and each judged with its vector);
     new verdicts are cached. The vectors of the texts that,
     stripped, are in ``keep`` (the window's turns) are kept for
-    :func:`safety.windows.window_judge`. Applies the fail policy (raises
+    :func:`safety.windows.window_judge`; ``keep_query``: the vector ``query`` has
+    too (:func:`verdict_shared`), written with the new verdicts in one round trip.
+    Applies the fail policy (raises
     ModerationUnavailable when failing closed; failing open, the unjudged texts get
     an unavailable verdict)."""
     classifier = classifier_get()
@@ -117,6 +150,8 @@ def texts_judge(
     for i, verdict in fresh.items():
         results[i] = verdict
     verdict_cache.verdicts_store(
-        texts=[texts[i] for i in fresh], verdicts=list(fresh.values())
+        texts=[texts[i] for i in fresh],
+        verdicts=list(fresh.values()),
+        vectors=_kept(query) if keep_query else None,
     )
     return [v for v in results if v is not None]

@@ -29,7 +29,6 @@ from safety.models import Action, ModerationEvent
 from safety.selectors import SafetyConfig, safety_config
 from safety.suspensions import abuse_record
 from safety.windows import (
-    turn_keep,
     window_join,
     window_judge,
     window_text,
@@ -162,18 +161,18 @@ def input_moderate(
     :class:`ModerationUnavailable` (503) when the backend is down and
     SAFETY_FAIL_CLOSED is set; failing open, the text passes unchecked (logged).
     """
-    verdict = verdict_shared(text=text, query=query)
+    joined = window_join(window) if window else None
+    windowed = bool(window) and joined is not None and joined != text
+    # a first turn: its vector is kept with its verdict for the next turns' windows
+    verdict = verdict_shared(text=text, query=query, keep_query=not windowed)
     if not verdict.available:
         return verdict
     judged = [(text, verdict)]
-    joined = window_join(window) if window else None
-    if window and joined is not None and joined != text:
+    if window and joined is not None and windowed:
         seen = window_judge(
             turns=window, classifier=classifier_get(), known=query_vectors(query)
         )
         judged.append((joined, seen))
-    else:  # a first turn: its vector is read by the next turns' windows
-        turn_keep(query_vectors(query))
     _decide(
         user=user,
         judged=judged,
@@ -331,17 +330,18 @@ def messages_moderate(
     if not texts:
         return []
     turns = window_turns(messages, turns=settings.SAFETY_WINDOW_TURNS)
-    verdicts = texts_judge(texts=texts, query=query, keep=set(turns or ()))
-    judged = list(zip(texts, verdicts, strict=True))
     window = window_join(turns) if turns else None
-    if turns and window is not None and window not in texts:
+    windowed = bool(turns) and window is not None and window not in texts
+    verdicts = texts_judge(
+        texts=texts, query=query, keep=set(turns or ()), keep_query=not windowed
+    )
+    judged = list(zip(texts, verdicts, strict=True))
+    if turns and window is not None and windowed:
         seen = window_judge(
             turns=turns, classifier=classifier_get(), known=query_vectors(query)
         )
         verdicts.append(seen)
         judged.append((window, seen))
-    else:
-        turn_keep(query_vectors(query))
     own = {str(m.get("content") or "") for m in messages if m.get("role") == "user"}
     _decide(
         user=user,

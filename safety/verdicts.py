@@ -79,18 +79,25 @@ def verdicts_cached(*, backend: str, texts: Sequence[str]) -> list[Verdict | Non
     return out
 
 
-def verdicts_store(*, texts: Sequence[str], verdicts: Sequence[Verdict]) -> None:
-    """Cache each available verdict for SAFETY_VERDICT_CACHE_S seconds (one pipeline).
+def verdicts_store(
+    *,
+    texts: Sequence[str],
+    verdicts: Sequence[Verdict],
+    vectors: Mapping[str, Sequence[float]] | None = None,
+) -> None:
+    """Cache each available verdict for SAFETY_VERDICT_CACHE_S seconds and keep each
+    of ``vectors`` (text -> 384-d vector: a first turn's own, for the next turns'
+    windows, as :func:`vectors_exchange` keeps them) for SAFETY_WINDOW_VECTOR_S
+    seconds, in one pipeline (one round trip).
 
     Fail-open verdicts (``available`` false) are skipped; Redis errors are logged.
     """
     ttl = settings.SAFETY_VERDICT_CACHE_S
-    if ttl <= 0:
-        return
+    keep_s = settings.SAFETY_WINDOW_VECTOR_S
     try:
         pipe = redis_sync().pipeline(transaction=False)
         for text, verdict in zip(texts, verdicts, strict=True):
-            if not verdict.available:
+            if ttl <= 0 or not verdict.available:
                 continue
             value = {
                 "scores": {
@@ -104,7 +111,11 @@ def verdicts_store(*, texts: Sequence[str], verdicts: Sequence[Verdict]) -> None
                 json.dumps(value),
                 ex=ttl,
             )
-        pipe.execute()
+        for text, vector in (vectors or {}).items():
+            if keep_s > 0:
+                pipe.set(vector_key(text), vectors_encode([vector]), ex=keep_s)
+        if len(pipe):
+            pipe.execute()
     except redis.RedisError as exc:
         logger.warning("verdict cache unavailable: %s", exc)
 

@@ -120,3 +120,38 @@ def test_a_web_process_starts_while_the_database_is_down(django_db_setup):
     assert warmed["config"] is False
     assert warmed["pooled_idle"] == 0
     assert warmed["redis_idle"] >= 1  # Redis is up: its warm-up still ran
+
+
+BLAS_PROBE = """
+import json
+import chatsite.asgi
+import threadpoolctl
+print(json.dumps({
+    "blas_threads": [i["num_threads"] for i in threadpoolctl.threadpool_info()
+                     if i["user_api"] == "blas"],
+}))
+"""
+
+
+def _without_blas_setting() -> dict[str, str]:
+    """The test environment without an operator's OPENBLAS_NUM_THREADS."""
+    os_env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    return {**os_env, "DJANGO_SETTINGS_MODULE": "chatsite.settings.test"}
+
+
+def test_the_web_process_runs_numpy_on_one_blas_thread():
+    """The classifier's products are small: OpenBLAS helper threads would only spin
+    beside the requests (chatsite.blas_threads); an operator's setting wins."""
+    out = subprocess.run(
+        [sys.executable, "-c", BLAS_PROBE],
+        cwd=ROOT,
+        env={**_without_blas_setting(), "SAFETY_INPUT_ENABLED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["blas_threads"] == [1]
+    chosen = _warmed(BLAS_PROBE, OPENBLAS_NUM_THREADS="2", SAFETY_INPUT_ENABLED="1")
+    assert chosen["blas_threads"] == [2]

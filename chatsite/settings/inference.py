@@ -42,8 +42,8 @@ EMBEDDING_TIMEOUT_S = env.float("EMBEDDING_TIMEOUT_S", default=5.0)
 EMBEDDING_INGEST_TIMEOUT_S = env.float("EMBEDDING_INGEST_TIMEOUT_S", default=120.0)
 # Chunks per embedding job when a document is ingested.
 EMBEDDING_INGEST_BATCH = env.int("EMBEDDING_INGEST_BATCH", default=64)
-# Embedding workers: how long a batch waits for more jobs after the first (ms), and the
-# most texts in one forward pass.
+# Embedding workers: how long a batch waits for more jobs after the first when more
+# were queued with it (ms; a lone job runs at once), and the most texts in one pass.
 EMBEDDING_GATHER_MS = env.float("EMBEDDING_GATHER_MS", default=2.0)
 EMBEDDING_MAX_BATCH = env.int("EMBEDDING_MAX_BATCH", default=64)
 # Bulk work (ingestion, large API requests) runs this many texts per batch, and only

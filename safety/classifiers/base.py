@@ -104,6 +104,12 @@ class Classifier(ABC):
         Raises :class:`ModerationUnavailable` when the backend cannot answer.
         """
 
+    def vector_text(self, text: str) -> str:
+        """The text whose embedding :meth:`classify` reads for ``text`` (``text``
+        itself here): a caller's shared vector of ``text`` serves only when this is
+        ``text``, else reading it would embed ``text`` for nothing."""
+        return text
+
     def classify_batch(self, texts: Sequence[str]) -> list[Verdict]:
         """Judge many texts (evaluation, ingestion); one verdict per text, in order.
 

@@ -46,7 +46,6 @@ from safety.classifiers.features import (
     EXEMPLAR_SCALE,
     TEXT_FEATURE_DIM,
     HeadWeights,
-    exemplar_similarities,
     features,
     ids_removed,
 )
@@ -81,11 +80,7 @@ class EmbeddedModel(HeadWeights):
     def inputs(self, text: str, vector: Sequence[float]) -> np.ndarray:
         """Return the model's input for ``text`` with its 384-d ``vector``: the text
         features, then the scaled similarities to the stored exemplars."""
-        sims = exemplar_similarities(
-            np.asarray(vector, dtype=np.float32)[None, :],
-            self.exemplars,
-            self.exemplar_members,
-        )[0]
+        sims = self.exemplar_sims(np.asarray(vector, dtype=np.float32)[None, :])[0]
         return np.concatenate([features(text, vector), EXEMPLAR_SCALE * sims])
 
     @classmethod
@@ -153,6 +148,11 @@ class EmbeddedClassifier(Classifier):
             backend=self.name,
             detail={"rule": phrase} if phrase else {},
         )
+
+    def vector_text(self, text: str) -> str:
+        """``text`` without its ids (:func:`~safety.classifiers.features.ids_removed`):
+        what the model embeds and reads."""
+        return ids_removed(text)
 
     def classify(self, text: str, *, vector: Sequence[float] | None = None) -> Verdict:
         """Judge ``text`` (see :meth:`Classifier.classify`). The model reads the text

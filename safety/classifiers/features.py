@@ -184,6 +184,12 @@ def features(text: str, vector: Sequence[float]) -> np.ndarray:
     )
 
 
+def exemplar_groups(members: np.ndarray) -> list[np.ndarray]:
+    """The bank rows of each group of ``members`` (m x g bool): g arrays of row
+    indices, ascending."""
+    return [np.flatnonzero(members[:, g]) for g in range(members.shape[1])]
+
+
 def exemplar_similarities(
     vectors: np.ndarray,
     bank: np.ndarray,
@@ -191,20 +197,24 @@ def exemplar_similarities(
     *,
     exclude: np.ndarray | None = None,
     k: int = EXEMPLAR_K,
+    groups: Sequence[np.ndarray] | None = None,
 ) -> np.ndarray:
     """Return, for each row of ``vectors`` (n x 384, unit length), the mean cosine
     similarity to its ``k`` most similar rows of ``bank`` (m x 384, unit length) in each
     group of ``members`` (m x g bool: row i of the bank belongs to group j): an n x g
     float32 array. ``exclude`` (n ints, optional) names for each query one bank row to
     leave out (itself, when the bank is the training set: leave-one-out). A group with
-    fewer than ``k`` members averages what it has; an empty one gives 0.
+    fewer than ``k`` members averages what it has; an empty one gives 0. ``groups``:
+    :func:`exemplar_groups` of ``members``, for a caller that serves many queries
+    (the same result; each query then skips g scans of the m-row mask).
     """
     sims = np.asarray(vectors, dtype=np.float32) @ np.asarray(bank, np.float32).T
     if exclude is not None:
         sims[np.arange(len(sims)), exclude] = -1.0
-    out = np.zeros((len(sims), members.shape[1]), dtype=np.float32)
-    for g in range(members.shape[1]):
-        member = sims[:, members[:, g]]
+    rows = exemplar_groups(members) if groups is None else groups
+    out = np.zeros((len(sims), len(rows)), dtype=np.float32)
+    for g, index in enumerate(rows):
+        member = sims[:, index]
         if member.shape[1] == 0:
             continue
         top = min(k, member.shape[1])
@@ -246,6 +256,16 @@ class HeadWeights:
         }
         self.exemplars = np.asarray(arrays["exemplars"], dtype=np.float32)
         self.exemplar_members = np.asarray(arrays["exemplar_members"], dtype=bool)
+        self.exemplar_groups = exemplar_groups(self.exemplar_members)
+
+    def exemplar_sims(self, vectors: np.ndarray) -> np.ndarray:
+        """:func:`exemplar_similarities` of ``vectors`` (n x 384) to these exemplars."""
+        return exemplar_similarities(
+            vectors,
+            self.exemplars,
+            self.exemplar_members,
+            groups=self.exemplar_groups,
+        )
 
     def head_scores(self, x: np.ndarray) -> np.ndarray:
         """:func:`heads_score` of inputs ``x`` (n x d) under these weights."""

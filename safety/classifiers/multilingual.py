@@ -34,7 +34,6 @@ from safety.classifiers.base import Classifier, ModerationUnavailable, Verdict
 from safety.classifiers.features import (
     EXEMPLAR_SCALE,
     HeadWeights,
-    exemplar_similarities,
     ids_removed,
 )
 from safety.classifiers.rules import injection_match
@@ -130,7 +129,7 @@ class MultilingualModel(HeadWeights):
 
     def scores(self, vectors: np.ndarray) -> np.ndarray:
         """Scores (n x categories, 0..1) of ``vectors`` (n x 384, e5, unit length)."""
-        sims = exemplar_similarities(vectors, self.exemplars, self.exemplar_members)
+        sims = self.exemplar_sims(vectors)
         return self.head_scores(np.hstack([vectors, EXEMPLAR_SCALE * sims]))
 
 

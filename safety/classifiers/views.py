@@ -117,6 +117,10 @@ class ViewsClassifier(Classifier):
             for base, views in zip(bases, todo, strict=True)
         ]
 
+    def vector_text(self, text: str) -> str:
+        """``inner``'s (the vector ``classify`` passes on is read by ``inner``)."""
+        return self.inner.vector_text(text)
+
     def classify(self, text: str, *, vector: Sequence[float] | None = None) -> Verdict:
         """Judge ``text`` and its views (see the module docstring); raises
         :class:`~safety.classifiers.base.ModerationUnavailable` like ``inner``."""

@@ -139,6 +139,17 @@ def test_concurrent_requests_are_batched_together(start_embedding_worker):
     assert max(len(b) for b in engine.batches) > 1
 
 
+def test_a_lone_request_does_not_wait_out_the_gathering_window(
+    start_embedding_worker,
+):
+    """A job with nothing queued beside it runs at once: with a 60 s window it is
+    answered within its 5 s timeout (a window waited out would time it out)."""
+    engine = CountingEngine()
+    start_embedding_worker(engine, gather_ms=60_000)
+    assert embed_texts(["alone"], timeout_s=5).vectors[0][5] == 1.0
+    assert engine.batches == [[["alone"]]]
+
+
 def test_a_caller_that_times_out_leaves_no_job_to_run(start_embedding_worker):
     engine = CountingEngine(delay_s=0.5)
     start_embedding_worker(engine, gather_ms=0)

@@ -8,6 +8,7 @@ from safety.classifiers.features import (
     CHAR_BUCKETS,
     TEXT_FEATURE_DIM,
     char_ngram_features,
+    exemplar_groups,
     exemplar_similarities,
     features,
 )
@@ -48,3 +49,22 @@ def test_leave_one_out_ignores_the_row_itself() -> None:
     members = np.array([[1], [1]], dtype=bool)
     sims = exemplar_similarities(bank, bank, members, exclude=np.arange(2), k=1)
     assert np.allclose(sims[:, 0], [0.6, 0.6])
+
+
+def test_the_served_model_reads_its_groups_once_with_the_same_similarities() -> None:
+    """A served model keeps each group's rows (``exemplar_groups``); its similarities
+    are exactly those read through the member mask, a row in two groups in both."""
+    from safety.classifiers.embedded import embedded_model
+
+    model = embedded_model()
+    members = model.exemplar_members
+    assert [len(g) for g in model.exemplar_groups] == list(members.sum(axis=0))
+    shared = int(np.flatnonzero(members.sum(axis=1) > 1)[0])
+    assert sum(shared in g for g in model.exemplar_groups) > 1
+    rng = np.random.default_rng(7)
+    queries = rng.standard_normal((5, 384)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    through_mask = exemplar_similarities(queries, model.exemplars, members)
+    assert np.array_equal(model.exemplar_sims(queries), through_mask)
+    groups = exemplar_groups(np.array([[1, 0], [0, 0], [1, 1]], dtype=bool))
+    assert [g.tolist() for g in groups] == [[0, 2], [2]]
