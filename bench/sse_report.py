@@ -85,3 +85,38 @@ def report(r: dict, args: argparse.Namespace) -> None:
     )
     for line, count in sorted(r["warnings"].items(), key=lambda kv: -kv[1])[:5]:
         print(f"    web log x{count}: {line}")
+
+
+def per_core_derived(steps: list[dict], args: argparse.Namespace) -> dict | None:
+    """The streams-per-core row derived from a step the load side did not limit: at
+    the largest N whose streams all completed with the load core below
+    LOAD_SATURATED, the web process's own use u of its core (CPU s per s, /proc)
+    gives N / u, the streams one fully busy web core would carry at that step's
+    frame rate per stream (= 1 / (CPU per frame x frames/s per stream)). Derived,
+    not measured: it assumes a frame costs the same at N / u streams (the
+    coalescing interval grows past SSE_FRAMES_PER_S x SSE_COALESCE_MS streams, so
+    fewer frames per stream then: a lower bound on that count). None when no step
+    qualifies."""
+    ok = [
+        r for r in steps
+        if r["completed"] == r["n"] and r["load_core_busy"] < LOAD_SATURATED
+        and r["web_cores"] > 0
+    ]  # fmt: skip
+    if not ok:
+        return None
+    r = max(ok, key=lambda r: r["n"])
+    per_stream_fps = r["frames_per_s"] / r["n"]
+    gap_ok = "passes" if r["gap_p99"] < GAP_LIMIT_MS else "FAILS"
+    return {
+        "measure": "streams per web core, derived (N / web core use)",
+        "value": round(r["n"] / r["web_cores"]),
+        "unit": "streams",
+        "goal": ">= 2000",
+        "params": (
+            f"derived from N={r['n']} ({args.server}, {args.tokens} tokens "
+            f"{args.delay_ms:g} ms apart): web {r['web_cores']:.2f} core, "
+            f"{r['cpu_us_per_frame']:.0f} us/frame, {per_stream_fps:.1f} frames/s per "
+            f"stream, frame gap p99 {r['gap_p99']:.0f} ms ({gap_ok} < "
+            f"{GAP_LIMIT_MS:.0f} ms), load core {r['load_core_busy']:.0%} busy"
+        ),
+    }
