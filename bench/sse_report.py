@@ -89,8 +89,9 @@ def report(r: dict, args: argparse.Namespace) -> None:
 
 def per_core_derived(steps: list[dict], args: argparse.Namespace) -> dict | None:
     """The streams-per-core row derived from a step the load side did not limit: at
-    the largest N whose streams all completed with the load core below
-    LOAD_SATURATED, the web process's own use u of its core (CPU s per s, /proc)
+    the largest N whose streams all completed with the load side's own CPU (client,
+    worker, Redis, PostgreSQL: not the other work a shared machine runs on that
+    core) below LOAD_SATURATED core, the web process's own use u of its core (CPU s per s, /proc)
     gives N / u, the streams one fully busy web core would carry at that step's
     frame rate per stream (= 1 / (CPU per frame x frames/s per stream)). Derived,
     not measured: it assumes a frame costs the same at N / u streams (the
@@ -99,7 +100,7 @@ def per_core_derived(steps: list[dict], args: argparse.Namespace) -> dict | None
     qualifies."""
     ok = [
         r for r in steps
-        if r["completed"] == r["n"] and r["load_core_busy"] < LOAD_SATURATED
+        if r["completed"] == r["n"] and r["load_cores_ours"] < LOAD_SATURATED
         and r["web_cores"] > 0
     ]  # fmt: skip
     if not ok:
@@ -117,6 +118,7 @@ def per_core_derived(steps: list[dict], args: argparse.Namespace) -> dict | None
             f"{args.delay_ms:g} ms apart): web {r['web_cores']:.2f} core, "
             f"{r['cpu_us_per_frame']:.0f} us/frame, {per_stream_fps:.1f} frames/s per "
             f"stream, frame gap p99 {r['gap_p99']:.0f} ms ({gap_ok} < "
-            f"{GAP_LIMIT_MS:.0f} ms), load core {r['load_core_busy']:.0%} busy"
+            f"{GAP_LIMIT_MS:.0f} ms), load side {r['load_cores_ours']:.2f} core "
+            f"(load core {r['load_core_busy']:.0%} busy in all)"
         ),
     }

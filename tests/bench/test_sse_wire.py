@@ -39,7 +39,7 @@ def test_frame_head_reads_event_id_and_data_and_none_for_comments():
 def _step(n: int, *, web_cores: float, load: float, completed: int | None = None):
     return {
         "n": n, "completed": n if completed is None else completed,
-        "load_core_busy": load, "web_cores": web_cores, "frames_per_s": n * 20.0,
+        "load_cores_ours": load, "load_core_busy": 1.0, "web_cores": web_cores, "frames_per_s": n * 20.0,
         "cpu_us_per_frame": web_cores * 1e6 / (n * 20.0), "gap_p99": 120.0,
     }  # fmt: skip
 
