@@ -313,10 +313,7 @@ def hot_path_rows(args: argparse.Namespace) -> list[dict]:
             "unit": "streams", "goal": ">= 2000", "pinning": pin,
             "params": f"ramp x2 from {args.streams[0]}; next step: {why}",
         })  # fmt: skip
-    derived = per_core_derived(steps, args)
-    if derived is not None:
-        derived["pinning"] = pin
-        rows.append(derived)
+    rows.append({**per_core_derived(steps, args), "pinning": pin})
     return rows
 
 

@@ -36,24 +36,27 @@ def test_frame_head_reads_event_id_and_data_and_none_for_comments():
     assert frame_head(b"retry: 1000")[0] is None
 
 
-def _step(n: int, *, web_cores: float, load: float, completed: int | None = None):
+def _step(n: int, *, web_cores: float, load: float, completed=None, gap=120.0):
     return {
         "n": n, "completed": n if completed is None else completed,
-        "load_cores_ours": load, "load_core_busy": 1.0, "web_cores": web_cores, "frames_per_s": n * 20.0,
-        "cpu_us_per_frame": web_cores * 1e6 / (n * 20.0), "gap_p99": 120.0,
+        "load_cores_ours": load, "load_core_busy": 1.0, "web_cores": web_cores,
+        "frames_per_s": n * 20.0, "cpu_us_per_frame": web_cores * 1e6 / (n * 20.0),
+        "gap_p99": gap,
     }  # fmt: skip
 
 
-def test_the_derived_row_uses_the_largest_step_the_load_side_did_not_limit():
+def test_the_derived_row_uses_the_largest_step_neither_side_limited():
     args = argparse.Namespace(server="daphne", tokens=100, delay_ms=20.0)
     steps = [
         _step(200, web_cores=0.4, load=0.6),
         _step(400, web_cores=0.8, load=0.85),
-        _step(800, web_cores=0.9, load=0.95),  # load-bound: left out
+        _step(800, web_cores=0.9, load=0.95),  # the load side limited it
         _step(1600, web_cores=0.5, load=0.5, completed=1000),  # failed streams
+        _step(3200, web_cores=0.3, load=0.5, gap=900.0),  # a starved web process
     ]
     row = per_core_derived(steps, args)
-    assert row is not None
     assert row["value"] == 500  # 400 streams / 0.8 core
-    assert "derived from N=400" in row["params"] and "passes" in row["params"]
-    assert per_core_derived([steps[2]], args) is None
+    assert "derived from N=400" in row["params"]
+    none = per_core_derived(steps[2:], args)
+    assert str(none["value"]).startswith("not derived")
+    assert "N=3200: 900 ms" in none["params"]
