@@ -2,7 +2,7 @@
 one core, everything else (client, scripted worker, Redis, PostgreSQL) on another.
 
     .venv/bin/python bench/sse_fanout.py [--streams 200 1000] [--ramp]
-        [--tokens 200] [--delay-ms 20] [--server daphne|daphne-uvloop|uvicorn] [--nice -10]
+        [--tokens 200] [--delay-ms 20] [--server uvicorn|daphne|daphne-uvloop] [--nice -10]
         [--profile FILE] [--py-spy FILE [--py-spy-phase tokens|done]]
 
 For each N: start the web process pinned to the web core, sign in a bench user and
@@ -322,7 +322,7 @@ def setup(argv: list[str] | None = None) -> argparse.Namespace:
     (restored by :func:`unpin`)."""
     parser = option_parser(
         __doc__.split("\n\n")[0], streams=[200], tokens=200, delay_ms=20.0,
-        ramp=False, ramp_max=4000, server="daphne", nice=0,
+        ramp=False, ramp_max=4000, server="uvicorn", nice=0,
     )  # fmt: skip
     parser.add_argument("--profile", metavar="FILE", help="cProfile the web process")
     parser.add_argument(

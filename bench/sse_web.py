@@ -1,6 +1,6 @@
-"""The web process of ``bench/sse_fanout.py``: daphne (as deployed), daphne on
-uvloop's event loop (:mod:`bench.daphne_uvloop`) or uvicorn serving the same ASGI
-application, optionally under cProfile."""
+"""The web process of ``bench/sse_fanout.py``: uvicorn (as deployed: the Procfile),
+daphne, or daphne on uvloop's event loop (:mod:`bench.daphne_uvloop`), serving the
+same ASGI application, optionally under cProfile."""
 
 from __future__ import annotations
 
