@@ -2,7 +2,7 @@
 one core, everything else (client, scripted worker, Redis, PostgreSQL) on another.
 
     .venv/bin/python bench/sse_fanout.py [--streams 200 1000] [--ramp]
-        [--tokens 200] [--delay-ms 20] [--server daphne|uvicorn] [--nice -10]
+        [--tokens 200] [--delay-ms 20] [--server uvicorn|daphne|daphne-uvloop] [--nice -10]
         [--profile FILE] [--py-spy FILE [--py-spy-phase tokens|done]]
 
 For each N: start the web process pinned to the web core, sign in a bench user and
@@ -29,7 +29,10 @@ Figures (each says how it was pinned):
 
 ``--ramp`` doubles N from the first ``--streams`` until frame gap p99 >= 250 ms (or
 streams fail, or the load core saturates) and reports the most streams that passed
-and why the next step failed. :func:`hot_path_rows` is the benchmark table's call.
+and why the next step failed. Where the load core saturates before the web's does,
+the streams-per-core row is derived instead, labelled so
+(:func:`bench.sse_report.per_core_derived`: N over the web core's use at the largest
+N the load side did not limit). :func:`hot_path_rows` is the benchmark table's call.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from bench.sse_load import (  # noqa: E402
 )
 from bench.sse_report import (  # noqa: E402
     LOAD_SATURATED,
+    per_core_derived,
     pinning,
     py_spy_start,
     report,
@@ -299,14 +303,17 @@ def hot_path_rows(args: argparse.Namespace) -> list[dict]:
     ]  # fmt: skip
     for row in rows:
         row.update(pinning=pin, params=params)
+    steps = [big]
     if args.ramp:
-        _steps, ceiling, why = ramp(args)
+        ramped, ceiling, why = ramp(args)
+        steps += ramped
         rows.append({
             "measure": "streams per web core, frame gap p99 < 250 ms",
             "value": ceiling if ceiling is not None else f"not reported ({why})",
             "unit": "streams", "goal": ">= 2000", "pinning": pin,
             "params": f"ramp x2 from {args.streams[0]}; next step: {why}",
         })  # fmt: skip
+    rows.append({**per_core_derived(steps, args), "pinning": pin})
     return rows
 
 
@@ -315,7 +322,7 @@ def setup(argv: list[str] | None = None) -> argparse.Namespace:
     (restored by :func:`unpin`)."""
     parser = option_parser(
         __doc__.split("\n\n")[0], streams=[200], tokens=200, delay_ms=20.0,
-        ramp=False, ramp_max=4000, server="daphne", nice=0,
+        ramp=False, ramp_max=4000, server="uvicorn", nice=0,
     )  # fmt: skip
     parser.add_argument("--profile", metavar="FILE", help="cProfile the web process")
     parser.add_argument(

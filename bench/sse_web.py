@@ -1,5 +1,6 @@
-"""The web process of ``bench/sse_fanout.py``: daphne (as deployed) or uvicorn
-serving the same ASGI application, optionally under cProfile."""
+"""The web process of ``bench/sse_fanout.py``: uvicorn (as deployed: the Procfile),
+daphne, or daphne on uvloop's event loop (:mod:`bench.daphne_uvloop`), serving the
+same ASGI application, optionally under cProfile."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SERVERS = ("daphne", "uvicorn")
+SERVERS = ("daphne", "daphne-uvloop", "uvicorn")
 
 
 @dataclass
@@ -36,7 +37,7 @@ class WebServer:
 
 
 def server_argv(server: str, port: int) -> list[str]:
-    """The command line of ``server`` (daphne or uvicorn) on 127.0.0.1:``port``,
+    """The command line of ``server`` (one of SERVERS) on 127.0.0.1:``port``,
     with the deployed listen backlog."""
     from tests.stack import ASGI_APP, WEB_BACKLOG
 
@@ -44,6 +45,9 @@ def server_argv(server: str, port: int) -> list[str]:
     if server == "daphne":
         endpoint = f"tcp:port={port}:interface=127.0.0.1:backlog={WEB_BACKLOG}"
         return [str(bin_dir / "daphne"), "-e", endpoint, ASGI_APP]
+    if server == "daphne-uvloop":
+        endpoint = f"tcp:port={port}:interface=127.0.0.1:backlog={WEB_BACKLOG}"
+        return [sys.executable, "-m", "bench.daphne_uvloop", "-e", endpoint, ASGI_APP]
     if server == "uvicorn":
         return [
             str(bin_dir / "uvicorn"), "--host", "127.0.0.1", "--port", str(port),

@@ -62,10 +62,12 @@ from inference import protocol
 from memory.models import Citation
 
 
-def token_frame(text: str, event_id: str) -> str:
-    """Return the ``token`` frame of ``text`` (data ``{"t": text}``): the hot path,
-    the same bytes as :func:`chatsite.sse.sse_frame` without building a dict per frame."""
-    return f'id: {event_id}\nevent: token\ndata: {{"t": {frame_json(text)}}}\n\n'
+def token_frame(text: str, event_id: str) -> bytes:
+    """Return the ``token`` frame of ``text`` (data ``{"t": text}``), UTF-8: the hot
+    path, the bytes of :func:`chatsite.sse.sse_frame` without building a dict."""
+    return (
+        f'id: {event_id}\nevent: token\ndata: {{"t": {frame_json(text)}}}\n\n'.encode()
+    )
 
 
 def message_payload(message: Message, *, prefetched: bool = False) -> dict[str, Any]:
@@ -214,9 +216,12 @@ def _resume_point(request: HttpRequest) -> str:
     return last
 
 
-async def relay_events(message: Message, after: str) -> AsyncGenerator[str, None]:
-    """Yield the SSE frames of ``message``'s generation after stream id ``after``,
-    and of the turn's later steps when it called tools.
+async def relay_events(
+    message: Message, after: str, first: bytes = b""
+) -> AsyncGenerator[bytes, None]:
+    """Yield the SSE frames (UTF-8) of ``message``'s generation after stream id
+    ``after``, and of the turn's later steps when it called tools; ``first`` (a
+    frame) before them.
 
     A thin adapter over :func:`gateway.generations.generation_follow` (resumable: a
     client that leaves detaches; the answer is settled through
@@ -226,61 +231,65 @@ async def relay_events(message: Message, after: str) -> AsyncGenerator[str, None
     message, whose generation follows in the same response, from its start), or
     ``step_end`` (stopped, or the step limit) / ``error`` (the next step could not
     start) when the turn ends there.
+
+    One generator from the follower to the server: each layer between them is paid
+    per frame, so the frames of one answer are written here, not in a generator of
+    their own.
     """
     await request_thread_release()  # no connection or thread held while waiting
-    yield "retry: 1000\n\n"
+    if first:
+        yield first
+    yield b"retry: 1000\n\n"
     current: Message | None = message
     while current is not None:
-        async with aclosing(_message_events(current, after)) as frames:
-            async for frame in frames:
-                yield frame
+        if current.status != Message.Status.STREAMING:
+            yield (await _final_frame(current.id, None)).encode()
+        else:
+            generation = services.message_generation(current)
+            recorder = _FinalRecorder(current.id)
+            follow = generations.generation_follow(
+                generation,
+                after=after,
+                recorder=recorder,
+                message_id=current.id,
+                resumable=True,
+                report_queue=True,
+            )
+            last_sent, heartbeat_s = time.monotonic(), settings.SSE_HEARTBEAT_S
+            async with aclosing(follow) as items:
+                async for item in items:
+                    if isinstance(item, generations.Delta):
+                        yield token_frame(item.text, item.event_id)
+                    elif isinstance(item, generations.Meta):
+                        meta = sse_frame(protocol.EVENT_META, item.data, item.event_id)
+                        yield meta.encode()
+                    elif isinstance(item, generations.Queued):
+                        queued = sse_frame(SSE_QUEUE, {"position": item.position})
+                        yield queued.encode()
+                    elif isinstance(item, generations.Idle):
+                        if time.monotonic() - last_sent < heartbeat_s:
+                            continue
+                        yield b": ping\n\n"
+                    elif isinstance(item, generations.Ended):
+                        final = recorder.final
+                        yield (
+                            await _final_frame(current.id, item.event_id, final)
+                        ).encode()
+                        break
+                    elif isinstance(item, generations.Broken):
+                        yield error_sse(item.error, message_id=str(current.id)).encode()
+                        break
+                    last_sent = time.monotonic()
         calling = await db_brief(calling_get)(current.id)
         if calling is None:
             return
         current, after = None, protocol.STREAM_START
         async with aclosing(step_events(calling)) as steps:
-            async for item in steps:
-                if isinstance(item, Message):
-                    current = item
+            async for step in steps:
+                if isinstance(step, Message):
+                    current = step
                 else:
-                    yield item
-
-
-async def _message_events(message: Message, after: str) -> AsyncGenerator[str, None]:
-    """The frames of one answer's generation (the final ``done``/``error`` included)."""
-    if message.status != Message.Status.STREAMING:
-        yield await _final_frame(message.id, None)
-        return
-    generation = services.message_generation(message)
-    recorder = _FinalRecorder(message.id)
-    last_sent = time.monotonic()
-    follow = generations.generation_follow(
-        generation,
-        after=after,
-        recorder=recorder,
-        message_id=message.id,
-        resumable=True,
-        report_queue=True,
-    )
-    async with aclosing(follow) as items:
-        async for item in items:
-            if isinstance(item, generations.Delta):
-                yield token_frame(item.text, item.event_id)
-            elif isinstance(item, generations.Meta):
-                yield sse_frame(protocol.EVENT_META, item.data, item.event_id)
-            elif isinstance(item, generations.Queued):
-                yield sse_frame(SSE_QUEUE, {"position": item.position})
-            elif isinstance(item, generations.Idle):
-                if time.monotonic() - last_sent < settings.SSE_HEARTBEAT_S:
-                    continue
-                yield ": ping\n\n"
-            elif isinstance(item, generations.Ended):
-                yield await _final_frame(message.id, item.event_id, recorder.final)
-                return
-            elif isinstance(item, generations.Broken):
-                yield error_sse(item.error, message_id=str(message.id))
-                return
-            last_sent = time.monotonic()
+                    yield step.encode()
 
 
 def _stream_target(
@@ -315,12 +324,27 @@ async def message_stream(
     return _event_stream(relay_events(message, after))
 
 
+class EventStreamResponse(StreamingHttpResponse):
+    """A streaming response of SSE frames (bytes, UTF-8) handed to the server as the
+    relay yields them: Django's own async iteration passes each part through two
+    generators of its own (``__aiter__``, and the ``streaming_content`` wrapper that
+    encodes str parts), a cost paid per frame."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        """The frames as the relay (or a middleware that rewrapped
+        ``streaming_content``) yields them."""
+        if not self.is_async:
+            return super().__aiter__()
+        frames: AsyncIterator[bytes] = self._iterator  # type: ignore[attr-defined]
+        return frames  # (Django's, set from streaming_content; not in its stubs)
+
+
 def _event_stream(
-    frames: AsyncIterator[str], status: int = 200
+    frames: AsyncIterator[bytes], status: int = 200
 ) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(
+    response = EventStreamResponse(
         frames, content_type="text/event-stream", status=status, charset="utf-8"
-    )  # a charset of its own: else Django reads the setting per frame
+    )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once
     return response
@@ -335,14 +359,6 @@ def event_stream_accepted(request: HttpRequest) -> bool:
     )
 
 
-async def _turn_events(payload: dict[str, Any], message: Message) -> AsyncIterator[str]:
-    await request_thread_release()  # the view's connection and thread go back
-    yield sse_frame(SSE_TURN, payload)
-    async with aclosing(relay_events(message, protocol.STREAM_START)) as frames:
-        async for frame in frames:
-            yield frame
-
-
 def turn_stream_response(
     payload: dict[str, Any], message: Message
 ) -> StreamingHttpResponse:
@@ -350,4 +366,7 @@ def turn_stream_response(
     (the started turn's JSON), then the frames of :func:`relay_events` from the start
     of ``message``'s generation. A client that loses it resumes with the GET of the
     stream URL and ``Last-Event-ID``, as after any dropped stream."""
-    return _event_stream(_turn_events(payload, message), status=201)
+    turn = sse_frame(SSE_TURN, payload).encode()
+    return _event_stream(
+        relay_events(message, protocol.STREAM_START, first=turn), status=201
+    )

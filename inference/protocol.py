@@ -334,13 +334,32 @@ class Event:
         return self.type in TERMINAL_EVENTS
 
 
+# A token entry's data as :func:`token_fields` writes it: ``{"t": "<text>"}``.
+_TOKEN_HEAD, _TOKEN_TAIL = '{"t": "', '"}'
+
+
 def event_parse_flat(entry_id: str, fields: list[str]) -> Event:
     """Decode a stream entry as Redis sends it (``[name, value, ...]``, str), without
     building a dict first: the stream hub's hot path. Every entry we write is
     ``e``, ``d`` in that order (:func:`event_fields`); any other shape takes the
-    general path of :func:`event_parse`."""
+    general path of :func:`event_parse`.
+
+    A token's data whose JSON string has no escape (no backslash between the quotes
+    of ``{"t": "..."}``: JSON escapes every quote, backslash and control character)
+    is its text as written, taken without the JSON decoder; any other goes through
+    ``json.loads``."""
     if len(fields) == 4 and fields[0] == "e" and fields[2] == "d":
-        return Event(id=entry_id, type=fields[1], data=json.loads(fields[3]))
+        raw = fields[3]
+        if (
+            fields[1] == EVENT_TOKEN
+            and raw.startswith(_TOKEN_HEAD)
+            and raw.endswith(_TOKEN_TAIL)
+            and "\\" not in raw
+        ):
+            text = raw[len(_TOKEN_HEAD) : -len(_TOKEN_TAIL)]
+            if '"' not in text:
+                return Event(id=entry_id, type=EVENT_TOKEN, data={"t": text})
+        return Event(id=entry_id, type=fields[1], data=json.loads(raw))
     return event_parse(entry_id, dict(zip(fields[::2], fields[1::2], strict=True)))
 
 

@@ -158,19 +158,23 @@ class Subscription:
         self._hub._remove(self)
 
     def _deliver(
-        self, asked: tuple[int, int], entries: list[tuple[tuple[int, int], Any]]
+        self,
+        asked: tuple[int, int],
+        events: list[protocol.Event],
+        last: tuple[int, int],
     ) -> None:
-        """Take the entries of one XREAD round that asked the key from ``asked``."""
+        """Take the events of one XREAD round that asked the key from ``asked``
+        (``last``: the position of the round's last entry)."""
         if self._pos < asked:
             return  # it wants older entries (resume, seek): the next round reads them
         if self._pos == asked:
-            new = [event for _key, event in entries]
+            new = events  # the usual case: no entry's id parsed
         else:
-            new = [event for key, event in entries if key > self._pos]
+            new = [event for event in events if _id_key(event.id) > self._pos]
         if not new:
             return
         self._events.extend(new)
-        self._pos = entries[-1][0]
+        self._pos = last
         self.after = new[-1].id
         if self._waiter is not None:
             _wake_waiter(self._waiter)
@@ -344,12 +348,13 @@ class StreamHub:
             subs = self._keys.get(key)
             if not subs or key not in asked:
                 continue  # everyone left while the XREAD was pending
-            parsed = [
-                (_id_key(entry_id), protocol.event_parse_flat(entry_id, fields))
+            events = [
+                protocol.event_parse_flat(entry_id, fields)
                 for entry_id, fields in entries
             ]
+            last = _id_key(entries[-1][0])
             for sub in list(subs):
-                sub._deliver(asked[key], parsed)
+                sub._deliver(asked[key], events, last)
 
     def _fail_all(self, exc: BaseException) -> None:
         """Fail every subscription (they are dropped: their followers end)."""

@@ -21,7 +21,8 @@ ANSWER = " ".join(f"w{i}" for i in range(WORDS))
 # The scripted worker of the drill (tests.stack.worker_processes arguments).
 WORKER = ["--pool", "default", "--engine", "scripted", "--delay-ms", "20"]
 WORKER += ["--script-text", ANSWER]
-DAPHNE_ARGS = ["--proxy-headers"]  # as deploy/systemd/chatsite-web@.service
+# as deploy/systemd/chatsite-web@.service
+SERVER_ARGS = ["--proxy-headers", "--forwarded-allow-ips", "127.0.0.1"]
 
 
 def login(client: httpx.Client) -> None:

@@ -1,10 +1,10 @@
-"""Start the product as deployed (daphne + inference workers, as processes) on the test
-database and test Redis, for end-to-end tests and benchmarks.
+"""Start the product as deployed (the web server, uvicorn, + inference workers, as
+processes) on the test database and test Redis, for end-to-end tests and benchmarks.
 
-:func:`running_stack` is the usual entry point (daphne + one worker; yields the base
-URL). Its parts, :func:`web_process` and :func:`worker_processes`, start and stop the
-web process and workers separately: a test can start a worker after a request was
-queued, a benchmark can restart daphne under running workers (cold start).
+:func:`running_stack` is the usual entry point (the web server + one worker; yields the
+base URL). Its parts, :func:`web_process` and :func:`worker_processes`, start and stop
+the web process and workers separately: a test can start a worker after a request was
+queued, a benchmark can restart the web server under running workers (cold start).
 """
 
 from __future__ import annotations
@@ -33,9 +33,16 @@ ASGI_APP = "chatsite.asgi:application"
 # How long a process may take to come up (s): the embedding worker loads torch and a
 # model, llama.cpp a GGUF file, on a busy 2-core machine.
 START_TIMEOUT_S = 120.0
-# daphne's listen backlog, as the Procfile and deploy/ set it (Twisted's default, 50,
-# reset connections of a burst: 165 of 2,000 streams opened at once, bench/sse_fanout.py)
+# The web server's listen backlog, as the Procfile and deploy/ set it (Twisted's default,
+# 50, reset connections of a burst: 165 of 2,000 streams opened at once,
+# bench/sse_fanout.py)
 WEB_BACKLOG = 2048
+# The web server's options as the Procfile and deploy/ give them (uvicorn on uvloop and
+# httptools; bench/results/2026-12-04-frame.md), besides host, port and proxy headers.
+WEB_OPTIONS = [
+    "--backlog", str(WEB_BACKLOG), "--lifespan", "off", "--loop", "uvloop",
+    "--http", "httptools", "--timeout-graceful-shutdown", "10",
+]  # fmt: skip
 EMBEDDING_ENGINES = ("sentence-transformers",)
 
 
@@ -138,7 +145,7 @@ def _worker_pool(args: Sequence[str]) -> str:
 
 @dataclass
 class Web:
-    """A running daphne: ``base`` URL and its process (``process.pid`` for /proc)."""
+    """A running web server: ``base`` URL and its process (``process.pid`` for /proc)."""
 
     base: str
     process: Process
@@ -146,16 +153,19 @@ class Web:
 
 @contextmanager
 def web_process(
-    env: dict, *, app: str = ASGI_APP, daphne_args: Sequence[str] = ()
+    env: dict, *, app: str = ASGI_APP, server_args: Sequence[str] = ()
 ) -> Iterator[Web]:
-    """Run ``daphne [daphne_args] <app>`` on a free port with ``env`` (see
-    :func:`stack_env`); yield it once ``/login/`` answers. Raises RuntimeError if it
-    does not come up within START_TIMEOUT_S seconds. Stopped with SIGTERM on exit."""
+    """Run ``uvicorn [WEB_OPTIONS] [server_args] <app>`` on a free port with ``env``
+    (see :func:`stack_env`; proxy headers off unless ``server_args`` turn them on, as
+    the Procfile has them); yield it once ``/login/`` answers. Raises RuntimeError if
+    it does not come up within START_TIMEOUT_S seconds. Stopped with SIGTERM on exit."""
     port = free_port()
-    daphne = Path(sys.executable).parent / "daphne"
-    endpoint = f"tcp:port={port}:interface=127.0.0.1:backlog={WEB_BACKLOG}"
-    argv = [daphne, "-e", endpoint, *daphne_args, app]
-    web = process_start(argv, env, "daphne")
+    uvicorn = Path(sys.executable).parent / "uvicorn"
+    proxy = [] if "--proxy-headers" in server_args else ["--no-proxy-headers"]
+    argv: list[str | Path] = [uvicorn, "--host", "127.0.0.1", "--port", str(port)]
+    argv += WEB_OPTIONS
+    argv += [*proxy, *server_args, app]
+    web = process_start(argv, env, "web")
     base = f"http://127.0.0.1:{port}"
     try:
         web_wait(base, web)
@@ -165,7 +175,7 @@ def web_process(
 
 
 def web_wait(base: str, web: Process, timeout_s: float = START_TIMEOUT_S) -> None:
-    """Wait until daphne at ``base`` answers ``GET /login/``."""
+    """Wait until the web server at ``base`` answers ``GET /login/``."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -175,7 +185,7 @@ def web_wait(base: str, web: Process, timeout_s: float = START_TIMEOUT_S) -> Non
             web.check()
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"daphne did not start in {timeout_s:.0f} s:\n{web.stderr_tail()}"
+                    f"the web server did not start in {timeout_s:.0f} s:\n{web.stderr_tail()}"
                 ) from None
             time.sleep(0.1)
 

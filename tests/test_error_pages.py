@@ -70,15 +70,17 @@ def test_a_json_client_gets_the_csrf_failure_as_a_json_error():
 
 @pytest.mark.django_db(transaction=True)
 def test_make_run_settings_serve_the_sites_404_and_static_files(settings):
-    """daphne under chatsite.settings.dev (what `make run` starts, with none of the
-    DJANGO_ variables a developer may set): an unknown address is the site's 404
-    page, not Django's debug page listing the URL patterns; static files still load."""
+    """The web server under chatsite.settings.dev (what `make run` starts, with none
+    of the DJANGO_ variables a developer may set): an unknown address is the site's
+    404 page, not Django's debug page listing the URL patterns; static files still
+    load; a body over the cap is refused."""
     from tests.stack import stack_env, web_process
 
     env = {k: v for k, v in stack_env().items() if not k.startswith("DJANGO_")}
     env["DJANGO_SETTINGS_MODULE"] = "chatsite.settings.dev"
     env["REDIS_URL"] = settings.REDIS_URL
     env.pop("TEST_REDIS_URL", None)
+    env["REQUEST_MAX_BODY_BYTES"] = "2000"  # small: sent whole before the refusal
     with web_process(env) as web:
         response = httpx.get(web.base + "/no-such-page/")
         assert response.status_code == 404
@@ -89,3 +91,11 @@ def test_make_run_settings_serve_the_sites_404_and_static_files(settings):
         css = httpx.get(web.base + "/static/site.css")
         assert css.status_code == 200
         assert css.headers["content-type"].startswith("text/css")
+        # a body over the cap is the site's 413 through the server, by its length
+        # or, sent chunked, while it arrives (chatsite/bodycap.py)
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        sized = httpx.post(web.base + "/login/", content=b"x" * 2001, headers=form)
+        assert sized.status_code == 413 and "limit of 2,000 bytes" in sized.text
+        pieces = (b"x" * 1000 for _ in range(3))
+        chunked = httpx.post(web.base + "/login/", content=pieces, headers=form)
+        assert chunked.status_code == 413

@@ -18,6 +18,7 @@ from conversations import services as chat
 from conversations.models import Message
 from gateway import quota
 from gateway.models import UsageRecord
+from inference import client as inference_client
 from inference import keys
 from inference.connections import redis_sync
 from tests.faults import Browser, PrivateRedis, stream_read
@@ -113,6 +114,38 @@ def test_worker_killed_mid_answer_the_user_sees_a_clear_error_and_the_answer_is_
         )
         assert done.final is not None and done.final.event == "done"
         assert _answer(nxt.json()).content == TEXT
+        browser.close()
+
+
+def test_a_stream_closed_mid_answer_is_noticed_and_the_answer_cancelled(user):
+    """The browser closes the answer's stream after a few tokens (a tab closed): the
+    web server notices the closed connection, the relay detaches (no watcher left, a
+    cancel scheduled) and, with nobody back within the grace, the worker cancels the
+    generation: it does not run to its end for no one."""
+    env = {**FAST_WORKERS, "INFERENCE_DETACH_GRACE_S": "1"}
+    with running_processes(_worker(100), env) as stack:
+        browser = Browser(stack.base, user)
+        turn = browser.send("tell me a story").json()
+        job_id = _answer(turn).job_id
+        url = turn["assistant_message"]["stream_url"]
+        first = stream_read(stack.base, url, browser.cookie, until_tokens=3)
+        assert first.final is None and first.last_id
+        redis = redis_sync()
+        _wait(
+            lambda: redis.exists(keys.detached_key(job_id)),
+            15,
+            "the web process never detached the closed stream",
+        )
+        assert redis.get(keys.watch_key(job_id)) is None
+
+        def ended() -> bool:
+            events = inference_client.generation_events(job_id=job_id)
+            return bool(events) and events[-1].is_terminal
+
+        _wait(ended, 15, "the worker never cancelled the abandoned answer")
+        last = inference_client.generation_events(job_id=job_id)[-1]
+        assert last.data["finish_reason"] == "cancelled"
+        assert len(first.text.split()) < WORDS
         browser.close()
 
 

@@ -20,7 +20,7 @@ from chatsite.asgi import application
 from scripts.haproxy_config import haproxy_config_render
 from tests.proxy import HAPROXY, Proxy, haproxy_process
 from tests.scaleout import (
-    DAPHNE_ARGS,
+    SERVER_ARGS,
     WORDS,
     WORKER,
     kill_drill,
@@ -95,8 +95,8 @@ def farm(user) -> Iterator[Farm]:
     env = stack_env({"CHAT_MAX_TOKENS": str(WORDS)})
     with (
         worker_processes([WORKER], env),
-        web_process(env, daphne_args=DAPHNE_ARGS) as web1,
-        web_process(env, daphne_args=DAPHNE_ARGS) as web2,
+        web_process(env, server_args=SERVER_ARGS) as web1,
+        web_process(env, server_args=SERVER_ARGS) as web2,
         haproxy_process([web1.base[7:], web2.base[7:]]) as proxy,
     ):
         yield Farm(webs={"web1": web1, "web2": web2}, proxy=proxy)

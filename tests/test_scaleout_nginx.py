@@ -15,7 +15,7 @@ import pytest
 from scripts.nginx_config import nginx_config_render
 from tests.proxy import NGINX, Nginx, nginx_argv, nginx_process, nginx_render_private
 from tests.scaleout import (
-    DAPHNE_ARGS,
+    SERVER_ARGS,
     WORDS,
     WORKER,
     kill_drill,
@@ -87,8 +87,8 @@ def nginx_farm(user) -> Iterator[NginxFarm]:
     env = stack_env({"CHAT_MAX_TOKENS": str(WORDS)})
     with (
         worker_processes([WORKER], env),
-        web_process(env, daphne_args=DAPHNE_ARGS) as web1,
-        web_process(env, daphne_args=DAPHNE_ARGS) as web2,
+        web_process(env, server_args=SERVER_ARGS) as web1,
+        web_process(env, server_args=SERVER_ARGS) as web2,
     ):
         webs = {web1.base[7:]: web1, web2.base[7:]: web2}
         extra = f"add_header {UPSTREAM_HEADER} $upstream_addr always;"

@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,10 +96,21 @@ def coalesce_interval_s(open_streams: int) -> float:
     process follows ``open_streams`` streams: SSE_COALESCE_MS, or longer under load so
     the process releases about SSE_FRAMES_PER_S frames a second over all its streams,
     never more than SSE_COALESCE_MAX_MS (see the settings for the figures)."""
+    return coalescing()(open_streams)
+
+
+def coalescing() -> Callable[[int], float]:
+    """:func:`coalesce_interval_s` with the settings read now: a follower reads them
+    once, not per frame (each read of ``settings`` is a LazyObject lookup)."""
     floor_s = settings.SSE_COALESCE_MS / 1000
     budget = settings.SSE_FRAMES_PER_S
-    shared_s = open_streams / budget if budget > 0 else 0.0
-    return max(floor_s, min(shared_s, settings.SSE_COALESCE_MAX_MS / 1000))
+    max_s = settings.SSE_COALESCE_MAX_MS / 1000
+
+    def interval_s(open_streams: int) -> float:
+        shared_s = open_streams / budget if budget > 0 else 0.0
+        return max(floor_s, min(shared_s, max_s))
+
+    return interval_s
 
 
 def _quota_settle_from(
@@ -172,6 +183,7 @@ async def generation_follow(
     loop = asyncio.get_running_loop()
     next_delta_at = 0.0  # loop time before which no Delta is released
     hub = streams.stream_hub()
+    interval_s = coalescing()
     subscription = hub.subscribe(job_id=job_id, after=after)
     try:
         while True:
@@ -206,6 +218,15 @@ async def generation_follow(
                     return
                 continue
             started, last_event_at, after = True, time.time(), events[-1].id
+            if chain is None and not cut and _all_tokens(events):
+                # the common read (no policy screens the stream, only tokens): one
+                # Delta of them all, as the general loop below releases them
+                text = "".join([event.data["t"] for event in events])
+                tokens_seen += len(events)
+                if text:
+                    next_delta_at = loop.time() + interval_s(len(hub))
+                    yield Delta(text, after, len(events))
+                continue
             pending = _Pending()
             # None: the end of this read, where pending text is released too
             for event in [*events, None]:
@@ -221,7 +242,7 @@ async def generation_follow(
                         return
                     tokens_seen += pending.tokens
                     if delta is not None:
-                        next_delta_at = loop.time() + coalesce_interval_s(len(hub))
+                        next_delta_at = loop.time() + interval_s(len(hub))
                         yield delta
                     if cut_now and not cut:
                         cut = True
@@ -292,6 +313,14 @@ async def generation_follow(
             await generation_leave(
                 generation, after=after, tokens_seen=tokens_seen, recorder=recorder
             )
+
+
+def _all_tokens(events: list[protocol.Event]) -> bool:
+    """Whether every event of a read is a ``token`` event."""
+    for event in events:
+        if event.type != protocol.EVENT_TOKEN:
+            return False
+    return True
 
 
 def _tool_call(event: protocol.Event) -> ToolCall:

@@ -117,6 +117,34 @@ def test_event_parse_decodes_bytes_and_text_entries():
     )
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ok",
+        "",
+        " hé 中文 🙂",
+        'say "hi"',
+        "a\\b",
+        "line\nbreak\ttab\x00",
+        "\u2028",
+        '"}',
+    ],
+)
+def test_a_token_entry_read_flat_is_the_text_that_was_written(text):
+    """The hub's reading of a token entry (no JSON decoder when nothing is escaped)
+    gives back exactly the text of :func:`token_fields`, escapes and all."""
+    fields = protocol.token_fields(text)
+    flat = ["e", fields["e"], "d", fields["d"]]
+    event = protocol.event_parse_flat("5-1", flat)
+    assert (event.id, event.type, event.data) == ("5-1", "token", {"t": text})
+
+
+def test_a_token_entry_with_more_fields_in_its_data_keeps_them():
+    data = json.dumps({"t": "a", "x": "b"})
+    event = protocol.event_parse_flat("5-2", ["e", "token", "d", data])
+    assert event.data == {"t": "a", "x": "b"}
+
+
 def test_vectors_survive_encoding_as_float32_and_a_wrong_size_is_refused():
     import numpy as np
 
