@@ -170,7 +170,7 @@ async def test_a_request_over_its_limit_gets_the_429_whatever_else_is_wrong(
         over = await asgi("POST", "/v1/chat/completions", body=body, key=api_key)
         assert over.status == 429, over.json()
         assert over.json()["error"]["code"] == "rate_limit_requests"
-    assert await sync_to_async(no_reservations)(user)
+    assert await sync_to_async(no_reservations)()
 
 
 async def test_models_lists_the_enabled_pools_the_plan_allows(user, api_key):
