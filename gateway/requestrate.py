@@ -55,7 +55,8 @@ class RequestCounter:
     window), counted once: by :meth:`count`, or by the token reservation's own script
     (:func:`gateway.quota.quota_reserve` with ``count``), which saves a round trip.
     ``now``: the epoch s it counts at (None: the time it is counted); ``counted``
-    holds the result once counted (None: not yet)."""
+    holds the result once counted (None: not yet), ``refused`` the 429 of a request
+    over its limit (raised again by :meth:`count`, without Redis)."""
 
     user_id: int
     key_id: int | None
@@ -63,6 +64,7 @@ class RequestCounter:
     key_limit: int | None
     now: float | None = None
     counted: RequestCount | None = None
+    refused: QuotaExceeded | None = None
 
     def at(self) -> float:
         """The epoch s the request counts at (fixed on first use)."""
@@ -75,14 +77,15 @@ class RequestCounter:
 
         Raises QuotaExceeded (as :func:`request_count`); nothing is counted then.
         """
+        if self.refused is not None:
+            raise self.refused
+        if self.counted is None and not self.limited():
+            reset_s = _reset_s(self.at())
+            self.counted = RequestCount(limit=None, remaining=None, reset_s=reset_s)
         if self.counted is None:
-            self.counted = request_count(
-                user_id=self.user_id,
-                key_id=self.key_id,
-                user_limit=self.user_limit,
-                key_limit=self.key_limit,
-                now=self.at(),
-            )
+            script = cast(Any, redis_sync()).register_script(_COUNT_LUA)
+            script_keys, args = self.script_keys_args()
+            return self.script_reply(script(keys=script_keys, args=args))
         return self.counted
 
     def limited(self) -> bool:
@@ -120,11 +123,12 @@ class RequestCounter:
         reset_s = _reset_s(self.at())
         if int(reply[0]) == 0:
             which = int(reply[1])
-            raise _refused(
+            self.refused = _refused(
                 which="your account" if which == 1 else "this API key",
                 limit=self.user_limit if which == 1 else self.key_limit,
                 reset_s=reset_s,
             )
+            raise self.refused
         spare = []
         if self.user_limit is not None:
             spare.append((self.user_limit - int(reply[1]), self.user_limit))
@@ -178,15 +182,10 @@ def request_count(
     ``x-ratelimit-limit-requests`` / ``-remaining-requests`` / ``-reset-requests``)
     when the user's or the key's limit is reached; nothing is counted then.
     """
-    counter = RequestCounter(
+    return RequestCounter(
         user_id=user_id,
         key_id=key_id,
         user_limit=user_limit,
         key_limit=key_limit,
         now=time.time() if now is None else now,
-    )
-    if not counter.limited():
-        return RequestCount(limit=None, remaining=None, reset_s=_reset_s(counter.at()))
-    script = cast(Any, redis_sync()).register_script(_COUNT_LUA)
-    script_keys, args = counter.script_keys_args()
-    return counter.script_reply(script(keys=script_keys, args=args))
+    ).count()

@@ -155,6 +155,9 @@ def test_the_reservation_counts_the_request_in_its_own_script(user):
     assert rate_refused.value.code == requestrate.CODE
     assert "your account may make 2 per minute" in str(rate_refused.value)
     assert over.counted is None
+    with pytest.raises(QuotaExceeded) as again:  # the same refusal, not a recount
+        over.count()
+    assert again.value is rate_refused.value
     client = redis_sync()
     assert not client.exists(keys.reservation_key(user.pk, "r3"))
     assert (
