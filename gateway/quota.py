@@ -33,13 +33,16 @@ import datetime as dt
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 from chatsite.errors import QuotaExceeded
-from gateway.quota_lua import RESERVE_LUA, SETTLE_LUA
+from gateway.quota_lua import RESERVE_COUNTED_LUA, RESERVE_LUA, SETTLE_LUA
 from inference import keys
 from inference.connections import redis_sync
+
+if TYPE_CHECKING:
+    from gateway.requestrate import RequestCounter
 
 WINDOW_MINUTE = "minute"
 WINDOW_DAY = "day"
@@ -159,6 +162,15 @@ def _exceeded(
     )
 
 
+@dataclass
+class Piggyback:
+    """Commands of other slots sent in a reservation's round trip: ``queue(pipe)``
+    queues them; ``replies`` then holds their replies (an Exception where one failed)."""
+
+    queue: Callable[[Any], None]
+    replies: list[Any] = field(default_factory=list)
+
+
 def quota_reserve(
     *,
     user_id: int,
@@ -168,6 +180,8 @@ def quota_reserve(
     now: float | None = None,
     advice: str = SHRINK_ADVICE,
     seed: Callable[[list[Window]], None] | None = None,
+    count: RequestCounter | None = None,
+    piggyback: Piggyback | None = None,
 ) -> list[Window]:
     """Reserve ``tokens`` (estimated prompt + max_tokens) in every window, atomically.
 
@@ -180,6 +194,13 @@ def quota_reserve(
     or its settlement; ``now`` (epoch s, default: the current time) is its reservation
     time for :func:`quota_reservations_sweep` too. ``advice`` ends the message of a
     request too large for a whole window (what the caller can make smaller).
+
+    With ``count`` (an API request not counted yet) the same script first counts the
+    request against its requests per minute (:mod:`gateway.requestrate`): a request
+    over that limit is refused with its 429 and nothing is reserved; a request whose
+    reservation is refused stays counted. ``piggyback``: commands sent in the same
+    round trip.
+
     Returns the windows after charging. Raises :class:`QuotaExceeded` (429, with
     ``Retry-After`` and ``x-ratelimit-*-tokens`` headers naming the first window that
     has no room); nothing is charged then.
@@ -190,14 +211,18 @@ def quota_reserve(
     unsubmitted = keys.unsubmitted_key(job_id)
     member = keys.unsubmitted_member(user_id, job_id)
 
-    def reserve(check: bool, pipe: Any) -> Any:
+    counting = count is not None and count.uncounted()
+
+    def reserve(check: bool, pipe: Any, *, counted: bool = False) -> Any:
+        rpm = count.script_keys_args() if count and counted else ([], [])
         return keys.eval_on(
             pipe,
-            RESERVE_LUA,
-            5,
+            RESERVE_COUNTED_LUA if counted else RESERVE_LUA,
+            5 + len(rpm[0]),
             *[w.key for w in windows],
             keys.reservation_key(user_id, job_id),
             keys.reservations_key(user_id),
+            *rpm[0],
             tokens,
             *[-1 if w.limit is None else w.limit for w in windows],
             *ttls,
@@ -205,14 +230,26 @@ def quota_reserve(
             repr(now),
             job_id,
             "1" if check else "0",
+            *rpm[1],
         )
 
     # Listed for the sweep before the reservation exists, in the same round trip: a
     # crash in between leaves an entry whose release finds nothing to give back.
     with redis_sync().pipeline(transaction=False) as pipe:
         pipe.zadd(unsubmitted, {member: now})
-        reserve(seed is not None, pipe)
-        result = pipe.execute()[1]
+        reserve(seed is not None, pipe, counted=counting)
+        if piggyback is not None:
+            piggyback.queue(pipe)
+        replies = pipe.execute(raise_on_error=False)
+    if piggyback is not None:
+        piggyback.replies = replies[2:]
+    if error := next((r for r in replies[:2] if isinstance(r, Exception)), None):
+        raise error
+    result = replies[1]
+    if counting and count is not None:
+        if int(result[0]) == -2:  # over the requests per minute: its 429 below
+            redis_sync().zrem(unsubmitted, member)
+        result = count.reserve_reply(result)
     if int(result[0]) == -1:
         assert seed is not None
         absent = int(result[1])

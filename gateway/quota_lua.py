@@ -1,4 +1,5 @@
-"""The Lua scripts of :mod:`gateway.quota` (reserve, settle), run with EVAL.
+"""The Lua scripts of :mod:`gateway.quota` (reserve, settle) and of
+:mod:`gateway.requestrate` (requests per minute), run with EVAL.
 
 Every key a script touches is passed in KEYS and carries the user's hash tag
 (:mod:`inference.keys`), so each runs on one Redis Cluster slot.
@@ -37,6 +38,51 @@ redis.call('ZADD', KEYS[5], ARGV[9], ARGV[10])
 redis.call('EXPIRE', KEYS[5], ARGV[8])
 return {1, used[1], used[2], used[3]}
 """
+
+# A Lua function: count one API request in a user's and a key's UTC-minute counters
+# (KEYS[k + 1], KEYS[k + 2]), limits lu, lk (-1: none), TTL ttl (s). Both are checked
+# first and both counted only when both have room. Returns {1, user count, key count}
+# after counting, or {0, 1|2, count}: the user's (1) or the key's (2) limit is
+# reached and nothing was counted.
+RPM_COUNT_FN = """
+local function rpm_count(k, lu, lk, ttl)
+  local limits = {tonumber(lu), tonumber(lk)}
+  for i = 1, 2 do
+    local used = tonumber(redis.call('GET', KEYS[k + i]) or '0')
+    if limits[i] >= 0 and used + 1 > limits[i] then return {0, i, used} end
+  end
+  local counts = {}
+  for i = 1, 2 do
+    counts[i] = redis.call('INCR', KEYS[k + i])
+    redis.call('EXPIRE', KEYS[k + i], ttl)
+  end
+  return {1, counts[1], counts[2]}
+end
+"""
+
+# RESERVE_LUA preceded by the count of one API request (RPM_COUNT_FN), in one atomic
+# script: KEYS as RESERVE_LUA's plus KEYS[6], KEYS[7] the user's and the key's
+# request counters (the user's slot); ARGV as RESERVE_LUA's plus ARGV[12], ARGV[13]
+# the request limits (-1: none) and ARGV[14] the counters' TTL (s). Returns {-2, 1|2,
+# count} when a request limit is reached (nothing counted, nothing charged), else
+# RESERVE_LUA's reply followed by the user's and the key's request counts (the
+# request stays counted when the reservation is refused or must be seeded first).
+RESERVE_COUNTED_LUA = (
+    RPM_COUNT_FN
+    + """
+local counted = rpm_count(5, ARGV[12], ARGV[13], ARGV[14])
+if counted[1] == 0 then return {-2, counted[2], counted[3]} end
+local function reserve()
+"""
+    + RESERVE_LUA
+    + """
+end
+local reply = reserve()
+reply[#reply + 1] = counted[2]
+reply[#reply + 1] = counted[3]
+return reply
+"""
+)
 
 # KEYS: reservation hash, the user's reservation set, the 3 window counters the hash
 # names (one slot: the user's). ARGV: actual tokens, job id. Moves every window by

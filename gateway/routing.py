@@ -176,16 +176,22 @@ def queue_waiting(*, pool: str) -> int:
 
 
 def pool_saturated(
-    *, pool: ModelPool, shed: bool = False, fraction: float | None = None
+    *,
+    pool: ModelPool,
+    shed: bool = False,
+    fraction: float | None = None,
+    load: tuple[int, int | None] | None = None,
 ) -> bool:
     """True if ``pool`` has no live worker or more waiting jobs than it accepts.
 
     With ``shed`` (a lowest-priority request under pressure) the accepted queue depth is
     ``queue_threshold * GATEWAY_SHED_FRACTION``; ``fraction`` (0-1) overrides that
-    share (evaluation requests: EVAL_SHED_FRACTION, shed before any user).
+    share (evaluation requests: EVAL_SHED_FRACTION, shed before any user). ``load``:
+    the pool's :func:`inference.client.pool_load` when the caller read it already
+    (None: read now).
     """
     # liveness and queue depth in one round trip (admission is on every request)
-    live, waiting = inference_client.pool_load(pool=pool.name)
+    live, waiting = load or inference_client.pool_load(pool=pool.name)
     if live == 0:
         return True
     threshold = pool.queue_threshold
@@ -210,11 +216,19 @@ def plan_is_eval(*, plan: Plan) -> bool:
     return plan.name == settings.EVAL_PLAN_NAME
 
 
-def pool_admit(*, pool: ModelPool, plan: Plan, fallback: bool = True) -> ModelPool:
+def pool_admit(
+    *,
+    pool: ModelPool,
+    plan: Plan,
+    fallback: bool = True,
+    load: tuple[int, int | None] | None = None,
+) -> ModelPool:
     """Return the first pool of ``pool``'s fallback chain that can take a request now.
 
     Disabled pools and embedding pools in the chain are skipped. ``fallback`` False
     admits ``pool`` itself or nothing (an evaluation measures that pool, not another).
+    ``load``: ``pool``'s own load when the caller read it already
+    (:func:`inference.client.pool_load`; the chain's other pools are read here).
     Raises PoolSaturated (503 with ``Retry-After: GATEWAY_SATURATED_RETRY_AFTER_S``)
     when none can.
     """
@@ -227,7 +241,12 @@ def pool_admit(*, pool: ModelPool, plan: Plan, fallback: bool = True) -> ModelPo
         usable = current.pk is None or (
             current.enabled and current.kind == ModelPool.Kind.CHAT
         )
-        if usable and not pool_saturated(pool=current, shed=shed, fraction=fraction):
+        if usable and not pool_saturated(
+            pool=current,
+            shed=shed,
+            fraction=fraction,
+            load=load if current is pool else None,
+        ):
             return current
         if not fallback:
             break

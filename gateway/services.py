@@ -121,8 +121,16 @@ def api_request_count(*, user: User) -> requestrate.RequestCount:
     them: the key they used is known) against their plan's requests per minute, for
     them and for the key (:func:`gateway.requestrate.request_count`). Raises
     QuotaExceeded (429 ``rate_limit_requests``, Retry-After, ``x-ratelimit-*``)."""
+    return api_request_counter(user=user).count()
+
+
+def api_request_counter(*, user: User) -> requestrate.RequestCounter:
+    """Return the uncounted :class:`gateway.requestrate.RequestCounter` of one API
+    request of ``user`` (as :func:`api_key_authenticate` returned them), with their
+    plan's limits: counted later, e.g. by the token reservation
+    (:attr:`gateway.generations.GenerationRequest.request_count`)."""
     plan = selectors.plan_for_user(user=user)
-    return requestrate.request_count(
+    return requestrate.RequestCounter(
         user_id=user.pk,
         key_id=getattr(user, API_KEY_ID_ATTR, None),
         user_limit=plan.requests_per_minute,

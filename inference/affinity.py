@@ -39,6 +39,7 @@ import asyncio
 import hashlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -124,13 +125,35 @@ def _text(message: dict[str, Any] | None) -> str:
     return content if isinstance(content, str) else repr(content)
 
 
+@dataclass(frozen=True)
+class AffinityRead:
+    """The worker recorded for the conversation ``affinity`` on ``pool``, read ahead
+    of :func:`job_route` (in another round trip of the submitter's: one less);
+    ``worker`` None: none recorded."""
+
+    pool: str
+    affinity: str
+    worker: str | None
+
+    @staticmethod
+    def queue(pipe: Any, *, pool: str, affinity: str) -> None:
+        """Queue the read on ``pipe`` (a pipeline); its reply is the ``worker``."""
+        pipe.get(keys.affinity_key(pool, affinity))
+
+
 def job_route(
-    client: Any, *, pool: str, job: protocol.Job, now: float | None = None
+    client: Any,
+    *,
+    pool: str,
+    job: protocol.Job,
+    now: float | None = None,
+    read: AffinityRead | None = None,
 ) -> str | None:
     """Return the worker whose own stream ``job`` should go to, or None (the pool).
 
     ``client``: a sync Redis client (two round trips: the conversation's worker, then
-    its hash and own stream's length and pending count). None without
+    its hash and own stream's length and pending count; one when ``read`` is the
+    worker already read for this pool and conversation). None without
     ``job.affinity``, or on a miss: no worker recorded, its heartbeat older than
     WORKER_TTL_S seconds before ``now`` (epoch s) or it stops, or its ``busy`` slots
     plus the jobs waiting in its own stream reach its ``slots``. Counts the outcome
@@ -140,7 +163,10 @@ def job_route(
 
     if not job.affinity:
         return None
-    worker = client.get(keys.affinity_key(pool, job.affinity))
+    if read is not None and (read.pool, read.affinity) == (pool, job.affinity):
+        worker = read.worker
+    else:
+        worker = client.get(keys.affinity_key(pool, job.affinity))
     outcome = MISS_NEW
     if worker is not None:
         worker = worker.decode() if isinstance(worker, bytes) else str(worker)

@@ -70,9 +70,23 @@ def pool_load(*, pool: str, now: float | None = None) -> tuple[int, int | None]:
     Redis cannot say (no group yet, or a lag it does not know): count them then.
     """
     with redis_sync().pipeline(transaction=False) as pipe:
-        workers_live_on(pipe, pool=pool, now=now)
-        pipe.xinfo_groups(keys.queue_key(pool))
-        live, groups = pipe.execute(raise_on_error=False)
+        pool_load_queue(pipe, pool=pool, now=now)
+        replies = pipe.execute(raise_on_error=False)
+    return pool_load_parse(replies)
+
+
+def pool_load_queue(pipe: Any, *, pool: str, now: float | None = None) -> None:
+    """Queue on ``pipe`` (a pipeline) the two commands of :func:`pool_load` for
+    ``pool``; :func:`pool_load_parse` reads their replies."""
+    workers_live_on(pipe, pool=pool, now=now)
+    pipe.xinfo_groups(keys.queue_key(pool))
+
+
+def pool_load_parse(replies: list[Any]) -> tuple[int, int | None]:
+    """Return :func:`pool_load`'s ``(live, waiting)`` from the two replies queued by
+    :func:`pool_load_queue` (read with ``raise_on_error=False``); re-raises a reply's
+    error other than a missing queue."""
+    live, groups = replies
     if isinstance(live, Exception):
         raise live
     if isinstance(groups, Exception):

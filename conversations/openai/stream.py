@@ -26,6 +26,7 @@ from conversations.openai.requests import CompletionRequest
 from gateway import generations
 from gateway import selectors as gateway_selectors
 from gateway.cache import CachePolicy
+from gateway.requestrate import RequestCounter
 from inference.embeddings import TextVector
 from inference.tokens import prompt_counter
 
@@ -83,9 +84,13 @@ def _cache_policy(
     )
 
 
-def completion_start(*, user: User, req: CompletionRequest) -> Generation:
+def completion_start(
+    *, user: User, req: CompletionRequest, counter: RequestCounter | None = None
+) -> Generation:
     """Admit, reserve and enqueue the generation of the completion ``req``; nothing
     stays reserved if it raises. A cache hit is served by the gateway without a job.
+    ``counter``: the request, still to count against its requests per minute (the
+    reservation counts it: :attr:`gateway.generations.GenerationRequest.request_count`).
     Raises the gateway's DomainErrors (ModerationBlocked, ModerationUnavailable,
     ContextOverflow, NotFound, Forbidden, QuotaExceeded, PoolSaturated).
 
@@ -110,6 +115,7 @@ def completion_start(*, user: User, req: CompletionRequest) -> Generation:
         model=req.model,
         cache_policy=_cache_policy(req, query=query),
         max_tokens_strict=True,
+        request_count=counter,
     )
     started = generations.generation_start(request)
     generation = started.generation

@@ -116,10 +116,26 @@ def _authenticate_and_start(
 ) -> tuple[Generation, CompletionRequest]:
     """Authenticate, validate the body, admit and enqueue: one sync step (one hop to
     a reused thread, :func:`chatsite.db.db_quick`; the database only on an API key
-    cache miss) for the whole admission path."""
-    user = _api_user(request)
-    req = completion_request_parse(request.body)
-    return completion_start(user=user, req=req), req
+    cache miss) for the whole admission path.
+
+    The request is counted against its requests per minute by the token
+    reservation's own script (one Redis round trip for both); a request refused or
+    failed before that is counted then, so every authenticated request counts and
+    the limit's 429 comes first, as if counted at once (:func:`_api_user`).
+    """
+    user = gateway.api_key_authenticate(raw=_bearer(request))
+    if user is None:
+        raise InvalidApiKey()
+    counter = gateway.api_request_counter(user=user)
+    try:
+        req = completion_request_parse(request.body)
+        return completion_start(user=user, req=req, counter=counter), req
+    except Exception:
+        counter.count()  # no-op once counted; raises the limit's 429 first
+        raise
+    finally:
+        if counter.counted is not None:
+            setattr(request, _COUNTED_ATTR, counter.counted)
 
 
 @csrf_exempt

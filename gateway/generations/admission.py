@@ -26,8 +26,10 @@ from django.conf import settings
 from chatsite.errors import InvalidInput
 from gateway import cache, quota, routing, selectors
 from gateway.cache import CacheHit
+from gateway.generations.reads import AdmissionReads
 from gateway.generations.request import GenerationRequest
 from gateway.models import ModelPool
+from inference.affinity import AffinityRead
 from inference.params import TOOLS, params_unsupported
 from safety import selectors as safety_selectors
 from safety import services as safety_services
@@ -66,6 +68,9 @@ class Admission:
     pool's ``max_output_tokens``); ``reserved_tokens`` = prompt tokens + ``max_tokens``.
     With ``cache_hit`` the answer comes from a cache: nothing is reserved
     (``reserved_tokens`` 0) and the submission serves it instead of enqueueing a job.
+    ``affinity``: the worker recorded for the conversation on the routed pool, read
+    with the reservation (INFERENCE_AFFINITY; None: not read), for the submission's
+    routing (:func:`inference.affinity.job_route`).
     """
 
     job_id: str
@@ -74,6 +79,7 @@ class Admission:
     params: dict[str, Any]
     reserved_tokens: int
     cache_hit: CacheHit | None = None
+    affinity: AffinityRead | None = None
 
 
 class UnsupportedParameter(InvalidInput):
@@ -248,12 +254,18 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
     reserved), ModerationUnavailable (503, moderation down and failing closed),
     ContextOverflow (400, the prompt alone fills the pool's context window),
     UnsupportedParameter (400, a parameter the pool's engine does not implement, or,
-    with ``max_tokens_strict``, a ``max_tokens`` over the pool's limit), NotFound / Forbidden (model choice), QuotaExceeded (429, nothing reserved),
-    PoolSaturated (503, the reservation is given back). On success the caller owns the
-    reservation: it ends in settlement, :func:`generation_release`, or the sweep.
+    with ``max_tokens_strict``, a ``max_tokens`` over the pool's limit), NotFound /
+    Forbidden (model choice), QuotaExceeded (429, nothing reserved; code
+    ``rate_limit_requests`` when ``request.request_count`` is over its requests per
+    minute), PoolSaturated (503, the reservation is given back). On success the
+    caller owns the reservation: it ends in settlement, :func:`generation_release`,
+    or the sweep.
     """
     user, messages = request.user, request.messages
     safety_selectors.suspension_check(user=user)
+    counter = request.request_count
+    if counter is not None and settings.SAFETY_INPUT_ENABLED:
+        counter.count()  # a request over its limit is not screened (no event)
     input_check(request, job_id=job_id)
     plan = selectors.plan_for_user(user=user)
     pool = routing.pool_choose(plan=plan, messages=messages, requested=request.model)
@@ -272,6 +284,8 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
     if prompt_tokens is None:
         prompt_tokens = prompt_tokens_estimate(messages)
     reserved = prompt_tokens + params["max_tokens"]
+    # the pool's load and the conversation's worker come with the reservation
+    reads = AdmissionReads(pool=pool.name, user_id=user.pk, messages=messages)
     quota.quota_reserve(
         user_id=user.pk,
         job_id=job_id,
@@ -280,6 +294,8 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
         # absent counters (new period, lost Redis) are seeded in the same round trip's
         # miss path, so a restart does not reset a budget already spent
         seed=lambda windows: quota_windows_seed(user_id=user.pk, windows=windows),
+        count=counter,
+        piggyback=reads.piggyback,
     )
     material = None
     cache_policy = request.cache_policy
@@ -307,7 +323,9 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
                 reserved_tokens=0,
                 cache_hit=hit,
             )
-        pool = routing.pool_admit(pool=pool, plan=plan, fallback=request.fallback)
+        pool = routing.pool_admit(
+            pool=pool, plan=plan, fallback=request.fallback, load=reads.load()
+        )
         # a fallback pool must honour the parameters too (its limit lowers max_tokens)
         tools_fit(pool=pool, params=params, optional=request.tools_optional)
         params_check(pool=pool, params=params, strict=False)
@@ -326,6 +344,7 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
         model=pool.model,
         params=params,
         reserved_tokens=reserved,
+        affinity=reads.affinity(),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from django.contrib.auth.models import User
 
 from gateway.cache import CachePolicy
+from gateway.requestrate import RequestCounter
 from inference.embeddings import TextVector
 
 
@@ -44,7 +45,11 @@ class GenerationRequest:
       (the API: the client chose it) rather than lowered to the limit;
     - ``tools_optional``: the tool parameters (:data:`inference.params.TOOLS`) are an
       offer (the chat's tools): dropped, not refused, when the routed pool's engine
-      does not implement them.
+      does not implement them;
+    - ``request_count``: an API request still to count against its requests per
+      minute (:class:`gateway.requestrate.RequestCounter`); admission counts it in
+      the reservation's round trip, or before input moderation when that is on (a
+      request over its limit is refused before it is screened). None: not counted.
 
     Frozen: admission copies ``params`` before it caps them, and nothing downstream
     changes the request.
@@ -65,3 +70,4 @@ class GenerationRequest:
     fallback: bool = True
     max_tokens_strict: bool = False
     tools_optional: bool = False
+    request_count: RequestCounter | None = None

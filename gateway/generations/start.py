@@ -88,12 +88,15 @@ def generation_submit(
     pool: str,
     enqueued_at: float | None = None,
     cache_hit: CacheHit | None = None,
+    affinity_read: affinity.AffinityRead | None = None,
 ) -> float:
     """Enqueue an admitted generation on ``pool``; return its enqueue time (epoch s).
 
     With INFERENCE_AFFINITY the job names its conversation and goes to the worker
     that served the conversation's previous turn when that one is live and has a free
-    slot (:mod:`inference.affinity`), else to the pool's queue.
+    slot (:mod:`inference.affinity`), else to the pool's queue; ``affinity_read``:
+    that worker as the admission read it (:attr:`Admission.affinity`; None: read
+    here).
     The job expires INFERENCE_QUEUE_TIMEOUT_S after ``enqueued_at``. With ``cache_hit``
     (from the admission) nothing is enqueued: the cached answer is written as the
     generation's stream (:func:`gateway.cache.cache_serve`). Call after the
@@ -115,7 +118,9 @@ def generation_submit(
     if settings.INFERENCE_AFFINITY:
         # the worker that served the conversation's previous turn, if live and free
         job.affinity = affinity.affinity_of(user_ref=user_ref, messages=messages)
-        worker = affinity.job_route(redis_sync(), pool=pool, job=job)
+        worker = affinity.job_route(
+            redis_sync(), pool=pool, job=job, read=affinity_read
+        )
     # One round trip, in this order: the job is kept for a fallback retry, enqueued,
     # and its reservation marked submitted. Its three keys are in three slots (job,
     # pool, sweep bucket), so no MULTI on a cluster; a crash between the enqueue and
@@ -161,6 +166,7 @@ def generation_start(
             user_ref=str(request.user.pk),
             pool=admission.pool,
             cache_hit=admission.cache_hit,
+            affinity_read=admission.affinity,
         )
     generation = Generation(
         job_id=job_id,

@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from gateway import requestrate
+from chatsite.errors import QuotaExceeded
+from gateway import quota, requestrate
 from gateway import services as gateway_services
 from gateway.models import Plan
+from inference import keys
+from inference.connections import redis_sync
 
 pytestmark = pytest.mark.django_db
 
@@ -104,3 +107,81 @@ def test_a_refused_request_is_not_counted_and_no_limit_means_none(user):
         user_id=user.pk, key_id=1, user_limit=None, key_limit=None
     )
     assert free.headers() == {}
+
+
+def _counter(user_id: int, **fields: Any) -> requestrate.RequestCounter:
+    return requestrate.RequestCounter(
+        user_id=user_id,
+        key_id=4,
+        **{"user_limit": 2, "key_limit": None, "now": 120.0, **fields},
+    )
+
+
+def test_the_reservation_counts_the_request_in_its_own_script(user):
+    """quota_reserve(count=...) counts the request with the reservation, atomically:
+    over the requests per minute nothing is reserved; a request refused for tokens
+    stays counted; a request counted once is not counted again."""
+    limits = quota.Limits(per_minute=100)
+    first = _counter(user.pk)
+    quota.quota_reserve(
+        user_id=user.pk, job_id="r1", tokens=10, limits=limits, now=120.0, count=first
+    )
+    assert first.counted is not None and first.counted.remaining == 1
+    quota.quota_reserve(  # already counted: not counted again
+        user_id=user.pk, job_id="r1b", tokens=10, limits=limits, now=121.0, count=first
+    )
+    too_big = _counter(user.pk)
+    with pytest.raises(QuotaExceeded) as tokens_refused:
+        quota.quota_reserve(
+            user_id=user.pk,
+            job_id="r2",
+            tokens=500,
+            limits=limits,
+            now=122.0,
+            count=too_big,
+        )
+    assert tokens_refused.value.code == "quota_minute"
+    assert too_big.counted is not None and too_big.counted.remaining == 0
+    over = _counter(user.pk)
+    with pytest.raises(QuotaExceeded) as rate_refused:
+        quota.quota_reserve(
+            user_id=user.pk,
+            job_id="r3",
+            tokens=10,
+            limits=limits,
+            now=123.0,
+            count=over,
+        )
+    assert rate_refused.value.code == requestrate.CODE
+    assert "your account may make 2 per minute" in str(rate_refused.value)
+    assert over.counted is None
+    with pytest.raises(QuotaExceeded) as again:  # the same refusal, not a recount
+        over.count()
+    assert again.value is rate_refused.value
+    client = redis_sync()
+    assert not client.exists(keys.reservation_key(user.pk, "r3"))
+    assert (
+        client.zscore(
+            keys.unsubmitted_key("r3"), keys.unsubmitted_member(user.pk, "r3")
+        )
+        is None
+    )
+    # tokens: r1 and r1b only (r2 and r3 charged nothing)
+    assert quota.quota_windows(user_id=user.pk, limits=limits, now=123.0)[0].used == 20
+    # and the count is the one request_count reads: the minute is full
+    with pytest.raises(QuotaExceeded, match="2 per minute"):
+        _counter(user.pk).count()
+
+
+def test_a_request_without_limits_is_counted_without_redis(user):
+    free = _counter(user.pk, user_limit=None, now=600.0)
+    quota.quota_reserve(
+        user_id=user.pk,
+        job_id="f1",
+        tokens=1,
+        limits=quota.Limits(),
+        now=600.0,
+        count=free,
+    )
+    assert free.counted is not None and free.counted.headers() == {}
+    assert not redis_sync().exists(keys.rpm_user_key(user.pk, 10))

@@ -148,6 +148,31 @@ async def test_every_counted_api_response_carries_the_request_rate_headers(
     assert free.status == 200 and _request_limits(free) is None
 
 
+@pytest.mark.usefixtures("one_minute")
+async def test_a_request_over_its_limit_gets_the_429_whatever_else_is_wrong(
+    user, api_key, start_worker
+):
+    """The request is counted by the token reservation's script; a request refused
+    before it (a bad parameter, a suspension) is counted then, and the limit's 429
+    still comes first."""
+    limited = await sync_to_async(factories.plan)(
+        "limited", requests_per_minute=None, key_requests_per_minute=2
+    )
+    await sync_to_async(factories.subscribe)(user, limited)
+    start_worker(ScriptedEngine())
+    ok = await asgi("POST", "/v1/chat/completions", body=ask(), key=api_key)
+    bad = await asgi(
+        "POST", "/v1/chat/completions", body=ask(temperature=3), key=api_key
+    )
+    assert (ok.status, bad.status) == (200, 400)
+    assert _request_limits(bad) == ("2", "0", "40s")  # the bad one was counted
+    for body in (ask(), ask(temperature=3)):
+        over = await asgi("POST", "/v1/chat/completions", body=body, key=api_key)
+        assert over.status == 429, over.json()
+        assert over.json()["error"]["code"] == "rate_limit_requests"
+    assert await sync_to_async(no_reservations)()
+
+
 async def test_models_lists_the_enabled_pools_the_plan_allows(user, api_key):
     other = await sync_to_async(factories.pool)("big", model="big-model")
     await sync_to_async(factories.pool)("off", enabled=False)
