@@ -46,16 +46,20 @@ def suspended_refusal(request: HttpRequest) -> HttpResponse | None:
     (:func:`chatsite.errors.error_refusal`) when a suspended, signed-in user writes outside
     :data:`ALLOWED_WHILE_SUSPENDED` and the admin; else None.
 
-    One raw query for a signed-in user's writing request
-    (:func:`safety.selectors.suspended_now`), none otherwise; only a suspended user's
-    request resolves its URL (to find the allowed ones) and reads the suspension's
-    row (for its message)."""
+    No query when the user was read with their suspension flag
+    (:class:`safety.backends.SessionUserBackend`), else one raw query for a signed-in
+    user's writing request (:func:`safety.selectors.suspended_now`), none otherwise;
+    only a suspended user's request resolves its URL (to find the allowed ones) and
+    reads the suspension's row (for its message)."""
     if request.method not in _WRITES or request.path.startswith("/admin/"):
         return None
     user = getattr(request, "user", None)
     if not isinstance(user, User):
         return None
-    if not suspended_now(user_id=user.pk):
+    suspended = getattr(user, SUSPENDED_ATTR, None)  # read with the user
+    if suspended is None:
+        suspended = suspended_now(user_id=user.pk)
+    if not suspended:
         # read in this request: admission's own suspension_check need not query again
         setattr(user, SUSPENDED_ATTR, False)
         return None

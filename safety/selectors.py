@@ -89,8 +89,9 @@ def safety_config() -> SafetyConfig:
 
 
 # Set on a user object by a query that read, in the same request, whether the user has
-# a suspension in force (:func:`suspension_in_force`, e.g. the API key lookup): False
-# spares :func:`suspension_check` its own query. Never kept across requests.
+# a suspension in force (:func:`suspension_in_force`, e.g. the API key lookup; the
+# session's user read, safety.backends): False spares :func:`suspension_check` its own
+# query. Never kept across requests.
 SUSPENDED_ATTR = "suspended_now"
 
 

@@ -22,6 +22,7 @@ from django.db.models import Field, Model
 from conversations.models import Conversation, Message
 
 
+@functools.cache
 def _columns(model: type[Model]) -> list[Field]:
     """The fields an INSERT of ``model`` writes: its concrete ones the database does
     not generate (as the ORM's own INSERT)."""
