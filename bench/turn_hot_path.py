@@ -5,6 +5,15 @@ Pinning (:mod:`bench.cpu_pin`): daphne on the first core this process may use; t
 process (the raw-socket client), the scripted chat worker, the embedding worker,
 PostgreSQL and Redis on the others. Every row says so in its ``pinning``.
 
+The window: every "POST to first frame" figure covers daphne's work from the POST
+being sent to the first token frame being read by the client: the request (session,
+admission, storing, enqueue), the stream's start (the ``turn`` frame, the relay's first
+reads) and the first token's relay. It holds no later frame, no answer's end and no
+settlement: the scripted worker (``--rest-delay-ms``) sends the first token at once
+and the rest of the answer and its end REST_S (1 s) later for the turns one after
+another, BURST_REST_S (20 s) later for the burst (after the last user's first frame).
+The settlement is measured apart, in "to the answer settled".
+
 Rows (each a dict: measure, value, unit, pinning, params, goal):
 
 - web CPU per plain turn, POST to first token frame: daphne's own CPU
@@ -17,9 +26,10 @@ Rows (each a dict: measure, value, unit, pinning, params, goal):
   by py-spy, summarised (:mod:`bench.pyspy`);
 - the same POST answered with the turn's JSON (no stream): daphne's CPU for the
   POST alone, so the first row splits into the POST and the stream's start;
-- ``--users`` users at once on one process: turn overhead p50 and p99 (every POST in
-  the same instant, :func:`bench.turn_overhead._concurrent`), and daphne's CPU per
-  turn over the burst;
+- ``--users`` users at once on one process: turn overhead p50 and p99 (POST to first
+  token frame minus the engine's TTFT, every POST in the same instant,
+  :func:`bench.turn_overhead._concurrent`), and the web process's CPU per turn from
+  the first POST sent to the last first frame read;
 - input moderation's own cost on a turn, p50 (in this process, moved to the web core
   for the timing, as admission calls it: :func:`safety.services.input_moderate` with
   the turn's shared vector already embedded, the embedding worker's time left out): a
@@ -32,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import os
 import statistics
 import time
@@ -50,15 +61,7 @@ from bench.cpu_pin import (
 )
 from bench.record import bench_record, pct
 
-
-def timezone_now() -> Any:
-    """Django's aware now (imported late: this module loads before Django)."""
-    import datetime as dt
-
-    return dt.datetime.now(dt.UTC)
-
-
-RUN_STARTED = timezone_now()
+RUN_STARTED = dt.datetime.now(dt.UTC)  # an aware now, as Django's
 
 GOALS = {
     "web CPU per plain turn (POST to first frame)": "<= 6 ms",
@@ -92,6 +95,18 @@ async def _turn_with_cpu(base: str, s: Any, pid: int) -> dict[str, float]:
     return row
 
 
+REST_S = 1.0  # c=1: an answer's rest and end this long after its first token
+BURST_REST_S = 20.0  # the burst: longer than the last user's wait for a first frame
+
+
+def _worker(rest_s: float) -> list[str]:
+    """The scripted chat worker's arguments: the first token at once, the second
+    token and the answer's end ``rest_s`` later (``--rest-delay-ms``)."""
+    from bench.turn_overhead import CHAT_WORKER
+
+    return [*CHAT_WORKER, "--rest-delay-ms", str(int(rest_s * 1000))]
+
+
 def _json_post_cpu(base: str, s: Any, pid: int) -> float:
     """Daphne's CPU (ms) for one message POST answered with the turn's JSON (the
     page's old way: no stream opened), then wait until daphne is quiet."""
@@ -114,6 +129,7 @@ def _json_post_cpu(base: str, s: Any, pid: int) -> float:
     spent = (web_cpu_ns(pid) - before) / 1e6
     if status != 201:
         raise RuntimeError(f"POST: {status} {body}")
+    time.sleep(REST_S)  # the answer's end, outside the next POST's window
     _settled(pid, [])  # nobody follows the answer: wait for quiet only
     return spent
 
@@ -162,7 +178,6 @@ def web_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
     """The plain turn's rows: CPU per turn and overhead at c=1, then ``args.users``
     at once (see the module docstring)."""
     from bench.turn_overhead import (
-        CHAT_WORKER,
         _concurrent,
         login_http,
         session_for,
@@ -185,17 +200,13 @@ def web_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
     pinning = plan.describe()
     rows: list[dict[str, Any]] = []
     load_pin(plan)  # this process first: the workers it starts inherit the cores
-    # the first token at once, the next (and the answer's end) 600 ms later: the
-    # POST-to-first-frame window holds no relaying of later frames nor settlement,
-    # even when a loaded machine delays the client's read of the first frame
-    worker = [*CHAT_WORKER, "--delay-ms", "600"]
-    with worker_processes([worker], env) as workers:
-        load_pin(plan, [w.pid for w in workers])
-        users = users_setup(max(args.users, 1), memory=False)
-        with web_process(env) as web:
-            pid = web.process.pid
-            web_pin(plan, pid)
-            s = login_http(web.base, users[0].username)
+    users = users_setup(max(args.users, 1), memory=False)
+    with web_process(env) as web:
+        pid = web.process.pid
+        web_pin(plan, pid)
+        s = login_http(web.base, users[0].username)
+        with worker_processes([_worker(REST_S)], env) as workers:
+            load_pin(plan, [w.pid for w in workers])
             for _ in range(3):  # warm: connections, caches, the tokenizer
                 asyncio.run(_turn_with_cpu(web.base, s, pid))
                 _settled(pid, users[:1])
@@ -209,11 +220,15 @@ def web_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
                     _settled(pid, users[:1])
                 whole_ms = (web_cpu_ns(pid) - started) / 1e6 / max(len(seq), 1)
             posts = [_json_post_cpu(web.base, s, pid) for _ in seq]
+        # the burst's answers end BURST_REST_S after their first token: after the
+        # last user's first frame, so no settlement falls in any user's window
+        with worker_processes([_worker(BURST_REST_S)], env) as workers:
+            load_pin(plan, [w.pid for w in workers])
             sessions = [session_for(u) for u in users[: args.users]]
             before = web_cpu_ns(pid)
             burst = asyncio.run(_concurrent(web.base, sessions, args.rounds))
-            _settled(pid, users[: args.users])
             burst_cpu = (web_cpu_ns(pid) - before) / 1e6 / max(len(burst), 1)
+            _settled(pid, users[: args.users], limit_s=BURST_REST_S + 20)
     cpu = [r["cpu_ms"] for r in seq]
     over = [r["overhead"] for r in seq]
     params = f"{len(seq)} turns in a row, new conversations, moderation off"
@@ -275,7 +290,7 @@ def web_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
             burst_cpu,
             "ms",
             pinning,
-            params,
+            params + " (POST sent to the last first frame read / turns)",
         )
     )
     return rows

@@ -32,6 +32,7 @@ from django.urls.resolvers import RegexPattern, RoutePattern
 
 import chatsite.blas_threads  # noqa: F401  first: before anything loads numpy
 from chatsite.bodycap import body_capped, response_send
+from chatsite.db import request_connection_release
 from chatsite.errors import error_response
 from chatsite.health import HEALTH_PATH, health_app
 from chatsite.warmup import services_warm_start, web_warm
@@ -160,7 +161,17 @@ class SyncChainASGIHandler(ASGIHandler):
 
     async def get_response_async(self, request: Any) -> HttpResponseBase:
         """Run the sync chain (:meth:`get_response`) in the request's sync thread."""
-        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+        return await sync_to_async(self._respond, thread_sensitive=True)(request)
+
+    def _respond(self, request: Any) -> HttpResponseBase:
+        """The chain's response; when its body is an async stream (the chat's
+        streamed POST) the thread's database connection goes back to the pool here,
+        in the same hop (:func:`chatsite.db.request_connection_release`): the
+        stream's frames run on the event loop, not in this thread."""
+        response = self.get_response(request)
+        if getattr(response, "is_async", False):
+            request_connection_release()
+        return response
 
 
 sync_site_app = SyncChainASGIHandler()

@@ -310,6 +310,24 @@ def _released() -> bool:
     )
 
 
+_connection_gone: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "request_connection_gone", default=False
+)
+
+
+def request_connection_release() -> None:
+    """In the request's own sync thread, as its sync code ends with a response that
+    streams: give that thread's connection back to the pool now (outside a
+    transaction only) and note it in the request's context, so that
+    :func:`request_thread_release` needs no hop back to this thread to do it (the
+    note reaches the event loop's side through ``sync_to_async``'s copy of the
+    context variables)."""
+    if connection.in_atomic_block:
+        return
+    connection.close()  # with the pool: back to the pool
+    _connection_gone.set(True)
+
+
 async def request_thread_release() -> None:
     """Give back the request's database connection and its thread, for a response
     that streams (an SSE answer, open for seconds to minutes).
@@ -329,7 +347,10 @@ async def request_thread_release() -> None:
     """
     if _released():
         return
-    await sync_to_async(_release)()
+    if _connection_gone.get():  # released by the sync code that ended the request
+        _connection_gone.set(False)
+    else:
+        await sync_to_async(_release)()
     context = SyncToAsync.thread_sensitive_context.get(None)
     if context is None:
         return

@@ -73,7 +73,8 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from inference.redis_types import RedisFields
@@ -193,8 +194,13 @@ class Job:
     affinity: str = ""
 
     def to_fields(self) -> RedisFields:
-        """Serialise to the fields of a queue stream entry."""
-        data = asdict(self)
+        """Serialise to the fields of a queue stream entry: the job as JSON, its
+        fields in declaration order (``job_id`` first: :func:`job_entry_prefix`).
+
+        A shallow dict, not ``dataclasses.asdict`` (which deep-copies the messages
+        only for ``json.dumps`` to read them): the same JSON, for less of the
+        turn's CPU."""
+        data = {name: getattr(self, name) for name in _JOB_FIELDS}
         if not self.affinity:
             del data["affinity"]
         return {"job": json.dumps(data, ensure_ascii=False)}
@@ -219,6 +225,9 @@ class Job:
     def max_tokens(self) -> int:
         """Upper bound on generated tokens asked by the caller (default 512)."""
         return int(self.params.get("max_tokens") or 512)
+
+
+_JOB_FIELDS = tuple(f.name for f in dataclass_fields(Job))
 
 
 def job_entry_prefix(job_id: str) -> str:

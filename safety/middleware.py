@@ -18,7 +18,7 @@ from django.urls import Resolver404, resolve
 from django.utils.decorators import sync_and_async_middleware
 
 from chatsite.errors import DomainError, error_refusal
-from safety.selectors import SUSPENDED_ATTR, suspension_check
+from safety.selectors import SUSPENDED_ATTR, suspended_now, suspension_check
 
 # The writing URLs a suspended user may still use (URL names): sign out, change the
 # password, delete the account, revoke a key, stop an answer, delete what they own.
@@ -44,12 +44,24 @@ _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 def suspended_refusal(request: HttpRequest) -> HttpResponse | None:
     """Return the 403 ``account_suspended`` answer to ``request``
     (:func:`chatsite.errors.error_refusal`) when a suspended, signed-in user writes outside
-    :data:`ALLOWED_WHILE_SUSPENDED` and the admin; else None. One query for a
-    signed-in user's writing request; none otherwise."""
+    :data:`ALLOWED_WHILE_SUSPENDED` and the admin; else None.
+
+    No query when the user was read with their suspension flag
+    (:class:`safety.backends.SessionUserBackend`), else one raw query for a signed-in
+    user's writing request (:func:`safety.selectors.suspended_now`), none otherwise;
+    only a suspended user's request resolves its URL (to find the allowed ones) and
+    reads the suspension's row (for its message)."""
     if request.method not in _WRITES or request.path.startswith("/admin/"):
         return None
     user = getattr(request, "user", None)
     if not isinstance(user, User):
+        return None
+    suspended = getattr(user, SUSPENDED_ATTR, None)  # read with the user
+    if suspended is None:
+        suspended = suspended_now(user_id=user.pk)
+    if not suspended:
+        # read in this request: admission's own suspension_check need not query again
+        setattr(user, SUSPENDED_ATTR, False)
         return None
     try:
         name = resolve(request.path_info).url_name
@@ -61,9 +73,7 @@ def suspended_refusal(request: HttpRequest) -> HttpResponse | None:
         suspension_check(user=user)
     except DomainError as exc:
         return error_refusal(request, exc)
-    # read in this request: admission's own suspension_check need not query again
-    setattr(user, SUSPENDED_ATTR, False)
-    return None
+    return None  # lifted or ended since the probe, a moment ago
 
 
 @sync_and_async_middleware

@@ -10,6 +10,7 @@ from datetime import UTC
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connection
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -88,8 +89,9 @@ def safety_config() -> SafetyConfig:
 
 
 # Set on a user object by a query that read, in the same request, whether the user has
-# a suspension in force (:func:`suspension_in_force`, e.g. the API key lookup): False
-# spares :func:`suspension_check` its own query. Never kept across requests.
+# a suspension in force (:func:`suspension_in_force`, e.g. the API key lookup; the
+# session's user read, safety.backends): False spares :func:`suspension_check` its own
+# query. Never kept across requests.
 SUSPENDED_ATTR = "suspended_now"
 
 
@@ -160,6 +162,26 @@ def _appeal_advice(suspension: Suspension) -> str:
         f'(moderation event {suspension.cause_id}: "This was a mistake" under a '
         f"refused message, or POST /v1/moderation/events/{suspension.cause_id}/appeal)."
     )
+
+
+def suspended_now(*, user_id: int) -> bool:
+    """Whether the user ``user_id`` has a suspension in force now: the rule of
+    :func:`suspension_active` (unlifted, ``until`` after now, on the partial index
+    ``suspension_open``) as one raw query, with no row read.
+
+    For the path every writing request takes (:mod:`safety.middleware`): most of an
+    ORM query's cost is Python building its SQL, not PostgreSQL answering it
+    (bench/results/2026-12-04-turn-profile.md). Not cached, so a new suspension applies
+    to the user's next request and a lifted one stops applying at once.
+    """
+    table = connection.ops.quote_name(Suspension._meta.db_table)
+    sql = (
+        f'SELECT 1 FROM {table} WHERE "user_id" = %s AND "lifted_at" IS NULL'
+        ' AND "until" > %s LIMIT 1'
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user_id, timezone.now()])
+        return cursor.fetchone() is not None
 
 
 def suspension_check(*, user: User) -> None:

@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import include, path, reverse
 from django.utils.deprecation import MiddlewareMixin
 
@@ -143,3 +143,24 @@ def test_the_api_prefix_is_the_one_the_root_urlconf_includes_it_under():
     assert asgi.included_prefix(nested, asgi.API_URLCONF) == "api/open/"
     assert asgi.included_prefix([path("x/", include([]))], asgi.API_URLCONF) is None
     assert asgi.api_resolver.resolve("/v1/models").url_name == "api-models"
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_the_sync_chain_gives_a_streamed_response_s_connection_back_in_its_hop(
+    monkeypatch, streamed
+):
+    """A sync view's response whose body is an async stream (the chat's streamed
+    POST): the chain's hop gives the thread's connection back before returning; any
+    other response keeps it until the request ends, as Django does."""
+    released: list[bool] = []
+    monkeypatch.setattr(
+        asgi, "request_connection_release", lambda: released.append(True)
+    )
+
+    async def frames():
+        yield "data: 1\n\n"
+
+    response = StreamingHttpResponse(frames()) if streamed else HttpResponse("ok")
+    monkeypatch.setattr(asgi.sync_site_app, "get_response", lambda request: response)
+    assert asgi.sync_site_app._respond(object()) is response
+    assert released == ([True] if streamed else [])

@@ -9,8 +9,9 @@ import threading
 import time
 
 import pytest
-from asgiref.sync import ThreadSensitiveContext
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.contrib.auth import get_user_model
+from django.db import connection
 
 from chatsite import db
 from chatsite.db import db_batched, db_brief, db_bulk, request_thread_release
@@ -60,6 +61,36 @@ async def test_the_end_of_a_request_that_gave_its_thread_back_starts_none(
         monkeypatch.setattr(threading.Thread, "start", counted)
     assert started == []
     assert await db_brief(get_user_model().objects.count)() == 0  # still serves
+
+
+@pytest.mark.parametrize("released_by_the_view", [True, False])
+async def test_a_connection_the_view_gave_back_needs_no_hop_to_release(
+    monkeypatch, released_by_the_view
+):
+    """The sync chain's streamed response (chatsite.asgi): its thread's connection
+    goes back to the pool in the view's own hop, so giving the thread back makes no
+    further hop to it; without that it makes one. Either way the thread ends."""
+
+    def view() -> threading.Thread:
+        get_user_model().objects.exists()  # the view used its connection
+        if released_by_the_view:
+            db.request_connection_release()
+            assert connection.connection is None
+        return threading.current_thread()
+
+    hops: list[str] = []
+
+    def counted(fn):
+        hops.append(fn.__name__)
+        return sync_to_async(fn)
+
+    async with ThreadSensitiveContext():
+        own = await sync_to_async(view)()
+        monkeypatch.setattr(db, "sync_to_async", counted)
+        await request_thread_release()
+        assert hops == ([] if released_by_the_view else ["_release"])
+        await _until(lambda: not own.is_alive())
+        assert await db_brief(get_user_model().objects.exists)() is False
 
 
 async def test_steps_of_many_streams_run_in_batches_and_fail_alone(monkeypatch):

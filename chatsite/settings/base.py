@@ -204,6 +204,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# The signed-in user and their suspension flag in one query per request
+# (safety/backends.py); ModelBackend after it keeps the sessions it signed in before.
+AUTHENTICATION_BACKENDS = [
+    "safety.backends.SessionUserBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "chat-home"
 LOGOUT_REDIRECT_URL = "login"

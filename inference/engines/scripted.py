@@ -24,6 +24,9 @@ exercised exactly. Options come from the constructor and can be overridden per j
   for cannot be honoured: :class:`EngineError` ``invalid_parameter`` (a 400).
 - ``first_delay_ms`` (float): sleep this long before the first token too (a long
   prompt being read before the answer starts).
+- ``rest_delay_ms`` (float): sleep this long after the first token, before the rest
+  of the answer and its end (a benchmark keeps the answer's end and its settlement
+  out of a POST-to-first-token window; the job can still be cancelled meanwhile).
 - ``continue_final_message`` (the job's parameter, :data:`inference.params.CONTINUE`):
   the job continues its last (assistant) message; when the text starts with that
   message's text (or, with ``cycle``, its repetition does), the script writes on
@@ -92,6 +95,7 @@ class ScriptedEngine(Engine):
         tool_calls: list[dict[str, Any]] | None = None,
         call_text: str | None = None,
         first_delay_ms: float = 0.0,
+        rest_delay_ms: float = 0.0,
         max_concurrency: int = 8,
         model: str = "scripted-1",
     ) -> None:
@@ -104,6 +108,7 @@ class ScriptedEngine(Engine):
             "tool_calls": tool_calls or [],
             "call_text": call_text,
             "first_delay_ms": first_delay_ms,
+            "rest_delay_ms": rest_delay_ms,
         }
         self.max_concurrency = max_concurrency
         self.model = model
@@ -192,6 +197,7 @@ class ScriptedEngine(Engine):
         decoder = Utf8Decoder()
         stopper = StopText(job.params.get("stop"))
         delay_s = float(opts["delay_ms"]) / 1000.0
+        rest_s = float(opts["rest_delay_ms"]) / 1000.0
         fail_after = opts["fail_after"]
         finish_reason = protocol.FINISH_STOP
         i = 0
@@ -226,6 +232,8 @@ class ScriptedEngine(Engine):
                 usage.completion_tokens += 1
                 if text:
                     yield Delta(text)
+                if i == 1 and rest_s:  # the rest and the end held back
+                    await asyncio.sleep(rest_s)
                 if stopper.hit:
                     finish_reason = protocol.FINISH_STOP
                     break

@@ -1,9 +1,10 @@
 """The database round trips of a chat turn's POST (issue 13: what the turn path costs).
 
 A first message without memory, as a new user sends it: the user (the session is read
-from the cache), suspension, one query for the user's preferences and memory sources,
-plan, then the turn's short transaction: the conversation inserted with its current
-leaf and both messages in one INSERT (no savepoint, no update of the conversation)."""
+from the cache) with their suspension flag, one query for the user's
+preferences and memory sources, plan, then the turn's short transaction: the
+conversation inserted with its current leaf and both messages in one statement (no
+savepoint, no update of the conversation)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,13 @@ def test_a_first_turn_reads_each_thing_once_and_writes_without_savepoints(
     # the test's own transaction makes the turn's durable one a savepoint: that one only
     assert sum(s.startswith("SAVEPOINT") for s in sql) == 1, sql
     assert not any('SET "doc_scope"' in s for s in sql), sql
-    assert sum(s.startswith('INSERT INTO "conversations_message"') for s in sql) == 1
+    # the conversation and both messages in one statement
+    inserts = [s for s in sql if "INSERT INTO" in s]
+    assert len(inserts) == 1, inserts
+    assert 'INSERT INTO "conversations_conversation"' in inserts[0]
+    assert 'INSERT INTO "conversations_message"' in inserts[0]
     assert not any(s.startswith('UPDATE "conversations_conversation"') for s in sql)
-    assert len(sql) <= 8, "\n".join(sql)
+    # the suspension flag read with the user (safety.backends): no query of its own
+    suspension = [s for s in sql if "safety_suspension" in s]
+    assert len(suspension) == 1 and 'FROM "auth_user"' in suspension[0], sql
+    assert len(sql) <= 6, "\n".join(sql)

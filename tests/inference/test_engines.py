@@ -70,6 +70,42 @@ def test_scripted_engine_failure_injection_raises_engine_error():
         run(engine, Job(job_id="j", messages=[]))
 
 
+def test_scripted_engine_holds_the_rest_of_the_answer_after_the_first_token():
+    """``rest_delay_ms``: the first token at once; the rest and the finish after the
+    pause, which an abort ends with the answer cancelled."""
+    engine = ScriptedEngine(text="one two three", rest_delay_ms=50)
+
+    async def first_then_abort():
+        gen = engine.generate(Job(job_id="j", messages=[]))
+        first = await gen.__anext__()
+        engine.abort("j")  # during the pause
+        return first, [item async for item in gen]
+
+    first, rest = asyncio.run(first_then_abort())
+    assert first == Delta("one")
+    assert [type(i) for i in rest] == [Finish]
+    assert rest[0].finish_reason == "cancelled"
+
+
+def test_scripted_engine_pauses_once_after_the_first_token(monkeypatch):
+    """The pause comes after the first token and before the rest and the finish
+    (the engine's sleeps recorded in order with what it yields)."""
+    log: list = []
+
+    async def sleep(seconds):
+        log.append(("sleep", seconds))
+
+    monkeypatch.setattr("inference.engines.scripted.asyncio.sleep", sleep)
+    engine = ScriptedEngine(text="one two three", rest_delay_ms=50)
+
+    async def collect():
+        async for item in engine.generate(Job(job_id="k", messages=[])):
+            log.append(item.text if isinstance(item, Delta) else item.finish_reason)
+
+    asyncio.run(collect())
+    assert log == ["one", ("sleep", 0.05), " two", " three", "stop"]
+
+
 def test_engine_create_rejects_unknown_engines():
     with pytest.raises(ValueError, match="unknown engine"):
         engine_create("tpu-magic")

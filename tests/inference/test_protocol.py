@@ -97,6 +97,27 @@ def test_job_round_trips_through_queue_fields():
     assert again.max_tokens == 7
 
 
+def test_a_jobs_entry_is_the_json_of_all_its_fields_in_order_job_id_first():
+    from dataclasses import asdict
+
+    calls = [{"id": "c1", "type": "function", "function": {"name": "f"}}]
+    job = protocol.Job(
+        job_id="j2",
+        messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": calls},
+        ],
+        params={"max_tokens": 7, "stop": ["\n"]},
+        affinity="abc",
+    )
+    raw = job.to_fields()["job"]
+    assert json.loads(raw) == asdict(job)
+    assert list(json.loads(raw)) == list(asdict(job))  # the order too
+    assert raw.startswith(protocol.job_entry_prefix("j2"))
+    job.affinity = ""
+    assert "affinity" not in json.loads(job.to_fields()["job"])
+
+
 def test_job_from_fields_rejects_entries_that_are_not_jobs():
     with pytest.raises(ValueError):
         protocol.Job.from_fields({"other": "x"})

@@ -119,3 +119,56 @@ def test_the_refusal_holds_under_asgi_too(user):
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "account_suspended"
     assert not MemoryFact.objects.exists()
+
+
+def test_a_suspension_applies_to_the_next_request_and_a_lift_ends_it_at_once(
+    user, auth_client
+):
+    """The probe is read per request, never cached: the next writing request after
+    a suspension is refused, and the next one after its lift goes through."""
+    from conversations.models import Conversation
+
+    thread = Conversation.objects.create(user=user, title="Before")
+    url = reverse("conversation-rename", args=[thread.id])
+    assert auth_client.post(url, {"title": "One"}).status_code == 302
+    _suspend(user)
+    refused = auth_client.post(url, {"title": "Two"})
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "account_suspended"
+    thread.refresh_from_db()
+    assert thread.title == "One"
+    suspensions.suspension_lift(user=user, actor=None, actor_label="test")
+    assert auth_client.post(url, {"title": "Three"}).status_code == 302
+    thread.refresh_from_db()
+    assert thread.title == "Three"
+
+
+def test_the_suspension_probe_follows_the_rule_of_suspension_active(user):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from safety.selectors import suspended_now, suspension_active
+    from tests.conftest import make_user
+
+    def both() -> tuple[bool, bool]:
+        return suspended_now(user_id=user.pk), suspension_active(user=user) is not None
+
+    assert both() == (False, False)
+    suspensions.suspension_create(
+        user=user,
+        until=timezone.now() - timedelta(seconds=1),
+        reason="over",
+        actor=None,
+        actor_label="test",
+    )
+    assert both() == (False, False)  # ended on time
+    other = make_user("someone-else")
+    suspensions.suspension_create(
+        user=other, until=UNTIL, reason="Spam", actor=None, actor_label="test"
+    )
+    assert both() == (False, False)  # another user's
+    _suspend(user)
+    assert both() == (True, True)
+    suspensions.suspension_lift(user=user, actor=None, actor_label="test")
+    assert both() == (False, False)

@@ -18,6 +18,7 @@ from conversations.models import Conversation, Message
 from conversations.services.scope import Scope, scope_store
 from conversations.services.text import title_from_text
 from conversations.services.turns.request import Turn, TurnRequest
+from conversations.services.turns.rows_sql import thread_insert
 from gateway import generations
 from memory import services as memory_services
 from memory import tasks as memory_tasks
@@ -218,17 +219,15 @@ def new_thread_rows_store(
 
     No other answer can stream in a new conversation (no savepoint), and the answer is
     its leaf from the start (the foreign key is DEFERRABLE INITIALLY DEFERRED, checked
-    at commit): two INSERTs and the COMMIT.
+    at commit): one INSERT statement (:func:`thread_insert`) and the COMMIT.
     """
     assert turn.content is not None
-    thread = Conversation.objects.create(
+    thread = Conversation(
         user=turn.user,
         title=title_from_text(turn.content),
         doc_scope=scope.kind,  # created with its scope: no update
         current_leaf_id=uuid.UUID(admission.job_id),
     )
-    if scope.document_ids:
-        thread.scope_documents.set(scope.document_ids)
     asked = Message(
         conversation=thread,
         role=Message.Role.USER,
@@ -241,7 +240,9 @@ def new_thread_rows_store(
         admission=admission,
         memory_unavailable=built.memory_unavailable,
     )
-    Message.objects.bulk_create([asked, answer])  # one INSERT for both
+    thread_insert(thread, [asked, answer])  # one statement for the three rows
+    if scope.document_ids:
+        thread.scope_documents.set(scope.document_ids)
     remember_on_commit(user=turn.user, message=asked)
     citations_store(answer, built)
     return Turn(thread, asked, answer, created_conversation=True)

@@ -107,6 +107,13 @@ class Command(BaseCommand):
             help="scripted engine: ms before the first token too (a long prompt read)",
         )
         parser.add_argument(
+            "--rest-delay-ms",
+            type=float,
+            default=0.0,
+            help="scripted engine: ms after the first token, before the rest and the "
+            "answer's end (a bench's POST-to-first-token window without settlement)",
+        )
+        parser.add_argument(
             "--script-tool-calls",
             default=None,
             help="scripted engine: JSON list of the tool calls to make when offered "
@@ -235,6 +242,7 @@ class Command(BaseCommand):
                 "delay_ms": opts["delay_ms"],
                 "cycle": opts["cycle"],
                 "first_delay_ms": opts["first_delay_ms"],
+                "rest_delay_ms": opts["rest_delay_ms"],
             }
             if opts["script_text"]:
                 engine_opts["text"] = opts["script_text"]
