@@ -45,7 +45,8 @@ from django.http.response import HttpResponseBase
 from django.urls import reverse
 
 from chatsite.auth import AuthenticatedRequest
-from chatsite.db import db_batched, db_brief, request_thread_release
+from chatsite.db import db_brief, request_thread_release
+from chatsite.db_batch import db_batched
 from chatsite.errors import DomainError, InvalidInput, error_response, error_sse
 from chatsite.sse import frame_json, sse_frame
 from conversations import selectors, services

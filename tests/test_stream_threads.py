@@ -13,8 +13,9 @@ from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from chatsite import db
-from chatsite.db import db_batched, db_brief, db_bulk, request_thread_release
+from chatsite import db, db_batch
+from chatsite.db import db_brief, request_thread_release
+from chatsite.db_batch import db_batched, db_bulk
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -97,14 +98,14 @@ async def test_steps_of_many_streams_run_in_batches_and_fail_alone(monkeypatch):
     """Twenty answers ending together: their steps share thread hand-offs (a batch
     per hand-off), each gets its own result, and one that raises fails alone."""
     hand_offs = 0
-    run_calls = db._run_calls
+    run_calls = db_batch._run_calls
 
     def counted(fn, calls):
         nonlocal hand_offs
         hand_offs += 1
         return run_calls(fn, calls)
 
-    monkeypatch.setattr(db, "_run_calls", counted)
+    monkeypatch.setattr(db_batch, "_run_calls", counted)
 
     def step(i: int) -> tuple[int, int]:
         time.sleep(0.05)  # the step's round trips

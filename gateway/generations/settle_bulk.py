@@ -2,7 +2,7 @@
 
 A thousand answers ending in the same second each settle (:mod:`.settle`): their
 relays' calls of :func:`asettle_retrying` come in bursts, and
-:func:`chatsite.db.db_bulk` hands each batch of them to
+:func:`chatsite.db_batch.db_bulk` hands each batch of them to
 :func:`generations_settle_bulk`: the batch's streams read in one Redis round trip,
 its answers finalised by one UPDATE per surface (the recorder's ``finalize_many``),
 its usage records written by one multi-row INSERT, all in one transaction; then its
@@ -37,7 +37,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from chatsite.db import call_alone, db_bulk
+from chatsite.db_batch import call_alone, db_bulk
 from gateway import cache, quota, selectors
 from gateway.generations.outcome import Outcome
 from gateway.generations.policy import PolicyChain
