@@ -10,7 +10,9 @@ change has not landed yet) is skipped with a note; one that fails or runs past i
 time limit is noted with its last lines of output. The figures then become one table
 (benchmark, metric, value, unit, params, goal) under a header with the date, the git
 commit (and whether the tree was dirty), the core count and the load average, written
-to ``bench/results/<date>-<commit>.md`` and printed.
+to ``bench/results/<date>-<commit>.md`` and printed. The first benchmark,
+bench/hot_path.py, leaves its goal table (the issue's goals side by side with this
+run's figures) beside the results file; it heads the page, above the table.
 
 The sizes here are quick defaults (the whole run stays well under 15 minutes on two
 busy cores): read the figures as a smoke test of each path and its order of
@@ -39,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.hot_path_table import page_beside  # noqa: E402
 from bench.record import RESULTS_ENV  # noqa: E402
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -71,11 +74,6 @@ def _needs_bwrap() -> str | None:
     return "needs bubblewrap (make sandbox)"
 
 
-def _sse_args() -> list[str]:
-    # one daphne pinned to one core, the load on another (bench/sse_fanout.py)
-    return ["--streams", "200", "--tokens", "100"]
-
-
 @dataclass(frozen=True)
 class Bench:
     """One benchmark script and how run_all runs it.
@@ -102,9 +100,21 @@ class Bench:
 
 
 # Quick sizes, chosen so that the run stays under ~12 minutes on two busy cores; the
-# timeouts are about twice each script's time at that size there. Issue 13's
-# figures (the web tier under load) first, so a run cut by BUDGET_S still has them.
+# timeouts are about twice each script's time at that size there. The web tier's
+# hot-path goal table first (bench/hot_path.py: it runs sse_fanout's and
+# gateway_overhead's quick sizes, so they have no entry of their own), then issue
+# 13's figures (the web tier under load), so a run cut by BUDGET_S still has them.
 BENCHES: list[Bench] = [
+    Bench(
+        "hot_path",
+        [],
+        540,
+        note=lambda: (
+            None
+            if LITELLM.exists()
+            else "no LiteLLM venv (.venv-litellm): no ratio to LiteLLM"
+        ),
+    ),
     Bench("gateway_admission", ["--n", "400", "--threads", "4"], 90),
     Bench(
         "cache_lookup",
@@ -113,11 +123,6 @@ BENCHES: list[Bench] = [
     ),
     Bench("turn_overhead", [], 240),
     Bench(
-        "sse_fanout",
-        _sse_args,
-        240,
-    ),
-    Bench(
         "capacity",
         ["--calibrate", "30", "--cal-tokens", "10", "100", "--levels", "40", "100"]
         + ["--tokens", "40", "--idle-s", "1"],
@@ -125,16 +130,6 @@ BENCHES: list[Bench] = [
     ),
     Bench("flood", ["--requests", "200", "--seconds", "2", "--turns", "3"], 150),
     Bench("upload_flood", ["--turns", "5"], 180),
-    Bench(
-        "gateway_overhead",
-        ["--concurrency", "1", "10", "--rounds", "1"],
-        180,
-        note=lambda: (
-            None
-            if LITELLM.exists()
-            else "no LiteLLM venv (.venv-litellm): ours measured alone"
-        ),
-    ),
     Bench("turn_latency", ["--turns", "3", "--max-tokens", "32"], 150),
     Bench("followup_turns", ["--turns", "6", "--max-tokens", "48"], 240),
     Bench(
@@ -290,13 +285,24 @@ def _cell(value: object) -> str:
 
 
 def table_render(
-    *, rows: list[dict], header: dict[str, str], notes: Iterable[str] = ()
+    *,
+    rows: list[dict],
+    header: dict[str, str],
+    notes: Iterable[str] = (),
+    section: str = "",
 ) -> str:
-    """Return the Markdown page: a title, ``header`` as a bullet list, one table of
-    ``rows`` (dicts with bench, metric, value, unit, params, goal, in their order of
-    arrival), then ``notes`` as bullets under "Notes"."""
+    """Return the Markdown page: a title, ``header`` as a bullet list, ``section``
+    (a Markdown page of its own, its headings one level down: the hot-path goal
+    table), one table of ``rows`` (dicts with bench, metric, value, unit, params,
+    goal, in their order of arrival), then ``notes`` as bullets under "Notes"."""
     out = ["# Benchmarks", ""]
     out += [f"- {key}: {value}" for key, value in header.items()]
+    if section:
+        out += [""] + [
+            "#" + line if line.startswith("#") else line
+            for line in section.rstrip("\n").splitlines()
+        ]
+        out += ["", "## Every benchmark's figures"]
     out += [
         "",
         "| benchmark | metric | value | unit | params | goal |",
@@ -382,8 +388,12 @@ def main() -> None:
                     said.append("ran, but records no figure (no bench_record call)")
             notes.append(f"{bench.name}: " + "; ".join(said))
         rows = results_read(results.read_text(encoding="utf-8").splitlines())
+        hot = page_beside(results)
+        section = hot.read_text(encoding="utf-8") if hot.exists() else ""
+    if section:  # its rows are in the section, beside their goals
+        rows = [row for row in rows if row.get("bench") != "hot_path"]
     header = machine_header(now=now, seconds=time.monotonic() - started, commit=commit)
-    page = table_render(rows=rows, header=header, notes=notes)
+    page = table_render(rows=rows, header=header, notes=notes, section=section)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{now:%Y-%m-%d}-{short}.md"
     path.write_text(page, encoding="utf-8")

@@ -1,5 +1,6 @@
 """Shared fixtures of the browser tests: a live stack (daphne, a scripted inference
-worker) and a signed-in Chromium page driven by Playwright.
+worker), kept from one test of a module to the next while they ask for the same one,
+and a signed-in Chromium page driven by Playwright.
 
 Skipped where Chromium is not installed (`make test` installs it when run as root).
 A test module sets ``pytestmark = BROWSER_MARKS``.
@@ -8,11 +9,16 @@ A test module sets ``pytestmark = BROWSER_MARKS``.
 from __future__ import annotations
 
 import shutil
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import pytest
 
-from tests.stack import ROOT, running_processes
+from inference import client as inference_client
+from inference.connections import redis_sync
+from tests.stack import ROOT, Stack, _worker_pool, running_processes
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BROWSER_MARKS = [
@@ -72,20 +78,102 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+class _Stacks:
+    """The live stack of a module's browser tests, kept from one test to the next
+    while they ask for the same script, environment and worker arguments (starting
+    daphne and a worker costs seconds of both cores; the tests' database and Redis are
+    emptied between tests anyway). A test that fails, or a stack with a process gone,
+    makes the next test start a fresh one."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.stack: Stack | None = None
+        self.pools: list[str] = []
+        self._exit = ExitStack()
+
+    def get(self, key: tuple, args: list[str], env: dict[str, str]) -> Stack:
+        """The running stack for ``key``, started (``args``, ``env``) if another
+        runs or none does."""
+        alive = self.stack is not None and all(
+            p.popen.poll() is None
+            for p in [self.stack.web.process, *self.stack.workers]
+        )
+        if key != self.key or not alive:
+            self.close()
+            self.stack = self._exit.enter_context(running_processes(args, env=env))
+            self.key = key
+            self.pools = [_worker_pool(args)]
+        assert self.stack is not None
+        return self.stack
+
+    def ready(self, timeout_s: float = 30.0) -> None:
+        """Wait until the worker beats again: each test empties Redis, heartbeats
+        included (the stack's worker beats every HEARTBEAT_S)."""
+        deadline = time.monotonic() + timeout_s
+        assert self.stack is not None
+        for pool, proc in zip(self.pools, self.stack.workers, strict=False):
+            while inference_client.workers_live(pool=pool) == 0:
+                proc.check()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no live worker on {pool!r} after the flush")
+                time.sleep(0.02)
+
+    def close(self) -> None:
+        """Stop the running stack, if any."""
+        self._exit.close()
+        self._exit = ExitStack()
+        self.stack, self.key, self.pools = None, None, []
+
+
+# The kept stack's worker beats this often (s), so it is visible again a moment
+# after a test's Redis flush.
+HEARTBEAT_S = "0.2"
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis() -> Iterator[None]:
+    """Each browser test starts with an empty private Redis database (db 15), but for
+    the job queues a kept stack's worker reads: their entries are trimmed and the
+    streams kept, with their consumer groups (a worker blocked reading a stream that
+    vanishes gets UNBLOCKED from Redis and stops). Replaces tests/conftest.py's."""
+    client = redis_sync()
+    for key in client.scan_iter(count=1000):
+        if client.type(key) in (b"stream", "stream") and client.xinfo_groups(key):
+            client.xtrim(key, maxlen=0, approximate=False)
+        else:
+            client.delete(key)
+    yield
+
+
+@pytest.fixture(scope="module")
+def _stacks(django_db_setup) -> Iterator[_Stacks]:
+    """The module's kept stack (see :class:`_Stacks`), stopped at the module's end."""
+    stacks = _Stacks()
+    yield stacks
+    stacks.close()
+
+
 @pytest.fixture
-def site(request, user, script_text, site_env, worker_args):
+def site(request, user, script_text, site_env, worker_args, _stacks):
     """The live stack's base URL. When the test fails, the tails of the web's and the
     worker's stderr are printed (a browser timeout alone does not say which side
-    stalled)."""
+    stalled) and the stack is stopped (the next test starts a fresh one)."""
     args = ["--pool", "default", "--engine", "scripted", "--delay-ms", "40"]
     args += ["--script-text", script_text, "--cycle", *worker_args]
-    env = {"CHAT_MAX_TOKENS": "40", **site_env}
-    with running_processes(args, env=env) as stack:
-        yield stack.base
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            for proc in [stack.web.process, *stack.workers]:
-                print(f"--- stderr of {proc.what} ---\n{proc.stderr_tail()}")
+    env = {"CHAT_MAX_TOKENS": "40", "INFERENCE_HEARTBEAT_S": HEARTBEAT_S, **site_env}
+    key = (tuple(args), tuple(sorted(env.items())))
+    stack = _stacks.get(key, args, env)
+    try:
+        _stacks.ready()
+    except Exception:
+        _stacks.close()  # the next test (or this one's rerun) starts a fresh stack
+        raise
+    yield stack.base
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        for proc in [stack.web.process, *stack.workers]:
+            print(f"--- stderr of {proc.what} ---\n{proc.stderr_tail()}")
+        _stacks.close()
 
 
 @pytest.fixture
