@@ -42,6 +42,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from inference import keys, protocol, redis_types
 from inference.engines.base import Engine
+from inference.outage import group_gone
 
 logger = logging.getLogger("inference.worker")
 
@@ -172,7 +173,7 @@ class JobIntake:
                         )
                         self._start_job(entry_id, fields, slot_freed, queue)
         except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-            if isinstance(exc, ResponseError) and "NOGROUP" not in str(exc):
+            if isinstance(exc, ResponseError) and not group_gone(exc):
                 raise
             self._pending_check = True  # the next read waits for Redis, then again
 

@@ -41,6 +41,15 @@ REDIS_WRITE_WAIT_S = 30.0
 JournalEntry = tuple[str, redis_types.RedisFields]
 
 
+def group_gone(exc: Exception) -> bool:
+    """Whether ``exc`` (a ResponseError of XREADGROUP) says the queue's consumer group
+    is gone: ``NOGROUP`` (Redis came back empty) or ``UNBLOCKED`` (the stream was
+    deleted while the read blocked on it: Redis 7 answers "UNBLOCKED the stream key
+    no longer exists"). The worker recreates the group and reads again."""
+    text = str(exc)
+    return "NOGROUP" in text or "UNBLOCKED" in text
+
+
 class RedisOutageTolerance:
     """Read jobs through Redis restarts; the subclass provides the attributes used."""
 
@@ -66,7 +75,8 @@ class RedisOutageTolerance:
         ``block_ms``; None: no wait); the reply, or None after an outage.
 
         Redis restarting (connection refused or reset) or coming back empty (no
-        persistence: the consumer group is gone, NOGROUP) must not end the worker:
+        persistence: the consumer group is gone, NOGROUP; a queue deleted under the
+        blocking read, UNBLOCKED: :func:`group_gone`) must not end the worker:
         it waits REDIS_RETRY_S, recreates the group and reads again, so the pool is
         served again as soon as Redis is (tests/test_faults.py, the Redis drill).
         Without this the worker exited and the pool stayed offline until a
@@ -87,7 +97,7 @@ class RedisOutageTolerance:
                 block=block_ms,
             )
         except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-            if isinstance(exc, ResponseError) and "NOGROUP" not in str(exc):
+            if isinstance(exc, ResponseError) and not group_gone(exc):
                 raise
             logger.warning("worker %s: Redis unavailable (%s)", self.worker_id, exc)
             self._pending_check = True

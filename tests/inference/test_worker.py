@@ -240,3 +240,27 @@ def test_a_burst_of_tokens_is_written_in_order_one_event_each_before_done(
     assert [e.type for e in events[:-1]] == ["meta"] + ["token"] * len(tokens)
     assert "".join(tokens) == "".join(words)
     assert events[-1].data["usage"]["completion_tokens"] == len(tokens)
+
+
+def test_a_queue_deleted_under_the_blocking_read_does_not_end_the_worker(start_worker):
+    """The pool's queue stream deleted while the worker blocks on it (Redis answers
+    the read "UNBLOCKED the stream key no longer exists"): the worker recreates its
+    group and serves the next job, as after Redis came back empty (NOGROUP)."""
+    handle = start_worker(ScriptedEngine(text="back again"))
+    client = redis_sync()
+
+    def blocked_on_its_queue() -> bool:
+        return any(
+            "b" in c.get("flags", "") and c.get("cmd") == "xreadgroup"
+            for c in client.client_list()
+        )
+
+    wait_until(blocked_on_its_queue)
+    queue = keys.queue_key("default")
+    client.delete(queue, keys.background_queue_key("default"))
+    wait_until(lambda: not blocked_on_its_queue() or client.exists(queue))
+    enqueue("after-delete")
+    events = wait_events("after-delete", terminal, timeout=15)
+    assert events[-1].type == "done"
+    assert "".join(e.data["t"] for e in events if e.type == "token") == "back again"
+    assert handle.thread.is_alive()
