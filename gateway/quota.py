@@ -15,7 +15,7 @@ cache: :func:`quota_reservation_submitted`) a reservation is also listed as
 *unsubmitted*, with its time; from submission on, the relay or the reaper settles it
 from the generation's terminal event. A web process that dies between reservation and
 submission (or before its transaction commits) leaves an unsubmitted entry behind:
-:func:`quota_reservations_sweep` (a Celery beat task) releases every one older than
+:mod:`gateway.quota_sweep` (a Celery beat task) releases every one older than
 GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S. It releases through the settle script, so a sweep
 and a late settlement cannot both apply.
 
@@ -191,9 +191,8 @@ def quota_reserve(
     records, :func:`quota_seed`) and the reservation is made then.
 
     The reservation stays listed as unsubmitted until :func:`quota_reservation_submitted`
-    or its settlement; ``now`` (epoch s, default: the current time) is its reservation
-    time for :func:`quota_reservations_sweep` too. ``advice`` ends the message of a
-    request too large for a whole window (what the caller can make smaller).
+    or its settlement; ``now`` (epoch s, default: now) is its time for the sweep too.
+    ``advice`` ends the message of a request too large for a whole window.
 
     With ``count`` (an API request not counted yet) the same script first counts the
     request against its requests per minute (:mod:`gateway.requestrate`): a request
@@ -360,42 +359,6 @@ def quota_reservation_submitted(
     (client or redis_sync()).zrem(
         keys.unsubmitted_key(job_id), keys.unsubmitted_member(user_id, job_id)
     )
-
-
-def quota_reservations_sweep(
-    *, older_than_s: float, now: float | None = None, batch: int = 500
-) -> int:
-    """Release every unsubmitted reservation made more than ``older_than_s`` s ago.
-
-    Such a reservation belongs to a web process that died between admission and
-    submission; it would otherwise stay charged for RESERVATION_TTL_S. The sweep takes
-    an entry out of its bucket first (ZREM: a job submitted meanwhile has left it, and
-    is never touched), then releases it with the settle script at 0 tokens, so it is
-    idempotent and a late settlement cannot also apply. An entry whose reservation is
-    gone (expired) is only removed. ``now``: epoch s (default: the current time);
-    ``batch``: entries read per round trip. Returns how many reservations were
-    released.
-    """
-    now = time.time() if now is None else now
-    cutoff = now - older_than_s
-    client = redis_sync()
-    released = 0
-    for bucket in keys.unsubmitted_keys():
-        while True:
-            members = cast(
-                list[str],
-                client.zrangebyscore(bucket, "-inf", cutoff, start=0, num=batch),
-            )
-            for member in members:
-                if not client.zrem(bucket, member):
-                    continue  # submitted or settled since it was read
-                user_id, job_id = keys.unsubmitted_member_parse(member)
-                released += (
-                    _settle(client, user_id=user_id, job_id=job_id, tokens=0) >= 0
-                )
-            if len(members) < batch:
-                break
-    return released
 
 
 def quota_unseeded(*, user_id: int, now: float | None = None) -> list[Window]:

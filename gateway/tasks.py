@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.conf import settings
 
-from gateway import cache, quota
+from gateway import cache, quota_sweep
 
 
 @shared_task(name="gateway.tasks.prune_semantic_cache")
@@ -19,6 +19,6 @@ def sweep_quota_reservations() -> int:
     Unsubmitted: not enqueued nor served from a cache within
     GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S seconds of the reservation.
     """
-    return quota.quota_reservations_sweep(
+    return quota_sweep.quota_reservations_sweep(
         older_than_s=settings.GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S
     )

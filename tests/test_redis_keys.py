@@ -16,7 +16,7 @@ import pytest
 from redis.client import Pipeline
 from redis.cluster import key_slot
 
-from gateway import quota, quota_reset, requestrate
+from gateway import quota, quota_reset, quota_sweep, requestrate
 from inference import client as inference_client
 from inference import keys, protocol
 from inference.connections import redis_sync
@@ -222,7 +222,7 @@ def test_the_quota_and_rate_scripts_run_on_one_slot(evals: list[list[str]]) -> N
     quota_reset.quota_reset(user_id=USER)
     quota.quota_settle(user_id=USER, job_id=jobs[0], tokens=50)
     quota.quota_release(user_id=USER, job_id=jobs[1])
-    assert quota.quota_reservations_sweep(older_than_s=-60) == 1  # jobs[2]
+    assert quota_sweep.quota_reservations_sweep(older_than_s=-60) == 1  # jobs[2]
     requestrate.request_count(user_id=USER, key_id=5, user_limit=10, key_limit=10)
     inference_client.generation_fail_on(
         redis_sync(), job_id=JOB, code=protocol.ERROR_ENGINE, message="failed"

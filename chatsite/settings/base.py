@@ -305,7 +305,7 @@ GATEWAY_API_KEY_CACHE_ENTRIES = env.int("GATEWAY_API_KEY_CACHE_ENTRIES", default
 GATEWAY_FALLBACK_RETRIES = env.int("GATEWAY_FALLBACK_RETRIES", default=1)
 # A quota reservation whose job was not submitted (enqueued or served from a cache) this
 # many seconds after it was made belongs to a web process that died: the sweep below
-# releases it (gateway.quota.quota_reservations_sweep). Admission to submission takes
+# releases it (gateway.quota_sweep.quota_reservations_sweep). Admission to submission takes
 # milliseconds (one transaction), so a minute leaves a wide margin.
 GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S = env.float(
     "GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S", default=60.0

@@ -13,7 +13,7 @@ from django.urls import reverse
 from chatsite.errors import PoolSaturated, QuotaExceeded
 from conversations import services as chat
 from conversations.models import Conversation, Message
-from gateway import quota, selectors
+from gateway import quota, quota_sweep, selectors
 from gateway.models import UsageRecord
 from inference import client as inference_client
 from inference import keys
@@ -112,11 +112,11 @@ def test_an_unsubmitted_reservation_is_released_once_older_than_the_timeout():
     assert _used(21) == [b + 300 for b in before]
 
     # not yet older than the timeout: still charged
-    assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 59) == 0
+    assert quota_sweep.quota_reservations_sweep(older_than_s=60, now=NOON + 59) == 0
     assert _used(21) == [b + 300 for b in before]
     assert redis_sync().exists(keys.reservation_key(21, "lost"))
 
-    assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 61) == 1
+    assert quota_sweep.quota_reservations_sweep(older_than_s=60, now=NOON + 61) == 1
     assert _used(21) == before
     assert not redis_sync().exists(keys.reservation_key(21, "lost"))
     assert not redis_sync().zscore(
@@ -128,7 +128,7 @@ def test_a_submitted_reservation_is_never_swept_and_settles_normally():
     limits = quota.Limits(per_day=10_000)
     quota.quota_reserve(user_id=22, job_id="sent", tokens=300, limits=limits, now=NOON)
     quota.quota_reservation_submitted(user_id=22, job_id="sent")
-    assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 86_400) == 0
+    assert quota_sweep.quota_reservations_sweep(older_than_s=60, now=NOON + 86_400) == 0
     assert _used(22) == [300, 300, 300]
     assert quota.quota_settle(user_id=22, job_id="sent", tokens=120) == 300
     assert _used(22) == [120, 120, 120]
@@ -141,8 +141,8 @@ def test_sweeping_twice_releases_once_and_a_later_settle_changes_nothing():
     quota.quota_settle(
         user_id=23, job_id="b", tokens=50
     )  # settled before submission: used 50
-    assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 120) == 1
-    assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 180) == 0
+    assert quota_sweep.quota_reservations_sweep(older_than_s=60, now=NOON + 120) == 1
+    assert quota_sweep.quota_reservations_sweep(older_than_s=60, now=NOON + 180) == 0
     assert _used(23) == [50, 50, 50]
     # the web process was only slow: its settlement comes after the sweep
     assert quota.quota_settle(user_id=23, job_id="a", tokens=80) is None
@@ -155,7 +155,7 @@ def test_an_entry_whose_reservation_expired_is_only_removed():
     limits = quota.Limits(per_day=10_000)
     quota.quota_reserve(user_id=24, job_id="old", tokens=100, limits=limits, now=NOON)
     redis_sync().delete(keys.reservation_key(24, "old"))  # as its 40-day TTL would
-    assert quota.quota_reservations_sweep(older_than_s=60, now=NOON + 120) == 0
+    assert quota_sweep.quota_reservations_sweep(older_than_s=60, now=NOON + 120) == 0
     assert _unsubmitted() == 0
     assert _used(24) == [100, 100, 100]
 
