@@ -99,21 +99,14 @@ class Bench:
         return ROOT / "bench" / f"{self.name}.py"
 
 
-# Quick sizes, chosen so that the run stays under ~12 minutes on two busy cores; the
-# timeouts are about twice each script's time at that size there. The web tier's
-# hot-path goal table first (bench/hot_path.py: it runs sse_fanout's and
-# gateway_overhead's quick sizes, so they have no entry of their own), then issue
-# 13's figures (the web tier under load), so a run cut by BUDGET_S still has them.
+# Quick sizes (the run stays under ~12 minutes on two busy cores; timeouts about twice
+# each script's time there). The hot-path goal table first (it runs sse_fanout's and
+# gateway_overhead's quick sizes), then the web tier under load: a cut run has them.
 BENCHES: list[Bench] = [
     Bench(
         "hot_path",
-        [],
-        540,
-        note=lambda: (
-            None
-            if LITELLM.exists()
-            else "no LiteLLM venv (.venv-litellm): no ratio to LiteLLM"
-        ),
+        timeout_s=540,
+        note=lambda: None if LITELLM.exists() else "no .venv-litellm: no LiteLLM ratio",
     ),
     Bench("gateway_admission", ["--n", "400", "--threads", "4"], 90),
     Bench(
