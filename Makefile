@@ -164,7 +164,7 @@ bench-moderation: migrate
 	$(BIN)/python bench/output_false_cuts.py
 
 # N concurrent chat streams through one web process on one core (bench/sse_fanout.py)
-# (default: 200 through one daphne pinned to one core; BENCH_ARGS='--streams 200 1000 --ramp')
+# (default: 200 through one web process (uvicorn) pinned to one core; BENCH_ARGS='--streams 200 1000 --ramp')
 bench-sse: migrate
 	$(BIN)/python bench/sse_fanout.py $(BENCH_ARGS)
 

@@ -10,7 +10,7 @@ a smaller one (bench/run_all.py). pg_stat_statements gives the statement counts 
 the server loads it (``shared_preload_libraries``) and the database has the
 extension; without it, transactions are counted instead.
 
-Runs on the dev services (`make migrate` first). One daphne (pinned to core 0 where
+Runs on the dev services (`make migrate` first). One web process as deployed (uvicorn, tests/stack.py; pinned to core 0 where
 the machine has two or more; this client and the worker to the others), the bench
 user, plan and pool of bench/sse_fanout.py (no limits) and, per run, one scripted
 worker (``--concurrency N``, answers of T tokens ``--delay-ms`` apart: 20 tokens/s per
@@ -20,7 +20,7 @@ posted and their streams open, so its start-up is in no window and all N stream 
 once when it is let go (SIGCONT).
 
 Per run, counters before, once every stream is open, and after the last settlement
-(bench/capacity_probe.py): daphne's and the worker's CPU from /proc, Redis commands
+(bench/capacity_probe.py): the web process's and the worker's CPU from /proc, Redis commands
 (INFO commandstats) and bytes (INFO stats, this script's own INFO traffic taken out),
 PostgreSQL transactions, statements (pg_stat_statements, when loaded) and WAL bytes.
 

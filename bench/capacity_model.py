@@ -27,7 +27,7 @@ PEAK_MESSAGES_PER_S = 5_000.0
 PEAK_STREAMS = 25_000.0
 PEAK_TOKENS_PER_S = 2_500_000.0
 
-# One daphne process per core, run to this share of the core at peak (the rest is
+# One web process per core, run to this share of the core at peak (the rest is
 # headroom for bursts, GC pauses and a lost peer's load).
 WEB_CORE_TARGET = 0.6
 # Per Redis shard (one master, one core): redis-benchmark on commodity hardware does

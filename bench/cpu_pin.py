@@ -1,5 +1,5 @@
 """Pin a benchmark's processes so that the web process's cost is measured per core:
-the web process (daphne) on one core, everything else (this client, the workers,
+the web process (uvicorn) on one core, everything else (this client, the workers,
 PostgreSQL, Redis) on the others (``os.sched_setaffinity``, as ``taskset -p`` does).
 
 Linux pins a thread, not a process: :func:`pid_pin` pins every thread of a process

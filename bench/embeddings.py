@@ -6,7 +6,7 @@ embedding worker's batching buys.
 Runs on a throwaway database (``<name>_bench_embeddings`` on the PostgreSQL server of
 DATABASE_URL, or of ``.var/services.env``: created, migrated, dropped at the end) and
 Redis database 14 of REDIS_URL's server (flushed before and after), so nothing the dev
-services hold is touched. Processes as deployed (tests/stack.py): daphne, a scripted
+services hold is touched. Processes as deployed (tests/stack.py): uvicorn, a scripted
 chat worker (``--engine scripted --delay-ms 1``: the model is not what is measured) and
 an embedding worker (``--engine sentence-transformers``, all-MiniLM-L6-v2 on CPU).
 
@@ -15,9 +15,9 @@ an embedding worker (``--engine sentence-transformers``, all-MiniLM-L6-v2 on CPU
    ``done``). Prints
    - the web process's RSS (MB = 2^20 bytes, /proc VmRSS; peak VmHWM) at start and
      after the turns, and whether torch / sentence_transformers are in its sys.modules
-     (daphne runs tests.asgi_probe);
+     (the web process runs tests.asgi_probe);
    - POST latency (ms, client: request sent -> 201 received): warm = turns 2.. of one
-     daphne, p50/p99; cold = the first turn POST after a fresh daphne start (login
+     web process, p50/p99; cold = the first turn POST after a fresh web process start (login
      first), one per ``--cold-starts`` restart, with the embedding and chat workers
      already running;
    - how many answers used memory (citations stored, memory not unavailable).
@@ -154,7 +154,9 @@ def bench_turns(args: argparse.Namespace) -> None:
                     if last:
                         end_rss = (proc_rss_mib(pid), proc_peak_rss_mib(pid))
                         modules = http.get(PROBE_PATH).json()["modules"]
-            print(f"  daphne start {start + 1}: first turn POST {cold[-1]:7.1f} ms")
+            print(
+                f"  web process start {start + 1}: first turn POST {cold[-1]:7.1f} ms"
+            )
     answers = Message.objects.filter(id__in=ids)
     complete = answers.filter(status=Message.Status.COMPLETE).count()
     with_memory = (
@@ -166,11 +168,11 @@ def bench_turns(args: argparse.Namespace) -> None:
     loaded = sorted({m.split(".", 1)[0] for m in modules} & set(MODEL_MODULES))
     print()
     print(
-        f"web process (daphne) RSS: {start_rss[0]:.0f} MB after login, "
+        f"web process RSS: {start_rss[0]:.0f} MB after login, "
         f"{end_rss[0]:.0f} MB after {args.turns} turns with memory on "
         f"(peak {end_rss[1]:.0f} MB)   goal <= 200 MB"
     )
-    print(f"model modules in daphne's sys.modules: {loaded or 'none'}")
+    print(f"model modules in the web process's sys.modules: {loaded or 'none'}")
     print(
         f"answers: {complete}/{len(ids)} complete, {with_memory} with memory used "
         f"(citations stored, {citations} in all)"
@@ -181,7 +183,7 @@ def bench_turns(args: argparse.Namespace) -> None:
     )
     ratio = statistics.median(cold) / pct(warm, 50)
     print(
-        f"POST latency cold (first turn after a daphne start, n={len(cold)}): "
+        f"POST latency cold (first turn after a web process start, n={len(cold)}): "
         f"p50 {statistics.median(cold):.1f} ms  max {max(cold):.1f} ms   "
         f"cold/warm p50 {ratio:.2f}x   goal <= 2x"
     )

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/flood.py [--requests 1000] [--seconds 10] [--turns 10]
 
-Starts `daphne` and a scripted worker (`run_inference_worker --engine scripted`,
+Starts the web process (uvicorn, tests/stack.py) and a scripted worker (`run_inference_worker --engine scripted`,
 20 ms per token, so the figures measure the web tier, not a model) on the dev services
 (run `make migrate` first), signs in a flooder and a bystander over HTTP, then:
 

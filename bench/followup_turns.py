@@ -9,7 +9,7 @@ long: CHAT_BACKGROUND_JOBS, MEMORY_SMALL_POOL). On a one-slot worker they compet
 with the next turn; the background lane (inference/intake.py) puts the turn first and
 stops a running background job for it. This bench measures what a person sees.
 
-Starts daphne, one llama.cpp worker on a pool of its own (one slot, the embedded
+Starts the web process (uvicorn), one llama.cpp worker on a pool of its own (one slot, the embedded
 model), an embedding worker and a Celery worker (``--pool solo``, the Procfile's) on
 the dev services (``make migrate`` first), signs in as a bench user and, in one
 conversation, sends ``--turns`` messages, each ``--think-s`` seconds after the

@@ -15,10 +15,11 @@ It starts:
 
 - an upstream: a local OpenAI-compatible server (Starlette + uvicorn) that streams a
   fixed answer of ``--tokens`` chunks (``--token-ms`` apart) with a usage chunk;
-- ours: daphne + ``run_inference_worker --engine openai`` (the worker reaches the
-  upstream through inference/engines/openai.py), a throw-away user (``bench-api``) on an
-  unlimited plan and a fresh API key: requests take the whole path (Bearer auth,
-  routing, token reservation, admission, Redis queue, worker, Redis stream, settlement);
+- ours: the web process as deployed (:func:`tests.stack.web_argv`; ``--server
+  daphne``: daphne) + ``run_inference_worker --engine openai`` (to the upstream through
+  inference/engines/openai.py), a throw-away user (``bench-api``) on an unlimited plan
+  and a fresh API key: requests take the whole path (Bearer auth, routing, token
+  reservation, admission, Redis queue, worker, Redis stream, settlement);
 - LiteLLM proxy with one model routed to the upstream.
 
 The same client (the official ``openai`` AsyncOpenAI, streaming) sends ``c`` concurrent
@@ -29,14 +30,13 @@ the gateway minus TTFT direct (p50/p99, ms), requests/s, the ratio of our overhe
 LiteLLM's (below 1: ours adds less) and of the requests/s, and our TTFT split into its
 stages (:func:`stages`: admission, the queue hop to the worker, the engine, the relay).
 Our processes run with DEBUG off, as in production. Input moderation is off by default,
-as LiteLLM has none (``--moderation on`` adds an embedding worker: the production
-path). ``--profile DIR`` runs daphne and the worker under cProfile (their event-loop
+as LiteLLM has none (``--moderation on`` adds an embedding worker: the production path).
+``--profile DIR`` runs the web process and the worker under cProfile (their event-loop
 threads only: the sync admission step runs in a worker thread).
 
 Pinned (``--pin on``, the default on a machine with two cores or more,
-:mod:`bench.pinning`): the web process (daphne) and LiteLLM's proxy on the first
-core, everything else (this client, the upstream, the worker, Redis, PostgreSQL) on
-the second; the two servers are measured in turns, so each has the web core to
+:mod:`bench.pinning`): the web process and LiteLLM's proxy on the first core,
+everything else (this client, the upstream, the worker, Redis, PostgreSQL) on the second; the two servers are measured in turns, so each has the web core to
 itself. Beside the wall-clock figures each server's own CPU per request (ms, from
 /proc: its processes' user + system time over its rounds) is printed; every figure
 says how it was pinned. :func:`hot_path_rows` runs it and returns the web tier
@@ -64,6 +64,7 @@ from bench.overhead_levels import (  # noqa: E402
     Level,
     Target,
     litellm_start,
+    ours_argv,
     run_levels,
     stages,
 )
@@ -232,7 +233,6 @@ def run(args: argparse.Namespace) -> dict[int, dict]:
     for pid in service_pids(ROOT / ".var").values():
         pinning.pin_tree(pid, web=False)
     key = setup_ours()
-    bin_dir = Path(sys.executable).parent
     tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
     up_port, web_port, llm_port = free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}"
@@ -243,13 +243,14 @@ def run(args: argparse.Namespace) -> dict[int, dict]:
     procs: list[subprocess.Popen] = []
     results = {}
     try:
+        bin_dir = Path(sys.executable).parent
         uvicorn = [bin_dir / "uvicorn", "bench.upstream:app", "--port", str(up_port)]
         uvicorn += ["--log-level", "warning", "--no-access-log"]
         procs.append(spawn(uvicorn, cwd=ROOT, env=env))
-        daphne = [bin_dir / "daphne", "-b", "127.0.0.1", "-p", str(web_port)]
-        daphne += ["chatsite.asgi:application"]
         web_prof = profile / "web.prof" if profile else None
-        web = spawn(profiled(daphne, web_prof), cwd=ROOT, env=env)
+        web = spawn(
+            profiled(ours_argv(args.server, web_port), web_prof), cwd=ROOT, env=env
+        )
         pinning.pin(web.pid, web=True)
         procs.append(web)
         chat = [*worker, "--pool", POOL, "--engine", "openai", "--base-url", upstream]

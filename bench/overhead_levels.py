@@ -257,6 +257,21 @@ def litellm_start(
     return spawn(argv, cwd=tmp, env=litellm_env), key
 
 
+def ours_argv(server: str, port: int) -> list[str]:
+    """Our web process's command line on 127.0.0.1:``port``: ``uvicorn`` as deployed
+    (:func:`tests.stack.web_argv`, the Procfile's options) or ``daphne`` (the deployed
+    listen backlog, :func:`bench.sse_web.server_argv`). Raises ValueError for another
+    ``server``."""
+    from bench.sse_web import server_argv
+    from tests.stack import web_argv
+
+    if server == "uvicorn":
+        return web_argv(port)
+    if server == "daphne":
+        return server_argv(server, port)
+    raise ValueError(f"unknown server {server!r}: uvicorn or daphne")
+
+
 def overhead_parser() -> argparse.ArgumentParser:
     """The options of bench/gateway_overhead.py (see its docstring)."""
     parser = option_parser(concurrency=[1, 50])
@@ -287,7 +302,7 @@ def overhead_parser() -> argparse.ArgumentParser:
         "--profile",
         type=Path,
         default=None,
-        help="a folder: run daphne and the worker under cProfile, write "
+        help="a folder: run the web process and the worker under cProfile, write "
         "web.prof / worker.prof there (figures are then not comparable)",
     )
     parser.add_argument(
@@ -297,6 +312,12 @@ def overhead_parser() -> argparse.ArgumentParser:
         help="after the levels, time this many input moderation checks of an API "
         "request, verdict cache hits and misses apart (bench/api_moderation_cost.py; "
         "0: none)",
+    )
+    parser.add_argument(
+        "--server",
+        choices=("uvicorn", "daphne"),
+        default="uvicorn",
+        help="our web server: uvicorn as deployed (the Procfile's options), or daphne",
     )
     parser.add_argument(
         "--pin",

@@ -40,7 +40,7 @@ def bench_record(
 
     ``bench`` is the script's short name ("sse_fanout"), ``metric`` what was measured
     ("frame gap p99"), ``value`` the figure in ``unit`` ("ms", "streams", "req/s"),
-    ``params`` the run's shape ("N=1000, one daphne") and ``goal`` the target
+    ``params`` the run's shape ("N=1000, one web process") and ``goal`` the target
     for it, if any ("< 250 ms"). Floats are rounded to 3 significant decimals.
     """
     path = os.environ.get(RESULTS_ENV)

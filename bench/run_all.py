@@ -178,7 +178,7 @@ def bench_run(bench: Bench, *, results: Path, timeout_s: float) -> Outcome:
     """Run one benchmark script to completion or ``timeout_s`` seconds; echo its output.
 
     The script runs in a session of its own, so a timeout ends it and every process it
-    started (daphne, workers) at once.
+    started (the web process, workers) at once.
     """
     outcome = Outcome(bench.name)
     if not bench.script.exists():

@@ -8,7 +8,7 @@ tool loop adds to a turn outside the model.
    of the wall time from the launch to the end of the run, in ms; beside it the same
    interpreter started bare (``/usr/bin/python3 -I -c pass``, no sandbox), so the
    sandbox's own share shows. Goal: p50 <= 150 ms. No services.
-2. The tool loop, live: daphne, a Celery worker (``--pool solo``, as in the Procfile:
+2. The tool loop, live: the web process (uvicorn), a Celery worker (``--pool solo``, as in the Procfile:
    it runs ``conversations.tasks.tool_step``) and the scripted engine with no delay
    calling ``run_python`` (``print(6 * 7)``) on the dev services (``make migrate``
    first); a ``--turns``-turn conversation, each turn call → sandbox → answer
@@ -141,7 +141,7 @@ def engine_ms(conversation_id: str, skip: set[Any]) -> tuple[float, set[Any]]:
 
 
 def loop_bench(turns: int) -> list[ToolTurn]:
-    """Run a ``turns``-turn tool conversation on a live stack (daphne, the scripted
+    """Run a ``turns``-turn tool conversation on a live stack (uvicorn, the scripted
     worker, a Celery worker for the tool steps) and return each turn's times."""
     import httpx
 

@@ -1,11 +1,11 @@
 """The web tier's hot path for a plain chat turn, measured per core: the rows of the
 goal table (:func:`hot_path_rows`), run by ``bench/turn_overhead.py --hot-path``.
 
-Pinning (:mod:`bench.cpu_pin`): daphne on the first core this process may use; this
+Pinning (:mod:`bench.cpu_pin`): the web process (uvicorn) on the first core this process may use; this
 process (the raw-socket client), the scripted chat worker, the embedding worker,
 PostgreSQL and Redis on the others. Every row says so in its ``pinning``.
 
-The window: every "POST to first frame" figure covers daphne's work from the POST
+The window: every "POST to first frame" figure covers the web process's work from the POST
 being sent to the first token frame being read by the client: the request (session,
 admission, storing, enqueue), the stream's start (the ``turn`` frame, the relay's first
 reads) and the first token's relay. It holds no later frame, no answer's end and no
@@ -16,7 +16,7 @@ The settlement is measured apart, in "to the answer settled".
 
 Rows (each a dict: measure, value, unit, pinning, params, goal):
 
-- web CPU per plain turn, POST to first token frame: daphne's own CPU
+- web CPU per plain turn, POST to first token frame: the web process's own CPU
   (:func:`bench.cpu_pin.web_cpu_ns`, ``/proc/<pid>/stat``) between the POST being
   sent and the first token frame read, ``--turns`` turns one after another (each in
   a new conversation, input and output moderation off), the mean (ticks of 10 ms:
@@ -24,7 +24,7 @@ Rows (each a dict: measure, value, unit, pinning, params, goal):
   the engine's TTFT) and the whole turn's CPU (to the answer settled: the
   process's CPU over all the turns / turns). ``--py-spy FILE``: those turns sampled
   by py-spy, summarised (:mod:`bench.pyspy`);
-- the same POST answered with the turn's JSON (no stream): daphne's CPU for the
+- the same POST answered with the turn's JSON (no stream): the web process's CPU for the
   POST alone, so the first row splits into the POST and the stream's start;
 - ``--users`` users at once on one process: turn overhead p50 and p99 (POST to first
   token frame minus the engine's TTFT, every POST in the same instant,
@@ -85,7 +85,7 @@ def _row(
 
 
 async def _turn_with_cpu(base: str, s: Any, pid: int) -> dict[str, float]:
-    """One turn (:func:`bench.turn_overhead.turn`) with daphne's CPU (ms) from the
+    """One turn (:func:`bench.turn_overhead.turn`) with the web process's CPU (ms) from the
     POST sent to the first token frame read."""
     from bench.turn_overhead import turn
 
@@ -108,8 +108,8 @@ def _worker(rest_s: float) -> list[str]:
 
 
 def _json_post_cpu(base: str, s: Any, pid: int) -> float:
-    """Daphne's CPU (ms) for one message POST answered with the turn's JSON (the
-    page's old way: no stream opened), then wait until daphne is quiet."""
+    """The web process's CPU (ms) for one message POST answered with the turn's JSON (the
+    page's old way: no stream opened), then wait until the web process is quiet."""
     from urllib.parse import quote, urlsplit
 
     from bench.sse_wire import json_post
@@ -136,7 +136,7 @@ def _json_post_cpu(base: str, s: Any, pid: int) -> float:
 
 def _settled(pid: int, users: list[Any], *, limit_s: float = 10.0) -> None:
     """Wait until no answer of ``users`` is streaming (every turn relayed to its end
-    and finalised), then until daphne has used no CPU tick for 250 ms (the quota
+    and finalised), then until the web process has used no CPU tick for 250 ms (the quota
     settled; on a loaded core the process may wait that long for its turn); at
     most ``limit_s``."""
     from conversations.models import Message
@@ -160,7 +160,7 @@ def _settled(pid: int, users: list[Any], *, limit_s: float = 10.0) -> None:
 
 @contextmanager
 def _sampled(pid: int, args: argparse.Namespace) -> Iterator[None]:
-    """Record daphne with py-spy while the block runs when ``args.py_spy`` names a
+    """Record the web process with py-spy while the block runs when ``args.py_spy`` names a
     file (then print the summary), else nothing."""
     if not getattr(args, "py_spy", None):
         yield
@@ -170,7 +170,7 @@ def _sampled(pid: int, args: argparse.Namespace) -> Iterator[None]:
     out = Path(args.py_spy)
     with py_spy(pid, out):
         yield
-    print(f"py-spy of daphne over {args.turns} turns ({out}):")
+    print(f"py-spy of the web process over {args.turns} turns ({out}):")
     print(collapsed_summary(out, per=args.turns))
 
 

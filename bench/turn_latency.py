@@ -2,10 +2,10 @@
 
     .venv/bin/python bench/turn_latency.py [--turns 12] [--max-tokens 128]
 
-Starts `daphne` and `manage.py run_inference_worker --engine llamacpp` as processes on
+Starts the web process (uvicorn, tests/stack.py) and `manage.py run_inference_worker --engine llamacpp` as processes on
 the dev services (run `make migrate` first, or use `make bench`), signs in as a bench user
 over HTTP, and for each turn: POST the message (CSRF) → read the SSE stream to `done`.
-Daphne runs on one core, the worker, this client, PostgreSQL and Redis on the other
+The web process runs on one core, the worker, this client, PostgreSQL and Redis on the other
 (bench/cpu_pin.py); the web process's CPU per turn is read from /proc. Prints
 per-turn figures and medians:
 

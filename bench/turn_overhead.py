@@ -8,7 +8,7 @@ minus the engine's own time to first token.
 The defaults are the quick run of ``make bench`` (a few minutes on a busy 2-core
 machine); a big run: ``--turns 200 --rounds 5 --cold-starts 5``.
 
-Runs on the dev services (`make migrate` first), like bench/flood.py: daphne and the
+Runs on the dev services (`make migrate` first), like bench/flood.py: the web process (uvicorn) and the
 workers as processes (tests/stack.py), bench-only users and a bench-only pool. The
 chat worker is the scripted engine with no delay (``--delay-ms 0``), so its own time to
 first token is about 0; it is still measured and subtracted per turn: the ``meta``
@@ -29,7 +29,7 @@ machine it takes little of the CPU it measures. Figures, per case:
   ``--users`` users as people (each reads the answer ``--think-s`` x 0.5-1.5 s before
   the next turn, for ``--active-s`` s), with the POST's own share (sent -> the
   201's head);
-- cold start: the first turn of a freshly started daphne (signed in over HTTP first,
+- cold start: the first turn of a freshly started web process (signed in over HTTP first,
   as a new user would be), ``--cold-starts`` + 1 times (the last start then runs the
   warm turns), vs the warm p50 (goal: within 2x).
 
@@ -42,9 +42,9 @@ the time of each stage of the POST (session and user, admission, quota reservati
 context and token counting, storing, enqueue) and of the relay up to its first frame,
 the database queries and Redis commands per turn, and the top functions.
 
-Pinning (bench/cpu_pin.py): daphne on one core, everything else (this client, the
+Pinning (bench/cpu_pin.py): the web process on one core, everything else (this client, the
 workers, PostgreSQL, Redis) on the others; each figure says so, with the machine's load,
-and daphne's own CPU per turn is read from /proc beside the wall-clock figures.
+and the web process's own CPU per turn is read from /proc beside the wall-clock figures.
 ``--hot-path``: only the goal table's plain-turn rows (:func:`hot_path_rows`, in
 bench/turn_hot_path.py, which the lead's table calls).
 """
@@ -267,7 +267,7 @@ def run_case(case: str, args: argparse.Namespace) -> None:
                 first = asyncio.run(turn(web.base, s))
                 cold.append(first["overhead"])
                 print(
-                    f"  daphne start {start + 1}: first turn overhead {first['overhead']:7.1f} ms"
+                    f"  web process start {start + 1}: first turn overhead {first['overhead']:7.1f} ms"
                 )
                 if start < args.cold_starts:
                     continue
@@ -290,7 +290,7 @@ def run_case(case: str, args: argparse.Namespace) -> None:
     cold_p50 = statistics.median(cold)
     ratio = cold_p50 / one["p50"] if one["p50"] else float("nan")
     print(
-        f"  cold start (first turn of a fresh daphne, n={len(cold)}): p50 "
+        f"  cold start (first turn of a fresh web process, n={len(cold)}): p50 "
         f"{cold_p50:.1f} ms, max {max(cold):.1f} ms; cold/warm p50 {ratio:.2f}x "
         "(goal <= 2x)"
     )
@@ -360,7 +360,7 @@ def main() -> None:
     parser.add_argument(
         "--py-spy",
         metavar="FILE",
-        help="--hot-path: sample daphne with py-spy over the c=1 turns (raw output)",
+        help="--hot-path: sample the web process with py-spy over the c=1 turns (raw output)",
     )
     parser.add_argument("--profile", type=int, default=0, metavar="TURNS")
     parser.add_argument("--profile-case", default="plain", choices=["plain", "memory"])

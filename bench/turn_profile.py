@@ -258,7 +258,7 @@ def profile_run(turns: int, *, memory: bool) -> None:
         client.force_login(user)
         cookie = session_cookie(client)
         instrument(counters)
-        import chatsite.asgi  # noqa: F401  what daphne imports (its start-up warm-up)
+        import chatsite.asgi  # noqa: F401  what the web process imports (its warm-up)
 
         # CPU time, not wall: the web core's cost (waits on PostgreSQL and Redis,
         # on the other core, count in the stage times above, not here)

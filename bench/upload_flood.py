@@ -3,7 +3,7 @@ another user's turn overhead do?
 
     .venv/bin/python bench/upload_flood.py [--turns 15] [--pages 32]
 
-Starts `daphne`, a scripted worker (`run_inference_worker --engine scripted`, 20 ms
+Starts the web process (uvicorn, tests/stack.py), a scripted worker (`run_inference_worker --engine scripted`, 20 ms
 per token, so the figures measure the web tier, not a model) and a Celery worker with
 the solo pool of `make run`'s Procfile, on the dev services (run `make migrate`
 first). The PDF is a few KB: ``--pages`` pages share one Flate stream of text

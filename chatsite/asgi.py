@@ -1,7 +1,9 @@
 """ASGI entry point: Channels' ProtocolTypeRouter in front of Django's ASGI handler.
 
-Run with `daphne chatsite.asgi:application`. HTTP (pages, SSE streams, the API) goes to
-Django; the router is where WebSocket consumers would be added. With SERVE_STATIC on
+Run with `uvicorn --loop uvloop --http httptools --lifespan off
+chatsite.asgi:application` (the Procfile's web line has every option; daphne serves
+it too). HTTP (pages, SSE streams, the API) goes to Django; the router is where
+WebSocket consumers would be added. With SERVE_STATIC on
 (`make run`, whether DEBUG is on or off), static files are served by Django's
 ASGIStaticFilesHandler; in production a reverse proxy serves STATIC_ROOT.
 

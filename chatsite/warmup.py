@@ -1,7 +1,7 @@
 """What a web process loads before its first request, so that the first turn of a
 fresh process costs at most twice a warm one (docs/benchmarks.md).
 
-:func:`web_warm` runs when ``chatsite.asgi`` is imported, before daphne listens: what
+:func:`web_warm` runs when ``chatsite.asgi`` is imported, before the web server (uvicorn) listens: what
 needs neither the database nor Redis. :func:`services_warm` then runs in a daemon
 thread (WEB_WARM_SERVICES), so a process still starts while PostgreSQL or Redis is
 down: it opens the pooled connections a turn uses and loads what the first turn

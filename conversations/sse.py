@@ -1,7 +1,7 @@
 """The SSE relay: a generation's Redis stream to the browser (DESIGN §4.4, §8).
 
 ``GET .../messages/<id>/stream/`` is an async view returning an async generator in a
-StreamingHttpResponse (streams under daphne). It follows ``inf:gen:{job_id}`` (through
+StreamingHttpResponse (streams under uvicorn, or any ASGI server). It follows ``inf:gen:{job_id}`` (through
 the gateway's follower and the process's one stream reader, :mod:`inference.streams`)
 from the ``Last-Event-ID`` header (or ``?last_event_id=``) onwards and writes:
 

@@ -32,7 +32,7 @@ def config_parser(
     doc: str, *, listen: str, listen_help: str
 ) -> argparse.ArgumentParser:
     """Return the command line the renderers share: ``--listen`` (default ``listen``,
-    described by ``listen_help``) and ``--web HOST:PORT``, given once per daphne web
+    described by ``listen_help``) and ``--web HOST:PORT``, given once per web
     process (at least once). ``doc``'s first paragraph heads ``--help``."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--listen", default=listen, help=listen_help)
@@ -41,6 +41,6 @@ def config_parser(
         action="append",
         required=True,
         metavar="HOST:PORT",
-        help="a daphne web process (repeat for each)",
+        help="a web process, uvicorn (repeat for each)",
     )
     return parser

@@ -28,7 +28,7 @@ def haproxy_config_render(
     """Return deploy/haproxy.cfg with its placeholders filled in.
 
     ``listen`` and ``stats_listen`` are HAProxy bind addresses (``127.0.0.1:8080``,
-    ``:80``); ``backends`` the ``host:port`` of each daphne, named web1, web2, ... in
+    ``:80``); ``backends`` the ``host:port`` of each web process, named web1, web2, ... in
     order. Raises ValueError without a backend or if the template has a placeholder
     this function does not know.
     """

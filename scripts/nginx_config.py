@@ -41,7 +41,7 @@ def nginx_config_render(
     """Return deploy/nginx.conf with its placeholders filled in.
 
     ``listen`` is an nginx ``listen`` value (``80``, ``127.0.0.1:8080``); ``backends``
-    the ``host:port`` of each daphne; the paths default to Debian 12's nginx package
+    the ``host:port`` of each web process; the paths default to Debian 12's nginx package
     (``user`` is the account of nginx's worker processes). Raises ValueError without
     a backend or if the template has a placeholder this function does not know.
     """

@@ -1,7 +1,7 @@
 """Test-only ASGI entry point: the site's application, plus one path that tells what
-this (daphne) process has loaded.
+this (web) process has loaded.
 
-    daphne tests.asgi_probe:application
+    uvicorn tests.asgi_probe:application  (tests.stack.web_process(app=...))
 
 ``GET /__probe__/process`` answers JSON ``{"pid": int, "modules": [names of
 sys.modules, sorted]}``; every other request goes to :data:`chatsite.asgi.application`

@@ -1,5 +1,5 @@
-"""HAProxy or nginx in front of daphne processes, for tests and benchmarks: the
-shipped deploy/haproxy.cfg or deploy/nginx.conf rendered for loopback ports
+"""HAProxy or nginx in front of web processes (uvicorn, tests/stack.py), for tests
+and benchmarks: the shipped deploy/haproxy.cfg or deploy/nginx.conf rendered for loopback ports
 (scripts/haproxy_config.py, scripts/nginx_config.py), run in the foreground, stopped
 on exit.
 
@@ -31,8 +31,8 @@ from tests.stack import Process, free_port, process_start, processes_stop
 # /usr/sbin is not on every user's PATH
 HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
 NGINX = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin")
-# The backend of deploy/haproxy.cfg that holds the daphne servers.
-BACKEND = "daphne"
+# The backend of deploy/haproxy.cfg that holds the web servers.
+BACKEND = "web"
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Proxy:
     process: Process
 
     def servers(self) -> dict[str, dict[str, str]]:
-        """Each daphne server's row of the stats CSV by name (``web1``, ...): among
+        """Each web server's row of the stats CSV by name (``web1``, ...): among
         its columns ``status`` (``UP``, ``DOWN``, ``UP 1/2``...) and ``scur`` (open
         sessions)."""
         text = httpx.get(self.stats + "/;csv", timeout=5).text
@@ -137,7 +137,7 @@ def nginx_render_private(
         temp_dir=str(temp),
     )
     if extra:
-        anchor = "proxy_pass http://daphne;"
+        anchor = "proxy_pass http://web;"
         assert config.count(anchor) == 1
         config = config.replace(anchor, f"{anchor}\n            {extra}")
     path = folder / "nginx.conf"

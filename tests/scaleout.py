@@ -1,6 +1,6 @@
 """The scale-out drill, run through each shipped proxy (tests/test_scaleout.py for
-HAProxy, tests/test_scaleout_nginx.py for nginx): two daphnes behind the proxy, one
-scripted inference worker; the daphne relaying a stream is killed with SIGKILL and
+HAProxy, tests/test_scaleout_nginx.py for nginx): two web processes behind the proxy, one
+scripted inference worker; the one relaying a stream is killed with SIGKILL and
 the client reconnects through the proxy with Last-Event-ID, as EventSource does.
 """
 
@@ -68,7 +68,7 @@ def kill_drill(
 ) -> str:
     """Run the drill through the proxy at ``base``; return the killed web's name.
 
-    ``serving(stream_response)`` names (a key of ``webs``) the daphne that relays the
+    ``serving(stream_response)`` names (a key of ``webs``) the web process that relays the
     open stream. Asserts that the stream was cut, resumed through the proxy without a
     frame lost or repeated, and that the stored answer equals what the client
     assembled.

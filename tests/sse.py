@@ -1,4 +1,4 @@
-"""Drive the real ASGI application (as daphne does) and parse its Server-Sent Events."""
+"""Drive the real ASGI application (as the web server does) and parse its Server-Sent Events."""
 
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ def test_env() -> dict[str, str]:
 def stack_env(env: dict[str, str] | None = None, *, for_tests: bool = True) -> dict:
     """The environment of the stack's processes: this one's, the test database and
     Redis with ``for_tests`` (else the environment's own settings), offline model hubs,
-    static files served by daphne (DEBUG off, as under `make run`), and ``env`` on
+    static files served by the web process (DEBUG off, as under `make run`), and ``env`` on
     top."""
     return {
         **os.environ,
@@ -155,23 +155,29 @@ class Web:
 def web_process(
     env: dict, *, app: str = ASGI_APP, server_args: Sequence[str] = ()
 ) -> Iterator[Web]:
-    """Run ``uvicorn [WEB_OPTIONS] [server_args] <app>`` on a free port with ``env``
-    (see :func:`stack_env`; proxy headers off unless ``server_args`` turn them on, as
-    the Procfile has them); yield it once ``/login/`` answers. Raises RuntimeError if
-    it does not come up within START_TIMEOUT_S seconds. Stopped with SIGTERM on exit."""
+    """Run :func:`web_argv` on a free port with ``env`` (see :func:`stack_env`);
+    yield it once ``/login/`` answers. Raises RuntimeError if it does not come up
+    within START_TIMEOUT_S seconds. Stopped with SIGTERM on exit."""
     port = free_port()
-    uvicorn = Path(sys.executable).parent / "uvicorn"
-    proxy = [] if "--proxy-headers" in server_args else ["--no-proxy-headers"]
-    argv: list[str | Path] = [uvicorn, "--host", "127.0.0.1", "--port", str(port)]
-    argv += WEB_OPTIONS
-    argv += [*proxy, *server_args, app]
-    web = process_start(argv, env, "web")
+    web = process_start(web_argv(port, app=app, server_args=server_args), env, "web")
     base = f"http://127.0.0.1:{port}"
     try:
         web_wait(base, web)
         yield Web(base=base, process=web)
     finally:
         processes_stop([web])
+
+
+def web_argv(
+    port: int, *, app: str = ASGI_APP, server_args: Sequence[str] = ()
+) -> list[str]:
+    """The deployed web server's command line on 127.0.0.1:``port``: ``uvicorn
+    [WEB_OPTIONS] [server_args] <app>``, proxy headers off unless ``server_args``
+    turn them on (as the Procfile has them)."""
+    uvicorn = Path(sys.executable).parent / "uvicorn"
+    proxy = [] if "--proxy-headers" in server_args else ["--no-proxy-headers"]
+    argv = [str(uvicorn), "--host", "127.0.0.1", "--port", str(port), *WEB_OPTIONS]
+    return [*argv, *proxy, *server_args, app]
 
 
 def web_wait(base: str, web: Process, timeout_s: float = START_TIMEOUT_S) -> None:
@@ -253,7 +259,7 @@ def running_processes(
     extra_workers: Sequence[Sequence[str]] = (),
     app: str = ASGI_APP,
 ) -> Iterator[Stack]:
-    """Run daphne (``app``), ``run_inference_worker <worker_args>`` and one more worker
+    """Run the web server (``app``), ``run_inference_worker <worker_args>`` and one more worker
     per ``extra_workers`` entry (e.g. an embedding worker:
     ``["--engine", "sentence-transformers"]``); yield the :class:`Stack`.
 
@@ -279,7 +285,7 @@ def running_stack(
     for_tests: bool = True,
     extra_workers: Sequence[Sequence[str]] = (),
 ) -> Iterator[str]:
-    """Run daphne and ``manage.py run_inference_worker <worker_args>`` (and
+    """Run the web server and ``manage.py run_inference_worker <worker_args>`` (and
     ``extra_workers``, see :func:`running_processes`); yield the base URL.
 
     With ``for_tests`` the processes use the test database (it must be committed:

@@ -2,7 +2,7 @@
 the web process killed mid-stream and started again, Redis restarted mid-answer.
 
 Each drill's docstring says what the user sees and what is stored. The stack is
-daphne + scripted workers (tests/stack.py) on the test database, with fast worker
+uvicorn + scripted workers (tests/stack.py) on the test database, with fast worker
 timings (a silent worker is dead after 2 s; live ones reclaim its jobs every 0.5 s).
 """
 
@@ -150,7 +150,7 @@ def test_a_stream_closed_mid_answer_is_noticed_and_the_answer_cancelled(user):
 
 
 def test_web_process_killed_mid_stream_resumes_with_last_event_id_on_a_new_one(user):
-    """kill -9 of daphne while it relays an answer; a new daphne starts. The browser
+    """kill -9 of the web process while it relays an answer; a new one starts. The browser
     reconnects (EventSource does) with Last-Event-ID and receives exactly the rest:
     the text it assembled equals the stored answer, stored once, ``complete``."""
     env = stack_env({**FAST_WORKERS, "INFERENCE_DETACH_GRACE_S": "30"})

@@ -1,7 +1,7 @@
 """Fault drill: PostgreSQL stopped under a running web process, then back (issue 13).
 
 The web process reaches the test database through a TCP proxy of this test
-(:class:`tests.faults.TcpProxy`): cutting the proxy is, for daphne, exactly a stopped
+(:class:`tests.faults.TcpProxy`): cutting the proxy is, for the web process, exactly a stopped
 server (open connections reset, new ones refused), while the test session keeps its
 own connection. Production settings of the drill: DEBUG off (handler500 answers, not
 the debug page), a pooled connection waited for at most 1 s.

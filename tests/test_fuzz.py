@@ -126,7 +126,7 @@ HOSTILE = [
 
 def _asgi(method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple:
     """Call ``chatsite.asgi.application`` (the API's own handler for /v1/ paths) as
-    daphne would; return (status, headers, body)."""
+    the web server would; return (status, headers, body)."""
     from chatsite.asgi import application
 
     raw = [(b"host", b"testserver")] + [

@@ -1,5 +1,5 @@
-"""End to end as deployed: `daphne` and `manage.py run_inference_worker` (llama.cpp, real
-SmolLM2) as separate processes, a browser-like HTTP client logging in, posting a message
+"""End to end as deployed: the web process (uvicorn) and `manage.py run_inference_worker`
+(llama.cpp, real SmolLM2) as separate processes, a browser-like HTTP client logging in, posting a message
 with its CSRF token and reading the answer over SSE."""
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ def stack(user):
         yield base
 
 
-def test_login_send_and_stream_an_answer_through_daphne_and_a_worker_process(stack):
+def test_login_send_and_stream_an_answer_through_the_web_process_and_a_worker_process(
+    stack,
+):
     with httpx.Client(base_url=stack, follow_redirects=False, timeout=30) as browser:
         browser.get("/login/")
         token = browser.cookies["csrftoken"]

@@ -1,4 +1,4 @@
-"""Scale-out on one machine as on many (issue 13): two daphne processes behind HAProxy
+"""Scale-out on one machine as on many (issue 13): two web processes (uvicorn) behind HAProxy
 (deploy/haproxy.cfg, rendered for loopback ports), one scripted inference worker.
 
 A stream started through one web process continues through the other when the first
@@ -84,7 +84,7 @@ async def test_healthz_answers_without_host_header_session_or_database():
 
 @dataclass
 class Farm:
-    """Two daphnes behind HAProxy, by HAProxy server name, and the proxy."""
+    """Two web processes behind HAProxy, by HAProxy server name, and the proxy."""
 
     webs: dict[str, Web]
     proxy: Proxy
@@ -103,7 +103,7 @@ def farm(user) -> Iterator[Farm]:
 
 
 def _serving(proxy: Proxy) -> str:
-    """The one server with an open session: the daphne relaying our stream."""
+    """The one server with an open session: the web process relaying our stream."""
     servers = proxy.wait(
         lambda s: sum(int(row["scur"]) > 0 for row in s.values()) == 1, timeout_s=10
     )

@@ -1,5 +1,5 @@
 """Scale-out through nginx (issue 13): the drill of tests/test_scaleout.py (two
-daphnes, one killed with SIGKILL mid-stream, the client resumes with Last-Event-ID)
+web processes, one killed with SIGKILL mid-stream, the client resumes with Last-Event-ID)
 through deploy/nginx.conf rendered for loopback ports and run as the current user.
 """
 
@@ -26,7 +26,7 @@ from tests.stack import Web, stack_env, web_process, worker_processes
 needs_nginx = pytest.mark.skipif(
     NGINX is None, reason="nginx is not installed (make test installs it as root)"
 )
-# Added to the proxied location for the drill only: which daphne relays a response.
+# Added to the proxied location for the drill only: which web process relays a response.
 # The shipped file does not reveal its backends' addresses to clients.
 UPSTREAM_HEADER = "X-Test-Upstream"
 
@@ -76,7 +76,7 @@ def test_rendering_without_a_web_process_is_refused():
 
 @dataclass
 class NginxFarm:
-    """Two daphnes behind nginx, by address (``host:port``), and the proxy."""
+    """Two web processes behind nginx, by address (``host:port``), and the proxy."""
 
     webs: dict[str, Web]
     proxy: Nginx

@@ -282,7 +282,7 @@ def test_every_import_refuses_times_out_of_range_and_unstorable_text(
 
 @pytest.mark.django_db(transaction=True)
 def test_the_check_holds_under_asgi_too(user, answered):
-    """The middleware's async path (the site runs under daphne)."""
+    """The middleware's async path (the site runs under uvicorn, an ASGI server)."""
     from asgiref.sync import async_to_sync
     from django.test import AsyncClient
 

@@ -1,9 +1,9 @@
 """The web tier runs no model (DESIGN §2, §3): a turn that uses the user's memory
-facts, a document's passages and the semantic cache, sent through a live daphne, gets
-its vectors from the embedding worker process; daphne never imports torch or
-sentence-transformers, nor maps libtorch.
+facts, a document's passages and the semantic cache, sent through a live web process
+(uvicorn), gets its vectors from the embedding worker process; the web process never
+imports torch or sentence-transformers, nor maps libtorch.
 
-daphne runs :mod:`tests.asgi_probe` (the site plus one path answering its
+The web process runs :mod:`tests.asgi_probe` (the site plus one path answering its
 ``sys.modules``). The chat worker starts only after the first turn is queued, so the
 test reads the exact prompt the worker is given: the facts and passages are in it
 (memory was not silently skipped)."""
@@ -100,7 +100,9 @@ def _queued_job(pool: str, timeout_s: float = 10.0) -> protocol.Job:
     return protocol.Job.from_fields(entries[0][1])
 
 
-def test_a_turn_with_memory_and_the_semantic_cache_loads_no_model_in_daphne(user):
+def test_a_turn_with_memory_and_the_semantic_cache_loads_no_model_in_the_web_process(
+    user,
+):
     env = stack_env()
     with (
         web_process(env, app="tests.asgi_probe:application") as web,

@@ -40,7 +40,7 @@ def _warmed(probe: str = PROBE, **env: str) -> dict:
 
 
 def test_importing_the_asgi_app_loads_the_tokenizer_urls_and_classifier():
-    """What daphne imports has, before any request, the tokenizer, the URLconf's
+    """What the web process imports has, before any request, the tokenizer, the URLconf's
     reverse tables and (moderation on) the input classifier loaded."""
     warmed = _warmed(SAFETY_INPUT_ENABLED="1", MEMORY_TOKENIZER_ENGINE="scripted")
     assert warmed == {"reverse_built": True, "tokenizer": 1, "classifier": 1}

@@ -26,9 +26,10 @@ SSE_HEARTBEAT_S = env.float("SSE_HEARTBEAT_S", default=15.0)
 SSE_COALESCE_MS = env.float("SSE_COALESCE_MS", default=50.0)
 # Under load the interval grows so the process sends at most about SSE_FRAMES_PER_S
 # token frames a second over all its streams (interval = open streams / this rate),
-# up to SSE_COALESCE_MAX_MS. Frames, not tokens, are what a web process pays for: one
-# daphne process saturates a core at about 15-20k SSE frames/s on its own (see
-# docs/benchmarks.md), and our relay adds to each, so 8,000 leaves the process room
+# up to SSE_COALESCE_MAX_MS. Frames, not tokens, are what a web process pays for: the
+# web server alone saturates a core at about 15-20k SSE frames/s under daphne (see
+# docs/benchmarks.md; uvicorn, deployed, costs half as much per frame:
+# bench/results/2026-12-04-frame.md), and our relay adds to each, so 8,000 leaves the process room
 # for turns and settlements. 2,000 streams get a frame every 200 ms (the cap, under
 # a 250 ms frame-gap goal); up to 400 streams keep 50 ms.
 SSE_FRAMES_PER_S = env.float("SSE_FRAMES_PER_S", default=8000.0)

@@ -1,4 +1,4 @@
-"""Shared fixtures of the browser tests: a live stack (daphne, a scripted inference
+"""Shared fixtures of the browser tests: a live stack (uvicorn, a scripted inference
 worker), kept from one test of a module to the next while they ask for the same one,
 and a signed-in Chromium page driven by Playwright.
 
@@ -81,7 +81,7 @@ def pytest_runtest_makereport(item, call):
 class _Stacks:
     """The live stack of a module's browser tests, kept from one test to the next
     while they ask for the same script, environment and worker arguments (starting
-    daphne and a worker costs seconds of both cores; the tests' database and Redis are
+    the web process and a worker costs seconds of both cores; the tests' database and Redis are
     emptied between tests anyway). A test that fails, or a stack with a process gone,
     makes the next test start a fresh one."""
 

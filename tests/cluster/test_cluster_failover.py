@@ -1,5 +1,5 @@
 """The failover drill on a Redis Cluster: the master that holds an answer's stream is
-killed while the answer streams (the stack as deployed: daphne and a scripted worker
+killed while the answer streams (the stack as deployed: uvicorn and a scripted worker
 as processes, tests/stack.py, every Redis client on the cluster)."""
 
 from __future__ import annotations

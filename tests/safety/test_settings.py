@@ -46,7 +46,7 @@ def test_output_moderation_is_on_in_hold_mode_by_default_in_the_product(
     assert product["SAFETY_OUTPUT_CONFIRM"] is True
 
 
-# What daphne imports in `make run` (Procfile `web`): the settings module is the one
+# What the web process (uvicorn) imports in `make run` (Procfile `web`): the settings module is the one
 # chatsite/asgi.py defaults to, and every answer gets the configured stream policies.
 FRESH_WEB_PROBE = """
 import json

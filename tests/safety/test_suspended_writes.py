@@ -108,7 +108,7 @@ def test_a_suspended_user_may_still_sign_out_and_delete_what_they_own(owned):  #
 
 @pytest.mark.django_db(transaction=True)
 def test_the_refusal_holds_under_asgi_too(user):
-    """The middleware's async path (the site runs under daphne)."""
+    """The middleware's async path (the site runs under uvicorn, an ASGI server)."""
     from asgiref.sync import async_to_sync
     from django.test import AsyncClient
 

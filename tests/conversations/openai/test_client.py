@@ -1,4 +1,5 @@
-"""End to end with the official `openai` client: against daphne and a worker process,
+"""End to end with the official `openai` client: against the web process (uvicorn) and a
+worker process,
 and in-process where the test sets the quota clock."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``POST /v1/embeddings`` and the kinds in ``GET /v1/models``: with the official
-``openai`` client (in-process over httpx's ASGI transport, and against daphne with an
-embedding worker process), and raw requests for the error shapes. A real embedding
+``openai`` client (in-process over httpx's ASGI transport, and against the web process,
+uvicorn, with an embedding worker process), and raw requests for the error shapes. A real embedding
 worker (all-MiniLM-L6-v2) serves the pool."""
 
 from __future__ import annotations
@@ -385,7 +385,7 @@ async def test_a_wrong_method_is_a_405(api_key):
 
 
 @pytest.mark.slow
-def test_the_openai_client_against_daphne_and_an_embedding_worker_process(
+def test_the_openai_client_against_the_web_process_and_an_embedding_worker_process(
     user, api_key, embed_pool
 ):
     with running_stack(
