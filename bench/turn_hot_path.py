@@ -1,41 +1,34 @@
 """The web tier's hot path for a plain chat turn, measured per core: the rows of the
 goal table (:func:`hot_path_rows`), run by ``bench/turn_overhead.py --hot-path``.
 
-Pinning (:mod:`bench.cpu_pin`): the web process (uvicorn) on the first core this process may use; this
-process (the raw-socket client), the scripted chat worker, the embedding worker,
-PostgreSQL and Redis on the others. Every row says so in its ``pinning``.
+Pinning (:mod:`bench.cpu_pin`): the web process (uvicorn) on the first core this
+process may use; the client, the workers, PostgreSQL and Redis on the others.
 
-The window: every "POST to first frame" figure covers the web process's work from the POST
-being sent to the first token frame being read by the client: the request (session,
-admission, storing, enqueue), the stream's start (the ``turn`` frame, the relay's first
-reads) and the first token's relay. It holds no later frame, no answer's end and no
-settlement: the scripted worker (``--rest-delay-ms``) sends the first token at once
-and the rest of the answer and its end REST_S (1 s) later for the turns one after
-another, BURST_REST_S (20 s) later for the burst (after the last user's first frame).
-The settlement is measured apart, in "to the answer settled".
+The window: "POST to first frame" is the web process's work from the POST sent to the
+first token frame read: the request (session, admission, storing, enqueue), the
+stream's start (the ``turn`` frame, the relay's first reads) and the first token's
+relay; no later frame, answer's end or settlement: the scripted worker
+(``--rest-delay-ms``) sends the first token at once and the rest REST_S (1 s) later
+one turn at a time, BURST_REST_S (20 s) later in the burst. The settlement is
+measured apart, in "to the answer settled".
 
 Rows (each a dict: measure, value, unit, pinning, params, goal):
 
 - web CPU per plain turn, POST to first token frame: the web process's own CPU
-  (:func:`bench.cpu_pin.web_cpu_ns`, ``/proc/<pid>/stat``) between the POST being
-  sent and the first token frame read, ``--turns`` turns one after another (each in
-  a new conversation, input and output moderation off), the mean (ticks of 10 ms:
-  no percentile); beside it the wall-clock overhead p50 (POST to first token minus
-  the engine's TTFT) and the whole turn's CPU (to the answer settled: the
-  process's CPU over all the turns / turns). ``--py-spy FILE``: those turns sampled
-  by py-spy, summarised (:mod:`bench.pyspy`);
-- the same POST answered with the turn's JSON (no stream): the web process's CPU for the
-  POST alone, so the first row splits into the POST and the stream's start;
-- ``--users`` users at once on one process: turn overhead p50 and p99 (POST to first
-  token frame minus the engine's TTFT, every POST in the same instant,
-  :func:`bench.turn_overhead._concurrent`), and the web process's CPU per turn from
-  the first POST sent to the last first frame read;
-- input moderation's own cost on a turn, p50 (in this process, moved to the web core
-  for the timing, as admission calls it: :func:`safety.services.input_moderate` with
-  the turn's shared vector already embedded, the embedding worker's time left out): a
-  verdict cache hit (a text judged in the last SAFETY_VERDICT_CACHE_S s) and a miss
-  (a new text each time). ``bench/api_moderation_cost.py`` has the API's, and the
-  embedding's share apart.
+  (:func:`bench.cpu_pin.web_cpu_ns`, ``/proc/<pid>/stat``), ``--turns`` turns one
+  after another (each a new conversation, moderation off), the mean (10 ms ticks: no
+  percentile); beside it the wall-clock overhead p50 (POST to first token minus the
+  engine's TTFT) and the CPU to the answer settled. ``--py-spy FILE``: those turns
+  sampled by py-spy, summarised (:mod:`bench.pyspy`);
+- the same POST answered with the turn's JSON (no stream): the POST's CPU alone, so
+  the first row splits into the POST and the stream's start;
+- ``--users`` users at once on one process (:func:`bench.turn_overhead._concurrent`):
+  turn overhead p50 and p99 (POST to first token frame minus the engine's TTFT), and
+  the CPU per turn from the first POST sent to the last first frame read;
+- input moderation's own cost on a turn, p50, timed on the web core as admission calls
+  it (:func:`safety.services.input_moderate`, the turn's vector already embedded): a
+  verdict cache hit (judged in the last SAFETY_VERDICT_CACHE_S s) and a miss (a new
+  text). ``bench/api_moderation_cost.py`` has the API's and the embedding's share.
 """
 
 from __future__ import annotations
@@ -220,8 +213,7 @@ def web_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
                     _settled(pid, users[:1])
                 whole_ms = (web_cpu_ns(pid) - started) / 1e6 / max(len(seq), 1)
             posts = [_json_post_cpu(web.base, s, pid) for _ in seq]
-        # the burst's answers end BURST_REST_S after their first token: after the
-        # last user's first frame, so no settlement falls in any user's window
+        # answers end BURST_REST_S after their first token: no settlement in a window
         with worker_processes([_worker(BURST_REST_S)], env) as workers:
             load_pin(plan, [w.pid for w in workers])
             sessions = [session_for(u) for u in users[: args.users]]
