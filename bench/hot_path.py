@@ -124,7 +124,8 @@ def _moderation(args: argparse.Namespace) -> list[dict]:
     rows_of = getattr(api_moderation_cost, "hot_path_rows", None)
     if rows_of is None:
         raise LookupError("bench/api_moderation_cost.py has no hot_path_rows() yet")
-    return rows_of(argparse.Namespace(n=args.moderation_n, pin="on"))
+    options = api_moderation_cost.parser().parse_args(["--n", str(args.moderation_n)])
+    return rows_of(options)
 
 
 RUNNERS = {"sse": _sse, "turn": _turn, "api": _api, "moderation": _moderation}

@@ -225,3 +225,23 @@ def test_a_part_process_writes_its_rows_or_says_it_has_no_function(
     assert capsys.readouterr().out.endswith(
         "hot-path-skip: bench/api_moderation_cost.py has no hot_path_rows() yet\n"
     )
+
+
+def test_the_moderation_part_calls_its_bench_with_every_option_it_reads(monkeypatch):
+    """hot_path's moderation part hands api_moderation_cost the options of that
+    bench's own parser (a hand-built namespace lacked ``profile``: the part died)."""
+    from bench import api_moderation_cost
+
+    called: dict = {}
+
+    class Measured(Exception):
+        pass
+
+    def measure(n, *, pin, profile):
+        called.update(n=n, pin=pin, profile=profile)
+        raise Measured
+
+    monkeypatch.setattr(api_moderation_cost, "measure", measure)
+    with pytest.raises(Measured):
+        hot_path._moderation(argparse.Namespace(moderation_n=3))
+    assert called == {"n": 3, "pin": True, "profile": None}
