@@ -294,7 +294,7 @@ def hot_path_rows(args: argparse.Namespace) -> list[dict]:
          "unit": "us", "goal": "<= 100 us"},
         {"measure": "threads held by the web process per open stream",
          "value": big["threads_per_stream"], "unit": "threads", "goal": "0"},
-        {"measure": f"done lag when {big['n']} answers end together, p99",
+        {"measure": f"done lag when {big['n']:,} answers end together, p99",
          "value": big["done_lag_p99"], "unit": "ms", "goal": "<= 2000 ms (N=1000)"},
         {"measure": "frame gap p99", "value": big["gap_p99"], "unit": "ms",
          "goal": "< 250 ms"},

@@ -107,7 +107,12 @@ def test_each_goal_sits_beside_its_row_with_pinning_params_and_todays_figure():
         "N=200",
     ]
     lag = _line(page, "done lag when 1,000 answers end together, p99")
-    assert lag[1:5] == ["17.7 s", "1,500 ms", "≤ 2 s", "yes"]
+    assert lag[1:5] == [
+        "17.7 s",
+        "1,500 ms",
+        "≤ 2 s",
+        "yes, at a smaller size than the goal's 1,000 answers",
+    ]
     assert lag[6] == "as measured: done lag when 200 answers end together, p99; N=200"
     assert _line(page, "web CPU per plain turn (POST to first frame)")[2:5] == [
         "5.50 ms",
@@ -245,3 +250,17 @@ def test_the_moderation_part_calls_its_bench_with_every_option_it_reads(monkeypa
     with pytest.raises(Measured):
         hot_path._moderation(argparse.Namespace(moderation_n=3))
     assert called == {"n": 3, "pin": True, "profile": None}
+
+
+def test_a_goal_set_at_a_size_says_when_the_row_was_measured_at_another():
+    """The done lag's goal is at 1,000 answers: the quick run's 200 meets the figure
+    but the verdict says it was a smaller size; at 1,000 it is a plain yes/no."""
+    goal = _goal("done lag when 1,000 answers end together, p99")
+    small = {"measure": "done lag when 200 answers end together, p99"}
+    full = {"measure": "done lag when 1,000 answers end together, p99"}
+
+    assert verdict(goal, {**small, "value": 475, "unit": "ms"}) == (
+        "yes, at a smaller size than the goal's 1,000 answers"
+    )
+    assert verdict(goal, {**full, "value": 9.0, "unit": "s"}) == "no"
+    assert verdict(goal, {**full, "value": 1.5, "unit": "s"}) == "yes"
