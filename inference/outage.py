@@ -99,7 +99,10 @@ class RedisOutageTolerance:
         except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
             if isinstance(exc, ResponseError) and not group_gone(exc):
                 raise
-            logger.warning("worker %s: Redis unavailable (%s)", self.worker_id, exc)
+            said = (
+                "its queue's group is gone" if group_gone(exc) else "Redis unavailable"
+            )
+            logger.warning("worker %s: %s (%s)", self.worker_id, said, exc)
             self._pending_check = True
             await asyncio.sleep(REDIS_RETRY_S)
             try:

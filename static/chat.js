@@ -723,7 +723,10 @@
     else if (errorBox.textContent === limitNote) showError("");
   });
 
-  stopBtn.addEventListener("click", async function () {
+  stopBtn.addEventListener("click", async function (e) {
+    // Stop takes Send's place: a double-click on Send lands its second click here
+    // (the browser counts it as the pair's second: detail 2); that is no Stop.
+    if (e.detail >= 2) return;
     if (!active) { stopAsked = sending; return; }
     try { await post(active.stopUrl); } catch (err) { showError(err.message); }
   });

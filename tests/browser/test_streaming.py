@@ -211,6 +211,23 @@ def test_the_message_box_has_a_label_and_the_thread_does_not_read_every_token(pa
 
 
 @pytest.mark.parametrize("worker_args", [["--delay-ms", "100"]])
+def test_a_double_click_on_send_sends_once_and_does_not_stop_the_answer(page):
+    # Stop takes Send's place once the message is sent: the double-click's second
+    # click lands on it and must not stop the answer it just asked for.
+    page.fill("#content", "Tell me a story")
+    page.dblclick("#send")
+    page.wait_for_selector("article.msg-assistant.status-complete")
+    [answer] = Message.objects.filter(role="assistant")
+    assert answer.status == "complete" and answer.token_count > 0
+    assert Message.objects.filter(role="user").count() == 1
+    # a deliberate Stop a moment later still stops
+    page.fill("#content", "And another one")
+    page.click("#send")
+    page.wait_for_selector(f"{STREAMING} .msg-body:not(:empty)")
+    page.click("#stop")
+    page.wait_for_selector("article.msg-assistant.status-cancelled")
+
+
 def test_stop_pressed_before_the_answer_appears_stops_it(page):
     # Stop shows as soon as the message is sent; pressed before the POST answered
     # (no stop URL yet), it is sent once the answer's stream starts.
