@@ -51,7 +51,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.boot import ROOT  # noqa: E402
 from bench.hot_path_table import PartOutcome, page_beside, table_render  # noqa: E402
-from bench.record import RESULTS_ENV, bench_record  # noqa: E402
+from bench.record import (  # noqa: E402
+    RESULTS_ENV,
+    bench_record,
+    commit_describe,
+    machine_line,
+)
 
 # The quickest first: a run cut by run_all's time limit keeps the most rows.
 PARTS = ["sse", "api", "moderation", "turn"]
@@ -224,23 +229,12 @@ def part_run(name: str, argv: list[str], tmp: Path) -> PartOutcome:
     return outcome
 
 
-def _commit() -> str:
-    def git(*a: str) -> str:
-        done = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
-        return done.stdout.strip()
-
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-    return git("rev-parse", "--short", "HEAD") + (" (tree dirty)" if dirty else "")
-
-
 def header(now: datetime.datetime, commit: str, argv: list[str]) -> dict[str, str]:
     """The page's header: date, commit, machine and load, the command."""
-    one, five, fifteen = os.getloadavg()
     return {
         "date": now.strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit,
-        "machine": f"{os.cpu_count()} cores, load average {one:.2f} {five:.2f} "
-        f"{fifteen:.2f} when written (1/5/15 min)",
+        "machine": machine_line("when written"),
         "command": "bench/hot_path.py " + " ".join(argv),
     }
 
@@ -256,7 +250,7 @@ def main() -> None:
     now = datetime.datetime.now(datetime.UTC)
     out = args.out or ROOT / "bench" / "results" / f"{now:%Y-%m-%d}-hot-path.md"
     results = os.environ.get(RESULTS_ENV)
-    commit = _commit()
+    commit = commit_describe()[1]
     parts = {name: PartOutcome(name) for name in PARTS if name in args.parts}
     page = ""
     with tempfile.TemporaryDirectory(prefix="hot-path-") as tmp:

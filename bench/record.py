@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 RESULTS_ENV = "BENCH_RESULTS"
 
@@ -72,3 +75,28 @@ def figures_record(
         bench_record(
             bench=bench, metric=metric, value=value, unit=unit, params=params, goal=goal
         )
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    return done.stdout.strip()
+
+
+def commit_describe() -> tuple[str, str]:
+    """Return (short commit of HEAD, its description with whether tracked files
+    differ from it). Taken when the run starts: the figures are that code's."""
+    short = _git("rev-parse", "--short", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    state = " (tree dirty: uncommitted changes)" if dirty else " (clean tree)"
+    return short, short + state
+
+
+def machine_line(when: str) -> str:
+    """The cores and the load average now, ``when`` saying when that was."""
+    one, five, fifteen = os.getloadavg()
+    return (
+        f"{os.cpu_count()} cores, load average {one:.2f} {five:.2f} {fifteen:.2f} "
+        f"{when} (1/5/15 min)"
+    )

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.hot_path_table import page_beside  # noqa: E402
-from bench.record import RESULTS_ENV  # noqa: E402
+from bench.record import RESULTS_ENV, commit_describe, machine_line  # noqa: E402
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 VLLM_MODEL = ROOT / ".var" / "models" / "smollm2-hf"
@@ -314,33 +314,15 @@ def table_render(
     return "\n".join(out) + "\n"
 
 
-def _git(*args: str) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-    )
-    return done.stdout.strip()
-
-
-def commit_describe() -> tuple[str, str]:
-    """Return (short commit of HEAD, its description with whether tracked files
-    differ from it). Taken when the run starts: the figures are that code's."""
-    short = _git("rev-parse", "--short", "HEAD")
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
-    state = " (tree dirty: uncommitted changes)" if dirty else " (clean tree)"
-    return short, short + state
-
-
 def machine_header(
     *, now: datetime.datetime, seconds: float, commit: str
 ) -> dict[str, str]:
     """The table's header: date (UTC), ``commit`` (:func:`commit_describe`), cores,
     load average (at the end of the run) and run time (``seconds``)."""
-    one, five, fifteen = os.getloadavg()
     return {
         "date": now.strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit,
-        "machine": f"{os.cpu_count()} cores, load average {one:.2f} {five:.2f} "
-        f"{fifteen:.2f} at the end (1/5/15 min)",
+        "machine": machine_line("at the end"),
         "run": f"{seconds / 60:.1f} min at run_all.py's quick sizes "
         "(figures on a busy machine are upper bounds)",
     }
