@@ -43,7 +43,7 @@ _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] 
 )
 
 
-def _gate() -> asyncio.Semaphore:
+def brief_gate() -> asyncio.Semaphore:
     """The running loop's semaphore of DATABASE_BRIEF_CONCURRENCY brief steps."""
     loop = asyncio.get_running_loop()
     gate = _gates.get(loop)
@@ -52,12 +52,13 @@ def _gate() -> asyncio.Semaphore:
     return gate
 
 
-def _release() -> None:
+def connection_return() -> None:
+    """Give this thread's connection back to the pool (outside a transaction)."""
     if not connection.in_atomic_block:
         connection.close()  # with the pool: back to the pool
 
 
-def _connection_lost(exc: Exception) -> ServiceUnavailable:
+def connection_lost_503(exc: Exception) -> ServiceUnavailable:
     """A step failed on a dead connection (PostgreSQL restarted, failed over or closed
     it): drop it, have the pool test its idle connections now and replace the dead
     ones (``ConnectionPool.check``, no back-off), and fail this request with a 503."""
@@ -74,7 +75,7 @@ def _connection_lost(exc: Exception) -> ServiceUnavailable:
 
 def _step(fn: Callable[P, R]) -> Callable[P, R]:
     """``fn`` releasing its thread's connection afterwards (outside a transaction);
-    a dead pooled connection becomes ServiceUnavailable (:func:`_connection_lost`)."""
+    a dead pooled connection becomes ServiceUnavailable (:func:`connection_lost_503`)."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -82,9 +83,9 @@ def _step(fn: Callable[P, R]) -> Callable[P, R]:
         except (OperationalError, InterfaceError) as exc:
             if connection.connection is not None and connection.is_usable():
                 raise
-            raise _connection_lost(exc) from exc
+            raise connection_lost_503(exc) from exc
         finally:
-            _release()
+            connection_return()
 
     return run
 
@@ -103,8 +104,8 @@ def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
 
     @functools.wraps(fn)
     async def gated(*args: Any, **kwargs: Any) -> Any:
-        async with _gate():
-            if not _released():
+        async with brief_gate():
+            if not thread_released():
                 return await in_thread(*args, **kwargs)
             # the shared threads: a plain executor call, without asgiref's per-call
             # work (it re-homes every context variable in the thread, each time)
@@ -112,7 +113,7 @@ def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
                 contextvars.copy_context().run, run, *args, **kwargs
             )
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(_shared_executor(), call)
+            return await loop.run_in_executor(shared_executor(), call)
 
     return gated
 
@@ -136,7 +137,8 @@ class _SharedExecutor(ThreadPoolExecutor):
 _shared: _SharedExecutor | None = None
 
 
-def _shared_executor() -> _SharedExecutor:
+def shared_executor() -> _SharedExecutor:
+    """The process's one pool of stream-sync threads (made on first use)."""
     global _shared  # noqa: PLW0603 - one pool per process, made on first use
     if _shared is None:
         _shared = _SharedExecutor(
@@ -146,7 +148,7 @@ def _shared_executor() -> _SharedExecutor:
     return _shared
 
 
-def _released() -> bool:
+def thread_released() -> bool:
     """Whether the running request gave its thread back (:func:`request_thread_release`)."""
     context = SyncToAsync.thread_sensitive_context.get(None)
     return (
@@ -191,18 +193,18 @@ async def request_thread_release() -> None:
     Outside an ASGI request (tests calling the relay) only the connection is
     released. Idempotent.
     """
-    if _released():
+    if thread_released():
         return
     if _connection_gone.get():  # released by the sync code that ended the request
         _connection_gone.set(False)
     else:
-        await sync_to_async(_release)()
+        await sync_to_async(connection_return)()
     context = SyncToAsync.thread_sensitive_context.get(None)
     if context is None:
         return
     executors = SyncToAsync.context_to_thread_executor
     own = executors.get(context)
-    executors[context] = _shared_executor()
+    executors[context] = shared_executor()
     if own is not None:
         own.shutdown(wait=False)
 
@@ -255,4 +257,4 @@ async def connection_release() -> None:
     used would stay checked out for the whole answer; a burst of such streams would
     hold the whole pool and the next POSTs wait DATABASE_POOL_TIMEOUT_S for one.
     """
-    await sync_to_async(_release)()
+    await sync_to_async(connection_return)()

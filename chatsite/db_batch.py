@@ -18,12 +18,12 @@ from typing import Any, ParamSpec, TypeVar
 from django.db import InterfaceError, OperationalError, connection
 
 from chatsite.db import (
-    _connection_lost,
-    _gate,
-    _release,
-    _released,
-    _shared_executor,
+    brief_gate,
+    connection_lost_503,
+    connection_return,
     db_brief,
+    shared_executor,
+    thread_released,
 )
 
 logger = logging.getLogger(__name__)
@@ -41,13 +41,13 @@ def call_alone(
 ) -> tuple[bool, Any]:
     """Run one batched call of ``fn`` in its caller's ``context``: ``(True, value)``,
     or ``(False, exception)`` (a dead pooled connection's error as ServiceUnavailable,
-    :func:`_connection_lost`). For a bulk function's items that take the path of one."""
+    :func:`connection_lost_503`). For a bulk function's items that take the path of one."""
     try:
         return True, context.run(fn, *args, **kwargs)
     except (OperationalError, InterfaceError) as exc:
         if connection.connection is not None and connection.is_usable():
             return False, exc
-        return False, _connection_lost(exc)
+        return False, connection_lost_503(exc)
     except Exception as exc:  # noqa: BLE001 - it fails its own call only
         return False, exc
 
@@ -62,7 +62,7 @@ def _run_calls(
             call_alone(fn, context, args, kwargs) for context, args, kwargs in calls
         ]
     finally:
-        _release()
+        connection_return()
 
 
 BulkCalls = list[tuple[contextvars.Context, tuple, dict]]
@@ -86,7 +86,7 @@ def _run_bulk(
             return [call_alone(fn, c, a, k) for c, a, k in calls]
         return results
     finally:
-        _release()
+        connection_return()
 
 
 @dataclass
@@ -143,9 +143,9 @@ def _batcher(
                 del state.pending[:BATCH_MAX]
                 calls = [(c, a, k) for c, a, k, _f in batch]
                 try:
-                    async with _gate():
+                    async with brief_gate():
                         results = await loop.run_in_executor(
-                            _shared_executor(), functools.partial(run_batch, calls)
+                            shared_executor(), functools.partial(run_batch, calls)
                         )
                 except BaseException as exc:  # noqa: BLE001 - every caller hears of it
                     for *_call, future in batch:
@@ -162,7 +162,7 @@ def _batcher(
 
     @functools.wraps(fn)
     async def batched(*args: Any, **kwargs: Any) -> Any:
-        if not _released():
+        if not thread_released():
             return await brief(*args, **kwargs)
         loop = asyncio.get_running_loop()
         state = per_loop.get(loop)

@@ -267,11 +267,9 @@ def quota_reserve(
     ]
 
 
-def _settle(client: Any, *, user_id: int, job_id: str, tokens: int) -> int:
-    """Run the settle script on ``job_id``'s reservation; return the tokens reserved,
-    or -1 when there was none. Drops its sweep entry too."""
-    reservation = keys.reservation_key(user_id, job_id)
-    # the script is given the counters the reservation charged (every key in KEYS)
+def reservation_settle(client: Any, *, user_id: int, job_id: str, tokens: int) -> int:
+    """Settle ``job_id``'s reservation and drop its sweep entry: the tokens reserved, or -1."""
+    reservation = keys.reservation_key(user_id, job_id)  # its windows go in KEYS
     windows = cast(list[str | None], client.hmget(reservation, "k1", "k2", "k3"))
     with client.pipeline(transaction=False) as pipe:
         if all(windows):
@@ -299,7 +297,9 @@ def quota_settle(*, user_id: int, job_id: str, tokens: int) -> int | None:
     Idempotent: only the first call for a job changes the counters. Returns the tokens
     that had been reserved, or None when there was nothing to settle.
     """
-    reserved = _settle(redis_sync(), user_id=user_id, job_id=job_id, tokens=tokens)
+    reserved = reservation_settle(
+        redis_sync(), user_id=user_id, job_id=job_id, tokens=tokens
+    )
     return None if reserved < 0 else reserved
 
 

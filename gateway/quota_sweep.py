@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import cast
 
-from gateway.quota import _settle
+from gateway.quota import reservation_settle
 from inference import keys
 from inference.connections import redis_sync
 
@@ -42,7 +42,8 @@ def quota_reservations_sweep(
                     continue  # submitted or settled since it was read
                 user_id, job_id = keys.unsubmitted_member_parse(member)
                 released += (
-                    _settle(client, user_id=user_id, job_id=job_id, tokens=0) >= 0
+                    reservation_settle(client, user_id=user_id, job_id=job_id, tokens=0)
+                    >= 0
                 )
             if len(members) < batch:
                 break

@@ -89,7 +89,7 @@ async def test_a_connection_the_view_gave_back_needs_no_hop_to_release(
         own = await sync_to_async(view)()
         monkeypatch.setattr(db, "sync_to_async", counted)
         await request_thread_release()
-        assert hops == ([] if released_by_the_view else ["_release"])
+        assert hops == ([] if released_by_the_view else ["connection_return"])
         await _until(lambda: not own.is_alive())
         assert await db_brief(get_user_model().objects.exists)() is False
 
