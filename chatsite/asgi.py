@@ -185,6 +185,8 @@ application = ProtocolTypeRouter({"http": http_router})
 web_warm()
 # What start-up built (Django, the URLconf, the models, the classifier) lives as long
 # as the process: moved out of the collector's scans, so the young-object collections
-# a stream's frames trigger stay cheap (bench/results/2026-12-04-sse-profile.md).
+# a stream's frames trigger stay cheap (bench/results/2026-12-04-sse-profile.md);
+# and collections come less often (settings.WEB_GC_THRESHOLDS says why).
 gc.freeze()
+gc.set_threshold(*settings.WEB_GC_THRESHOLDS)
 services_warm_start()

@@ -31,8 +31,10 @@ logger = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# Calls of one db_batched function per batch, and batches of it running at once per loop
-BATCH_MAX = 64
+# Calls of one db_batched function per batch, and batches of it running at once per
+# loop: 1,000 answers ending together settle in 4 batches run at once, not 16 in four
+# waves (each wave waited for the slowest batch of the one before)
+BATCH_MAX = 256
 BATCH_PARALLEL = 4
 
 

@@ -39,7 +39,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Prefetch
 from django.http import HttpRequest, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import reverse
@@ -71,16 +70,18 @@ def token_frame(text: str, event_id: str) -> bytes:
     )
 
 
-def message_payload(message: Message, *, prefetched: bool = False) -> dict[str, Any]:
+def message_payload(
+    message: Message, *, cited: list[Citation] | None = None
+) -> dict[str, Any]:
     """Return the final state of an answer as sent in ``done`` / ``error`` frames.
-    Sync (reads the answer's citations, unless ``prefetched``: read with it by
-    :data:`_CITATIONS`). Each citation is ``{"number", "title", "passage", "url"}``
-    (passage numbers start at 1)."""
-    cited = (
-        message.citations.all()
-        if prefetched
-        else message.citations.select_related("chunk__document").order_by("number")
-    )
+    Sync (reads the answer's citations, unless ``cited`` gives them: read with many
+    answers' by :func:`_finals_read`, in number order, ``chunk__document`` joined).
+    Each citation is ``{"number", "title", "passage", "url"}`` (passage numbers start
+    at 1)."""
+    if cited is None:
+        cited = list(
+            message.citations.select_related("chunk__document").order_by("number")
+        )
     citations: list[dict[str, Any]] = [
         {
             "number": c.number,
@@ -163,13 +164,6 @@ class _FinalRecorder(services.MessageRecorder):
         return done
 
 
-# an answer's citations as its done frame shows them, read with many answers at once
-_CITATIONS = Prefetch(
-    "citations",
-    queryset=Citation.objects.select_related("chunk__document").order_by("number"),
-)
-
-
 def _finals_read(recorders: list[_FinalRecorder]) -> None:
     """Set each recorder's ``final`` (its answer and :func:`message_payload`) from
     one read of their answers and one of their citations (those not read yet: an
@@ -177,29 +171,46 @@ def _finals_read(recorders: list[_FinalRecorder]) -> None:
     recorders = [recorder for recorder in recorders if recorder.final is None]
     if not recorders:
         return
-    messages = Message.objects.select_related("conversation").prefetch_related(
-        _CITATIONS
-    )
     ids = [r.message_id for r in recorders]
-    by_id = {str(m.id): m for m in messages.filter(id__in=ids)}
+    messages = Message.objects.select_related("conversation").filter(id__in=ids)
+    by_id = {str(m.id): m for m in messages}
+    # one query for every answer's citations, grouped here: Django's prefetch_related
+    # clones a queryset per answer (a deepcopy each, most of this read at 1,000)
+    cited: dict[str, list[Citation]] = {}
+    citations = Citation.objects.select_related("chunk__document").filter(
+        message_id__in=ids
+    )
+    for citation in citations.order_by("message_id", "number"):
+        cited.setdefault(str(citation.message_id), []).append(citation)
     for recorder in recorders:
         message = by_id.get(str(recorder.message_id))
         if message is not None:
-            recorder.final = message, message_payload(message, prefetched=True)
+            recorder.final = (
+                message,
+                message_payload(message, cited=cited.get(str(message.id), [])),
+            )
 
 
 async def _final_frame(
     message_id: Any, event_id: str | None, final: _Final | None = None
-) -> str:
-    """The answer's ``done`` (or ``error``) frame, read from the database in batches."""
+) -> tuple[str, Message | None]:
+    """The answer's ``done`` (or ``error``) frame, read from the database in batches,
+    and the answer as read (None when it could not be)."""
     try:
         message, payload = final or await _final_batched(message_id)
     except DomainError as exc:
-        return error_sse(exc, event_id=event_id, message_id=str(message_id))
+        return error_sse(exc, event_id=event_id, message_id=str(message_id)), None
     if message.status == Message.Status.ERROR:
         failed = DomainError(message.error, code="generation_failed", retryable=True)
-        return error_sse(failed, event_id=event_id, **payload)
-    return sse_frame(protocol.EVENT_DONE, payload, event_id)
+        return error_sse(failed, event_id=event_id, **payload), message
+    return sse_frame(protocol.EVENT_DONE, payload, event_id), message
+
+
+def _turn_goes_on(final: Message | None) -> bool:
+    """Whether the turn may go on after the answer ``final`` (as its done frame
+    showed it; None: not known): only an answer that ended calling tools has a next
+    step, so any other ends the stream without asking the database again."""
+    return final is None or final.finish_reason == protocol.FINISH_TOOL_CALLS
 
 
 def _resume_point(request: HttpRequest) -> str:
@@ -243,8 +254,10 @@ async def relay_events(
     yield b"retry: 1000\n\n"
     current: Message | None = message
     while current is not None:
+        final: Message | None = None
         if current.status != Message.Status.STREAMING:
-            yield (await _final_frame(current.id, None)).encode()
+            frame, final = await _final_frame(current.id, None)
+            yield frame.encode()
         else:
             generation = services.message_generation(current)
             recorder = _FinalRecorder(current.id)
@@ -272,15 +285,17 @@ async def relay_events(
                             continue
                         yield b": ping\n\n"
                     elif isinstance(item, generations.Ended):
-                        final = recorder.final
-                        yield (
-                            await _final_frame(current.id, item.event_id, final)
-                        ).encode()
+                        frame, final = await _final_frame(
+                            current.id, item.event_id, recorder.final
+                        )
+                        yield frame.encode()
                         break
                     elif isinstance(item, generations.Broken):
                         yield error_sse(item.error, message_id=str(current.id)).encode()
                         break
                     last_sent = time.monotonic()
+        if not _turn_goes_on(final):
+            return
         calling = await db_brief(calling_get)(current.id)
         if calling is None:
             return

@@ -329,9 +329,10 @@ def token_fields(text: str) -> RedisFields:
     return {"e": EVENT_TOKEN, "d": json.dumps({"t": text}, ensure_ascii=False)}
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
-    """One decoded entry of a generation stream."""
+    """One decoded entry of a generation stream (slots: the hub makes one per entry,
+    tens of thousands a second at 1,000 streams)."""
 
     id: str
     type: str

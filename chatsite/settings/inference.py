@@ -34,6 +34,15 @@ SSE_COALESCE_MS = env.float("SSE_COALESCE_MS", default=50.0)
 # a 250 ms frame-gap goal); up to 400 streams keep 50 ms.
 SSE_FRAMES_PER_S = env.float("SSE_FRAMES_PER_S", default=8000.0)
 SSE_COALESCE_MAX_MS = env.float("SSE_COALESCE_MAX_MS", default=200.0)
+# The web process's cyclic garbage collector thresholds (gc.set_threshold: young
+# allocations, then young and middle collections). Python's default (700, 10, 10)
+# collects after every 700 container allocations; a hub round's XREAD reply of 1,000
+# streams allocates thousands of lists, so collections of the middle and old
+# generations (every object made since start-up) ran several times a round: 60 % of
+# the web's CPU per SSE frame at 1,000 streams (bench/results/2026-12-05-frame.md).
+WEB_GC_THRESHOLDS = tuple(
+    int(part) for part in env("WEB_GC_THRESHOLDS", default="100000,20,10").split(",")
+)
 # --- Embeddings: served by the embedding pool's workers, never in the web process -------
 # The pool whose workers embed (run_inference_worker --engine sentence-transformers).
 EMBEDDING_POOL = env("EMBEDDING_POOL", default="embed")

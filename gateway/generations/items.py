@@ -12,7 +12,7 @@ from chatsite.errors import DomainError
 from gateway.generations.outcome import Outcome
 
 
-@dataclass
+@dataclass(slots=True)
 class Delta:
     """Released answer text (whole characters); ``event_id`` resumes after it;
     ``tokens`` counts the token events it covers."""
