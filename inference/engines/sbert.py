@@ -5,7 +5,9 @@ found through importlib metadata (:func:`inference.embedding_model.embedding_mod
 nothing is downloaded (``HF_HUB_OFFLINE=1``). Only embedding workers import this module,
 so only they load torch. Inputs longer than ``max_seq_length`` word pieces (256 for
 MiniLM, the length it was trained on) are cut by the model, and the tokens counted for
-usage are the ones it read.
+usage are the ones it read. Batches run through the model's own parts
+(:mod:`inference.engines.sbert_direct`: ~20 % less CPU for a short text) when those give
+``encode``'s vectors, checked at start; otherwise through ``encode``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ pipeline; this is the text-only path of all-MiniLM-L6-v2, with three cuts:
   kernels (``torch.ops.mkldnn._reorder_linear_weight``, the packing torch's own CPU
   compiler uses) instead of being repacked on every call. A forward pass of a short
   text is bound by reading the 42 MB of float32 weights (they do not fit in the
-  16 MB L3 cache); packed, a 21-word-piece pass takes ~15 % less CPU;
+  16 MB L3 cache); packed, the linear layers take ~15 % less CPU for 21 word
+  pieces, ~20 % for 3 (bench/results/2026-12-05-embedding-forward.md);
 - a BERT model's layers are called in a plain loop (:func:`bert_forward`), not
   through ``transformers``' general ``forward`` (~2 ms of Python a call).
 
