@@ -5,7 +5,9 @@ found through importlib metadata (:func:`inference.embedding_model.embedding_mod
 nothing is downloaded (``HF_HUB_OFFLINE=1``). Only embedding workers import this module,
 so only they load torch. Inputs longer than ``max_seq_length`` word pieces (256 for
 MiniLM, the length it was trained on) are cut by the model, and the tokens counted for
-usage are the ones it read.
+usage are the ones it read. Batches run through the model's own parts
+(:mod:`inference.engines.sbert_direct`: ~20 % less CPU for a short text) when those give
+``encode``'s vectors, checked at start; otherwise through ``encode``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from inference.embedding_model import EMBEDDING_MAX_TOKENS, embedding_model_path
 from inference.engines.base import EngineError
 from inference.engines.embedding import Embedded, EmbeddingEngine
+from inference.engines.sbert_direct import DirectEncoder, direct_encoder
 
 _load_lock = threading.Lock()
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
@@ -73,9 +76,12 @@ class SentenceTransformersEngine(EmbeddingEngine):
         self.forward_batch = max(1, forward_batch)
         self.threads = threads
         self._model: Any = None
+        self._direct: DirectEncoder | None = None
 
     async def start(self) -> None:
-        """Load the model (~1 s on first use in a process) and read its dimension."""
+        """Load the model (~1 s on first use in a process), read its dimension, set up
+        the direct forward pass (:mod:`inference.engines.sbert_direct`, checked against
+        ``encode``) and warm it up, so the first request pays no first-call costs."""
         self._model = await asyncio.to_thread(
             _model_load, self.model_path, self.threads
         )
@@ -84,12 +90,36 @@ class SentenceTransformersEngine(EmbeddingEngine):
             model.get_sentence_embedding_dimension  # sentence-transformers < 5.2
         )
         self.dim = int(dimension())
+        self._direct = await asyncio.to_thread(
+            direct_encoder, model, batch_size=self.forward_batch
+        )
+        await asyncio.to_thread(self._run, [["warm up the embedding model"]] * 2)
+
+    @property
+    def direct(self) -> bool:
+        """True when batches take the direct forward pass, False when ``encode``."""
+        return self._direct is not None
 
     def _run(self, batch: list[list[str]]) -> list[Embedded]:
-        model = self._model
         flat = [text for texts in batch for text in texts]
         if not flat:
             return [Embedded(vectors=[], tokens=0) for _ in batch]
+        if self._direct is not None:
+            vectors, lengths = self._direct.encode(flat, batch_size=self.forward_batch)
+        else:
+            vectors, lengths = self._encode(flat)
+        out, at = [], 0
+        for texts in batch:
+            n = len(texts)
+            out.append(
+                Embedded(vectors=vectors[at : at + n], tokens=sum(lengths[at : at + n]))
+            )
+            at += n
+        return out
+
+    def _encode(self, flat: list[str]) -> tuple[Any, list[int]]:
+        """``(vectors, tokens per text)`` through ``SentenceTransformer.encode``."""
+        model = self._model
         vectors = model.encode(
             flat,
             batch_size=self.forward_batch,
@@ -97,23 +127,13 @@ class SentenceTransformersEngine(EmbeddingEngine):
             convert_to_numpy=True,
             show_progress_bar=False,
         ).astype("float32", copy=False)
-        lengths = model.tokenizer(
+        ids = model.tokenizer(
             flat,
             add_special_tokens=True,
             truncation=True,
             max_length=model.max_seq_length,
         )["input_ids"]
-        out, at = [], 0
-        for texts in batch:
-            n = len(texts)
-            out.append(
-                Embedded(
-                    vectors=vectors[at : at + n],
-                    tokens=sum(len(ids) for ids in lengths[at : at + n]),
-                )
-            )
-            at += n
-        return out
+        return vectors, [len(row) for row in ids]
 
     async def embed(self, batch: list[list[str]]) -> list[Embedded | EngineError]:
         """Embed all jobs' texts in one pass (in a thread; the loop keeps beating)."""
