@@ -224,6 +224,29 @@ async def run_levels(
     }
 
 
+def level_run(
+    targets: dict[str, Target],
+    concurrency: int,
+    rounds: int,
+    *,
+    spy: Path | None = None,
+    spy_pid: int = 0,
+) -> dict[str, Level]:
+    """:func:`run_levels` in a new event loop; with ``spy`` (a file prefix), process
+    ``spy_pid`` is sampled by py-spy meanwhile (:mod:`bench.pyspy`: the GIL holder,
+    into ``<spy>.c<concurrency>.txt``) and its summary printed, in samples per
+    request of ``ours``."""
+    if spy is None:
+        return asyncio.run(run_levels(targets, concurrency, rounds))
+    from bench.pyspy import collapsed_summary, py_spy
+
+    out = spy.with_name(f"{spy.name}.c{concurrency}.txt")
+    with py_spy(spy_pid, out):
+        rows = asyncio.run(run_levels(targets, concurrency, rounds))
+    print(collapsed_summary(out, top=25, per=len(rows["ours"].ttfts)))
+    return rows
+
+
 def litellm_start(
     tmp: Path, env: dict[str, str], *, port: int, upstream: str, model: str
 ) -> tuple[subprocess.Popen | None, str]:
@@ -304,6 +327,13 @@ def overhead_parser() -> argparse.ArgumentParser:
         default=None,
         help="a folder: run the web process and the worker under cProfile, write "
         "web.prof / worker.prof there (figures are then not comparable)",
+    )
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        help="a file prefix: sample the web process with py-spy during each level "
+        "(PREFIX.c<level>.txt, collapsed stacks) and print where its CPU went",
     )
     parser.add_argument(
         "--moderation-cost",
