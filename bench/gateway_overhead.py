@@ -28,7 +28,7 @@ targets interleaved round by round (load drifts on a shared machine hit all). Pr
 per concurrency: TTFT p50/p99 (ms, to the first content delta), overhead = TTFT through
 the gateway minus TTFT direct (p50/p99, ms), requests/s, the ratio of our overhead to
 LiteLLM's (below 1: ours adds less) and of the requests/s, and our TTFT split into its
-stages (:func:`stages`: admission, the queue hop to the worker, the engine, the relay).
+stages (:func:`stages`: client, admission, to worker, engine, relay).
 Our processes run with DEBUG off, as in production. Input moderation is off by default,
 as LiteLLM has none (``--moderation on`` adds an embedding worker: the production path).
 ``--profile DIR`` runs the web process and the worker under cProfile (their event-loop
