@@ -1,7 +1,7 @@
 """Overhead of our full API path vs LiteLLM proxy, both in front of the same upstream.
 
     .venv/bin/python bench/gateway_overhead.py [--concurrency 1 50] [--rounds 3]
-        [--min-samples 40] [--moderation off|on] [--profile DIR] [--pin on|off]
+        [--min-samples 40] [--moderation off|on] [--profile DIR] [--py-spy PREFIX]
 
 The defaults (c = 1 and 50, at least 40 requests per target and level) are sized for
 ``make bench``: about 3 minutes on 2 cores at load average 7-9 (60 requests per
@@ -28,11 +28,12 @@ targets interleaved round by round (load drifts on a shared machine hit all). Pr
 per concurrency: TTFT p50/p99 (ms, to the first content delta), overhead = TTFT through
 the gateway minus TTFT direct (p50/p99, ms), requests/s, the ratio of our overhead to
 LiteLLM's (below 1: ours adds less) and of the requests/s, and our TTFT split into its
-stages (:func:`stages`: admission, the queue hop to the worker, the engine, the relay).
+stages (:func:`stages`: client, admission, to worker, engine, relay).
 Our processes run with DEBUG off, as in production. Input moderation is off by default,
 as LiteLLM has none (``--moderation on`` adds an embedding worker: the production path).
 ``--profile DIR`` runs the web process and the worker under cProfile (their event-loop
-threads only: the sync admission step runs in a worker thread).
+threads only); ``--py-spy PREFIX`` samples it with py-spy during each level
+(:func:`bench.overhead_levels.level_run`).
 
 Pinned (``--pin on``, the default on a machine with two cores or more,
 :mod:`bench.pinning`): the web process and LiteLLM's proxy on the first core,
@@ -46,7 +47,6 @@ table's API rows.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
 import subprocess
@@ -63,9 +63,9 @@ from bench.overhead_levels import (  # noqa: E402
     GOALS,
     Level,
     Target,
+    level_run,
     litellm_start,
     ours_argv,
-    run_levels,
     stages,
 )
 from bench.overhead_levels import overhead_parser as parser  # noqa: E402
@@ -213,7 +213,7 @@ def run(args: argparse.Namespace) -> dict[int, dict]:
         "BENCH_TOKEN_MS": str(args.token_ms),
         "PYTHONUNBUFFERED": "1",
         "HF_HUB_OFFLINE": "1",
-        # as in production: no per-query debug bookkeeping in our processes
+        # as in production: no per-query debug bookkeeping
         "DJANGO_DEBUG": "0",
         "SAFETY_INPUT_ENABLED": "1" if args.moderation == "on" else "0",
         # like for like: LiteLLM holds no text back; "on" is the product's default
@@ -292,7 +292,7 @@ def run(args: argparse.Namespace) -> dict[int, dict]:
         )
         for c in args.concurrency:
             rounds = max(args.rounds, -(-args.min_samples // c))
-            rows = asyncio.run(run_levels(targets, c, rounds))
+            rows = level_run(targets, c, rounds, spy=args.py_spy, spy_pid=web.pid)
             results[c] = _report(c, rows, rounds, pinning)
         print(f"load average after: {os.getloadavg()[0]:.2f}")
     finally:

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.boot import ROOT, option_parser
 from bench.procs import spawn
@@ -28,8 +29,11 @@ GOALS = {
 }
 
 # What one streamed completion gave: TTFT and total (ms), the completion id, and the
-# epoch times (s) the request was sent and its first content delta arrived.
-Sample = tuple[float, float, str, float, float]
+# epoch times (s) the request was made, its first content delta arrived, and its bytes
+# began to go out (the HTTP client's request hook, after the client built it).
+Sample = tuple[float, float, str, float, float, float]
+# The request header carrying the request hook's time (epoch s) back to :func:`one`.
+WIRE_HEADER = "x-bench-sent-at"
 
 
 @dataclass
@@ -82,20 +86,27 @@ async def one(client, model: str) -> Sample:
         stream=True,
         max_tokens=256,
     )
+    wire = float(stream.response.request.headers.get(WIRE_HEADER, sent))
     async for chunk in stream:
         cid = cid or chunk.id
         if ttft is None and chunk.choices and chunk.choices[0].delta.content:
             ttft = (time.perf_counter() - start) * 1000
             first_at = time.time()
     total = (time.perf_counter() - start) * 1000
-    return (ttft if ttft is not None else total), total, cid, sent, first_at
+    return (ttft if ttft is not None else total), total, cid, sent, first_at, wire
+
+
+async def _wire_stamp(request: Any) -> None:
+    """httpx's request hook: stamp the time the request starts to go out."""
+    request.headers[WIRE_HEADER] = repr(time.time())
 
 
 def stages(samples: list[Sample]) -> dict[str, list[float]]:
     """Split each of our API's TTFTs into its stages (ms), from what Redis kept.
 
-    admission: request sent -> job enqueued (``enqueued_at`` of the job kept for a
-    fallback retry); to worker: -> the worker's ``meta`` event (queue hop and the
+    client: the openai library builds the request, until its HTTP client starts to
+    send it (the same for every target, on the load core); admission: -> job enqueued
+    (``enqueued_at`` of the job kept for a fallback retry); to worker: -> the worker's ``meta`` event (queue hop and the
     worker's start); engine: -> the first ``token`` event (the upstream request and
     its first chunk, the upstream's own delay included); relay: -> the client read the
     first content delta. Stream entry ids carry milliseconds, so each stage is +-1 ms.
@@ -108,12 +119,13 @@ def stages(samples: list[Sample]) -> dict[str, list[float]]:
 
     client = redis_sync()
     out: dict[str, list[float]] = {
+        "client": [],
         "admission": [],
         "to worker": [],
         "engine": [],
         "relay": [],
     }
-    for _ttft, _total, cid, sent, first_at in samples:
+    for _ttft, _total, cid, made, first_at, sent in samples:
         if not cid.startswith("chatcmpl-") or not first_at:
             continue
         job_id = str(uuid.UUID(cid.removeprefix("chatcmpl-")))
@@ -125,6 +137,7 @@ def stages(samples: list[Sample]) -> dict[str, list[float]]:
         if raw is None or "meta" not in times or "token" not in times:
             continue
         enqueued = float(json.loads(raw)["enqueued_at"])
+        out["client"].append((sent - made) * 1000)
         out["admission"].append((enqueued - sent) * 1000)
         out["to worker"].append((times["meta"] - enqueued) * 1000)
         out["engine"].append((times["token"] - times["meta"]) * 1000)
@@ -165,6 +178,7 @@ async def run_levels(
             max_retries=0,
             http_client=httpx.AsyncClient(
                 limits=httpx.Limits(max_connections=concurrency + 10),
+                event_hooks={"request": [_wire_stamp]},
                 timeout=httpx.Timeout(300),
             ),
         )
@@ -222,6 +236,29 @@ async def run_levels(
         )
         for name in targets
     }
+
+
+def level_run(
+    targets: dict[str, Target],
+    concurrency: int,
+    rounds: int,
+    *,
+    spy: Path | None = None,
+    spy_pid: int = 0,
+) -> dict[str, Level]:
+    """:func:`run_levels` in a new event loop; with ``spy`` (a file prefix), process
+    ``spy_pid`` is sampled by py-spy meanwhile (:mod:`bench.pyspy`: the GIL holder,
+    into ``<spy>.c<concurrency>.txt``) and its summary printed, in samples per
+    request of ``ours``."""
+    if spy is None:
+        return asyncio.run(run_levels(targets, concurrency, rounds))
+    from bench.pyspy import collapsed_summary, py_spy
+
+    out = spy.with_name(f"{spy.name}.c{concurrency}.txt")
+    with py_spy(spy_pid, out):
+        rows = asyncio.run(run_levels(targets, concurrency, rounds))
+    print(collapsed_summary(out, top=25, per=len(rows["ours"].ttfts)))
+    return rows
 
 
 def litellm_start(
@@ -304,6 +341,13 @@ def overhead_parser() -> argparse.ArgumentParser:
         default=None,
         help="a folder: run the web process and the worker under cProfile, write "
         "web.prof / worker.prof there (figures are then not comparable)",
+    )
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        help="a file prefix: sample the web process with py-spy during each level "
+        "(PREFIX.c<level>.txt, collapsed stacks) and print where its CPU went",
     )
     parser.add_argument(
         "--moderation-cost",

@@ -11,7 +11,8 @@ The OpenAI-compatible API (every path of ``conversations.openai.urls``, as the r
 URLconf includes it: :data:`api_resolver`) has its own Django handler, built with
 ``settings.API_MIDDLEWARE``: it has no session, CSRF, login or messages (Bearer keys,
 JSON only), and each of those middleware costs the request a hop to a sync thread and
-back (the difference: docs/benchmarks.md).
+back (the difference: docs/benchmarks.md). Nor does it start a sync thread per request
+(:class:`ApiASGIHandler`).
 """
 
 import gc
@@ -20,7 +21,7 @@ import re
 from types import ModuleType
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, sync_to_async
+from asgiref.sync import ThreadSensitiveContext, iscoroutinefunction, sync_to_async
 from channels.routing import ProtocolTypeRouter
 from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
@@ -34,7 +35,7 @@ from django.urls.resolvers import RegexPattern, RoutePattern
 
 import chatsite.blas_threads  # noqa: F401  first: before anything loads numpy
 from chatsite.bodycap import body_capped, response_send
-from chatsite.db import request_connection_release
+from chatsite.db import request_connection_release, request_thread_share
 from chatsite.errors import error_response
 from chatsite.health import HEALTH_PATH, health_app
 from chatsite.warmup import services_warm_start, web_warm
@@ -93,17 +94,37 @@ def is_api_path(path: str) -> bool:
     return True
 
 
-def asgi_handler_with(middleware: list[str]) -> ASGIHandler:
-    """Return Django's ASGI handler with ``middleware`` instead of settings.MIDDLEWARE.
+class ApiASGIHandler(ASGIHandler):
+    """Django's ASGI handler for the API: a request's thread-sensitive calls
+    (Django's request signals, ``response.close()``, ``db_brief`` steps) run on the
+    process's shared sync threads (:func:`chatsite.db.request_thread_share`), not
+    on a thread started for the request. Its admission runs on
+    :func:`chatsite.db.db_quick`'s threads; no step keeps a connection for the next.
+    """
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Serve one HTTP request (raises ValueError for another scope type)."""
+        if scope["type"] != "http":
+            raise ValueError(f"Django serves HTTP only, not {scope['type']}.")
+        async with ThreadSensitiveContext():
+            request_thread_share()
+            await self.handle(scope, receive, send)
+
+
+def asgi_handler_with(
+    middleware: list[str], handler: type[ASGIHandler] = ASGIHandler
+) -> ASGIHandler:
+    """Return ``handler`` (Django's ASGI handler or a subclass) with ``middleware``
+    instead of settings.MIDDLEWARE.
 
     Django reads MIDDLEWARE once, when the handler is built (here, at import, before
     any request), so the override lasts only for the construction.
     """
     with override_settings(MIDDLEWARE=middleware):
-        return ASGIHandler()
+        return handler()
 
 
-api_asgi_app = asgi_handler_with(settings.API_MIDDLEWARE)
+api_asgi_app = asgi_handler_with(settings.API_MIDDLEWARE, ApiASGIHandler)
 
 
 async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -209,6 +209,22 @@ async def request_thread_release() -> None:
         own.shutdown(wait=False)
 
 
+def request_thread_share() -> None:
+    """Send the running request's thread-sensitive sync calls (Django's signals and
+    ``response.close()``, :func:`db_brief`) to the shared threads from its start, as
+    :func:`request_thread_release` does for a stream once it is released: no thread
+    is started for the request, and its later release needs no hop.
+
+    For a handler whose requests never keep a connection or a transaction between
+    two sync steps (the API's: its admission runs on :func:`db_quick`'s threads).
+    Call inside the request's ``ThreadSensitiveContext``, before its first sync call;
+    a context that has its thread already keeps it.
+    """
+    context = SyncToAsync.thread_sensitive_context.get(None)
+    if context is not None:
+        SyncToAsync.context_to_thread_executor.setdefault(context, shared_executor())
+
+
 _quick: ThreadPoolExecutor | None = None
 _quick_lock = threading.Lock()
 

@@ -25,6 +25,9 @@ no connection, thread or Redis command per stream.
   the entries after its own position.
 - **Fairness**: ``COUNT`` caps the entries per key per round (XREAD's COUNT is per
   stream), so a client catching up on a long stream does not starve the others.
+- **Holds**: while every follower waits out its coalescing pause (``Subscription.due``),
+  no round starts before the first pause ends (a new subscription or a seek ends the
+  wait): a lone stream is read per frame, not per token.
 """
 
 from __future__ import annotations
@@ -52,24 +55,19 @@ HUB_BLOCK_MS = 1000
 # stream at 20 ms per token, read in one round, while one client resuming a long
 # answer cannot make a round carry thousands of entries of its stream alone.
 HUB_COUNT = 256
-# Rounds start at most this often (s). A round's cost grows with the number of
-# followed streams (the XREAD names every key), not with the entries it returns, so a
-# reader that looped as soon as any one stream had a token would spend a core
-# re-sending thousands of keys to fetch a few entries; waiting up to 10 ms lets a
-# round carry what every stream wrote meanwhile. Followers release frames every
+# Rounds start at most this often (s). A round's cost grows with the followed streams
+# (the XREAD names every key), not with the entries it returns: waiting up to 10 ms
+# lets a round carry what every stream wrote meanwhile. Followers release frames every
 # SSE_COALESCE_MS (50 ms), so the added delay is not seen (not measured apart).
 HUB_MIN_ROUND_S = 0.01
-# ... at HUB_FULL_PACE_KEYS followed streams; below, the pause shrinks in
-# proportion (a round's cost does too), so a lightly loaded process does not hold an
-# answer's first token for it. A turn's ``meta`` and first token come a millisecond
-# or two apart: read in two rounds, the token would wait out the full 10 ms, a large
-# share of what our path adds to a turn (docs/benchmarks.md).
+# ... at HUB_FULL_PACE_KEYS followed streams; below, the pause shrinks in proportion,
+# so a lightly loaded process does not hold an answer's first token for it (a turn's
+# ``meta`` and first token come a millisecond or two apart; docs/benchmarks.md).
 HUB_FULL_PACE_KEYS = 100
-# ... and above, the pause grows in proportion too (a round's cost does: it names every
-# key), up to HUB_MAX_ROUND_S: the reader's CPU stays about flat from 100 streams to
-# thousands, where followers release frames every 50-200 ms anyway
-# (:func:`gateway.generations.follow.coalesce_interval_s`); at 500 streams and more a
-# first token may wait up to 50 ms for its round (bench/results/2026-12-04-sse-profile.md).
+# ... and above, the pause grows in proportion too, up to HUB_MAX_ROUND_S: the reader's
+# CPU stays about flat from 100 streams to thousands, where followers release frames
+# every 50-200 ms anyway; at 500 streams and more a first token may wait up to 50 ms
+# for its round (bench/results/2026-12-04-sse-profile.md).
 HUB_MAX_ROUND_S = 0.05
 # After a failed XREAD (Redis restarting), wait this long before the next one (s).
 ERROR_BACKOFF_S = 0.2
@@ -112,7 +110,7 @@ class Subscription:
     since its last call. Not thread-safe: use it on the loop it was made on.
     """
 
-    __slots__ = ("_error", "_events", "_hub", "_pos", "_waiter", "after", "key")
+    __slots__ = ("_error", "_events", "_hub", "_pos", "_waiter", "after", "due", "key")
 
     def __init__(self, hub: StreamHub, key: str, after: str) -> None:
         self._hub = hub
@@ -122,6 +120,7 @@ class Subscription:
         self._events: list[protocol.Event] = []
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self.due = 0.0  # loop time (s) before which the follower calls next()
 
     async def next(self, *, timeout_s: float) -> list[protocol.Event]:
         """Return the events that arrived since the last call, in stream order.
@@ -226,6 +225,7 @@ class StreamHub:
         self._wake_after = protocol.STREAM_START
         self._reading = False
         self._wake_sent = False
+        self._pausing: asyncio.Future[None] | None = None  # waiting out the holds
         self.rounds = 0  # XREAD rounds so far (for tests and benchmarks)
         self.wakes = 0  # wake-up entries written
 
@@ -257,6 +257,8 @@ class StreamHub:
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name="stream-hub"
             )
+        elif self._pausing is not None:
+            _wake_waiter(self._pausing)
         elif self._reading and not self._wake_sent:
             self._wake_sent = True
             task = asyncio.get_running_loop().create_task(self._wake())
@@ -326,6 +328,22 @@ class StreamHub:
             rest = started + self._pace(len(streams)) - loop.time()
             if result and rest > 0:
                 await asyncio.sleep(rest)
+            if result:
+                await self._holds_wait(loop)
+
+    async def _holds_wait(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait for the earliest ``Subscription.due`` (a :meth:`_poke` ends it)."""
+        holds = (sub.due for subs in self._keys.values() for sub in subs)
+        rest = min(holds, default=0.0) - loop.time()
+        if rest <= 0:
+            return
+        waiter = self._pausing = loop.create_future()
+        timer = loop.call_later(rest, _wake_waiter, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._pausing = None
 
     def _pace(self, keys: int) -> float:
         """The least time between the starts of two rounds that returned entries (s):

@@ -6,10 +6,9 @@ relay and the OpenAI-compatible API, streamed or not. It owns, in one place:
 - the resume point (a Redis stream entry id; ``0-0`` from the start);
 - the read: through the process's stream hub (:mod:`inference.streams`), one XREAD
   for every stream the process follows, not a Redis connection per stream;
-- coalescing by time: the first token is released at once, then at most one
-  :class:`Delta` per interval carries all tokens that arrived meanwhile (frames, not
-  tokens, are what a web process pays for per stream); the interval is SSE_COALESCE_MS
-  and grows with the streams the process follows (:func:`coalesce_interval_s`);
+- coalescing by time: the first token at once, then at most one :class:`Delta` per
+  interval carries all tokens that arrived meanwhile (the interval is SSE_COALESCE_MS,
+  longer with more streams followed, :func:`coalesce_interval_s`);
 - the stream policies (:mod:`gateway.generations.policy`): a client only ever sees
   released text; a cut cancels the engine and the answer ends ``content_filter``;
 - tool calls: each ``tool_call`` event is relayed as a :class:`ToolCall`, at once
@@ -190,6 +189,7 @@ async def generation_follow(
             try:
                 hold = next_delta_at - loop.time()
                 if hold > 0:  # let the tokens of the next frame gather
+                    subscription.due = next_delta_at  # nor need the hub read
                     await asyncio.sleep(hold)
                 events = await subscription.next(timeout_s=READ_BLOCK_MS / 1000)
             except BACKEND_ERRORS as exc:

@@ -272,3 +272,27 @@ async def test_a_lightly_loaded_hub_does_not_hold_an_event_for_the_round_pause()
 
     full = StreamHub(url=settings.REDIS_URL, min_round_s=0.5, full_pace_keys=1)
     assert await _second_event_wait_s(full, "pace-full") >= 0.3
+
+
+async def test_a_held_stream_is_read_once_its_hold_ends_not_once_per_token():
+    hub = StreamHub(url=settings.REDIS_URL)
+    sub = hub.subscribe(job_id="held-1", after=protocol.STREAM_START)
+    await _write("held-1", "first")
+    assert await _texts(lambda: sub.next(timeout_s=5), 1) == ["first"]
+    loop = asyncio.get_running_loop()
+    sub.due = loop.time() + 0.3  # the follower's coalescing pause
+    rounds = hub.rounds
+    for i in range(10):  # tokens a few ms apart, as an engine writes them
+        await _write("held-1", f"t{i}")
+        await asyncio.sleep(0.01)
+    assert hub.rounds - rounds <= 2  # not a round per token
+
+    # a newcomer subscribing meanwhile is read; the held tokens all come after the hold
+    other = hub.subscribe(job_id="held-2", after=protocol.STREAM_START)
+    await _write("held-2", "hello")
+    assert await _texts(lambda: other.next(timeout_s=0.25), 1) == ["hello"]
+    assert await _texts(lambda: sub.next(timeout_s=5), 10) == [
+        f"t{i}" for i in range(10)
+    ]
+    sub.close()
+    other.close()
