@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 
@@ -140,11 +140,15 @@ async def json_post(
 
 
 async def first_token_of(
-    reader: asyncio.StreamReader, headers: dict[str, str]
+    reader: asyncio.StreamReader,
+    headers: dict[str, str],
+    on_token: Callable[[], None] | None = None,
 ) -> tuple[float, int]:
     """Read an open SSE body to its end; return (wall time of the first ``token``
     frame, s; engine TTFT, ms, from the meta/token entry ids: a Redis stream entry id
-    is the XADD's millisecond clock). Raises RuntimeError without a token."""
+    is the XADD's millisecond clock). ``on_token`` is called as the first token frame
+    is read (e.g. to sample the web process's CPU there: the read goes on to the
+    answer's end). Raises RuntimeError without a token."""
     first_at, meta_ms, token_ms = None, None, 0
     async for frame in sse_frames(reader, headers):
         entry = frame.id or "0-0"
@@ -152,6 +156,8 @@ async def first_token_of(
             meta_ms = int(entry.split("-")[0])
         elif frame.event == "token" and first_at is None:
             first_at, token_ms = frame.wall, int(entry.split("-")[0])
+            if on_token is not None:
+                on_token()
         elif frame.event in ("done", "error"):
             break
     if first_at is None:
@@ -159,22 +165,35 @@ async def first_token_of(
     return first_at, token_ms - meta_ms if meta_ms is not None else 0
 
 
-async def first_token(host: str, port: int, path: str, s: Session) -> tuple[float, int]:
+async def first_token(
+    host: str,
+    port: int,
+    path: str,
+    s: Session,
+    on_token: Callable[[], None] | None = None,
+) -> tuple[float, int]:
     """Open the SSE stream ``path`` (GET); as :func:`first_token_of`."""
     reader, writer, status, headers = await sse_open(host, port, path, s.header)
     try:
         if status != 200:
             raise RuntimeError(f"stream: status {status}")
-        return await first_token_of(reader, headers)
+        return await first_token_of(reader, headers, on_token)
     finally:
         writer.close()
 
 
-async def turn_streamed(host: str, port: int, s: Session, form: str) -> dict:
+async def turn_streamed(
+    host: str,
+    port: int,
+    s: Session,
+    form: str,
+    on_token: Callable[[], None] | None = None,
+) -> dict:
     """The chat page's turn: one POST whose 201 response is the answer's stream
-    (``Accept: text/event-stream``; its first frame the turn's JSON). Return the wall
-    times (s) it was ``sent``, ``posted`` (the 201's head read) and ``first_at`` (the
-    first token frame read) and the ``engine`` TTFT (ms)."""
+    (``Accept: text/event-stream``; its first frame the turn's JSON), read to its end.
+    Return the wall times (s) it was ``sent``, ``posted`` (the 201's head read) and
+    ``first_at`` (the first token frame read) and the ``engine`` TTFT (ms);
+    ``on_token``: as :func:`first_token_of`."""
     sent = time.time()
     reader, writer = await form_post(
         host, port, "/c/messages/", s, form, "text/event-stream, application/json"
@@ -184,13 +203,19 @@ async def turn_streamed(host: str, port: int, s: Session, form: str) -> dict:
         posted = time.time()
         if status != 201:
             raise RuntimeError(f"POST: {status} {(await reader.read())[:300]!r}")
-        first_at, engine_ms = await first_token_of(reader, headers)
+        first_at, engine_ms = await first_token_of(reader, headers, on_token)
     finally:
         writer.close()
     return {"sent": sent, "posted": posted, "first_at": first_at, "engine": engine_ms}
 
 
-async def turn_two_requests(host: str, port: int, s: Session, form: str) -> dict:
+async def turn_two_requests(
+    host: str,
+    port: int,
+    s: Session,
+    form: str,
+    on_token: Callable[[], None] | None = None,
+) -> dict:
     """A POST answered with the turn's JSON, then the GET of its stream URL; the same
     figures as :func:`turn_streamed`."""
     sent = time.time()
@@ -199,7 +224,7 @@ async def turn_two_requests(host: str, port: int, s: Session, form: str) -> dict
     if status != 201:
         raise RuntimeError(f"POST: {status} {body}")
     first_at, engine_ms = await first_token(
-        host, port, body["assistant_message"]["stream_url"], s
+        host, port, body["assistant_message"]["stream_url"], s, on_token
     )
     return {"sent": sent, "posted": posted, "first_at": first_at, "engine": engine_ms}
 

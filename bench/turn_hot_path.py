@@ -4,13 +4,12 @@ goal table (:func:`hot_path_rows`), run by ``bench/turn_overhead.py --hot-path``
 Pinning (:mod:`bench.cpu_pin`): the web process (uvicorn) on the first core this
 process may use; the client, the workers, PostgreSQL and Redis on the others.
 
-The window: "POST to first frame" is the web process's work from the POST sent to the
-first token frame read: the request (session, admission, storing, enqueue), the
-stream's start (the ``turn`` frame, the relay's first reads) and the first token's
-relay; no later frame, answer's end or settlement: the scripted worker
-(``--rest-delay-ms``) sends the first token at once and the rest REST_S (1 s) later
-one turn at a time, BURST_REST_S (20 s) later in the burst. The settlement is
-measured apart, in "to the answer settled".
+The window: "POST to first frame" is the web process's CPU from the POST sent to the
+first token frame read, sampled as the client reads that frame (it reads on to the
+answer's end, outside the window): the request, the stream's start and the first
+token's relay. The scripted worker (``--rest-delay-ms``) sends the first token at
+once, the rest REST_S (1 s) later one turn at a time, BURST_REST_S (20 s) later in the
+burst; the rest and the settlement are in "to the answer settled".
 
 Rows (each a dict: measure, value, unit, pinning, params, goal):
 
@@ -18,10 +17,9 @@ Rows (each a dict: measure, value, unit, pinning, params, goal):
   (:func:`bench.cpu_pin.web_cpu_ns`, ``/proc/<pid>/stat``), ``--turns`` turns one
   after another (each a new conversation, moderation off), the mean (10 ms ticks: no
   percentile); beside it the wall-clock overhead p50 (POST to first token minus the
-  engine's TTFT) and the CPU to the answer settled. ``--py-spy FILE``: those turns
-  sampled by py-spy, summarised (:mod:`bench.pyspy`);
-- the same POST answered with the turn's JSON (no stream): the POST's CPU alone, so
-  the first row splits into the POST and the stream's start;
+  engine's TTFT) and the CPU to the answer settled. ``--py-spy FILE``: py-spy of
+  those turns, summarised (:mod:`bench.pyspy`);
+- the same POST answered with the turn's JSON (no stream): the POST's CPU alone;
 - ``--users`` users at once on one process (:func:`bench.turn_overhead._concurrent`):
   turn overhead p50 and p99 (POST to first token frame minus the engine's TTFT), and
   the CPU per turn from the first POST sent to the last first frame read;
@@ -79,12 +77,14 @@ def _row(
 
 async def _turn_with_cpu(base: str, s: Any, pid: int) -> dict[str, float]:
     """One turn (:func:`bench.turn_overhead.turn`) with the web process's CPU (ms) from the
-    POST sent to the first token frame read."""
+    POST sent to the first token frame read (sampled there; the turn is read on to
+    the answer's end, outside the window)."""
     from bench.turn_overhead import turn
 
+    at_token: list[int] = []
     before = web_cpu_ns(pid)
-    row = await turn(base, s)
-    row["cpu_ms"] = (web_cpu_ns(pid) - before) / 1e6
+    row = await turn(base, s, lambda: at_token.append(web_cpu_ns(pid)))
+    row["cpu_ms"] = (at_token[0] - before) / 1e6
     return row
 
 
@@ -93,8 +93,7 @@ BURST_REST_S = 20.0  # the burst: longer than the last user's wait for a first f
 
 
 def _worker(rest_s: float) -> list[str]:
-    """The scripted chat worker's arguments: the first token at once, the second
-    token and the answer's end ``rest_s`` later (``--rest-delay-ms``)."""
+    """The scripted worker's arguments: the first token at once, the rest later."""
     from bench.turn_overhead import CHAT_WORKER
 
     return [*CHAT_WORKER, "--rest-delay-ms", str(int(rest_s * 1000))]
@@ -153,8 +152,7 @@ def _settled(pid: int, users: list[Any], *, limit_s: float = 10.0) -> None:
 
 @contextmanager
 def _sampled(pid: int, args: argparse.Namespace) -> Iterator[None]:
-    """Record the web process with py-spy while the block runs when ``args.py_spy`` names a
-    file (then print the summary), else nothing."""
+    """py-spy of the web process over the block when ``args.py_spy`` names a file."""
     if not getattr(args, "py_spy", None):
         yield
         return
@@ -217,9 +215,11 @@ def web_rows(args: argparse.Namespace, plan: Pinning) -> list[dict[str, Any]]:
         with worker_processes([_worker(BURST_REST_S)], env) as workers:
             load_pin(plan, [w.pid for w in workers])
             sessions = [session_for(u) for u in users[: args.users]]
-            before = web_cpu_ns(pid)
-            burst = asyncio.run(_concurrent(web.base, sessions, args.rounds))
-            burst_cpu = (web_cpu_ns(pid) - before) / 1e6 / max(len(burst), 1)
+            at: list[int] = []
+            before, mark = web_cpu_ns(pid), lambda: at.append(web_cpu_ns(pid))
+            burst = asyncio.run(_concurrent(web.base, sessions, args.rounds, mark))
+            # to the last first token frame read, not the answers' ends
+            burst_cpu = (max(at) - before) / 1e6 / max(len(burst), 1)
             _settled(pid, users[: args.users], limit_s=BURST_REST_S + 20)
     cpu = [r["cpu_ms"] for r in seq]
     over = [r["overhead"] for r in seq]

@@ -56,6 +56,7 @@ import asyncio
 import os
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -85,15 +86,18 @@ GOALS = {
 TWO_REQUESTS = False  # --two-requests
 
 
-async def turn(base: str, s: Session) -> dict[str, float]:
-    """One chat turn in a new conversation; figures in ms (``post``: to the POST's
-    response head)."""
+async def turn(
+    base: str, s: Session, on_token: Callable[[], None] | None = None
+) -> dict[str, float]:
+    """One chat turn in a new conversation, read to the answer's end; figures in ms
+    (``post``: to the POST's response head). ``on_token``: called as the first token
+    frame is read."""
     from urllib.parse import quote
 
     parts = urlsplit(base)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     run = turn_two_requests if TWO_REQUESTS else turn_streamed
-    t = await run(host, port, s, f"content={quote(QUESTION)}")
+    t = await run(host, port, s, f"content={quote(QUESTION)}", on_token)
     return {
         "overhead": (t["first_at"] - t["sent"]) * 1000 - t["engine"],
         "post": (t["posted"] - t["sent"]) * 1000,
@@ -201,10 +205,12 @@ def _summary(label: str, rows: list[dict[str, float]]) -> dict[str, float]:
     return {"p50": p50, "p99": p99}
 
 
-async def _concurrent(base: str, sessions: list[Session], rounds: int) -> list[dict]:
+async def _concurrent(
+    base: str, sessions: list[Session], rounds: int, on_token: Any = None
+) -> list[dict]:
     rows: list[dict] = []
     for _ in range(rounds):
-        rows += await asyncio.gather(*(turn(base, s) for s in sessions))
+        rows += await asyncio.gather(*(turn(base, s, on_token) for s in sessions))
     return rows
 
 
@@ -364,6 +370,8 @@ def main() -> None:
     )
     parser.add_argument("--profile", type=int, default=0, metavar="TURNS")
     parser.add_argument("--profile-case", default="plain", choices=["plain", "memory"])
+    # the streamed POST's CPU and profile in process (bench/turn_stream_profile.py)
+    parser.add_argument("--stream-profile", type=int, default=0, metavar="TURNS")
     args = parser.parse_args()
     global TWO_REQUESTS
     TWO_REQUESTS = args.two_requests
@@ -371,6 +379,11 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()}")
     if args.hot_path:
         hot_path_rows(args)
+        return
+    if args.stream_profile:
+        from bench.turn_stream_profile import stream_profile_run
+
+        stream_profile_run(args.stream_profile)
         return
     if args.profile:
         from bench.turn_profile import profile_run

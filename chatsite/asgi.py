@@ -15,9 +15,11 @@ back (the difference: docs/benchmarks.md). Nor does it start a sync thread per r
 (:class:`ApiASGIHandler`).
 """
 
+import asyncio
 import gc
 import os
 import re
+import weakref
 from types import ModuleType
 from typing import Any
 
@@ -30,7 +32,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.asgi import ASGIHandler
 from django.http.response import HttpResponseBase
 from django.test.utils import override_settings
-from django.urls import Resolver404, URLResolver, get_resolver
+from django.urls import Resolver404, ResolverMatch, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, RoutePattern
 
 import chatsite.blas_threads  # noqa: F401  first: before anything loads numpy
@@ -139,23 +141,29 @@ async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if is_api_path(scope["path"]):
         await body_capped(api_asgi_app, scope, receive, send)
         return
-    refusal = await ratelimits.arefusal_check(scope)
+    match = site_match(scope["path"])  # resolved once, for both questions
+    refusal = await ratelimits.arefusal_check(scope, match)
     if refusal is not None:
         await response_send(error_response(refusal), send)
         return
-    app = sync_site_app if is_sync_view_path(scope["path"]) else site_app
-    await body_capped(app, scope, receive, send)
+    sync = match is not None and not iscoroutinefunction(match.func)
+    await body_capped(sync_site_app if sync else site_app, scope, receive, send)
+
+
+def site_match(path: str) -> ResolverMatch | None:
+    """``path`` resolved in the site's URLconf (None: no route)."""
+    try:
+        return get_resolver().resolve(path)
+    except Resolver404:
+        return None
 
 
 def is_sync_view_path(path: str) -> bool:
     """Whether ``path`` resolves to a sync view of the site's URLconf (served by
     :data:`sync_site_app`); async views (the SSE stream), unknown paths and static
     files go to :data:`site_app`."""
-    try:
-        match = get_resolver().resolve(path)
-    except Resolver404:
-        return False
-    return not iscoroutinefunction(match.func)
+    match = site_match(path)
+    return match is not None and not iscoroutinefunction(match.func)
 
 
 site_app = (
@@ -165,10 +173,31 @@ site_app = (
 )
 
 
+_chain_gates: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, asyncio.Semaphore
+] = weakref.WeakKeyDictionary()
+
+
+def chain_gate() -> asyncio.Semaphore:
+    """The running loop's semaphore of WEB_SYNC_CONCURRENCY sync chains at once."""
+    loop = asyncio.get_running_loop()
+    gate = _chain_gates.get(loop)
+    if gate is None:
+        gate = _chain_gates[loop] = asyncio.Semaphore(settings.WEB_SYNC_CONCURRENCY)
+    return gate
+
+
 class SyncChainASGIHandler(ASGIHandler):
     """Django's ASGI handler with the site's middleware chain built sync, for sync
     views (every page and form POST, the chat's message POST): a request hops to a
     sync thread once and runs the whole chain and the view there.
+
+    At most WEB_SYNC_CONCURRENCY chains run at once per process (:func:`chain_gate`);
+    the next ones wait their turn on the event loop, first come first served. Without
+    the gate a burst of requests (a hundred users sending at once) ran a hundred
+    chains in a hundred threads taking turns on the GIL: every one of them, and the
+    event loop relaying the streams already started, finished only when the last
+    did; with it the first requests are answered first.
 
     In Django's async chain each MiddlewareMixin middleware hops to a sync thread and
     back for its request half and again for its response half (the site has ten:
@@ -183,8 +212,10 @@ class SyncChainASGIHandler(ASGIHandler):
         self.load_middleware(is_async=False)
 
     async def get_response_async(self, request: Any) -> HttpResponseBase:
-        """Run the sync chain (:meth:`get_response`) in the request's sync thread."""
-        return await sync_to_async(self._respond, thread_sensitive=True)(request)
+        """Run the sync chain (:meth:`get_response`) in the request's sync thread,
+        once :func:`chain_gate` lets it."""
+        async with chain_gate():
+            return await sync_to_async(self._respond, thread_sensitive=True)(request)
 
     def _respond(self, request: Any) -> HttpResponseBase:
         """The chain's response; when its body is an async stream (the chat's

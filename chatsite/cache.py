@@ -6,7 +6,9 @@ Django's ``RedisCacheClient.get_client`` builds a ``redis.Redis`` on every cache
 callbacks (about 180 entries), which the profile of a chat message POST showed as a
 share of the request's CPU (django-ratelimit counts in this cache on every POST, and
 the sessions are cached here). A ``redis.Redis`` over a shared pool is thread-safe,
-so one per pool serves every thread.
+so one per pool serves every thread. ``incr`` is one round trip (a script), not
+Django's two (EXISTS, then INCRBY): django-ratelimit calls it on every counted
+request after the window's first.
 """
 
 from __future__ import annotations
@@ -15,6 +17,13 @@ from typing import Any
 
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 
+# INCRBY of an existing key only (Django's ``incr`` contract: a missing key is an
+# error, not a new counter); nil when the key is missing
+_INCR_EXISTING = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+return redis.call('INCRBY', KEYS[1], ARGV[1])
+"""
+
 
 class SharedClientRedisCacheClient(RedisCacheClient):
     """Django's client, keeping the ``redis.Redis`` of each pool for later calls."""
@@ -22,6 +31,21 @@ class SharedClientRedisCacheClient(RedisCacheClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._clients: dict[int, Any] = {}
+        self._scripts: dict[int, Any] = {}
+
+    def incr(self, key: Any, delta: int) -> Any:
+        """Add ``delta`` to the integer at ``key`` in one round trip; ValueError when
+        ``key`` does not exist (as Django's)."""
+        client = self.get_client(key, write=True)
+        script = self._scripts.get(id(client))
+        if script is None:
+            script = self._scripts.setdefault(
+                id(client), client.register_script(_INCR_EXISTING)
+            )
+        value = script(keys=[key], args=[delta])
+        if value is None:
+            raise ValueError(f"Key '{key}' not found.")
+        return value
 
     def get_client(self, key: Any = None, *, write: bool = False) -> Any:
         """The client of the server Django picks for ``write`` (the first one for

@@ -1,5 +1,5 @@
-"""Middleware of our own: the API handler's (chatsite/asgi.py), and the site's
-405 pages."""
+"""Middleware of our own: the API handler's (chatsite/asgi.py), the site's 405 pages,
+and django-csp's with its policy built once (:class:`CSPMiddleware`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
+from csp import middleware as csp_middleware
 from csp.constants import HEADER as CSP_HEADER
+from csp.constants import HEADER_REPORT_ONLY as CSP_HEADER_REPORT_ONLY
 from csp.utils import build_policy
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.utils.decorators import async_only_middleware, sync_and_async_middleware
 
 from chatsite.http import method_not_allowed
@@ -36,7 +42,7 @@ def api_middleware(
         request.get_host()
         response = await get_response(request)
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        policy = build_policy()
+        policy = csp_policy()
         if policy:
             response.headers.setdefault(CSP_HEADER, policy)
         return response
@@ -77,3 +83,68 @@ def method_not_allowed_pages(get_response: Any) -> Any:
         return response
 
     return middleware
+
+
+_policies: dict[bool, str] = {}
+
+
+def csp_policy(*, report_only: bool = False) -> str:
+    """django-csp's ``build_policy`` of the settings alone (CONTENT_SECURITY_POLICY, or
+    CONTENT_SECURITY_POLICY_REPORT_ONLY): no view's own config, update or replace, no
+    nonce. Built once per process; again after a change of those settings
+    (``setting_changed``: the tests')."""
+    policy = _policies.get(report_only)
+    if policy is None:
+        policy = _policies[report_only] = build_policy(report_only=report_only)
+    return policy
+
+
+@receiver(setting_changed)
+def _policies_forget(*, setting: str, **_kwargs: Any) -> None:
+    if setting.startswith("CONTENT_SECURITY_POLICY"):
+        _policies.clear()
+
+
+# what django-csp's view decorators set on a response: a policy of its own
+_VIEW_POLICY_ATTRS = tuple(
+    f"_csp_{kind}{ro}" for kind in ("config", "update", "replace") for ro in ("", "_ro")
+)
+
+
+class CSPMiddleware(csp_middleware.CSPMiddleware):
+    """django-csp's middleware whose header, for a response with no policy of its own
+    and a request that used no nonce (every response of this site so far), is
+    :func:`csp_policy`'s, built once, not per response; any other response goes
+    through django-csp's own build. The rules are django-csp's: DEBUG's 404 and 500
+    pages, ``_csp_exempt``, EXCLUDE_URL_PREFIXES, a header already set."""
+
+    def process_response(
+        self, request: HttpRequest, response: HttpResponseBase
+    ) -> HttpResponseBase:
+        """Set the policy headers (see the class)."""
+        if getattr(request, "_csp_nonce", None) is not None or any(
+            getattr(response, name, None) is not None for name in _VIEW_POLICY_ATTRS
+        ):
+            return super().process_response(request, response)
+        if response.status_code in (404, 500) and settings.DEBUG:
+            return response
+        for report_only, header, exempt in (
+            (False, CSP_HEADER, "_csp_exempt"),
+            (True, CSP_HEADER_REPORT_ONLY, "_csp_exempt_ro"),
+        ):
+            policy = csp_policy(report_only=report_only)
+            if not policy or header in response:
+                continue
+            if getattr(response, exempt, False) is not False:
+                continue
+            name = "CONTENT_SECURITY_POLICY" + ("_REPORT_ONLY" if report_only else "")
+            prefixes = (getattr(settings, name, None) or {}).get(
+                "EXCLUDE_URL_PREFIXES"
+            ) or ()
+            if not request.path_info.startswith(tuple(prefixes)):
+                response[header] = policy
+        # as django-csp: a nonce asked for after the header was written is an error
+        request.csp_nonce = csp_middleware.CheckableLazyObject(  # type: ignore[attr-defined]
+            self._csp_nonce_post_response
+        )
+        return response

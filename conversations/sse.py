@@ -249,9 +249,7 @@ async def relay_events(
     their own.
     """
     await request_thread_release()  # no connection or thread held while waiting
-    if first:
-        yield first
-    yield b"retry: 1000\n\n"
+    yield first + b"retry: 1000\n\n"  # one write for both
     current: Message | None = message
     while current is not None:
         final: Message | None = None

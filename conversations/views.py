@@ -19,7 +19,6 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
-from django.urls import reverse
 from django.views.decorators.http import (
     require_http_methods,
     require_POST,
@@ -33,7 +32,7 @@ from chatsite.errors import (
     NotFound,
     error_page,
 )
-from chatsite.http import json_errors
+from chatsite.http import json_errors, uuid_url
 from chatsite.jsonbody import json_loads_bounded
 from conversations import selectors, services, sse
 from conversations.models import Feedback
@@ -48,27 +47,26 @@ from safety import selectors as safety_selectors
 
 def _turn_json(turn: Turn) -> dict[str, Any]:
     conv, answer = turn.conversation, turn.assistant_message
+    question = turn.user_message
     return {
         "conversation": {
             "id": str(conv.id),
             "title": conv.title,
-            "url": reverse("conversation-detail", args=[conv.id]),
+            "url": uuid_url("conversation-detail", conv.id),
             "created": turn.created_conversation,
         },
         "user_message": {
-            "id": str(turn.user_message.id),
-            "edit_url": reverse("message-edit", args=[conv.id, turn.user_message.id]),
+            "id": str(question.id),
+            "edit_url": uuid_url("message-edit", conv.id, question.id),
         },
-        "thread_url": reverse("conversation-thread", args=[conv.id]),
+        "thread_url": uuid_url("conversation-thread", conv.id),
         "assistant_message": {
             "id": str(answer.id),
-            "regenerate_url": reverse(
-                "message-regenerate-one", args=[conv.id, answer.id]
-            ),
+            "regenerate_url": uuid_url("message-regenerate-one", conv.id, answer.id),
             "status": answer.status,
-            "stream_url": reverse("message-stream", args=[conv.id, answer.id]),
-            "stop_url": reverse("message-stop", args=[conv.id, answer.id]),
-            "feedback_url": reverse("message-feedback", args=[conv.id, answer.id]),
+            "stream_url": uuid_url("message-stream", conv.id, answer.id),
+            "stop_url": uuid_url("message-stop", conv.id, answer.id),
+            "feedback_url": uuid_url("message-feedback", conv.id, answer.id),
         },
     }
 

@@ -166,19 +166,28 @@ def refusal_remember(*, request: HttpRequest) -> int:
     return max(seconds, 0)
 
 
-async def arefusal_check(scope: dict[str, Any]) -> QuotaExceeded | None:
+_UNRESOLVED: Any = object()
+
+
+async def arefusal_check(
+    scope: dict[str, Any], match: Any = _UNRESOLVED
+) -> QuotaExceeded | None:
     """Return the refusal of an HTTP request before Django runs, or None to serve it.
 
     Refused: a POST to a :func:`message_ratelimit` view whose session cookie is marked
-    by :func:`refusal_remember`. Costs a URL resolve and, for a POST to such a path
-    with a session cookie, one Redis round trip (PEXISTS-like ``EXISTS``); no database.
-    A Redis failure serves the request (django-ratelimit still decides).
+    by :func:`refusal_remember`. Costs a URL resolve (none when the caller passes the
+    path's ``match``, a ResolverMatch, or None for no route) and, for a POST to such a
+    path with a session cookie, one Redis round trip (PEXISTS-like ``EXISTS``); no
+    database. A Redis failure serves the request (django-ratelimit still decides).
     """
     if scope.get("method") != "POST":
         return None
-    try:
-        match = get_resolver().resolve(scope["path"])
-    except Resolver404:
+    if match is _UNRESOLVED:
+        try:
+            match = get_resolver().resolve(scope["path"])
+        except Resolver404:
+            return None
+    if match is None:
         return None
     group = view_group(match.func)
     if group is None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connection
 from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDate
 
@@ -23,6 +24,7 @@ from gateway.models import (
     UsageRecord,
     UserPreference,
 )
+from safety.backends import UserReadColumn
 
 
 @dataclass(frozen=True)
@@ -94,10 +96,32 @@ def gateway_config() -> GatewayConfig:
     return config
 
 
+# The attribute on a session's user that holds their subscribed plan's id (None: no
+# subscription), read with the user in the same query (safety.backends.
+# user_read_extend, registered by gateway.apps): as fresh as the user row, never kept
+# across requests.
+PLAN_ID_ATTR = "subscribed_plan_id"
+_UNREAD = object()
+
+
+def plan_id_column() -> UserReadColumn:
+    """The session user read's column of :data:`PLAN_ID_ATTR`."""
+    quote = connection.ops.quote_name
+    return UserReadColumn(
+        sql=f"SELECT s.{quote('plan_id')} FROM {quote(Subscription._meta.db_table)} s"
+        f" WHERE s.{quote('user_id')} = u.id",
+        attr=PLAN_ID_ATTR,
+    )
+
+
 def _subscription_plan_id(user: User) -> int | None:
-    """The user's subscribed plan id: from the subscription loaded with the user
+    """The user's subscribed plan id: read with the session's user
+    (:data:`PLAN_ID_ATTR`: no query), or from the subscription loaded with the user
     (``select_related("user__subscription")``, as API-key authentication does: no
     query), else one query."""
+    read = getattr(user, PLAN_ID_ATTR, _UNREAD)
+    if read is not _UNREAD:
+        return read  # type: ignore[return-value]
     descriptor = getattr(type(user), "subscription", None)
     if descriptor is not None and descriptor.is_cached(user):
         subscription = descriptor.related.get_cached_value(user)

@@ -4,6 +4,7 @@ the API handler, everything else to the site's."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from typing import Any
 
@@ -164,3 +165,40 @@ def test_the_sync_chain_gives_a_streamed_response_s_connection_back_in_its_hop(
     monkeypatch.setattr(asgi.sync_site_app, "get_response", lambda request: response)
     assert asgi.sync_site_app._respond(object()) is response
     assert released == ([True] if streamed else [])
+
+
+def test_at_most_web_sync_concurrency_chains_run_at_once(monkeypatch, settings):
+    """A burst of sync requests: WEB_SYNC_CONCURRENCY chains run, the others wait on
+    the event loop (no thread of theirs runs the chain) and are served after."""
+    settings.WEB_SYNC_CONCURRENCY = 2
+    lock, go = threading.Lock(), threading.Event()
+    started: list[str] = []
+    running = most = 0
+
+    def chain(request: Any) -> HttpResponse:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+            started.append(request.path)
+        go.wait(30)
+        with lock:
+            running -= 1
+        return HttpResponse("ok")
+
+    monkeypatch.setattr(asgi.sync_site_app, "get_response", chain)
+
+    async def burst() -> list[int]:
+        requests = [
+            asyncio.create_task(_get(asgi.sync_site_app, f"/r{i}/")) for i in range(5)
+        ]
+        while len(started) < 2:  # the first two chains are in
+            await asyncio.sleep(0.01)
+        for _ in range(20):  # the others had every chance to start, and did not
+            await asyncio.sleep(0.01)
+        assert len(started) == 2
+        go.set()
+        return await asyncio.gather(*requests)
+
+    assert asyncio.run(burst()) == [200] * 5
+    assert most == 2 and sorted(started) == [f"/r{i}/" for i in range(5)]

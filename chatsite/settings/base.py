@@ -42,7 +42,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "csp.middleware.CSPMiddleware",
+    # django-csp's, its policy built once (chatsite/middleware.py)
+    "chatsite.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -161,6 +162,10 @@ DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=16)
 # that run at once per process (chatsite/db.py); the rest wait on the event loop.
 # Half the pool: the other half stays free for sync views (a new turn's POST).
 DATABASE_BRIEF_CONCURRENCY = env.int("DATABASE_BRIEF_CONCURRENCY", default=8)
+# Sync middleware chains (every page and form POST, the chat's message POST) that run
+# at once per web process (chatsite/asgi.py): the next ones wait on the event loop, in
+# order, instead of sharing the GIL with all the others (the other half of the pool).
+WEB_SYNC_CONCURRENCY = env.int("WEB_SYNC_CONCURRENCY", default=8)
 # Reusable threads per process for the API's admission step (chatsite/db.py db_quick):
 # mostly Redis, a pooled database connection only on an API key cache miss.
 DATABASE_QUICK_THREADS = env.int("DATABASE_QUICK_THREADS", default=4)

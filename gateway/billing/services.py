@@ -13,6 +13,7 @@ from audit.services import audit_record, audit_snapshot
 from chatsite.errors import Conflict, InvalidInput, NotFound
 from gateway import quota_reset
 from gateway.models import ModelPool, Plan, Subscription
+from gateway.selectors import PLAN_ID_ATTR
 
 
 def _limit_check(value: int | None, *, name: str) -> None:
@@ -138,6 +139,8 @@ def subscription_assign(
             before=before,
             after=audit_snapshot(subscription),
         )
+    if hasattr(user, PLAN_ID_ATTR):  # a session's user: the rest of its request too
+        setattr(user, PLAN_ID_ATTR, plan.pk)
     return subscription, previous
 
 
