@@ -158,14 +158,6 @@ def site_match(path: str) -> ResolverMatch | None:
         return None
 
 
-def is_sync_view_path(path: str) -> bool:
-    """Whether ``path`` resolves to a sync view of the site's URLconf (served by
-    :data:`sync_site_app`); async views (the SSE stream), unknown paths and static
-    files go to :data:`site_app`."""
-    match = site_match(path)
-    return match is not None and not iscoroutinefunction(match.func)
-
-
 site_app = (
     ASGIStaticFilesHandler(django_asgi_app)
     if settings.SERVE_STATIC
