@@ -209,14 +209,16 @@ def _workers_start(commands: Sequence[Sequence[str]], env: dict) -> list[Process
 
 @contextmanager
 def worker_processes(
-    commands: Sequence[Sequence[str]], env: dict
+    commands: Sequence[Sequence[str]], env: dict, *, wait: bool = True
 ) -> Iterator[list[Process]]:
     """Run ``manage.py run_inference_worker <args>`` for each of ``commands``; yield the
     processes once each one's pool has a live worker (the gateway admits a request only
-    to a served pool, issue #4). Stopped with SIGTERM (drain) on exit."""
+    to a served pool, issue #4), or at once without ``wait`` (the caller waits with
+    :func:`workers_wait`). Stopped with SIGTERM (drain) on exit."""
     procs = _workers_start(commands, env)
     try:
-        workers_wait(procs, [_worker_pool(args) for args in commands])
+        if wait:
+            workers_wait(procs, [_worker_pool(args) for args in commands])
         yield procs
     finally:
         processes_stop(procs)

@@ -18,7 +18,16 @@ import pytest
 
 from inference import client as inference_client
 from inference.connections import redis_sync
-from tests.stack import ROOT, Stack, _worker_pool, running_processes
+from tests.stack import (
+    ROOT,
+    Stack,
+    Web,
+    _worker_pool,
+    stack_env,
+    web_process,
+    worker_processes,
+    workers_wait,
+)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BROWSER_MARKS = [
@@ -82,29 +91,59 @@ class _Stacks:
     """The live stack of a module's browser tests, kept from one test to the next
     while they ask for the same script, environment and worker arguments (starting
     the web process and a worker costs seconds of both cores; the tests' database and Redis are
-    emptied between tests anyway). A test that fails, or a stack with a process gone,
-    makes the next test start a fresh one."""
+    emptied between tests anyway). A test that asks for other worker arguments (a
+    script, a delay) with the same environment gets a new worker beside the running
+    web process; another environment, a test that fails, or a process gone makes the
+    next test start a fresh stack."""
 
     def __init__(self) -> None:
         self.key: tuple | None = None
         self.stack: Stack | None = None
         self.pools: list[str] = []
-        self._exit = ExitStack()
+        self._web_key: tuple | None = None
+        self._web: Web | None = None
+        self._web_exit = ExitStack()
+        self._worker_exit = ExitStack()
 
     def get(self, key: tuple, args: list[str], env: dict[str, str]) -> Stack:
-        """The running stack for ``key``, started (``args``, ``env``) if another
-        runs or none does."""
-        alive = self.stack is not None and all(
+        """The running stack for ``key`` (``(args, env)`` as tuples), started if
+        another runs or none does: the web process is kept when only ``args``
+        differ and it is alive."""
+        if key == self.key and self._alive():
+            assert self.stack is not None
+            return self.stack
+        web_key = key[1:]
+        web_alive = self._web is not None and self._web.process.popen.poll() is None
+        if web_key != self._web_key or not web_alive:
+            self.close()
+            full_env = stack_env(env)
+            # the worker starts first (it takes longest to load), waited for last
+            workers = self._worker_exit.enter_context(
+                worker_processes([args], full_env, wait=False)
+            )
+            self._web = self._web_exit.enter_context(web_process(full_env))
+            self._web_key = web_key
+        else:
+            self._worker_close()
+            workers = self._worker_exit.enter_context(
+                worker_processes([args], stack_env(env), wait=False)
+            )
+        self.pools = [_worker_pool(args)]
+        assert self._web is not None
+        self.stack = Stack(web=self._web, workers=workers)
+        self.key = key
+        try:
+            workers_wait(workers, self.pools)
+        except BaseException:
+            self.close()
+            raise
+        return self.stack
+
+    def _alive(self) -> bool:
+        return self.stack is not None and all(
             p.popen.poll() is None
             for p in [self.stack.web.process, *self.stack.workers]
         )
-        if key != self.key or not alive:
-            self.close()
-            self.stack = self._exit.enter_context(running_processes(args, env=env))
-            self.key = key
-            self.pools = [_worker_pool(args)]
-        assert self.stack is not None
-        return self.stack
 
     def ready(self, timeout_s: float = 30.0) -> None:
         """Wait until the worker beats again: each test empties Redis, heartbeats
@@ -118,11 +157,17 @@ class _Stacks:
                     raise RuntimeError(f"no live worker on {pool!r} after the flush")
                 time.sleep(0.02)
 
-    def close(self) -> None:
-        """Stop the running stack, if any."""
-        self._exit.close()
-        self._exit = ExitStack()
+    def _worker_close(self) -> None:
+        self._worker_exit.close()
+        self._worker_exit = ExitStack()
         self.stack, self.key, self.pools = None, None, []
+
+    def close(self) -> None:
+        """Stop the running stack, if any (its web process, then its worker)."""
+        self._web_exit.close()
+        self._web_exit = ExitStack()
+        self._web, self._web_key = None, None
+        self._worker_close()
 
 
 # The kept stack's worker beats this often (s), so it is visible again a moment
