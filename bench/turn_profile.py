@@ -220,11 +220,24 @@ async def _stream_first(url: str, cookie: str) -> tuple[float, float]:
     return marks.get("first", float("nan")), marks.get("token", float("nan"))
 
 
+def in_process_settings(*, moderation: bool) -> None:
+    """Set what an in-process turn bench needs of the settings: no rate limit in
+    the way, the test client's host, DEBUG off as deployed (no query log), input and
+    output moderation on or off (``moderation``), no background jobs after a turn."""
+    from django.conf import settings
+
+    settings.CHAT_MESSAGE_RATE = "100000/m"
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+    settings.DEBUG = False
+    settings.SAFETY_INPUT_ENABLED = moderation
+    settings.SAFETY_OUTPUT_ENABLED = moderation
+    settings.CHAT_BACKGROUND_JOBS = False
+
+
 def profile_run(turns: int, *, memory: bool) -> None:
     """Run ``turns`` turns in this process and print the breakdown (module docstring)."""
     import os
 
-    from django.conf import settings
     from django.test import Client
 
     from bench.cpu_pin import (
@@ -238,12 +251,7 @@ def profile_run(turns: int, *, memory: bool) -> None:
     from tests.sse import session_cookie
     from tests.stack import stack_env, worker_processes
 
-    settings.CHAT_MESSAGE_RATE = "100000/m"
-    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
-    settings.DEBUG = False  # as deployed: no query log
-    settings.SAFETY_INPUT_ENABLED = memory
-    settings.CHAT_BACKGROUND_JOBS = False
-    settings.SAFETY_OUTPUT_ENABLED = memory  # plain: no moderation either way
+    in_process_settings(moderation=memory)  # plain: no moderation either way
     env = stack_env({"LOG_LEVEL": "WARNING"}, for_tests=False)
     workers = [CHAT_WORKER] + ([EMBED_WORKER] if memory else [])
     counters = Counters()

@@ -179,14 +179,10 @@ def stream_profile_run(turns: int) -> None:
         web_pin,
     )
     from bench.turn_overhead import CHAT_WORKER, QUESTION, session_for, users_setup
+    from bench.turn_profile import in_process_settings
     from tests.stack import stack_env, worker_processes
 
-    settings.CHAT_MESSAGE_RATE = "100000/m"
-    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
-    settings.DEBUG = False
-    settings.SAFETY_INPUT_ENABLED = False
-    settings.SAFETY_OUTPUT_ENABLED = False
-    settings.CHAT_BACKGROUND_JOBS = False
+    in_process_settings(moderation=False)
     env = stack_env({"LOG_LEVEL": "WARNING"}, for_tests=False)
     worker = [*CHAT_WORKER, "--rest-delay-ms", str(REST_MS)]
     plan = pinning_plan()
