@@ -6,6 +6,7 @@ The generation lifecycle (admit, start, follow, settle) lives in
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from chatsite.db import connection_return
 from chatsite.errors import NotFound
 from gateway import apikey_cache, requestrate, selectors
 from gateway.models import ApiKey, UserPreference
@@ -74,7 +76,9 @@ def api_key_authenticate(*, raw: str) -> User | None:
     if not raw or not raw.startswith(API_KEY_PREFIX):
         return None
     key_hash = _key_hash(raw)
-    cached = apikey_cache.apikey_cached(key_hash)
+    cached = apikey_cache.apikey_cached(
+        key_hash, refresh=functools.partial(_api_key_reload, key_hash)
+    )
     if cached is not None:
         key, user, suspended = cached
     else:
@@ -93,6 +97,19 @@ def api_key_authenticate(*, raw: str) -> User | None:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
         apikey_cache.apikey_used(key_hash, at=now)
     return user
+
+
+def _api_key_reload(key_hash: str) -> tuple[Any, bool] | None:
+    """The cache's background refresh of ``key_hash``: ``(key, suspended)`` of an
+    active key of an active user, else None; the thread's connection goes back to
+    the pool after."""
+    try:
+        key = _api_key_load(key_hash)
+    finally:
+        connection_return()
+    if key is None or not key.user.is_active:
+        return None
+    return key, key.user_suspended
 
 
 def _api_key_load(key_hash: str) -> Any:

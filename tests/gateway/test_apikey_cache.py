@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.utils import timezone
@@ -137,3 +139,100 @@ def test_nothing_is_cached_when_the_bound_is_zero(user, settings):
     assert services.api_key_authenticate(raw=raw) == user
     ApiKey.objects.filter(pk=key.pk).update(revoked_at=timezone.now())
     assert services.api_key_authenticate(raw=raw) is None
+
+
+def _until(condition, bound_s: float = 5.0) -> None:
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < bound_s, "condition never met"
+        time.sleep(0.01)
+
+
+def _fake_key(pk: int) -> SimpleNamespace:
+    return SimpleNamespace(pk=pk, user=SimpleNamespace(pk=pk), last_used_at=None)
+
+
+@pytest.fixture
+def _short_bound(settings):
+    settings.GATEWAY_API_KEY_CACHE_S = 1.0
+
+
+@pytest.mark.usefixtures("_short_bound")
+def test_an_entry_past_half_its_bound_is_refreshed_in_the_background():
+    apikey_cache.apikey_remember("h", key=_fake_key(1), suspended=False)
+    calls: list[str] = []
+
+    def lookup():
+        calls.append(threading.current_thread().name)
+        return _fake_key(2), True
+
+    # answered from the entry until the refresh replaced it; looked up once, elsewhere
+    _until(lambda: apikey_cache.apikey_cached("h", refresh=lookup)[0].pk == 2)
+    key, _user, suspended = apikey_cache.apikey_cached("h")
+    assert (key.pk, suspended) == (2, True)
+    assert len(calls) == 1 and calls[0] != threading.current_thread().name
+
+
+@pytest.mark.usefixtures("_short_bound")
+def test_a_refresh_that_finds_no_active_key_drops_the_entry():
+    apikey_cache.apikey_remember("h", key=_fake_key(1), suspended=False)
+    _until(lambda: apikey_cache.apikey_cached("h", refresh=lambda: None) is None)
+
+
+@pytest.mark.usefixtures("_short_bound")
+def test_a_key_forgotten_during_its_refresh_stays_forgotten():
+    apikey_cache.apikey_remember("h", key=_fake_key(1), suspended=False)
+    started, release = threading.Event(), threading.Event()
+
+    def lookup():
+        started.set()
+        release.wait(5)
+        return _fake_key(1), False
+
+    _until(lambda: apikey_cache.apikey_cached("h", refresh=lookup) and started.is_set())
+    apikey_cache.apikey_forget("h")  # e.g. revoked through the service
+    release.set()
+    _until(lambda: not apikey_cache.apikey_refreshing("h"))
+    assert apikey_cache.apikey_cached("h") is None
+
+
+@pytest.mark.usefixtures("_short_bound")
+def test_a_failed_refresh_leaves_the_entry_to_expire():
+    apikey_cache.apikey_remember("h", key=_fake_key(1), suspended=False)
+
+    def lookup():
+        raise RuntimeError("database down")
+
+    _until(
+        lambda: (
+            apikey_cache.apikey_refreshing("h")
+            or apikey_cache.apikey_cached("h", refresh=lookup) is None
+        )
+    )
+    _until(lambda: not apikey_cache.apikey_refreshing("h"))
+    _until(lambda: apikey_cache.apikey_cached("h") is None)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("_short_bound")
+def test_a_key_revoked_elsewhere_is_dropped_by_the_refresh(user):
+    key, raw = services.api_key_create(user=user)
+    assert services.api_key_authenticate(raw=raw) == user
+    ApiKey.objects.filter(pk=key.pk).update(revoked_at=timezone.now())
+    assert _refused_within(raw, 1.0) <= 1.5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_key_in_steady_use_is_not_looked_up_inline_again(
+    user, settings, django_assert_num_queries
+):
+    settings.GATEWAY_API_KEY_CACHE_S = 2.0
+    _key, raw = services.api_key_create(user=user)
+    services.api_key_authenticate(raw=raw)  # the first lookup and last_used_at stamp
+    first_loaded = next(iter(apikey_cache._entries.values())).loaded_at
+    # past the first lookup's bound, every request answered from the cache: the
+    # lookups ran on the refresh thread
+    with django_assert_num_queries(0):
+        while time.monotonic() < first_loaded + 2.2:
+            assert services.api_key_authenticate(raw=raw) == user
+            time.sleep(0.02)
