@@ -10,6 +10,7 @@ shapes come from :mod:`inference.protocol`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, cast
@@ -101,6 +102,52 @@ def pool_load_parse(replies: list[Any]) -> tuple[int, int | None]:
 def job_cancel(*, job_id: str, ttl_s: int = 3600) -> None:
     """Set the cancel flag of a generation (workers poll it every few ms)."""
     redis_sync().set(keys.cancel_key(job_id), "1", ex=ttl_s)
+
+
+# KEYS: cancel flag, stream, final mark; ARGV: the done event's e and d, ttl (s).
+# The flag always; the terminal event too while the stream is empty (no worker wrote
+# its meta: the job still waits in a queue). A worker that takes the job later finds
+# the final mark and skips it (inference/worker.py _START_LUA); one that started
+# first wrote meta, so this leaves its answer to it.
+_STOP_LUA = """
+redis.call('SET', KEYS[1], '1', 'EX', ARGV[3])
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if redis.call('SET', KEYS[3], '1', 'NX', 'EX', ARGV[3]) then
+  redis.call('XADD', KEYS[2], '*', 'e', ARGV[1], 'd', ARGV[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+  return 1
+end
+return 0
+"""
+
+
+def job_stop(*, job_id: str, ttl_s: int = 3600) -> bool:
+    """Cancel a generation (its flag, as :func:`job_cancel`) and, when no worker has
+    started it yet, end it at once with ``done`` ``finish_reason: "cancelled"`` and
+    no usage (nothing was computed), so a stop of a queued answer does not wait for
+    a free worker. Atomic with a worker's start (one script on the job's slot).
+    Returns True when the generation was ended here."""
+    fields = protocol.event_fields(
+        protocol.EVENT_DONE,
+        {
+            "finish_reason": protocol.FINISH_CANCELLED,
+            "usage": dataclasses.asdict(protocol.Usage()),
+            "ttft_ms": None,
+            "latency_ms": 0,
+        },
+    )
+    ended = keys.eval_on(
+        redis_sync(),
+        _STOP_LUA,
+        3,
+        keys.cancel_key(job_id),
+        keys.gen_key(job_id),
+        keys.final_key(job_id),
+        fields["e"],
+        fields["d"],
+        ttl_s,
+    )
+    return bool(ended)
 
 
 def workers_live_on(client: Any, *, pool: str, now: float | None = None) -> Any:

@@ -181,8 +181,10 @@ def generation_start(
 
 
 def generation_cancel(*, job_id: str) -> None:
-    """Ask the worker running ``job_id`` to stop; the partial answer is kept."""
-    inference_client.job_cancel(job_id=job_id, ttl_s=settings.INFERENCE_STREAM_TTL_S)
+    """Ask the worker running ``job_id`` to stop; the partial answer is kept. A
+    generation no worker has started yet (still queued) ends at once, cancelled and
+    empty (:func:`inference.client.job_stop`)."""
+    inference_client.job_stop(job_id=job_id, ttl_s=settings.INFERENCE_STREAM_TTL_S)
 
 
 def generation_abandon(*, user_id: int, job_id: str) -> None:

@@ -4,6 +4,8 @@ reports its place in the pool's queue about once a second, and stops once it run
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from asgiref.sync import sync_to_async
 from django.test import Client
@@ -139,3 +141,37 @@ def test_a_job_entry_begins_with_its_prefix():
     assert job.to_fields()["job"].startswith(protocol.job_entry_prefix(job.job_id))
     other = protocol.new_job_id()
     assert not job.to_fields()["job"].startswith(protocol.job_entry_prefix(other))
+
+
+async def test_stopping_a_queued_answer_ends_it_at_once_and_no_worker_runs_it(
+    user, start_worker
+):
+    """Stop on an answer still waiting for a worker: its stream ends with ``done``
+    (cancelled) without waiting for one, the answer is stored as stopped and empty,
+    and a worker that takes the job afterwards skips it (writes nothing)."""
+    fake_heartbeat()
+    turn = await sync_to_async(services.turn_start)(user=user, content="mine")
+    answer = turn.assistant_message
+    await sync_to_async(services.turn_stop)(
+        user=user, conversation_id=turn.conversation.id, message_id=answer.id
+    )
+    result = await asgi_sse(
+        _stream_url(turn), cookie=await _cookie(user), stop_when=ended, timeout=30
+    )
+    assert [e.event for e in result.events if e.event != "queue"] == ["done"]
+    assert result.last("done").data["finish_reason"] == "cancelled"
+    await sync_to_async(answer.refresh_from_db)()
+    assert answer.status == answer.Status.CANCELLED and answer.content == ""
+
+    await sync_to_async(start_worker)(ScriptedEngine(text="never shown"))
+    client = redis_sync()
+    queue = keys.queue_key("default")
+    for _ in range(300):  # the worker takes the job and deletes its entry
+        if client.xlen(queue) == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert client.xlen(queue) == 0
+    entries = client.xrange(keys.gen_key(str(answer.job_id)))
+    assert [fields["e"] for _id, fields in entries] == ["done"]
+    await sync_to_async(answer.refresh_from_db)()
+    assert answer.status == answer.Status.CANCELLED and answer.content == ""
