@@ -1,4 +1,6 @@
-"""What the rest of the product calls to use the inference tier over Redis.
+"""What the rest of the product calls to use the inference tier over Redis (past 400
+lines on purpose: every command the web tier sends about a job, and the scripts that
+must agree with the worker's, in one place).
 
 Enqueue a job, cancel it, read its event stream (sync for finalisation, async for the
 SSE relay), attach/detach stream watchers, check pool liveness, end a generation that
