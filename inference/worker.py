@@ -1,5 +1,5 @@
-"""The inference worker (one module past 400 lines on purpose: see below): pulls jobs
-of one pool from Redis and runs them on an engine.
+"""The inference worker: pulls jobs of one pool from Redis and runs them on an engine
+(past 400 lines on purpose: one job's life on a worker, take to finish, in order).
 
 Kept as one module past 400 lines: it is one job's life on a worker (take, run,
 relay, finish, fail) in order; what could stand apart already does (the base classes

@@ -1,4 +1,5 @@
-"""Settings shared by every environment: one module past 400 lines on purpose.
+"""Settings shared by every environment (past 400 lines on purpose: every setting and
+its default read in one place; the environments only override).
 
 Kept as one module past 400 lines: one place to read every setting and its default
 (each a line or two); the environments (dev, test, prod) only override.
