@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
@@ -22,6 +23,7 @@ from inference.embeddings import (
     TIMEOUT,
     EmbeddingUnavailable,
     TextVector,
+    aembed_texts,
     embed_text,
     embed_texts,
 )
@@ -148,6 +150,18 @@ def test_a_lone_request_does_not_wait_out_the_gathering_window(
     start_embedding_worker(engine, gather_ms=60_000)
     assert embed_texts(["alone"], timeout_s=5).vectors[0][5] == 1.0
     assert engine.batches == [[["alone"]]]
+
+
+def test_answered_requests_leave_no_result_stream(start_embedding_worker, settings):
+    """The result streams are deleted once read: one job's with its read (one round
+    trip), several jobs' after the last, sync and async alike."""
+    settings.EMBEDDING_JOB_MAX_TEXTS = 2
+    start_embedding_worker(CountingEngine())
+    client = redis_sync()
+    assert embed_texts(["one"]).vectors[0][3] == 1.0
+    assert len(embed_texts(["a", "bb", "ccc", "dddd", "eeeee"]).vectors) == 5
+    assert len(asyncio.run(aembed_texts(["async one"])).vectors) == 1
+    assert list(client.scan_iter(match="inf:gen:*")) == []
 
 
 def test_a_caller_that_times_out_leaves_no_job_to_run(start_embedding_worker):
