@@ -12,7 +12,7 @@ import httpx
 import pytest
 from django.conf import settings
 
-from inference import keys
+from inference import keys, protocol
 from inference.connections import redis_sync
 from inference.embed_worker import EmbeddingDimensionError, EmbedWorker
 from inference.embedding_model import embedding_model_path, embedding_tokenizer
@@ -176,6 +176,29 @@ def test_a_caller_that_times_out_leaves_no_job_to_run(start_embedding_worker):
     blocker.join(timeout=5)
     assert queue_drained(settings.EMBEDDING_POOL)  # the late job was handled: dropped
     assert ["late"] not in [texts for batch in engine.batches for texts in batch]
+
+
+def test_a_lone_job_whose_caller_left_is_dropped_unrun(start_embedding_worker):
+    """A job taken alone whose final key is set (its caller cancelled; the deadline
+    not passed) is acknowledged without running: the key is asked with the read that
+    finds the job lone. The next job runs."""
+    engine = CountingEngine()
+    start_embedding_worker(engine, gather_ms=0)
+    now = time.time()
+    left = protocol.Job(
+        job_id=protocol.new_job_id(),
+        messages=[],
+        kind=protocol.KIND_EMBED,
+        input=["left"],
+        enqueued_at=now,
+        deadline=now + 60,
+    )
+    client = redis_sync()
+    client.set(keys.final_key(left.job_id), "1", ex=60)
+    client.xadd(keys.queue_key(settings.EMBEDDING_POOL), left.to_fields())
+    assert queue_drained(settings.EMBEDDING_POOL)
+    assert embed_texts(["next"]).vectors[0][4] == 1.0
+    assert engine.batches == [[["next"]]]
 
 
 def test_a_pool_of_another_dimension_is_refused(start_embedding_worker):
