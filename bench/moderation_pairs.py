@@ -106,8 +106,8 @@ def measure(rev: str, n: int, *, pin: bool) -> dict[str, dict[str, list[float]]]
         before = _module(base / "inference" / "embeddings.py", "embeddings_before")
         _on(pinning, web=False)  # the workers inherit the load core
         workers = [
-            spawn(worker_cmd + [BEFORE_POOL], cwd=base, env=env),
-            spawn(worker_cmd + ["embed"], cwd=ROOT, env=env),
+            spawn(worker_cmd + [BEFORE_POOL], cwd=base, env=env, stderr=True),
+            spawn(worker_cmd + ["embed"], cwd=ROOT, env=env, stderr=True),
         ]
         _on(pinning, web=True)
         try:
