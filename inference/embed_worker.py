@@ -99,6 +99,9 @@ class EmbedWorker(Worker):
         self._bulk_queue = keys.background_queue_key(pool)
         # bulk entries delivered to us while interactive ones went first
         self._held: list[Entry] = []
+        # entry id -> its job already ended (final key set), asked with the read that
+        # found a job lone (:meth:`_gather`), for :meth:`_run_batch`
+        self._ended: dict[str, bool] = {}
         self._batch_jobs = 0
         self.batches = 0  # batches run (tests and benchmarks read it)
 
@@ -119,26 +122,47 @@ class EmbedWorker(Worker):
         return {"dim": self.embedder.dim, "max_batch": self.max_batch}
 
     async def _read(
-        self, queues: list[str], *, count: int, block_ms: int | None
+        self,
+        queues: list[str],
+        *,
+        count: int,
+        block_ms: int | None,
+        check: list[Entry] | None = None,
     ) -> list[Entry]:
         """Read up to ``count`` new entries of each of ``queues`` (waiting up to
-        ``block_ms``; None: no wait), in the order of ``queues``.
+        ``block_ms``; None: no wait), in the order of ``queues``. ``check``: entries
+        taken before whose jobs' final keys are asked in the same round trip (the
+        answers go to ``_ended``; a non-blocking read only).
 
         A queue whose consumer group vanished (Redis restarted without persistence, or
         the stream was deleted while we waited on it) gets it back instead of ending
         the worker.
         """
+        streams: redis_types.StreamOffsets = {queue: ">" for queue in queues}
         try:
-            result = cast(
-                redis_types.StreamRead,
-                await self.redis.xreadgroup(
-                    protocol.GROUP,
-                    self.worker_id,
-                    {queue: ">" for queue in queues},
-                    count=count,
-                    block=block_ms,
-                ),
-            )
+            if check:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.xreadgroup(
+                        protocol.GROUP, self.worker_id, streams, count=count
+                    )
+                    for entry in check:
+                        pipe.exists(keys.final_key(entry.job.job_id))
+                    found, *ended = await pipe.execute()
+                result = cast(redis_types.StreamRead, found)
+                self._ended = {
+                    e.entry_id: bool(gone) for e, gone in zip(check, ended, strict=True)
+                }
+            else:
+                result = cast(
+                    redis_types.StreamRead,
+                    await self.redis.xreadgroup(
+                        protocol.GROUP,
+                        self.worker_id,
+                        streams,
+                        count=count,
+                        block=block_ms,
+                    ),
+                )
         except ResponseError as exc:
             if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
                 raise
@@ -198,13 +222,18 @@ class EmbedWorker(Worker):
         texts = sum(len(e.job.input) for e in batch)
         gather_until = time.monotonic() + self.gather_ms / 1000
         lone = len(batch) == 1
+        self._ended = {}
         while texts < self.max_batch and not self._stopping.is_set():
             # Take what is queued without blocking (block=None; BLOCK 0 would wait
             # forever). The window is waited out here, not with XREADGROUP BLOCK:
             # Redis ends a blocked read only on its server tick (1000/hz ms, 100 ms
             # at the default hz 10), so BLOCK 2 would make a lone request wait ~100 ms.
+            # A lone job's final key is asked with this read (it runs right after).
             more = await self._read(
-                [self._queue], count=max(1, self.max_batch - len(batch)), block_ms=None
+                [self._queue],
+                count=max(1, self.max_batch - len(batch)),
+                block_ms=None,
+                check=batch if lone else None,
             )
             if not more:
                 left_s = gather_until - time.monotonic()
@@ -213,6 +242,7 @@ class EmbedWorker(Worker):
                 await asyncio.sleep(left_s)
                 continue
             lone = False
+            self._ended = {}  # asked too early for a batch that waits out the window
             batch += more
             texts += sum(len(e.job.input) for e in more)
         return batch
@@ -226,10 +256,17 @@ class EmbedWorker(Worker):
 
     async def _run_batch(self, entries: list[Entry]) -> None:
         started = time.time()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for entry in entries:
-                pipe.exists(keys.final_key(entry.job.job_id))
-            ended = await pipe.execute()
+        known, self._ended = self._ended, {}
+        ask = [entry for entry in entries if entry.entry_id not in known]
+        if ask:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for entry in ask:
+                    pipe.exists(keys.final_key(entry.job.job_id))
+                known.update(
+                    (e.entry_id, bool(gone))
+                    for e, gone in zip(ask, await pipe.execute(), strict=True)
+                )
+        ended = [known[entry.entry_id] for entry in entries]
         live: list[Entry] = []
         for entry, gone in zip(entries, ended, strict=True):
             job = entry.job

@@ -206,6 +206,20 @@ def _xread(client: Any, *, streams: redis_types.StreamOffsets, block_ms: int) ->
     return client.xread(streams, count=1, block=block_ms)
 
 
+def _xread_deleting(
+    client: Any, *, streams: redis_types.StreamOffsets, block_ms: int
+) -> Any:
+    """XREAD one result stream, then DEL it, in one round trip: Redis runs the DEL
+    once the blocked read is answered (or timed out: the stream, written later, is
+    read by the next call). Returns ``[xread reply, deleted count]``. Only for one
+    stream: with more, a stream answered between the read and the DEL would go
+    unread."""
+    pipe = client.pipeline(transaction=False)
+    pipe.xread(streams, count=1, block=block_ms)
+    pipe.delete(*streams)
+    return pipe.execute()
+
+
 def _embed_steps(
     texts: list[str],
     *,
@@ -224,13 +238,12 @@ def _embed_steps(
         return Embeddings(vectors=[], tokens=0, model="", dim=EMBEDDING_DIM)
     pool = pool or settings.EMBEDDING_POOL
     timeout_s = float(timeout_s or settings.EMBEDDING_TIMEOUT_S)
-    if not (yield (lambda c: workers_live_on(c, pool=pool), False)):
-        raise _no_worker(pool)
     jobs = _jobs(texts, timeout_s=timeout_s, user_ref=user_ref)
     answers = _Answers(jobs, pool)
     queue = keys.background_queue_key(pool) if bulk else keys.queue_key(pool)
 
     def enqueue(pipe: Any) -> None:
+        workers_live_on(pipe, pool=pool)
         for job in jobs:
             pipe.xadd(queue, job.to_fields())
 
@@ -238,7 +251,18 @@ def _embed_steps(
         for job_id in answers.pending_ids():
             pipe.set(keys.final_key(job_id), "1", ex=_RESULT_TTL_S)
 
-    yield (lambda c: pipelined(c, enqueue), False)
+    # The liveness check and the jobs go in one round trip; with no live worker the
+    # jobs just queued are taken back (and marked ended, for a worker starting now).
+    live, *entry_ids = yield (lambda c: pipelined(c, enqueue), False)
+    if not live:
+
+        def take_back(pipe: Any) -> None:
+            pipe.xdel(queue, *entry_ids)
+            give_up(pipe)
+
+        yield (lambda c: pipelined(c, take_back), True)
+        raise _no_worker(pool)
+    deleted = False
     try:
         while not answers.done:
             remaining = jobs[0].deadline - time.time()
@@ -246,10 +270,16 @@ def _embed_steps(
                 raise _timed_out(pool, timeout_s)
             # Wake at least once a second to notice that the pool's last worker died.
             block_ms = max(1, int(min(remaining, 1.0) * 1000))
-            read = functools.partial(
-                _xread, streams=answers.streams(), block_ms=block_ms
-            )
-            found = yield (read, False)
+            streams = answers.streams()
+            if len(jobs) == 1:  # one stream: read and deleted in one round trip
+                read = functools.partial(
+                    _xread_deleting, streams=streams, block_ms=block_ms
+                )
+                found, _ = yield (read, False)
+                deleted = bool(found)
+            else:
+                read = functools.partial(_xread, streams=streams, block_ms=block_ms)
+                found = yield (read, False)
             answers.take(found)
             if not found and not (
                 yield (lambda c: workers_live_on(c, pool=pool), False)
@@ -260,7 +290,8 @@ def _embed_steps(
         yield (lambda c: pipelined(c, give_up), True)
         raise
     finally:
-        yield (lambda c: c.delete(*answers.keys), False)
+        if not deleted:
+            yield (lambda c: c.delete(*answers.keys), False)
 
 
 def embed_texts(texts: list[str], **options: Unpack[EmbedOptions]) -> Embeddings:

@@ -1,7 +1,7 @@
-"""The chat turn, the API, quotas, caches and resuming, run on a Redis Cluster: the
-suites' own tests (imported here, so each runs twice: on one node in its module, on
-the cluster here, with every Redis client of the product pointed at it by
-tests/cluster/conftest.py)."""
+"""The chat turn, the API, quotas, caches, resuming and embedding requests, run on
+a Redis Cluster: the suites' own tests (imported here, so each runs twice: on one
+node in its module, on the cluster here, with every Redis client of the product
+pointed at it by tests/cluster/conftest.py)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ from tests.gateway.test_quota import (  # noqa: F401
 )
 from tests.gateway.test_requestrate import (  # noqa: F401
     test_the_reservation_counts_the_request_in_its_own_script,
+)
+from tests.inference.test_embeddings import (  # noqa: F401
+    test_a_lone_job_whose_caller_left_is_dropped_unrun,
+    test_answered_requests_leave_no_result_stream,
+    test_no_live_worker_fails_at_once_and_enqueues_nothing,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.cluster]

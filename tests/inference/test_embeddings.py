@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
@@ -11,7 +12,7 @@ import httpx
 import pytest
 from django.conf import settings
 
-from inference import keys
+from inference import keys, protocol
 from inference.connections import redis_sync
 from inference.embed_worker import EmbeddingDimensionError, EmbedWorker
 from inference.embedding_model import embedding_model_path, embedding_tokenizer
@@ -22,6 +23,7 @@ from inference.embeddings import (
     TIMEOUT,
     EmbeddingUnavailable,
     TextVector,
+    aembed_texts,
     embed_text,
     embed_texts,
 )
@@ -150,6 +152,18 @@ def test_a_lone_request_does_not_wait_out_the_gathering_window(
     assert engine.batches == [[["alone"]]]
 
 
+def test_answered_requests_leave_no_result_stream(start_embedding_worker, settings):
+    """The result streams are deleted once read: one job's with its read (one round
+    trip), several jobs' after the last, sync and async alike."""
+    settings.EMBEDDING_JOB_MAX_TEXTS = 2
+    start_embedding_worker(CountingEngine())
+    client = redis_sync()
+    assert embed_texts(["one"]).vectors[0][3] == 1.0
+    assert len(embed_texts(["a", "bb", "ccc", "dddd", "eeeee"]).vectors) == 5
+    assert len(asyncio.run(aembed_texts(["async one"])).vectors) == 1
+    assert list(client.scan_iter(match="inf:gen:*")) == []
+
+
 def test_a_caller_that_times_out_leaves_no_job_to_run(start_embedding_worker):
     engine = CountingEngine(delay_s=0.5)
     start_embedding_worker(engine, gather_ms=0)
@@ -162,6 +176,29 @@ def test_a_caller_that_times_out_leaves_no_job_to_run(start_embedding_worker):
     blocker.join(timeout=5)
     assert queue_drained(settings.EMBEDDING_POOL)  # the late job was handled: dropped
     assert ["late"] not in [texts for batch in engine.batches for texts in batch]
+
+
+def test_a_lone_job_whose_caller_left_is_dropped_unrun(start_embedding_worker):
+    """A job taken alone whose final key is set (its caller cancelled; the deadline
+    not passed) is acknowledged without running: the key is asked with the read that
+    finds the job lone. The next job runs."""
+    engine = CountingEngine()
+    start_embedding_worker(engine, gather_ms=0)
+    now = time.time()
+    left = protocol.Job(
+        job_id=protocol.new_job_id(),
+        messages=[],
+        kind=protocol.KIND_EMBED,
+        input=["left"],
+        enqueued_at=now,
+        deadline=now + 60,
+    )
+    client = redis_sync()
+    client.set(keys.final_key(left.job_id), "1", ex=60)
+    client.xadd(keys.queue_key(settings.EMBEDDING_POOL), left.to_fields())
+    assert queue_drained(settings.EMBEDDING_POOL)
+    assert embed_texts(["next"]).vectors[0][4] == 1.0
+    assert engine.batches == [[["next"]]]
 
 
 def test_a_pool_of_another_dimension_is_refused(start_embedding_worker):
