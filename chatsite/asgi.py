@@ -27,12 +27,19 @@ from asgiref.sync import ThreadSensitiveContext, iscoroutinefunction, sync_to_as
 from channels.routing import ProtocolTypeRouter
 from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.core import signals
 from django.core.asgi import get_asgi_application
-from django.core.exceptions import ImproperlyConfigured
-from django.core.handlers.asgi import ASGIHandler
+from django.core.exceptions import ImproperlyConfigured, RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.http.response import HttpResponseBase
 from django.test.utils import override_settings
-from django.urls import Resolver404, ResolverMatch, URLResolver, get_resolver
+from django.urls import (
+    Resolver404,
+    ResolverMatch,
+    URLResolver,
+    get_resolver,
+    set_script_prefix,
+)
 from django.urls.resolvers import RegexPattern, RoutePattern
 
 import chatsite.blas_threads  # noqa: F401  first: before anything loads numpy
@@ -111,6 +118,71 @@ class ApiASGIHandler(ASGIHandler):
         async with ThreadSensitiveContext():
             request_thread_share()
             await self.handle(scope, receive, send)
+
+    async def handle(self, scope: Any, receive: Any, send: Any) -> None:
+        """Django's :meth:`ASGIHandler.handle` (Django 5.2; tests/test_asgi_api.py
+        checks that its source is still the one this follows), except that the
+        ``request_started`` signal's sync receivers run here, on the event loop,
+        not behind a hop to a sync thread and back before every request.
+
+        Django's receivers (``reset_queries``, ``close_old_connections``) act on
+        the calling thread's database connections; this handler's requests keep
+        none on any thread between steps (:func:`chatsite.db.db_quick`), so on
+        the shared thread they had nothing to do, and on the loop thread, which
+        never connects, neither. A receiver that queries would raise
+        SynchronousOnlyOperation here. ``request_finished`` is unchanged (it
+        comes with ``response.close()``, after the answer).
+        """
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        # from here on, Django's handle() line for line
+        request, refused = self.create_request(scope, body_file)
+        if request is None:
+            assert refused is not None  # create_request returns one of the two
+            body_file.close()
+            await self.send_response(refused, send)
+            await sync_to_async(refused.close)()
+            return
+
+        async def process_request(request: Any, send: Any) -> Any:
+            response = await self.run_get_response(request)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass  # client disconnected during send_response
+            return response
+
+        tasks = [
+            asyncio.create_task(self.listen_for_disconnect(receive)),
+            asyncio.create_task(process_request(request, send)),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        try:
+            response = tasks[1].result()
+        except asyncio.CancelledError:
+            await signals.request_finished.asend(sender=self.__class__)
+        else:
+            await sync_to_async(response.close)()
+        body_file.close()
 
 
 def asgi_handler_with(

@@ -3,7 +3,9 @@ reports."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from django.db import connection
 from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDate
 
+from chatsite.db import connection_return
 from gateway import quota
 from gateway.models import (
     ApiKey,
@@ -25,6 +28,8 @@ from gateway.models import (
     UserPreference,
 )
 from safety.backends import UserReadColumn
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class GatewayConfig:
 
 _config: GatewayConfig | None = None
 _config_lock = threading.Lock()
+_config_refreshing = False  # a background reload is under way
 
 
 def _config_load() -> GatewayConfig:
@@ -84,16 +90,45 @@ def gateway_config() -> GatewayConfig:
     """Return the pools/plans snapshot, reloaded after GATEWAY_CONFIG_CACHE_S seconds.
 
     Admin edits reach a running process within that time (0: every call reloads, 3
-    queries). Saves the routing queries on the hot path of every request.
+    queries). Saves the routing queries on the hot path of every request: a snapshot
+    older than half that time is returned and reloaded on a background thread
+    (:func:`_config_refresh`), so a process in steady use reloads inline only after
+    an idle spell; threads that find it expired together reload it once.
     """
-    global _config
+    global _config, _config_refreshing
     ttl = settings.GATEWAY_CONFIG_CACHE_S
     config = _config
     if config is None or ttl <= 0 or time.monotonic() - config.loaded_at >= ttl:
         with _config_lock:
-            config = _config_load()
-            _config = config
+            config = _config  # another thread may have reloaded it meanwhile
+            if config is None or ttl <= 0 or config.loaded_at <= time.monotonic() - ttl:
+                config = _config_load()
+                _config = config
+        return config
+    if time.monotonic() - config.loaded_at >= ttl / 2 and not _config_refreshing:
+        _config_refreshing = True  # a race starts two refreshes at worst: harmless
+        threading.Thread(
+            target=_config_refresh, args=(config,), name="config-refresh", daemon=True
+        ).start()
     return config
+
+
+def _config_refresh(config: GatewayConfig) -> None:
+    """Load a snapshot in place of ``config`` (stamped when the load started: the
+    bound holds) unless another load replaced it meanwhile; a failed load leaves it
+    to expire. The thread's connection goes back to the pool after."""
+    global _config, _config_refreshing
+    try:
+        started = time.monotonic()
+        fresh = _config_load()
+        with _config_lock:
+            if _config is config:
+                _config = dataclasses.replace(fresh, loaded_at=started)
+    except Exception:
+        logger.exception("gateway config refresh failed (the snapshot expires)")
+    finally:
+        _config_refreshing = False
+        connection_return()
 
 
 # The attribute on a session's user that holds their subscribed plan's id (None: no

@@ -12,7 +12,11 @@ The path of a job (keys in :mod:`inference.protocol`):
    already in its own stream below its ``slots``): then the job goes to the worker's
    own stream ``inf:qw:{p:<pool>}:<worker>``; otherwise (no worker recorded, dead,
    stopping, saturated) to the pool's queue, as without affinity. Each outcome is
-   counted (``inference:affinity_routes_total``).
+   counted (``inference:affinity_routes_total``). The API's and the chat's admission
+   read the recorded worker, and the state of the worker this process saw recorded
+   last (:data:`_hints`), in the reservation's round trip
+   (:mod:`gateway.generations.reads`): while that worker stays the recorded one, the
+   route costs no round trip of its own.
 2. A chat worker reads its own stream first, then the pool's queues
    (:mod:`inference.intake`). The worker that ends a job with an affinity records
    itself under the conversation's key for INFERENCE_AFFINITY_TTL_S seconds, and
@@ -38,8 +42,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -125,20 +130,95 @@ def _text(message: dict[str, Any] | None) -> str:
     return content if isinstance(content, str) else repr(content)
 
 
+# The worker last seen recorded for a conversation on a pool, per process, at most
+# _HINTS_MAX of them: a hint only. The next admission of the conversation reads that
+# worker's state with the recorded worker, in the reservation's round trip
+# (:meth:`AffinityRead.queue`); :func:`job_route` uses it only when the worker
+# recorded then is the hinted one, else it reads the state itself as before.
+_HINTS_MAX = 10_000
+_hints: dict[tuple[str, str], str] = {}
+_hints_lock = threading.Lock()
+
+
+def _hint_set(pool: str, affinity: str, worker: str | None) -> None:
+    """Remember ``worker`` (None: forget) as the conversation's hint on ``pool``."""
+    with _hints_lock:
+        if worker is None:
+            _hints.pop((pool, affinity), None)
+            return
+        if len(_hints) >= _HINTS_MAX and (pool, affinity) not in _hints:
+            _hints.pop(next(iter(_hints)))  # the oldest entry
+        _hints[(pool, affinity)] = worker
+
+
+def affinity_hints_forget() -> None:
+    """Forget every hint of this process (the next read of each conversation reads
+    its worker's state after, as without a hint)."""
+    with _hints_lock:
+        _hints.clear()
+
+
+# The fields of a worker's hash that :func:`job_route` decides by.
+_STATE_FIELDS = ["heartbeat", "slots", "busy", "preemptible", "stopping", "pool"]
+
+
+def _state_queue(pipe: Any, *, pool: str, worker: str) -> None:
+    """Queue the reads of ``worker``'s state on ``pool`` (three replies: its hash's
+    :data:`_STATE_FIELDS`, its own stream's length and pending summary)."""
+    pipe.hmget(keys.worker_key(worker), _STATE_FIELDS)
+    own = keys.worker_queue_key(pool, worker)
+    pipe.xlen(own)
+    pipe.xpending(own, protocol.GROUP)
+
+
 @dataclass(frozen=True)
 class AffinityRead:
     """The worker recorded for the conversation ``affinity`` on ``pool``, read ahead
     of :func:`job_route` (in another round trip of the submitter's: one less);
-    ``worker`` None: none recorded."""
+    ``worker`` None: none recorded. ``state``: the three replies of the state reads
+    (:func:`_state_queue`) of the worker ``state_of``, read in the same round trip
+    (this process's hint); :func:`job_route` uses them when ``state_of`` is
+    ``worker`` (None: not read)."""
 
     pool: str
     affinity: str
     worker: str | None
+    state_of: str | None = field(default=None, compare=False)
+    state: tuple[Any, ...] | None = field(default=None, compare=False)
 
     @staticmethod
-    def queue(pipe: Any, *, pool: str, affinity: str) -> None:
-        """Queue the read on ``pipe`` (a pipeline); its reply is the ``worker``."""
+    def queue(pipe: Any, *, pool: str, affinity: str) -> str | None:
+        """Queue the read on ``pipe`` (a pipeline): its first reply is the
+        ``worker``; return the worker this process last saw recorded (the hint),
+        whose three state replies follow, or None (one reply only)."""
         pipe.get(keys.affinity_key(pool, affinity))
+        hinted = _hints.get((pool, affinity))
+        if hinted is not None:
+            _state_queue(pipe, pool=pool, worker=hinted)
+        return hinted
+
+    @classmethod
+    def parse(
+        cls, *, pool: str, affinity: str, hinted: str | None, replies: list[Any]
+    ) -> AffinityRead | None:
+        """The read from the ``replies`` of :meth:`queue` (that returned
+        ``hinted``); None when the worker's read failed (an Exception). A failed
+        state read is dropped (:func:`job_route` reads it again)."""
+        if not replies or isinstance(replies[0], Exception):
+            return None
+        worker = None if replies[0] is None else _s(replies[0])
+        state = tuple(replies[1:4]) if hinted is not None else None
+        if state is not None and (
+            len(state) != 3 or any(isinstance(r, Exception) for r in state[:2])
+        ):
+            state = None
+        return cls(
+            pool=pool,
+            affinity=affinity,
+            worker=worker,
+            state_of=hinted if state is not None else None,
+            state=state,
+        )
 
 
 def job_route(
@@ -158,49 +238,55 @@ def job_route(
     WORKER_TTL_S seconds before ``now`` (epoch s) or it stops, or its ``busy`` slots
     plus the jobs waiting in its own stream reach its ``slots``. Counts the outcome
     in AFFINITY_ROUTES.
-    """
-    from inference.client import WORKER_TTL_S
 
+    No round trip at all when ``read`` also carries that worker's state
+    (:attr:`AffinityRead.state`). The worker read here or in ``read`` becomes this
+    process's hint for the conversation (:data:`_hints`).
+    """
     if not job.affinity:
         return None
+    state = None
     if read is not None and (read.pool, read.affinity) == (pool, job.affinity):
         worker = read.worker
+        if worker is not None and read.state_of == worker:
+            state = read.state
     else:
         worker = client.get(keys.affinity_key(pool, job.affinity))
     outcome = MISS_NEW
     if worker is not None:
-        worker = worker.decode() if isinstance(worker, bytes) else str(worker)
-        with client.pipeline(transaction=False) as pipe:
-            pipe.hmget(
-                keys.worker_key(worker),
-                ["heartbeat", "slots", "busy", "preemptible", "stopping", "pool"],
-            )
-            own = keys.worker_queue_key(pool, worker)
-            pipe.xlen(own)
-            pipe.xpending(own, protocol.GROUP)
-            (beat, slots, busy, background, stopping, its_pool), length, pending = (
-                pipe.execute(raise_on_error=False)
-            )
-        # waiting in its stream: its entries less those it took (running, or ended
-        # and not yet acknowledged; a running one counts in ``busy``)
-        queued = int(length) - (
-            0 if isinstance(pending, Exception) else int(pending["pending"])
-        )
-        now = time.time() if now is None else now
-        if (
-            beat is None
-            or float(beat) < now - WORKER_TTL_S
-            or _s(stopping) == "1"
-            or _s(its_pool) != pool
-        ):
-            outcome = MISS_DEAD
-        # a background job (title, summary) gives its slot to an interactive one
-        elif int(busy or 0) - int(background or 0) + int(queued) >= int(slots or 1):
-            outcome = MISS_SATURATED
-        else:
-            outcome = HIT
+        worker = _s(worker)
+        if state is None:
+            with client.pipeline(transaction=False) as pipe:
+                _state_queue(pipe, pool=pool, worker=worker)
+                state = tuple(pipe.execute(raise_on_error=False))
+        outcome = _outcome(pool, state, now=time.time() if now is None else now)
+    _hint_set(pool, job.affinity, worker)
     metrics.AFFINITY_ROUTES.labels(pool=pool, outcome=outcome).inc()
     return worker if outcome == HIT else None
+
+
+def _outcome(pool: str, state: tuple[Any, ...], *, now: float) -> str:
+    """The routing outcome for a recorded worker of ``pool`` whose state reads
+    (:func:`_state_queue`) replied ``state``, at ``now`` (epoch s)."""
+    from inference.client import WORKER_TTL_S
+
+    (beat, slots, busy, background, stopping, its_pool), length, pending = state
+    # waiting in its stream: its entries less those it took (running, or ended
+    # and not yet acknowledged; a running one counts in ``busy``)
+    queued = int(length) - (
+        0 if isinstance(pending, Exception) else int(pending["pending"])
+    )
+    if (
+        beat is None
+        or float(beat) < now - WORKER_TTL_S
+        or _s(stopping) == "1"
+        or _s(its_pool) != pool
+    ):
+        return MISS_DEAD
+    # a background job (title, summary) gives its slot to an interactive one
+    if int(busy or 0) - int(background or 0) + int(queued) >= int(slots or 1):
+        return MISS_SATURATED
+    return HIT
 
 
 def _s(value: Any) -> str:

@@ -4,8 +4,10 @@ The reservation (:func:`gateway.quota.quota_reserve`) is one script on the user'
 slot; the reads below are queued in the same pipeline (:class:`gateway.quota.Piggyback`),
 so admitting a request costs one round trip, not three: the routed pool's load
 (admission control, :func:`gateway.routing.pool_admit`) and, with INFERENCE_AFFINITY,
-the worker recorded for the conversation on that pool (the submission's routing,
-:func:`inference.affinity.job_route`).
+the worker recorded for the conversation on that pool with, when this process saw
+one recorded before, that worker's state (the submission's routing,
+:func:`inference.affinity.job_route`: no round trip of its own when the worker is
+still the one recorded).
 """
 
 from __future__ import annotations
@@ -32,12 +34,15 @@ class AdmissionReads:
             if settings.INFERENCE_AFFINITY
             else ""
         )
+        self.hinted: str | None = None
         self.piggyback = quota.Piggyback(queue=self._queue)
 
     def _queue(self, pipe: Any) -> None:
         inference_client.pool_load_queue(pipe, pool=self.pool)
         if self.conversation:
-            AffinityRead.queue(pipe, pool=self.pool, affinity=self.conversation)
+            self.hinted = AffinityRead.queue(
+                pipe, pool=self.pool, affinity=self.conversation
+            )
 
     def load(self) -> tuple[int, int | None] | None:
         """The pool's ``(live workers, waiting jobs)``
@@ -49,9 +54,11 @@ class AdmissionReads:
     def affinity(self) -> AffinityRead | None:
         """The conversation's recorded worker on the pool (None: not read, or the
         read failed: the submission reads it again)."""
-        recorded = self.piggyback.replies[2:]
-        if not self.conversation or not recorded or isinstance(recorded[0], Exception):
+        if not self.conversation:
             return None
-        return AffinityRead(
-            pool=self.pool, affinity=self.conversation, worker=recorded[0]
+        return AffinityRead.parse(
+            pool=self.pool,
+            affinity=self.conversation,
+            hinted=self.hinted,
+            replies=self.piggyback.replies[2:],
         )

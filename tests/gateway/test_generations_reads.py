@@ -4,6 +4,7 @@ and the API request's count goes in its script: admitting is one round trip."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -22,10 +23,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 MESSAGES = [{"role": "user", "content": "Which worker answers me?"}]
 
 
-def _request(user: Any, **fields: Any) -> generations.GenerationRequest:
+def _request(
+    user: Any, messages: list[dict[str, str]] = MESSAGES, **fields: Any
+) -> generations.GenerationRequest:
     return generations.GenerationRequest(
         user=user,
-        messages=MESSAGES,
+        messages=messages,
         params={"max_tokens": 8},
         surface=generations.Surface.API,
         model="reads",
@@ -110,3 +113,52 @@ def test_a_worker_read_ahead_routes_without_reading_it_again(round_trips):
     other = affinity.AffinityRead(pool="other", affinity="conv-1", worker="w")
     assert affinity.job_route(redis_sync(), pool="reads", job=job, read=other) is None
     assert len(round_trips) == 1  # read for another pool: read here
+
+
+def _worker_state(worker: str, *, busy: int) -> None:
+    redis_sync().hset(
+        keys.worker_key(worker),
+        mapping={
+            "heartbeat": f"{time.time():.3f}",
+            "slots": 2,
+            "busy": busy,
+            "preemptible": 0,
+            "stopping": 0,
+            "pool": "reads",
+        },
+    )
+
+
+@pytest.mark.usefixtures("routed")
+def test_the_worker_seen_last_is_read_with_the_reservation(user, settings, round_trips):
+    settings.INFERENCE_AFFINITY = True
+    messages = [{"role": "user", "content": "Read my worker ahead, please."}]
+    conversation = affinity.affinity_of(user_ref=str(user.pk), messages=messages)
+    redis_sync().set(keys.affinity_key("reads", conversation), "w7")
+    _worker_state("w7", busy=0)
+    job = _job("routed")
+    job.affinity = conversation
+
+    def admit_and_route(job_id: str) -> tuple[str | None, int]:
+        """The route of one admission and the round trips both took."""
+        round_trips.clear()
+        admission = generations.generation_admit(
+            _request(user, messages=messages), job_id=job_id
+        )
+        worker = affinity.job_route(
+            redis_sync(), pool="reads", job=job, read=admission.affinity
+        )
+        sent = len(round_trips)
+        generations.generation_release(user_id=user.pk, job_id=job_id)
+        return worker, sent
+
+    admit_and_route("warm")  # seeds the day's counters
+    affinity.affinity_hints_forget()
+    assert admit_and_route("first") == ("w7", 2)  # the state read after
+    assert admit_and_route("second") == ("w7", 1)  # read with the reservation
+    _worker_state("w7", busy=2)  # full: its state is read fresh each time
+    assert admit_and_route("full") == (None, 1)
+    redis_sync().set(keys.affinity_key("reads", conversation), "w8")
+    assert admit_and_route("moved") == (None, 2)  # not the one read ahead: read
+    _worker_state("w8", busy=0)
+    assert admit_and_route("w8") == ("w8", 1)

@@ -3,6 +3,8 @@ saturation and fallback, shedding the lowest-priority plan, against real Redis."
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from decimal import Decimal
 
 import pytest
@@ -234,6 +236,27 @@ def test_the_config_snapshot_is_reused_until_its_ttl_expires(pools, settings):
     assert first.pools["small"].enabled
     settings.GATEWAY_CONFIG_CACHE_S = 0
     assert not selectors.gateway_config().pools["small"].enabled
+
+
+@pytest.mark.django_db(transaction=True)  # the reload runs on its own connection
+def test_a_snapshot_past_half_its_ttl_is_served_and_reloaded_behind(pools, settings):
+    from gateway import selectors
+
+    small, _big = pools
+    settings.GATEWAY_CONFIG_CACHE_S = 0
+    loaded = selectors.gateway_config()
+    settings.GATEWAY_CONFIG_CACHE_S = 60
+    aged = dataclasses.replace(loaded, loaded_at=time.monotonic() - 31)
+    selectors._config = aged
+    ModelPool.objects.filter(pk=small.pk).update(enabled=False)
+    assert selectors.gateway_config() is aged  # answered at once, not reloaded
+    deadline = time.monotonic() + 10
+    while selectors.gateway_config() is aged:
+        assert time.monotonic() < deadline, "never reloaded"
+        time.sleep(0.01)
+    fresh = selectors.gateway_config()
+    assert not fresh.pools["small"].enabled
+    assert aged.loaded_at < fresh.loaded_at <= time.monotonic()
 
 
 @pytest.fixture
