@@ -225,6 +225,7 @@ class SyncChainASGIHandler(ASGIHandler):
         set_script_prefix(get_script_prefix(scope))
         request, error_response = self.create_request(scope, body_file)
         if request is None:
+            assert error_response is not None  # create_request gives one or the other
             await signals.request_started.asend(sender=self.__class__, scope=scope)
             body_file.close()
             await self.send_response(error_response, send)
@@ -240,10 +241,9 @@ class SyncChainASGIHandler(ASGIHandler):
             return response
 
         # as Django: listen for the client's disconnect while the response is made
-        tasks = [
-            asyncio.create_task(self.listen_for_disconnect(receive)),
-            asyncio.create_task(process_request(request, send)),
-        ]
+        listening = asyncio.create_task(self.listen_for_disconnect(receive))
+        processing = asyncio.create_task(process_request(request, send))
+        tasks = [listening, processing]  # checked, and cancelled, in this order
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             if task.done():
@@ -261,7 +261,7 @@ class SyncChainASGIHandler(ASGIHandler):
                 except asyncio.CancelledError:
                     pass
         try:
-            response = tasks[1].result()
+            response = processing.result()
         except asyncio.CancelledError:
             await signals.request_finished.asend(sender=self.__class__)
         else:
