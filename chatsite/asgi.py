@@ -275,6 +275,64 @@ class SyncChainASGIHandler(ASGIHandler):
         # not ASGIHandler.__init__: it builds the async chain
         self.load_middleware(is_async=False)
 
+    async def handle(self, scope: Any, receive: Any, send: Any) -> None:
+        """Django's ``ASGIHandler.handle`` (5.2) with Django's ``request_started``
+        signal sent in the chain's hop (:meth:`_respond`) instead of a hop of its
+        own before it: its receivers (the database connection's age check, the query
+        log's reset) are sync, so ``asend`` ran them in the request's thread: a hop
+        there and back, one of the request's two. The rest is Django's, step for
+        step (a request Django cannot build is answered after the signal, as
+        Django's; a client gone mid-response ends the request)."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            assert error_response is not None  # create_request gives one or the other
+            await signals.request_started.asend(sender=self.__class__, scope=scope)
+            body_file.close()
+            await self.send_response(error_response, send)
+            await sync_to_async(error_response.close)()
+            return
+
+        async def process_request(request: Any, send: Any) -> HttpResponseBase:
+            response = await self.run_get_response(request)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass  # the client left during send_response
+            return response
+
+        # as Django: listen for the client's disconnect while the response is made
+        listening = asyncio.create_task(self.listen_for_disconnect(receive))
+        processing = asyncio.create_task(process_request(request, send))
+        tasks = [listening, processing]  # checked, and cancelled, in this order
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        try:
+            response = processing.result()
+        except asyncio.CancelledError:
+            await signals.request_finished.asend(sender=self.__class__)
+        else:
+            await sync_to_async(response.close)()
+        body_file.close()
+
     async def get_response_async(self, request: Any) -> HttpResponseBase:
         """Run the sync chain (:meth:`get_response`) in the request's sync thread,
         once :func:`chain_gate` lets it."""
@@ -282,10 +340,12 @@ class SyncChainASGIHandler(ASGIHandler):
             return await sync_to_async(self._respond, thread_sensitive=True)(request)
 
     def _respond(self, request: Any) -> HttpResponseBase:
-        """The chain's response; when its body is an async stream (the chat's
-        streamed POST) the thread's database connection goes back to the pool here,
-        in the same hop (:func:`chatsite.db.request_connection_release`): the
-        stream's frames run on the event loop, not in this thread."""
+        """Django's ``request_started`` (see :meth:`handle`), then the chain's
+        response; when its body is an async stream (the chat's streamed POST) the
+        thread's database connection goes back to the pool here, in the same hop
+        (:func:`chatsite.db.request_connection_release`): the stream's frames run on
+        the event loop, not in this thread."""
+        signals.request_started.send(sender=self.__class__, scope=request.scope)
         response = self.get_response(request)
         if getattr(response, "is_async", False):
             request_connection_release()

@@ -8,9 +8,11 @@ import hashlib
 import inspect
 import threading
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from asgiref.sync import SyncToAsync
 from django.core import signals
 from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpResponse, StreamingHttpResponse
@@ -132,6 +134,48 @@ def test_the_sync_chain_runs_every_middleware_without_a_hop_of_its_own(monkeypat
     assert "SessionMiddleware" in hops and "CsrfViewMiddleware" in hops
 
 
+def test_the_sync_chain_sends_request_started_in_its_own_hop_once(monkeypatch):
+    """Django's request_started goes out once per request, in the chain's thread just
+    before the chain (not in a hop of its own from the event loop); an undecodable
+    request Django answers itself still sends it, as Django does."""
+    events: list[tuple[str, int]] = []
+
+    def started(**kwargs: Any) -> None:
+        assert kwargs["scope"]["path"] in ("/login/", "/x/")
+        events.append(("started", threading.get_ident()))
+
+    def chain(request: Any) -> HttpResponse:
+        events.append(("chain", threading.get_ident()))
+        return HttpResponse("ok")
+
+    hops: list[str] = []
+    original = SyncToAsync.__call__
+
+    async def hop(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(self.func, "__name__", "?"))
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SyncToAsync, "__call__", hop)
+    monkeypatch.setattr(asgi.sync_site_app, "get_response", chain)
+    signals.request_started.connect(started)
+    try:
+        assert asyncio.run(_get(asgi.sync_site_app, "/login/")) == 200
+        loop_thread = threading.get_ident()
+        assert [e[0] for e in events] == ["started", "chain"]
+        assert hops == ["_respond", "close"]  # the chain's hop, the response's close
+        assert events[0][1] == events[1][1] != loop_thread
+        events.clear()
+        monkeypatch.setattr(
+            asgi.sync_site_app,
+            "create_request",
+            lambda scope, body: (None, HttpResponse(status=400)),
+        )
+        assert asyncio.run(_get(asgi.sync_site_app, "/x/")) == 400
+        assert [e[0] for e in events] == ["started"]
+    finally:
+        signals.request_started.disconnect(started)
+
+
 def test_an_endpoint_added_to_the_api_urlconf_is_an_api_path(monkeypatch):
     monkeypatch.setattr(
         api_urls,
@@ -167,7 +211,7 @@ def test_the_sync_chain_gives_a_streamed_response_s_connection_back_in_its_hop(
 
     response = StreamingHttpResponse(frames()) if streamed else HttpResponse("ok")
     monkeypatch.setattr(asgi.sync_site_app, "get_response", lambda request: response)
-    assert asgi.sync_site_app._respond(object()) is response
+    assert asgi.sync_site_app._respond(SimpleNamespace(scope={})) is response
     assert released == ([True] if streamed else [])
 
 

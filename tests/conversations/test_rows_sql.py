@@ -66,3 +66,27 @@ def test_a_new_thread_is_stored_in_one_statement_as_the_orm_would_store_it(user)
     assert Conversation.objects.get(pk=thread.pk).title == "Green tea"
     assert Message.objects.get(pk=answer.pk).content == "Yes."
     assert Conversation.objects.count() == 1 and Message.objects.count() == 2
+
+
+def test_text_and_json_values_are_stored_exactly_as_given(user):
+    thread = Conversation(user=user, title='A "quoted" title')
+    text = 'Back\\slash, "quotes", \'single\', tab\t, line\nbreak, é 日本 🍵, {"x": 1}'
+    asked = Message(conversation=thread, role=Message.Role.USER, content=text)
+    calls = [{"id": "c1", "function": {"name": "search", "arguments": '{"q": "é"}'}}]
+    answer = Message(
+        conversation=thread,
+        role=Message.Role.ASSISTANT,
+        parent=asked,
+        tool_calls=calls,
+        tool_detail={"nested": [1, 2.5, None, True, "x"]},
+        token_count=7,
+    )
+    with transaction.atomic():
+        thread_insert(thread, [asked, answer])
+    assert Conversation.objects.get(pk=thread.pk).title == 'A "quoted" title'
+    assert Message.objects.get(pk=asked.pk).content == text
+    stored = Message.objects.get(pk=answer.pk)
+    assert stored.tool_calls == calls
+    assert stored.tool_detail == {"nested": [1, 2.5, None, True, "x"]}
+    assert stored.token_count == 7
+    assert stored.created_at == answer.created_at  # to the microsecond
