@@ -103,63 +103,49 @@ def is_api_path(path: str) -> bool:
     return True
 
 
-class ApiASGIHandler(ASGIHandler):
-    """Django's ASGI handler for the API: a request's thread-sensitive calls
-    (Django's request signals, ``response.close()``, ``db_brief`` steps) run on the
-    process's shared sync threads (:func:`chatsite.db.request_thread_share`), not
-    on a thread started for the request. Its admission runs on
-    :func:`chatsite.db.db_quick`'s threads; no step keeps a connection for the next.
-    """
+class StartedHookASGIHandler(ASGIHandler):
+    """Django's ASGI handler with Django's ``request_started`` signal sent where a
+    subclass's :meth:`request_started` says, not in a hop to a sync thread of its
+    own before every request (Django's ``asend`` runs the signal's sync receivers
+    there and back). The rest of :meth:`handle` is Django's, step for step."""
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        """Serve one HTTP request (raises ValueError for another scope type)."""
-        if scope["type"] != "http":
-            raise ValueError(f"Django serves HTTP only, not {scope['type']}.")
-        async with ThreadSensitiveContext():
-            request_thread_share()
-            await self.handle(scope, receive, send)
+    async def request_started(self, scope: Any, request: Any) -> None:
+        """Send ``request_started`` for ``scope`` as Django does; ``request`` is the
+        built request, or None for one Django could not build."""
+        await signals.request_started.asend(sender=self.__class__, scope=scope)
 
     async def handle(self, scope: Any, receive: Any, send: Any) -> None:
-        """Django's :meth:`ASGIHandler.handle` (Django 5.2; tests/test_asgi_api.py
-        checks that its source is still the one this follows), except that the
-        ``request_started`` signal's sync receivers run here, on the event loop,
-        not behind a hop to a sync thread and back before every request.
-
-        Django's receivers (``reset_queries``, ``close_old_connections``) act on
-        the calling thread's database connections; this handler's requests keep
-        none on any thread between steps (:func:`chatsite.db.db_quick`), so on
-        the shared thread they had nothing to do, and on the loop thread, which
-        never connects, neither. A receiver that queries would raise
-        SynchronousOnlyOperation here. ``request_finished`` is unchanged (it
-        comes with ``response.close()``, after the answer).
-        """
+        """Django's :meth:`ASGIHandler.handle` (Django 5.2; tests/test_asgi.py
+        checks that its source is still the one this follows) with the signal
+        sent by :meth:`request_started` once the request is built: a request
+        Django cannot build is answered after it, as Django's; a client gone
+        mid-response ends the request."""
         try:
             body_file = await self.read_body(receive)
         except RequestAborted:
             return
         set_script_prefix(get_script_prefix(scope))
-        signals.request_started.send(sender=self.__class__, scope=scope)
-        # from here on, Django's handle() line for line
-        request, refused = self.create_request(scope, body_file)
+        request, error_response = self.create_request(scope, body_file)
+        await self.request_started(scope, request)
         if request is None:
-            assert refused is not None  # create_request returns one of the two
+            assert error_response is not None  # create_request gives one or the other
             body_file.close()
-            await self.send_response(refused, send)
-            await sync_to_async(refused.close)()
+            await self.send_response(error_response, send)
+            await sync_to_async(error_response.close)()
             return
 
-        async def process_request(request: Any, send: Any) -> Any:
+        async def process_request(request: Any, send: Any) -> HttpResponseBase:
             response = await self.run_get_response(request)
             try:
                 await self.send_response(response, send)
             except asyncio.CancelledError:
-                pass  # client disconnected during send_response
+                pass  # the client left during send_response
             return response
 
-        tasks = [
-            asyncio.create_task(self.listen_for_disconnect(receive)),
-            asyncio.create_task(process_request(request, send)),
-        ]
+        # as Django: listen for the client's disconnect while the response is made
+        listening = asyncio.create_task(self.listen_for_disconnect(receive))
+        processing = asyncio.create_task(process_request(request, send))
+        tasks = [listening, processing]  # checked, and cancelled, in this order
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             if task.done():
@@ -177,12 +163,43 @@ class ApiASGIHandler(ASGIHandler):
                 except asyncio.CancelledError:
                     pass
         try:
-            response = tasks[1].result()
+            response = processing.result()
         except asyncio.CancelledError:
             await signals.request_finished.asend(sender=self.__class__)
         else:
             await sync_to_async(response.close)()
         body_file.close()
+
+
+class ApiASGIHandler(StartedHookASGIHandler):
+    """Django's ASGI handler for the API: a request's thread-sensitive calls
+    (Django's request signals, ``response.close()``, ``db_brief`` steps) run on the
+    process's shared sync threads (:func:`chatsite.db.request_thread_share`), not
+    on a thread started for the request. Its admission runs on
+    :func:`chatsite.db.db_quick`'s threads; no step keeps a connection for the next.
+    """
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Serve one HTTP request (raises ValueError for another scope type)."""
+        if scope["type"] != "http":
+            raise ValueError(f"Django serves HTTP only, not {scope['type']}.")
+        async with ThreadSensitiveContext():
+            request_thread_share()
+            await self.handle(scope, receive, send)
+
+    async def request_started(self, scope: Any, request: Any) -> None:
+        """Send Django's ``request_started`` here, on the event loop, not behind a
+        hop to a sync thread and back before every request.
+
+        Django's receivers (``reset_queries``, ``close_old_connections``) act on
+        the calling thread's database connections; this handler's requests keep
+        none on any thread between steps (:func:`chatsite.db.db_quick`), so on
+        the shared thread they had nothing to do, and on the loop thread, which
+        never connects, neither. A receiver that queries would raise
+        SynchronousOnlyOperation here. ``request_finished`` is unchanged (it
+        comes with ``response.close()``, after the answer).
+        """
+        signals.request_started.send(sender=self.__class__, scope=scope)
 
 
 def asgi_handler_with(
@@ -251,7 +268,7 @@ def chain_gate() -> asyncio.Semaphore:
     return gate
 
 
-class SyncChainASGIHandler(ASGIHandler):
+class SyncChainASGIHandler(StartedHookASGIHandler):
     """Django's ASGI handler with the site's middleware chain built sync, for sync
     views (every page and form POST, the chat's message POST): a request hops to a
     sync thread once and runs the whole chain and the view there.
@@ -275,63 +292,15 @@ class SyncChainASGIHandler(ASGIHandler):
         # not ASGIHandler.__init__: it builds the async chain
         self.load_middleware(is_async=False)
 
-    async def handle(self, scope: Any, receive: Any, send: Any) -> None:
-        """Django's ``ASGIHandler.handle`` (5.2) with Django's ``request_started``
-        signal sent in the chain's hop (:meth:`_respond`) instead of a hop of its
-        own before it: its receivers (the database connection's age check, the query
-        log's reset) are sync, so ``asend`` ran them in the request's thread: a hop
-        there and back, one of the request's two. The rest is Django's, step for
-        step (a request Django cannot build is answered after the signal, as
-        Django's; a client gone mid-response ends the request)."""
-        try:
-            body_file = await self.read_body(receive)
-        except RequestAborted:
-            return
-        set_script_prefix(get_script_prefix(scope))
-        request, error_response = self.create_request(scope, body_file)
+    async def request_started(self, scope: Any, request: Any) -> None:
+        """Send Django's ``request_started`` for a request Django could not build
+        (``request`` None: answered at once); a built request's is sent in the
+        chain's hop (:meth:`_respond`), not in a hop of its own before it: its
+        receivers (the database connection's age check, the query log's reset)
+        are sync, so ``asend`` ran them in the request's thread, a hop there and
+        back, one of the request's two."""
         if request is None:
-            assert error_response is not None  # create_request gives one or the other
             await signals.request_started.asend(sender=self.__class__, scope=scope)
-            body_file.close()
-            await self.send_response(error_response, send)
-            await sync_to_async(error_response.close)()
-            return
-
-        async def process_request(request: Any, send: Any) -> HttpResponseBase:
-            response = await self.run_get_response(request)
-            try:
-                await self.send_response(response, send)
-            except asyncio.CancelledError:
-                pass  # the client left during send_response
-            return response
-
-        # as Django: listen for the client's disconnect while the response is made
-        listening = asyncio.create_task(self.listen_for_disconnect(receive))
-        processing = asyncio.create_task(process_request(request, send))
-        tasks = [listening, processing]  # checked, and cancelled, in this order
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            if task.done():
-                try:
-                    task.result()
-                except RequestAborted:
-                    pass
-                except AssertionError:
-                    body_file.close()
-                    raise
-            else:
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-        try:
-            response = processing.result()
-        except asyncio.CancelledError:
-            await signals.request_finished.asend(sender=self.__class__)
-        else:
-            await sync_to_async(response.close)()
-        body_file.close()
 
     async def get_response_async(self, request: Any) -> HttpResponseBase:
         """Run the sync chain (:meth:`get_response`) in the request's sync thread,

@@ -254,7 +254,7 @@ def test_at_most_web_sync_concurrency_chains_run_at_once(monkeypatch, settings):
 
 async def test_the_api_handler_sends_request_started_on_the_event_loop():
     """No hop to a sync thread before an API request: the signal's receivers run on
-    the loop's own thread (:meth:`chatsite.asgi.ApiASGIHandler.handle`)."""
+    the loop's own thread (:meth:`chatsite.asgi.ApiASGIHandler.request_started`)."""
     seen: list[tuple[Any, threading.Thread, str]] = []
 
     def receiver(sender: Any, scope: dict[str, Any], **kwargs: Any) -> None:
@@ -269,8 +269,8 @@ async def test_the_api_handler_sends_request_started_on_the_event_loop():
 
 
 def test_the_api_handler_follows_the_installed_django_s_handle():
-    """ApiASGIHandler.handle is Django 5.2's ASGIHandler.handle but for where
-    request_started's receivers run: a Django whose handle() changed must be
+    """StartedHookASGIHandler.handle is Django 5.2's ASGIHandler.handle but for
+    where request_started's receivers run: a Django whose handle() changed must be
     followed there (then update this digest)."""
     source = inspect.getsource(ASGIHandler.handle).encode()
     assert hashlib.sha256(source).hexdigest()[:16] == "98faeb5bef800331"
