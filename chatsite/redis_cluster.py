@@ -30,6 +30,7 @@ import redis
 import redis.asyncio.cluster as aiocluster
 import redis.cluster
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
+from redis._parsers import CommandsParser
 
 SCHEME = "redis+cluster"
 DEFAULT_PORT = 6379
@@ -133,14 +134,42 @@ class RedisCluster(redis.cluster.RedisCluster):
         return pipe
 
 
+class ScriptKeysParser(CommandsParser):
+    """redis-py's command-key parser (its command table reused) that reads the keys
+    of EVAL and EVALSHA from their ``numkeys`` argument.
+
+    redis-py's sync cluster pipeline (8.1.0) asks the client's default node for the
+    keys of each queued script (``COMMAND GETKEYS``: EVAL's keys are "movable"): a
+    round trip each, and once that node died in a failover, a ConnectionError at every
+    such pipeline after, for good (that path never replaces the default node). A
+    settlement's stream read (inference/events_read.py) then failed at each retry and
+    the answer stayed ``streaming`` (tests/cluster/test_cluster_failover.py). Single
+    commands already read a script's keys so (``RedisCluster.determine_slot``).
+    """
+
+    def __init__(self, parser: CommandsParser) -> None:
+        self.commands = parser.commands
+        self.redis_connection = parser.redis_connection
+
+    def get_keys(self, redis_conn: Any, *args: Any) -> Any:
+        if len(args) > 3 and str(args[0]).upper() in ("EVAL", "EVALSHA"):
+            keys = list(args[3 : 3 + int(args[2])])
+            if keys:
+                return keys
+        return super().get_keys(redis_conn, *args)
+
+
 def cluster_client_sync(parsed: ClusterUrl, **kwargs: Any) -> RedisCluster:
     """Return a sync cluster client; ``kwargs`` go to each node's connections (e.g.
-    ``decode_responses``, ``max_connections`` per node, ``retry``)."""
-    return RedisCluster(
+    ``decode_responses``, ``max_connections`` per node, ``retry``). Its pipelines
+    route scripts by their keys alone (:class:`ScriptKeysParser`)."""
+    client = RedisCluster(
         startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in parsed.nodes],
         **parsed.client_kwargs(),
         **kwargs,
     )
+    client.commands_parser = ScriptKeysParser(client.commands_parser)
+    return client
 
 
 def cluster_client_async(parsed: ClusterUrl, **kwargs: Any) -> aiocluster.RedisCluster:

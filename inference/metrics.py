@@ -38,7 +38,9 @@ empties the folder at start. Names follow vLLM's where vLLM has one, with its
 
 from __future__ import annotations
 
+import glob
 import os
+from collections.abc import Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -49,6 +51,7 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.metrics_core import Metric
 
 LABELS = ("model_name", "pool")
 
@@ -208,15 +211,42 @@ FEEDBACK = Counter(
 )
 
 
+class _FilesCollector:
+    """``MultiProcessCollector`` that passes over empty sample files.
+
+    prometheus_client creates a process's file and sizes it after (to 1 MiB, never
+    back to 0), so a process killed in between (SIGKILL, the OOM killer; seen in the
+    tests under load) leaves an empty file for good, and the stock collector fails on
+    it at every scrape after (``struct.error: unpack_from requires a buffer of at least
+    4 bytes``, aborting the whole merge: prometheus/client_python#1199, open for
+    0.26.0). An empty file holds no sample, so passing over it loses nothing; a file
+    of a live process that is still empty is read at the next scrape.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def collect(self) -> Iterable[Metric]:
+        files = []
+        for name in glob.glob(os.path.join(self._path, "*.db")):
+            try:
+                if os.path.getsize(name) > 0:
+                    files.append(name)
+            except FileNotFoundError:  # a live gauge's file, its process just ended
+                continue
+        return multiprocess.MultiProcessCollector.merge(files, accumulate=True)
+
+
 def metrics_render() -> tuple[bytes, str]:
     """Return the Prometheus text exposition of every process's samples, and its type.
 
     Aggregates the files of ``PROMETHEUS_MULTIPROC_DIR`` when it is set (the normal
-    case), else this process's default registry.
+    case; empty files of killed processes passed over, :class:`_FilesCollector`),
+    else this process's default registry.
     """
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if path := os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        registry.register(_FilesCollector(path))
         return generate_latest(registry), CONTENT_TYPE_LATEST
     from prometheus_client import REGISTRY
 

@@ -75,6 +75,7 @@ from inference.engines.llamacpp_grammar import (
 from inference.engines.llamacpp_prompt import (
     ChatPrompt,
     bundled_model_path,
+    fewest_turns_dropped,
 )
 from inference.params import CONTINUE, ERROR_INVALID_PARAMETER
 from inference.protocol import Job, Usage
@@ -230,17 +231,15 @@ class LlamaCppEngine(Engine):
 
         The system message and the newest message (with ``continue_final``, the
         question and the answer it continues) are always kept. Raises EngineError
-        (``context_overflow``) if even those leave no room to answer.
+        (``context_overflow``) if even those leave no room to answer
+        (:func:`~inference.engines.llamacpp_prompt.fewest_turns_dropped`).
         """
-        msgs = list(messages)
-        kept = 3 if continue_final else 2
-        tokens = self._tokens(llm, msgs, tools, continue_final)
-        while len(tokens) + max_tokens > self.n_ctx and len(msgs) > kept:
-            drop = 1 if msgs[0]["role"] == "system" else 0
-            del msgs[drop]
-            while len(msgs) > drop + kept - 1 and msgs[drop]["role"] != "user":
-                del msgs[drop]
-            tokens = self._tokens(llm, msgs, tools, continue_final)
+        tokens = fewest_turns_dropped(
+            list(messages),
+            kept=3 if continue_final else 2,
+            render=lambda msgs: self._tokens(llm, msgs, tools, continue_final),
+            fits=lambda ids: len(ids) + max_tokens <= self.n_ctx,
+        )
         room = self.n_ctx - len(tokens)
         if room < 1:
             raise EngineError(

@@ -6,9 +6,11 @@ engine feeds them and counts their tokens (:mod:`inference.tokens` uses it too).
 from __future__ import annotations
 
 import atexit
+import bisect
 import importlib.metadata
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +135,42 @@ class ChatPrompt:
         (not offered under ``tool_choice`` ``"none"``): the engine's ``prompt_tokens``."""
         offered = toolprompt.offered_tools({"tools": tools, "tool_choice": tool_choice})
         return len(self.tokens(messages, tools=offered))
+
+
+def fewest_turns_dropped(
+    messages: list[dict[str, Any]],
+    kept: int,
+    render: Callable[[list[dict[str, Any]]], list[int]],
+    fits: Callable[[list[int]], bool],
+) -> list[int]:
+    """The tokens (``render``) of ``messages`` with the fewest oldest turns dropped
+    for ``fits`` to hold; of the shortest history when none does. The last ``kept``
+    messages and a leading system message stay; a history starts at a user message.
+
+    The shorter histories are listed first (no rendering), then searched by halves,
+    as a prompt only shrinks as turns go: O(log turns) renders, where dropping one
+    turn at a time rendered them all (seconds per hundred turns).
+    """
+    tokens = render(messages)
+    if fits(tokens):
+        return tokens
+    shorter, msgs = [], messages
+    while len(msgs) > kept:
+        msgs = list(msgs)
+        drop = 1 if msgs[0]["role"] == "system" else 0
+        del msgs[drop]
+        while len(msgs) > drop + kept - 1 and msgs[drop]["role"] != "user":
+            del msgs[drop]
+        shorter.append(msgs)
+    found = {-1: tokens}  # index in shorter -> its tokens
+
+    def fit(index: int) -> bool:
+        found[index] = render(shorter[index])
+        return fits(found[index])
+
+    first = bisect.bisect_left(range(len(shorter)), True, key=fit)
+    last = min(first, len(shorter) - 1)
+    return found[last] if last in found else render(shorter[last])
 
 
 def final_open(prompt: str, final: str) -> str:

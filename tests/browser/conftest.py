@@ -1,6 +1,8 @@
 """Shared fixtures of the browser tests: a live stack (uvicorn, a scripted inference
 worker), kept from one test of a module to the next while they ask for the same one,
-and a signed-in Chromium page driven by Playwright.
+and a signed-in Chromium page driven by Playwright: one Playwright driver and one
+Chromium for the whole package, a fresh browser context (cookies, storage,
+permissions) for each test.
 
 Skipped where Chromium is not installed (`make test` installs it when run as root).
 A test module sets ``pytestmark = BROWSER_MARKS``.
@@ -8,6 +10,7 @@ A test module sets ``pytestmark = BROWSER_MARKS``.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 from collections.abc import Iterator
@@ -226,22 +229,79 @@ def browser_log():
     return BrowserLog()
 
 
-@pytest.fixture
-def page(site, browser_log, monkeypatch):
-    from playwright.sync_api import sync_playwright
+class _Chromium:
+    """The package's one Playwright driver and Chromium, started on first use and
+    again if it went away (a crash); each test gets its own context of it.
 
+    Playwright's sync API leaves its event loop set as the thread's running loop
+    after every call (a "running" loop the test's ORM and ``async_to_sync`` calls
+    would refuse to run under). A test used to start and stop its own driver, which
+    unset it; now :meth:`park` unsets it between tests, so that the next test's
+    fixtures run without one, and :meth:`resume` sets it again before Playwright is
+    used: the same state as before for the fixtures and the test.
+    """
+
+    def __init__(self) -> None:
+        self._playwright = None
+        self._browser = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def resume(self):
+        """The running Chromium (a Playwright ``Browser``), started if none is."""
+        if self._browser is not None and self._browser.is_connected():
+            asyncio._set_running_loop(self._loop)
+            return self._browser
+        self.close()
+        from playwright.sync_api import sync_playwright
+
+        self._playwright = sync_playwright().start()
+        self._loop = asyncio.get_running_loop()
+        self._browser = self._playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS
+        )
+        return self._browser
+
+    def park(self) -> None:
+        """Unset Playwright's loop as the running one until the next :meth:`resume`."""
+        asyncio._set_running_loop(None)
+
+    def close(self) -> None:
+        """Stop Chromium and the driver, if started (the loop is unset after)."""
+        if self._playwright is None:
+            return
+        asyncio._set_running_loop(self._loop)
+        try:
+            if self._browser is not None and self._browser.is_connected():
+                self._browser.close()
+        finally:
+            self._playwright.stop()
+            self._playwright, self._browser, self._loop = None, None, None
+            asyncio._set_running_loop(None)
+
+
+@pytest.fixture(scope="package")
+def _chromium() -> Iterator[_Chromium]:
+    """The package's Chromium (see :class:`_Chromium`), stopped at its end."""
+    chromium = _Chromium()
+    yield chromium
+    chromium.close()
+
+
+@pytest.fixture
+def page(request, site, browser_log, monkeypatch, _chromium):
+    """A signed-in page in a fresh context of the package's Chromium (alice's
+    session; 20 s timeout; requests and CSP violations go to ``browser_log``). A
+    test that fails stops that Chromium: its rerun, or the next test, starts anew."""
     # Playwright's sync API runs an event loop in this thread; the ORM calls of the
     # assertions are plain sync calls, not async code.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=CHROMIUM_ARGS,
-        )
-        page = browser.new_page()
+    context = None
+    try:
+        context = _chromium.resume().new_context()
+        page = context.new_page()
         page.set_default_timeout(20_000)
-        page.context.on("request", lambda r: browser_log.requests.append(r.url))
+        context.on("request", lambda r: browser_log.requests.append(r.url))
         page.on(
             "console",
             lambda m: (
@@ -256,7 +316,15 @@ def page(site, browser_log, monkeypatch):
         page.click("button[type=submit]")
         page.wait_for_selector("#composer")
         yield page
-        browser.close()
+    finally:
+        report = getattr(request.node, "rep_call", None)
+        try:
+            if report is None or report.failed:
+                _chromium.close()
+            elif context is not None:
+                context.close()
+        finally:
+            _chromium.park()
 
 
 def last_answer(page):

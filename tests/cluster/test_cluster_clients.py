@@ -5,6 +5,7 @@ and Celery's broker, before and after a master fails over."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Callable
 
@@ -13,6 +14,7 @@ from celery import Celery
 from django.core.cache import cache
 from django.test import RequestFactory
 from django_ratelimit.core import is_ratelimited
+from redis.cluster import ClusterNode
 
 from chatsite.kombu_cluster import KEY_PREFIX
 from gateway import quota
@@ -178,6 +180,26 @@ def test_a_pipeline_sends_each_script_to_the_master_of_its_keys(on_cluster):
         pipe.eval("return redis.call('GET', KEYS[1])", 1, "elsewhere")
         assert pipe.execute() == [True, 2, None]
     assert on_cluster.master_of("{pipe}:a") != on_cluster.master_of("elsewhere")
+
+
+def test_a_pipelines_scripts_do_not_need_the_default_node(on_cluster):
+    # After a failover the client's default node may be the dead master: a
+    # pipeline's scripts must still reach the masters of their keys (the settlement's
+    # read of the failover drill failed there, ConnectionError at every retry).
+    client = redis_sync()
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = ClusterNode("127.0.0.1", closed.getsockname()[1])
+    client.nodes_manager.create_redis_connections([dead])
+    alive = client.get_default_node()
+    client.nodes_manager.default_node = dead
+    try:
+        with client.pipeline(transaction=False) as pipe:
+            pipe.eval("return redis.call('INCR', KEYS[1])", 1, "{dead}:a")
+            pipe.eval("return redis.call('INCR', KEYS[1])", 1, "elsewhere")
+            assert pipe.execute() == [1, 1]
+    finally:
+        client.nodes_manager.default_node = alive
 
 
 def test_a_batchs_streams_and_quotas_are_read_and_settled_across_slots(on_cluster):

@@ -8,7 +8,7 @@ import pytest
 
 from inference.engines.base import Delta, Finish
 from inference.engines.llamacpp import LlamaCppEngine
-from inference.engines.llamacpp_prompt import bundled_model_path
+from inference.engines.llamacpp_prompt import bundled_model_path, fewest_turns_dropped
 from inference.protocol import Job
 from tests.inference.helpers import enqueue, terminal, wait_events
 
@@ -120,7 +120,11 @@ def test_abort_stops_within_one_decode_step(engine):
     assert elapsed < 1.0
 
 
-def test_a_history_longer_than_the_window_is_trimmed_not_overflowed(engine):
+def test_a_history_longer_than_the_window_is_trimmed_not_overflowed():
+    # a window of its own, 256 tokens: the kept history is prefilled on the CPU
+    # (~960 tokens in the module's 1,024 took most of this test's time)
+    engine = LlamaCppEngine(n_ctx=256, background_slot=False)
+    asyncio.run(engine.start())
     history = [{"role": "system", "content": "Be brief."}]
     for i in range(300):
         history.append(
@@ -145,6 +149,51 @@ def test_a_history_longer_than_the_window_is_trimmed_not_overflowed(engine):
     assert isinstance(finish, Finish)
     assert finish.usage.prompt_tokens + 64 <= engine.n_ctx
     assert finish.usage.completion_tokens > 0
+
+
+def _dropped_one_turn_at_a_time(messages, kept, render, fits):
+    """The trimming as it was: drop the oldest turn and render again, until it fits."""
+    msgs = list(messages)
+    tokens = render(msgs)
+    while not fits(tokens) and len(msgs) > kept:
+        drop = 1 if msgs[0]["role"] == "system" else 0
+        del msgs[drop]
+        while len(msgs) > drop + kept - 1 and msgs[drop]["role"] != "user":
+            del msgs[drop]
+        tokens = render(msgs)
+    return tokens
+
+
+@pytest.mark.parametrize("system", [True, False])
+@pytest.mark.parametrize("kept", [2, 3])
+def test_trimming_by_halves_drops_the_same_turns_as_one_at_a_time(system, kept):
+    # a turn: a user message, an assistant call, a tool result, the answer (their
+    # lengths vary); a "token" per character, tagged with its message
+    history = [{"role": "system", "content": "Be brief."}] if system else []
+    for i in range(40):
+        history.append({"role": "user", "content": "q" * (1 + i % 7)})
+        if i % 3 == 0:
+            history.append({"role": "assistant", "content": "c" * (i % 5)})
+            history.append({"role": "tool", "content": "t" * (2 + i % 4)})
+        history.append({"role": "assistant", "content": "a" * (3 + i % 11)})
+    history.append({"role": "user", "content": "last question"})
+    renders = []
+
+    def render(msgs):
+        renders.append(len(msgs))
+        return [f"{n}:{c}" for n, m in enumerate(msgs) for c in m["content"] + "|"]
+
+    full = len(render(history))
+    for room in [full, full - 1, full // 2, 40, 25, 1]:
+        renders.clear()
+        by_halves = fewest_turns_dropped(
+            history, kept, render, lambda ids, room=room: len(ids) <= room
+        )
+        assert len(renders) <= 2 + (len(history) // 2).bit_length()
+        one_at_a_time = _dropped_one_turn_at_a_time(
+            history, kept, render, lambda ids, room=room: len(ids) <= room
+        )
+        assert by_halves == one_at_a_time
 
 
 def _stream_pos(entry_id: str) -> tuple[int, int]:

@@ -1,6 +1,8 @@
 """inference/metrics.py recorded by the worker, and the /metrics view."""
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -163,4 +165,23 @@ def test_an_embedding_batch_shows_in_the_batch_size_histogram_and_counters(
     assert (
         get(after, "vllm:prompt_tokens_total") - get(before, "vllm:prompt_tokens_total")
         == result.tokens
+    )
+
+
+def test_an_empty_file_of_a_killed_process_does_not_break_the_scrape(start_worker):
+    # prometheus_client creates a process's file before sizing it: a process killed
+    # in between leaves it empty (the SIGTERM drill of test_worker_processes failed
+    # on one under load with struct.error).
+    start_worker(ScriptedEngine(text="one two", delay_ms=5), pool="metrics")
+    before = samples()
+    left = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]) / "counter_4194999.db"
+    left.touch()
+    try:
+        enqueue("m-empty", pool="metrics")
+        wait_events("m-empty", terminal)
+        after = samples()
+    finally:
+        left.unlink()
+    assert value(after, "vllm:generation_tokens_total") == (
+        value(before, "vllm:generation_tokens_total") + 2
     )
