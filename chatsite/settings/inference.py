@@ -25,14 +25,13 @@ SSE_HEARTBEAT_S = env.float("SSE_HEARTBEAT_S", default=15.0)
 # coalescing). 0: a frame per read of the stream.
 SSE_COALESCE_MS = env.float("SSE_COALESCE_MS", default=50.0)
 # Under load the interval grows so the process sends at most about SSE_FRAMES_PER_S
-# token frames a second over all its streams (interval = open streams / this rate),
-# up to SSE_COALESCE_MAX_MS. Frames, not tokens, are what a web process pays for: the
-# web server alone saturates a core at about 15-20k SSE frames/s under daphne (see
-# docs/benchmarks.md; uvicorn, deployed, costs half as much per frame:
-# bench/results/2026-12-04-frame.md), and our relay adds to each, so 8,000 leaves the process room
-# for turns and settlements. 2,000 streams get a frame every 200 ms (the cap, under
-# a 250 ms frame-gap goal); up to 400 streams keep 50 ms.
-SSE_FRAMES_PER_S = env.float("SSE_FRAMES_PER_S", default=8000.0)
+# token frames a second over all its streams (interval = open streams / this rate,
+# from 700 streams on), up to SSE_COALESCE_MAX_MS. The interval is the frame gap's
+# floor: at 8,000 frames/s 1,500 streams got a frame every 187 ms and the gap's p99
+# passed 250 ms in every run (400-535 ms, web core 54-80 % busy); at 14,000 every
+# 107 ms (p99 173-232 ms). The price: uvicorn with our relay costs 50-70 us a frame,
+# so 1,000 streams take 0.53 of a core, not 0.40 (bench/results/2026-12-05-frame-budget.md).
+SSE_FRAMES_PER_S = env.float("SSE_FRAMES_PER_S", default=14000.0)
 SSE_COALESCE_MAX_MS = env.float("SSE_COALESCE_MAX_MS", default=200.0)
 # The web process's cyclic garbage collector thresholds (gc.set_threshold: young
 # allocations, then young and middle collections). Python's default (700, 10, 10)
