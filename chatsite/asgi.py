@@ -171,7 +171,7 @@ class StartedHookASGIHandler(ASGIHandler):
         body_file.close()
 
 
-class ApiASGIHandler(StartedHookASGIHandler):
+class ApiASGIHandler(ASGIHandler):
     """Django's ASGI handler for the API: a request's thread-sensitive calls
     (Django's request signals, ``response.close()``, ``db_brief`` steps) run on the
     process's shared sync threads (:func:`chatsite.db.request_thread_share`), not
@@ -186,20 +186,6 @@ class ApiASGIHandler(StartedHookASGIHandler):
         async with ThreadSensitiveContext():
             request_thread_share()
             await self.handle(scope, receive, send)
-
-    async def request_started(self, scope: Any, request: Any) -> None:
-        """Send Django's ``request_started`` here, on the event loop, not behind a
-        hop to a sync thread and back before every request.
-
-        Django's receivers (``reset_queries``, ``close_old_connections``) act on
-        the calling thread's database connections; this handler's requests keep
-        none on any thread between steps (:func:`chatsite.db.db_quick`), so on
-        the shared thread they had nothing to do, and on the loop thread, which
-        never connects, neither. A receiver that queries would raise
-        SynchronousOnlyOperation here. ``request_finished`` is unchanged (it
-        comes with ``response.close()``, after the answer).
-        """
-        signals.request_started.send(sender=self.__class__, scope=scope)
 
 
 def asgi_handler_with(

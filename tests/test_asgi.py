@@ -252,23 +252,7 @@ def test_at_most_web_sync_concurrency_chains_run_at_once(monkeypatch, settings):
     assert most == 2 and sorted(started) == [f"/r{i}/" for i in range(5)]
 
 
-async def test_the_api_handler_sends_request_started_on_the_event_loop():
-    """No hop to a sync thread before an API request: the signal's receivers run on
-    the loop's own thread (:meth:`chatsite.asgi.ApiASGIHandler.request_started`)."""
-    seen: list[tuple[Any, threading.Thread, str]] = []
-
-    def receiver(sender: Any, scope: dict[str, Any], **kwargs: Any) -> None:
-        seen.append((sender, threading.current_thread(), scope["path"]))
-
-    signals.request_started.connect(receiver)
-    try:
-        assert await _get(asgi.api_asgi_app, "/v1/models") == 401  # no key
-    finally:
-        signals.request_started.disconnect(receiver)
-    assert seen == [(asgi.ApiASGIHandler, threading.current_thread(), "/v1/models")]
-
-
-def test_the_api_handler_follows_the_installed_django_s_handle():
+def test_the_handlers_follow_the_installed_django_s_handle():
     """StartedHookASGIHandler.handle is Django 5.2's ASGIHandler.handle but for
     where request_started's receivers run: a Django whose handle() changed must be
     followed there (then update this digest)."""
