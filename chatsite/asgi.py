@@ -103,74 +103,6 @@ def is_api_path(path: str) -> bool:
     return True
 
 
-class StartedHookASGIHandler(ASGIHandler):
-    """Django's ASGI handler with Django's ``request_started`` signal sent where a
-    subclass's :meth:`request_started` says, not in a hop to a sync thread of its
-    own before every request (Django's ``asend`` runs the signal's sync receivers
-    there and back). The rest of :meth:`handle` is Django's, step for step."""
-
-    async def request_started(self, scope: Any, request: Any) -> None:
-        """Send ``request_started`` for ``scope`` as Django does; ``request`` is the
-        built request, or None for one Django could not build."""
-        await signals.request_started.asend(sender=self.__class__, scope=scope)
-
-    async def handle(self, scope: Any, receive: Any, send: Any) -> None:
-        """Django's :meth:`ASGIHandler.handle` (Django 5.2; tests/test_asgi.py
-        checks that its source is still the one this follows) with the signal
-        sent by :meth:`request_started` once the request is built: a request
-        Django cannot build is answered after it, as Django's; a client gone
-        mid-response ends the request."""
-        try:
-            body_file = await self.read_body(receive)
-        except RequestAborted:
-            return
-        set_script_prefix(get_script_prefix(scope))
-        request, error_response = self.create_request(scope, body_file)
-        await self.request_started(scope, request)
-        if request is None:
-            assert error_response is not None  # create_request gives one or the other
-            body_file.close()
-            await self.send_response(error_response, send)
-            await sync_to_async(error_response.close)()
-            return
-
-        async def process_request(request: Any, send: Any) -> HttpResponseBase:
-            response = await self.run_get_response(request)
-            try:
-                await self.send_response(response, send)
-            except asyncio.CancelledError:
-                pass  # the client left during send_response
-            return response
-
-        # as Django: listen for the client's disconnect while the response is made
-        listening = asyncio.create_task(self.listen_for_disconnect(receive))
-        processing = asyncio.create_task(process_request(request, send))
-        tasks = [listening, processing]  # checked, and cancelled, in this order
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            if task.done():
-                try:
-                    task.result()
-                except RequestAborted:
-                    pass
-                except AssertionError:
-                    body_file.close()
-                    raise
-            else:
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-        try:
-            response = processing.result()
-        except asyncio.CancelledError:
-            await signals.request_finished.asend(sender=self.__class__)
-        else:
-            await sync_to_async(response.close)()
-        body_file.close()
-
-
 class ApiASGIHandler(ASGIHandler):
     """Django's ASGI handler for the API: a request's thread-sensitive calls
     (Django's request signals, ``response.close()``, ``db_brief`` steps) run on the
@@ -254,7 +186,7 @@ def chain_gate() -> asyncio.Semaphore:
     return gate
 
 
-class SyncChainASGIHandler(StartedHookASGIHandler):
+class SyncChainASGIHandler(ASGIHandler):
     """Django's ASGI handler with the site's middleware chain built sync, for sync
     views (every page and form POST, the chat's message POST): a request hops to a
     sync thread once and runs the whole chain and the view there.
@@ -278,15 +210,64 @@ class SyncChainASGIHandler(StartedHookASGIHandler):
         # not ASGIHandler.__init__: it builds the async chain
         self.load_middleware(is_async=False)
 
-    async def request_started(self, scope: Any, request: Any) -> None:
-        """Send Django's ``request_started`` for a request Django could not build
-        (``request`` None: answered at once); a built request's is sent in the
-        chain's hop (:meth:`_respond`), not in a hop of its own before it: its
-        receivers (the database connection's age check, the query log's reset)
-        are sync, so ``asend`` ran them in the request's thread, a hop there and
-        back, one of the request's two."""
+    async def handle(self, scope: Any, receive: Any, send: Any) -> None:
+        """Django's :meth:`ASGIHandler.handle` (Django 5.2; tests/test_asgi.py
+        checks that its source is still the one this follows) with Django's
+        ``request_started`` sent in the chain's hop (:meth:`_respond`), not in a
+        hop of its own before it: its receivers (the database connection's age
+        check, the query log's reset) are sync, so ``asend`` ran them in the
+        request's thread, a hop there and back, one of the request's two. A
+        request Django cannot build is answered after the signal, as Django's; a
+        client gone mid-response ends the request."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        request, error_response = self.create_request(scope, body_file)
         if request is None:
             await signals.request_started.asend(sender=self.__class__, scope=scope)
+            assert error_response is not None  # create_request gives one or the other
+            body_file.close()
+            await self.send_response(error_response, send)
+            await sync_to_async(error_response.close)()
+            return
+
+        async def process_request(request: Any, send: Any) -> HttpResponseBase:
+            response = await self.run_get_response(request)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass  # the client left during send_response
+            return response
+
+        # as Django: listen for the client's disconnect while the response is made
+        listening = asyncio.create_task(self.listen_for_disconnect(receive))
+        processing = asyncio.create_task(process_request(request, send))
+        tasks = [listening, processing]  # checked, and cancelled, in this order
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        try:
+            response = processing.result()
+        except asyncio.CancelledError:
+            await signals.request_finished.asend(sender=self.__class__)
+        else:
+            await sync_to_async(response.close)()
+        body_file.close()
 
     async def get_response_async(self, request: Any) -> HttpResponseBase:
         """Run the sync chain (:meth:`get_response`) in the request's sync thread,

@@ -253,7 +253,7 @@ def test_at_most_web_sync_concurrency_chains_run_at_once(monkeypatch, settings):
 
 
 def test_the_handlers_follow_the_installed_django_s_handle():
-    """StartedHookASGIHandler.handle is Django 5.2's ASGIHandler.handle but for
+    """SyncChainASGIHandler.handle is Django 5.2's ASGIHandler.handle but for
     where request_started's receivers run: a Django whose handle() changed must be
     followed there (then update this digest)."""
     source = inspect.getsource(ASGIHandler.handle).encode()
