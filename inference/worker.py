@@ -38,11 +38,12 @@ from redis.exceptions import ResponseError
 
 from inference import keys, metrics, protocol, redis_types
 from inference.affinity import AffinitySweep
-from inference.client import WORKER_TTL_S, terminal_append
+from inference.client import terminal_append
 from inference.connections import redis_async_new
 from inference.engine_relay import EngineRelay
 from inference.engines.base import Engine, EngineError
 from inference.intake import JobIntake
+from inference.liveness import WORKER_TTL_S
 from inference.outage import RedisOutageTolerance
 from inference.recovery import CrashRecovery
 from inference.worker_loops import WorkerLoops
