@@ -81,11 +81,11 @@ def workers_wait(
     Raises RuntimeError after ``timeout_s`` seconds, or as soon as one of ``procs``
     (the worker processes) has exited.
     """
-    from inference import client as inference_client
+    from inference import liveness
 
     deadline = time.monotonic() + timeout_s
     for pool in pools:
-        while inference_client.workers_live(pool=pool) == 0:
+        while liveness.workers_live(pool=pool) == 0:
             if any(p.poll() is not None for p in procs):
                 raise RuntimeError("a worker exited during start-up")
             if time.monotonic() > deadline:

@@ -115,7 +115,7 @@ class ClusterPipeline(redis.cluster.ClusterPipeline):
     """redis-py's sync cluster pipeline with ``eval``/``evalsha`` queued as any other
     command (redis-py leaves them unimplemented in a cluster pipeline): each is sent to
     the master of its first key's slot, which all its keys share (the key convention,
-    inference/keys.py)."""
+    inference/keys/)."""
 
     def eval(self, script: str, numkeys: int, *keys_and_args: Any) -> Any:  # type: ignore[override]
         return self.execute_command("EVAL", script, numkeys, *keys_and_args)

@@ -40,8 +40,7 @@ from gateway import quota, routing, selectors
 from gateway.generations.admission import quota_seed_from_records
 from gateway.generations.settle import usage_settle
 from gateway.models import ModelPool, UsageRecord
-from inference import client as inference_client
-from inference import embedding_model, protocol
+from inference import embedding_model, liveness, protocol
 from inference import embeddings as inference_embeddings
 from inference.embeddings import EMBEDDING_DIM, Embeddings, EmbeddingUnavailable
 from safety import selectors as safety_selectors
@@ -186,7 +185,7 @@ def embedding_admit(
             f"them: omit `dimensions`, or set it to {served}."
         )
     input_length_check(pool=pool, texts=texts)
-    if inference_client.workers_live(pool=pool.name) == 0:
+    if liveness.workers_live(pool=pool.name) == 0:
         raise _unavailable(model=pool.model, code=inference_embeddings.NO_WORKER)
     job_id = protocol.new_job_id()
     reserved = embedding_tokens_estimate(

@@ -29,8 +29,7 @@ from redis.exceptions import ResponseError
 from chatsite.errors import Forbidden, InvalidInput, NotFound, PoolSaturated
 from gateway import selectors
 from gateway.models import ModelPool, Plan
-from inference import client as inference_client
-from inference import keys, protocol
+from inference import keys, liveness, protocol
 from inference.connections import redis_sync
 
 
@@ -187,11 +186,11 @@ def pool_saturated(
     With ``shed`` (a lowest-priority request under pressure) the accepted queue depth is
     ``queue_threshold * GATEWAY_SHED_FRACTION``; ``fraction`` (0-1) overrides that
     share (evaluation requests: EVAL_SHED_FRACTION, shed before any user). ``load``:
-    the pool's :func:`inference.client.pool_load` when the caller read it already
+    the pool's :func:`inference.liveness.pool_load` when the caller read it already
     (None: read now).
     """
     # liveness and queue depth in one round trip (admission is on every request)
-    live, waiting = load or inference_client.pool_load(pool=pool.name)
+    live, waiting = load or liveness.pool_load(pool=pool.name)
     if live == 0:
         return True
     threshold = pool.queue_threshold
@@ -228,7 +227,7 @@ def pool_admit(
     Disabled pools and embedding pools in the chain are skipped. ``fallback`` False
     admits ``pool`` itself or nothing (an evaluation measures that pool, not another).
     ``load``: ``pool``'s own load when the caller read it already
-    (:func:`inference.client.pool_load`; the chain's other pools are read here).
+    (:func:`inference.liveness.pool_load`; the chain's other pools are read here).
     Raises PoolSaturated (503 with ``Retry-After: GATEWAY_SATURATED_RETRY_AFTER_S``)
     when none can.
     """

@@ -50,6 +50,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 
 from inference import keys, metrics, protocol
+from inference.liveness import WORKER_TTL_S
 
 logger = logging.getLogger("inference.worker")
 
@@ -268,8 +269,6 @@ def job_route(
 def _outcome(pool: str, state: tuple[Any, ...], *, now: float) -> str:
     """The routing outcome for a recorded worker of ``pool`` whose state reads
     (:func:`_state_queue`) replied ``state``, at ``now`` (epoch s)."""
-    from inference.client import WORKER_TTL_S
-
     (beat, slots, busy, background, stopping, its_pool), length, pending = state
     # waiting in its stream: its entries less those it took (running, or ended
     # and not yet acknowledged; a running one counts in ``busy``)

@@ -1,12 +1,13 @@
-"""What the rest of the product calls to use the inference tier over Redis (past 400
-lines on purpose: every command the web tier sends about a job, and the scripts that
-must agree with the worker's, in one place).
+"""What the rest of the product calls to use the inference tier over Redis: every
+command the web tier sends about a job, and the scripts that must agree with the
+worker's.
 
-Enqueue a job, cancel it, read its event stream (sync for finalisation, async for the
-SSE relay), attach/detach stream watchers, check pool liveness, end a generation that
-can no longer finish (the watchdog) and run a background generation to its end
-(:func:`generation_run`). Helpers named ``*_on`` take a sync or an async client, so
-the sync and async callers send the same commands. Key names and event
+Enqueue a job, cancel or stop it, end it (its terminal event), read its event stream
+(sync for finalisation, async for the SSE relay), attach/detach stream watchers and
+run a background generation to its end (:func:`generation_run`). Whether a pool has
+live workers is :mod:`inference.liveness`; ending a generation that can no longer
+finish, :mod:`inference.watchdog`. Helpers named ``*_on`` take a sync or an async
+client, so the sync and async callers send the same commands. Key names and event
 shapes come from :mod:`inference.protocol`.
 """
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -24,9 +24,6 @@ from inference.connections import redis_async, redis_sync
 from inference.events_read import generation_events_many
 from inference.jobs import FINISH_ERROR, GenerationEnd, events_fold, job_build
 from inference.steps import pipelined
-
-# Heartbeats older than this (seconds) mean the worker is gone. Workers beat every 2 s.
-WORKER_TTL_S = 10.0
 
 # Append a terminal event unless one exists: KEYS = gen stream, final marker;
 # ARGV = event type, payload JSON, TTL (s). Returns the entry id, or false if the
@@ -63,42 +60,6 @@ def job_enqueue(
         return worker_enqueue(client or redis_sync(), pool=pool, worker=worker, job=job)
     queue = keys.background_queue_key(pool) if background else keys.queue_key(pool)
     return (client or redis_sync()).xadd(queue, job.to_fields())
-
-
-def pool_load(*, pool: str, now: float | None = None) -> tuple[int, int | None]:
-    """Return ``(live workers, waiting jobs)`` of ``pool`` in one round trip.
-
-    Live: a heartbeat in the last WORKER_TTL_S s. Waiting: entries of the queue not yet
-    delivered to a worker (the consumer group's lag); 0 without a queue; None when
-    Redis cannot say (no group yet, or a lag it does not know): count them then.
-    """
-    with redis_sync().pipeline(transaction=False) as pipe:
-        pool_load_queue(pipe, pool=pool, now=now)
-        replies = pipe.execute(raise_on_error=False)
-    return pool_load_parse(replies)
-
-
-def pool_load_queue(pipe: Any, *, pool: str, now: float | None = None) -> None:
-    """Queue on ``pipe`` (a pipeline) the two commands of :func:`pool_load` for
-    ``pool``; :func:`pool_load_parse` reads their replies."""
-    workers_live_on(pipe, pool=pool, now=now)
-    pipe.xinfo_groups(keys.queue_key(pool))
-
-
-def pool_load_parse(replies: list[Any]) -> tuple[int, int | None]:
-    """Return :func:`pool_load`'s ``(live, waiting)`` from the two replies queued by
-    :func:`pool_load_queue` (read with ``raise_on_error=False``); re-raises a reply's
-    error other than a missing queue."""
-    live, groups = replies
-    if isinstance(live, Exception):
-        raise live
-    if isinstance(groups, Exception):
-        if "no such key" not in str(groups).lower():
-            raise groups
-        return int(live), 0
-    group = next((g for g in groups if g.get("name") == protocol.GROUP), None)
-    lag = group.get("lag") if group is not None else None
-    return int(live), (None if lag is None else int(lag))
 
 
 def job_cancel(*, job_id: str, ttl_s: int = 3600) -> None:
@@ -150,22 +111,6 @@ def job_stop(*, job_id: str, ttl_s: int = 3600) -> bool:
         ttl_s,
     )
     return bool(ended)
-
-
-def workers_live_on(client: Any, *, pool: str, now: float | None = None) -> Any:
-    """Ask ``client`` how many workers of ``pool`` sent a heartbeat in the last
-    WORKER_TTL_S seconds before ``now`` (epoch s, default now).
-
-    ``client``: a sync client (returns the count), an async one (returns an awaitable
-    of it) or a pipeline (queues the command).
-    """
-    now = time.time() if now is None else now
-    return client.zcount(keys.workers_key(pool), now - WORKER_TTL_S, "+inf")
-
-
-def workers_live(*, pool: str, now: float | None = None) -> int:
-    """Return how many workers of ``pool`` are live (:func:`workers_live_on`, sync)."""
-    return int(workers_live_on(redis_sync(), pool=pool, now=now))
 
 
 def terminal_append(
@@ -247,12 +192,6 @@ async def agen_read(
     return [protocol.event_parse(entry_id, fields) for entry_id, fields in entries]
 
 
-# How many waiting entries a queue-position scan reads at most: admission control
-# keeps a pool's queue short, so a longer queue is reported as "more than this"
-# (inference.waiting.aqueue_position).
-QUEUE_POSITION_SCAN_MAX = 500
-
-
 _ATTACH_LUA = """
 redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
@@ -297,65 +236,6 @@ async def astream_detach(*, job_id: str, grace_s: float) -> int:
             int(grace_s) + 3600,
         )
     )
-
-
-QUEUE_TIMEOUT_MESSAGE = (
-    "The model is busy: no worker could take this request in time. "
-    "Please try again in a moment."
-)
-NO_WORKER_MESSAGE = (
-    "The model is not available right now (no inference worker is running). "
-    "Please try again later."
-)
-# The ``error`` event's message, by the code the watchdog ends a generation with.
-WATCHDOG_MESSAGES = {
-    protocol.ERROR_QUEUE_TIMEOUT: QUEUE_TIMEOUT_MESSAGE,
-    protocol.ERROR_NO_WORKER: NO_WORKER_MESSAGE,
-}
-
-
-@dataclass(frozen=True)
-class Watch:
-    """What the watchdog needs of a generation: its ``job_id`` and ``pool``, its
-    enqueue time ``enqueued_at`` (epoch s) and the limits in seconds."""
-
-    job_id: str
-    pool: str
-    enqueued_at: float
-    queue_timeout_s: float
-    no_worker_grace_s: float
-
-    def due(self, *, now: float, started: bool, last_event_at: float) -> str | None:
-        """Return the rule that may end the generation at ``now`` (epoch s).
-
-        :data:`protocol.ERROR_QUEUE_TIMEOUT`: not ``started`` by a worker within
-        ``queue_timeout_s`` of the enqueue (it ends then);
-        :data:`protocol.ERROR_NO_WORKER`: nothing arrived for ``no_worker_grace_s``
-        since ``last_event_at`` (epoch s; it ends if the pool has no live worker);
-        None: neither. Pure: no I/O.
-        """
-        if not started and now - self.enqueued_at > self.queue_timeout_s:
-            return protocol.ERROR_QUEUE_TIMEOUT
-        if now - last_event_at > self.no_worker_grace_s:
-            return protocol.ERROR_NO_WORKER
-        return None
-
-
-def generation_watchdog(
-    watch: Watch, *, started: bool, last_event_at: float, now: float | None = None
-) -> str | None:
-    """End a generation that can no longer finish (:meth:`Watch.due`, the pool's
-    liveness asked only then); return the error code written, or None (sync)."""
-    now = time.time() if now is None else now
-    code = watch.due(now=now, started=started, last_event_at=last_event_at)
-    if code is None or (
-        code == protocol.ERROR_NO_WORKER and workers_live(pool=watch.pool, now=now)
-    ):
-        return None
-    written = generation_fail(
-        job_id=watch.job_id, code=code, message=WATCHDOG_MESSAGES[code]
-    )
-    return code if written else None
 
 
 def generation_run(

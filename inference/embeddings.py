@@ -31,9 +31,9 @@ from typing import Any, TypedDict, Unpack
 from django.conf import settings
 
 from inference import keys, protocol, redis_types
-from inference.client import workers_live_on
 from inference.connections import redis_async, redis_sync
 from inference.embedding_model import EMBEDDING_DIM
+from inference.liveness import workers_live_on
 from inference.steps import Steps, asteps_run, pipelined, steps_run
 from inference.vectors import vectors_decode
 

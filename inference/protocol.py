@@ -2,9 +2,8 @@
 
 This module owns every event schema of the inference tier and the job format;
 nothing else builds an event by hand. The key names live in :mod:`inference.keys`.
-It stays one module past 400 lines on purpose (CONVENTIONS §6, one owner per
-contract): a reader finds the whole protocol, job, events and their schemas, in one
-place, and a change to it in one diff.
+One owner per contract (CONVENTIONS §6): a reader finds the whole protocol, job,
+events and their schemas, in one place, and a change to it in one diff.
 
 Keys (named in :mod:`inference.keys`)
 - a pool's queue (``inf:q:*``): stream of jobs, consumer group ``workers``; an entry

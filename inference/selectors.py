@@ -14,8 +14,8 @@ from typing import Any, cast
 from redis.exceptions import ResponseError
 
 from inference import keys, protocol, redis_types
-from inference.client import WORKER_TTL_S
 from inference.connections import redis_sync
+from inference.liveness import WORKER_TTL_S
 
 
 @dataclass

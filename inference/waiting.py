@@ -9,8 +9,9 @@ followers on the event loop for up to a second:
 - :func:`aworkers_live`: one ZCOUNT per pool per second;
 - :func:`aqueue_position_shared`: one Lua call per pool per second lists the waiting
   jobs; each follower looks its own up (:func:`aqueue_position` asks at once);
-- :func:`agen_watchdog`: the watchdog's rules (:func:`inference.client.generation_watchdog`)
-  on the event loop, with no Redis call at all until a deadline passed.
+- :func:`agen_watchdog`: the watchdog's rules
+  (:func:`inference.watchdog.generation_watchdog`) on the event loop, with no Redis
+  call at all until a deadline passed.
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from inference import keys, protocol
-from inference.client import (
-    QUEUE_POSITION_SCAN_MAX,
-    WATCHDOG_MESSAGES,
-    Watch,
-    generation_fail_on,
-    workers_live_on,
-)
+from inference.client import generation_fail_on
 from inference.connections import redis_async
+from inference.liveness import workers_live_on
+from inference.watchdog import WATCHDOG_MESSAGES, Watch
+
+# How many waiting entries a queue-position scan reads at most: admission control
+# keeps a pool's queue short, so a longer queue is reported as "more than this"
+# (aqueue_position).
+QUEUE_POSITION_SCAN_MAX = 500
 
 # How long one pool's answer (liveness, waiting jobs) is reused by every follower of
 # an event loop (s): the followers ask about once a second (their idle tick).
@@ -62,7 +64,8 @@ async def _shared(
 
 async def aworkers_live(*, pool: str, max_age_s: float = SHARED_ANSWER_S) -> int:
     """Return how many workers of ``pool`` are live
-    (:func:`inference.client.workers_live_on`), an answer at most ``max_age_s`` old."""
+    (:func:`inference.liveness.workers_live_on`), an answer at most ``max_age_s``
+    seconds old."""
 
     async def ask() -> int:
         return int(await workers_live_on(redis_async(), pool=pool))
@@ -139,7 +142,7 @@ async def aqueue_position_shared(
 async def agen_watchdog(
     watch: Watch, *, started: bool, last_event_at: float
 ) -> str | None:
-    """:func:`inference.client.generation_watchdog` on the event loop: the same rules
+    """:func:`inference.watchdog.generation_watchdog` on the event loop: the same rules
     (:meth:`Watch.due`) and result (the error code written, or None), with no Redis
     call until a deadline passed, and then the pool's shared liveness
     (:func:`aworkers_live`). ``last_event_at`` is epoch seconds."""

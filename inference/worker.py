@@ -1,11 +1,4 @@
-"""The inference worker: pulls jobs of one pool from Redis and runs them on an engine
-(past 400 lines on purpose: one job's life on a worker, take to finish, in order).
-
-Kept as one module past 400 lines: it is one job's life on a worker (take, run,
-relay, finish, fail) in order; what could stand apart already does (the base classes
-below, the token writer in :mod:`inference.stream_writer`, the loops in
-:mod:`inference.worker_loops`), and splitting the job's steps further would scatter
-one sequence over modules.
+"""The inference worker: pulls jobs of one pool from Redis and runs them on an engine.
 
 One asyncio loop per process. The worker reads its pool's queue streams through the
 ``workers`` consumer group, and only when a slot is free (``engine.max_concurrency``
@@ -18,7 +11,11 @@ A cancel watcher polls the cancel flags and detach deadlines of running jobs eve
 Base classes of :class:`Worker`: :class:`inference.intake.JobIntake` (the two lanes
 and preemption), :class:`inference.recovery.CrashRecovery` (taking over
 a dead worker's jobs), :class:`inference.outage.RedisOutageTolerance` (Redis restarts),
-:class:`inference.worker_loops.WorkerLoops` (the heartbeat and the cancel poll).
+:class:`inference.affinity.AffinitySweep` (conversation affinity),
+:class:`inference.worker_loops.WorkerLoops` (the heartbeat and the cancel poll),
+:class:`inference.engine_relay.EngineRelay` (a started job's output, from the engine
+to its stream, and its end). What stays here is the worker's start and stop and one
+job's run: started (its ``meta`` event), relayed, failed, acknowledged.
 
 Graceful stop (SIGTERM): :meth:`Worker.stop` makes the worker take no new job (entries
 that arrive during the last blocking read are put back on the queue untouched), finish
@@ -41,19 +38,14 @@ from redis.exceptions import ResponseError
 
 from inference import keys, metrics, protocol, redis_types
 from inference.affinity import AffinitySweep
-from inference.client import WORKER_TTL_S, terminal_append
+from inference.client import terminal_append
 from inference.connections import redis_async_new
-from inference.engines.base import (
-    Delta,
-    Engine,
-    EngineError,
-    Finish,
-    ToolCallDelta,
-)
+from inference.engine_relay import EngineRelay
+from inference.engines.base import Engine, EngineError
 from inference.intake import JobIntake
+from inference.liveness import WORKER_TTL_S
 from inference.outage import RedisOutageTolerance
 from inference.recovery import CrashRecovery
-from inference.stream_writer import TokenWriter
 from inference.worker_loops import WorkerLoops
 
 logger = logging.getLogger(__name__)
@@ -73,7 +65,12 @@ return {cancelled, id}
 
 
 class Worker(
-    JobIntake, CrashRecovery, AffinitySweep, RedisOutageTolerance, WorkerLoops
+    JobIntake,
+    CrashRecovery,
+    AffinitySweep,
+    RedisOutageTolerance,
+    WorkerLoops,
+    EngineRelay,
 ):
     """Serve one pool with one engine until :meth:`stop` is called.
 
@@ -343,120 +340,3 @@ class Worker(
                     await self._affinity_after(
                         job, self._busy(), len(self._preemptible())
                     )
-
-    async def _stream(self, job: protocol.Job) -> None:
-        itl = metrics.INTER_TOKEN_LATENCY.labels(**self._labels)
-        tokens = TokenWriter(self._publish_batch, job.job_id)
-        try:
-            await self._relay(job, tokens, itl)
-            await tokens.flushed()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            # the engine failed: what it generated before is written before its error
-            with contextlib.suppress(Exception):
-                await tokens.flushed()
-            raise
-        finally:
-            await tokens.close()
-
-    async def _relay(self, job: protocol.Job, tokens: TokenWriter, itl: Any) -> None:
-        """Append the engine's deltas (through ``tokens``) and its terminal event."""
-        first_token_at: float | None = None
-        last_at = 0.0
-        async for item in self.engine.generate(job):
-            if isinstance(item, Delta):
-                now = time.time()
-                if first_token_at is None:
-                    first_token_at = now
-                else:
-                    itl.observe(now - last_at)
-                last_at = now
-                tokens.add(item.text)
-            elif isinstance(item, ToolCallDelta):
-                if first_token_at is None:
-                    first_token_at = time.time()
-                last_at = time.time()
-                tokens.add_event(
-                    protocol.tool_call_fields(
-                        index=item.index,
-                        id=item.id,
-                        name=item.name,
-                        arguments_delta=item.arguments,
-                    )
-                )
-            elif isinstance(item, Finish):
-                await tokens.flushed()
-                if (
-                    item.finish_reason == protocol.FINISH_CANCELLED
-                    and job.job_id in self._preempted
-                ):
-                    await self._preempted_end(job)
-                    continue
-                end = time.time()
-                origin = job.enqueued_at or end
-                self._record_finish(job, item, first_token_at, end)
-                if self.kind == "chat":
-                    # before the terminal event: whoever reads it and sends the
-                    # conversation's next turn finds this worker recorded and free
-                    self._freed.add(job.job_id)
-                    await self._affinity_after(
-                        job, self._busy(), len(self._preemptible())
-                    )
-                await self._stream_ensure(job.job_id)
-                await self._terminal(
-                    job.job_id,
-                    protocol.EVENT_DONE,
-                    {
-                        "finish_reason": item.finish_reason,
-                        "usage": {
-                            "prompt_tokens": item.usage.prompt_tokens,
-                            "completion_tokens": item.usage.completion_tokens,
-                            "cached_tokens": item.usage.cached_tokens,
-                        },
-                        "ttft_ms": int((first_token_at - origin) * 1000)
-                        if first_token_at
-                        else None,
-                        "latency_ms": int((end - origin) * 1000),
-                    },
-                )
-
-    async def _preempted_end(self, job: protocol.Job) -> None:
-        """End a background job stopped for an interactive one (inference/intake.py):
-        its caller sends it again, so nothing of it is billed or counted as done."""
-        await self._stream_ensure(job.job_id)
-        await self._terminal(
-            job.job_id,
-            protocol.EVENT_ERROR,
-            {
-                "code": protocol.ERROR_PREEMPTED,
-                "message": "Stopped to free the model for a waiting request; "
-                "it is sent again.",
-                "usage": None,
-            },
-        )
-
-    def _record_finish(
-        self,
-        job: protocol.Job,
-        finish: Finish,
-        first_token_at: float | None,
-        end: float,
-    ) -> None:
-        labels = self._labels
-        origin = job.enqueued_at or end
-        if first_token_at is not None:
-            metrics.TIME_TO_FIRST_TOKEN.labels(**labels).observe(
-                max(0.0, first_token_at - origin)
-            )
-        metrics.E2E_LATENCY.labels(**labels).observe(max(0.0, end - origin))
-        usage = finish.usage
-        metrics.PROMPT_TOKENS.labels(**labels).inc(usage.prompt_tokens)
-        metrics.GENERATION_TOKENS.labels(**labels).inc(usage.completion_tokens)
-        metrics.PREFIX_CACHE_QUERIES.labels(**labels).inc(usage.prompt_tokens)
-        metrics.PREFIX_CACHE_HITS.labels(**labels).inc(usage.cached_tokens)
-        metrics.REQUEST_SUCCESS.labels(
-            **labels, finished_reason=finish.finish_reason
-        ).inc()
-        if finish.finish_reason == protocol.FINISH_CANCELLED:
-            metrics.REQUESTS_ABORTED.labels(**labels).inc()

@@ -33,7 +33,7 @@ def missing_parts(*, base: str, pools: list[str]) -> list[str]:
     200 within a second, and each pool of ``pools`` with no live worker (a heartbeat
     in the last WORKER_TTL_S seconds). An empty list: ready."""
     from chatsite.health import HEALTH_PATH
-    from inference.client import workers_live
+    from inference.liveness import workers_live
 
     missing = []
     try:

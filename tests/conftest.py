@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from inference import client as inference_client
-from inference import keys, protocol
+from inference import keys, liveness, protocol
 from inference.connections import redis_sync
 from inference.embed_worker import EmbedWorker
 from inference.engines.base import Engine
@@ -134,7 +134,7 @@ class WorkerThread:
         """Start and wait until the worker's heartbeat is visible."""
         self.thread.start()
         deadline = time.time() + timeout
-        while inference_client.workers_live(pool=self.pool) == 0:
+        while liveness.workers_live(pool=self.pool) == 0:
             if self.error or time.time() > deadline:
                 raise RuntimeError(f"worker did not start: {self.error!r}")
             time.sleep(0.02)
@@ -245,7 +245,7 @@ def embedding_worker(
     """A live embedding worker with the real model: EMBEDDING_POOL points at it."""
     settings.EMBEDDING_POOL = REAL_EMBEDDING_POOL
     deadline = time.time() + 60
-    while inference_client.workers_live(pool=REAL_EMBEDDING_POOL) == 0:
+    while liveness.workers_live(pool=REAL_EMBEDDING_POOL) == 0:
         if _embedding_process.poll() is not None:
             raise RuntimeError("the embedding worker process exited")
         if time.time() > deadline:

@@ -26,7 +26,7 @@ import httpx
 from django.conf import settings
 from django.db import connection
 
-from inference import client as inference_client
+from inference import liveness
 
 ROOT = Path(__file__).resolve().parent.parent
 ASGI_APP = "chatsite.asgi:application"
@@ -230,7 +230,7 @@ def workers_wait(
     """Wait until every pool of ``pools`` has a live worker (a heartbeat in Redis)."""
     deadline = time.monotonic() + timeout_s
     for proc, pool in zip(procs, pools, strict=True):
-        while inference_client.workers_live(pool=pool) == 0:
+        while liveness.workers_live(pool=pool) == 0:
             proc.check()
             if time.monotonic() > deadline:
                 raise RuntimeError(

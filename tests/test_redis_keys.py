@@ -1,5 +1,5 @@
-"""Every Redis key is Redis Cluster safe (inference/keys.py): the keys one Lua script,
-MULTI/EXEC or multi-key command touches map to one slot, the module names every key,
+"""Every Redis key is Redis Cluster safe (inference/keys/): the keys one Lua script,
+MULTI/EXEC or multi-key command touches map to one slot, the package names every key,
 and no key is built by hand elsewhere."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import ast
 import datetime as dt
 import importlib
 import pathlib
+import pkgutil
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from inference import keys, protocol
 from inference.connections import redis_sync
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+KEY_PACKAGE = ROOT / "inference" / "keys"
 USER = 424242
 JOB = str(uuid.uuid4())
 DAY = dt.date(2026, 5, 28)
@@ -124,11 +126,20 @@ def test_every_key_carries_the_tag_of_its_owner(name: str) -> None:
     )
 
 
-def test_every_key_pattern_is_listed_in_the_module_docstring() -> None:
-    doc = keys.__doc__ or ""
+def _key_docs() -> str:
+    """The docstrings of inference/keys/: the package's and each of its modules'."""
+    modules = [keys] + [
+        importlib.import_module(f"{keys.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(keys.__path__)
+    ]
+    return "\n".join(module.__doc__ or "" for module in modules)
+
+
+def test_every_key_pattern_is_listed_in_the_key_docstrings() -> None:
+    doc = _key_docs()
     for name in EVERY_KEY:
         prefix = ":".join(name.split(":")[:2])  # e.g. inf:gen, gw:quota
-        assert prefix in doc, f"{name}: {prefix} not described in inference/keys.py"
+        assert prefix in doc, f"{name}: {prefix} not described in inference/keys/"
 
 
 @pytest.mark.parametrize("group", sorted(GROUPS))
@@ -232,7 +243,7 @@ def test_the_quota_and_rate_scripts_run_on_one_slot(evals: list[list[str]]) -> N
         assert len(_slots(touched)) == 1, touched
 
 
-# --- no key built by hand outside inference/keys.py ------------------------------
+# --- no key built by hand outside inference/keys/ --------------------------------
 
 # A string that begins like one of our keys: the tiers' prefixes, and each key's
 # first two segments (``chat:toolstep``, ``safety:verdict``, ...).
@@ -246,7 +257,7 @@ _APPS += ["inference", "memory", "safety", "tools"]
 def _hand_built() -> Iterator[str]:
     for app in _APPS:
         for path in (ROOT / app).rglob("*.py"):
-            if path == ROOT / "inference" / "keys.py" or "migrations" in path.parts:
+            if path.is_relative_to(KEY_PACKAGE) or "migrations" in path.parts:
                 continue
             tree = ast.parse(path.read_text())
             for node in ast.walk(tree):
@@ -261,5 +272,5 @@ def _hand_built() -> Iterator[str]:
                     yield f"{path.relative_to(ROOT)}:{node.lineno}: {text!r}"
 
 
-def test_no_key_is_built_outside_the_key_module() -> None:
+def test_no_key_is_built_outside_the_key_package() -> None:
     assert list(_hand_built()) == []

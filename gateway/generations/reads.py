@@ -17,8 +17,7 @@ from typing import Any
 from django.conf import settings
 
 from gateway import quota
-from inference import affinity
-from inference import client as inference_client
+from inference import affinity, liveness
 from inference.affinity import AffinityRead
 
 
@@ -38,7 +37,7 @@ class AdmissionReads:
         self.piggyback = quota.Piggyback(queue=self._queue)
 
     def _queue(self, pipe: Any) -> None:
-        inference_client.pool_load_queue(pipe, pool=self.pool)
+        liveness.pool_load_queue(pipe, pool=self.pool)
         if self.conversation:
             self.hinted = AffinityRead.queue(
                 pipe, pool=self.pool, affinity=self.conversation
@@ -46,10 +45,10 @@ class AdmissionReads:
 
     def load(self) -> tuple[int, int | None] | None:
         """The pool's ``(live workers, waiting jobs)``
-        (:func:`inference.client.pool_load`); None when it was not read. Raises the
+        (:func:`inference.liveness.pool_load`); None when it was not read. Raises the
         read's Redis error."""
         replies = self.piggyback.replies
-        return inference_client.pool_load_parse(replies[:2]) if replies else None
+        return liveness.pool_load_parse(replies[:2]) if replies else None
 
     def affinity(self) -> AffinityRead | None:
         """The conversation's recorded worker on the pool (None: not read, or the

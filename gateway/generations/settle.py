@@ -35,7 +35,7 @@ from gateway.generations.policy import PolicyChain, chain_replay, policies_for
 from gateway.generations.start import Generation
 from gateway.models import ModelPool, UsageRecord
 from inference import client as inference_client
-from inference import protocol
+from inference import protocol, watchdog
 from inference.jobs import FINISH_ERROR
 
 logger = logging.getLogger(__name__)
@@ -303,13 +303,13 @@ def policies_settled(
 BACKEND_ERRORS = (RedisError, DatabaseError, OSError, ServiceUnavailable)
 
 
-def generation_watch(generation: Generation) -> inference_client.Watch:
+def generation_watch(generation: Generation) -> watchdog.Watch:
     """Return what the watchdog checks of ``generation``: its pool (default
     INFERENCE_DEFAULT_POOL), INFERENCE_QUEUE_TIMEOUT_S and INFERENCE_NO_WORKER_GRACE_S
-    (the rules: :meth:`inference.client.Watch.due`). The follower runs it on the
+    (the rules: :meth:`inference.watchdog.Watch.due`). The follower runs it on the
     event loop (:func:`inference.waiting.agen_watchdog`), the reaper sync
-    (:func:`inference.client.generation_watchdog`)."""
-    return inference_client.Watch(
+    (:func:`inference.watchdog.generation_watchdog`)."""
+    return watchdog.Watch(
         job_id=generation.job_id,
         pool=generation.pool or settings.INFERENCE_DEFAULT_POOL,
         enqueued_at=generation.enqueued_at,
@@ -361,7 +361,7 @@ def generation_sweep(
             message_id=message_id,
         )
     last_event_at = _entry_time(events[-1].id) if events else generation.enqueued_at
-    if inference_client.generation_watchdog(
+    if watchdog.generation_watchdog(
         generation_watch(generation), started=started, last_event_at=last_event_at
     ):
         settled = generation_settle(

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from django.conf import settings
 
 from inference import client as inference_client
+from inference import liveness
 from safety.categories import HAZARD_CATEGORY, Category, Hazard
 from safety.classifiers.base import Classifier, ModerationUnavailable, Verdict
 
@@ -101,7 +102,7 @@ class GuardClassifier(Classifier):
         Raises :class:`ModerationUnavailable` when the pool has no live worker, the
         guard does not answer within ``timeout_s`` seconds, or its answer is unreadable.
         """
-        if inference_client.workers_live(pool=self.pool) == 0:
+        if liveness.workers_live(pool=self.pool) == 0:
             raise ModerationUnavailable(
                 f"Content moderation is unavailable right now: no worker serves the "
                 f"guard pool {self.pool!r}."

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from inference import client as inference_client
+from inference import liveness
 from inference.connections import redis_sync
 from tests.stack import (
     ROOT,
@@ -154,7 +154,7 @@ class _Stacks:
         deadline = time.monotonic() + timeout_s
         assert self.stack is not None
         for pool, proc in zip(self.pools, self.stack.workers, strict=False):
-            while inference_client.workers_live(pool=pool) == 0:
+            while liveness.workers_live(pool=pool) == 0:
                 proc.check()
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"no live worker on {pool!r} after the flush")

@@ -1,6 +1,6 @@
 """The chat's SSE ``queue`` event: while an answer waits for a free worker the relay
 reports its place in the pool's queue about once a second, and stops once it runs
-(conversations/sse.py, gateway/generations/follow.py, inference/client.py)."""
+(conversations/sse.py, gateway/generations/follow.py, inference/waiting.py)."""
 
 from __future__ import annotations
 

@@ -353,13 +353,13 @@ def test_the_model_pickers_list_chat_pools_and_the_api_every_kind(
 
 
 def test_pool_load_reads_live_workers_and_waiting_jobs_together(pools):
-    from inference import client as inference_client
+    from inference import liveness
 
-    assert inference_client.pool_load(pool="nobody") == (0, 0)
+    assert liveness.pool_load(pool="nobody") == (0, 0)
     fake_heartbeat("big")
     queue_jobs("big", 4)
-    assert inference_client.pool_load(pool="big") == (1, None)  # no group: count
+    assert liveness.pool_load(pool="big") == (1, None)  # no group: count
     client = redis_sync()
     client.xgroup_create(keys.queue_key("big"), protocol.GROUP, id="0")
     client.xreadgroup(protocol.GROUP, "w1", {keys.queue_key("big"): ">"}, count=3)
-    assert inference_client.pool_load(pool="big") == (1, 1)
+    assert liveness.pool_load(pool="big") == (1, 1)

@@ -1,4 +1,5 @@
-"""The watchdog (inference/client.py): one rule, the same result sync and async."""
+"""The watchdog (inference/watchdog.py): one rule, the same result sync and async;
+liveness (inference/liveness.py) and a stream's reads (inference/client.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from inference import client as inference_client
-from inference import keys, protocol, waiting
+from inference import keys, liveness, protocol, waiting, watchdog
 from inference.connections import redis_sync
 
 USAGE = {"prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0}
 META = {"model": "m", "worker": "w1", "queue_ms": 1}
 DONE = {"finish_reason": "stop", "usage": USAGE, "ttft_ms": 1, "latency_ms": 2}
-WATCH = inference_client.Watch(
+WATCH = watchdog.Watch(
     job_id="j1", pool="p1", enqueued_at=100.0, queue_timeout_s=30, no_worker_grace_s=5
 )
 
@@ -31,8 +32,8 @@ def test_a_stream_quiet_past_the_grace_asks_whether_the_pool_lives():
     assert WATCH.due(now=104, started=True, last_event_at=100) is None
 
 
-def _watch(job_id: str, *, enqueued_at: float) -> inference_client.Watch:
-    return inference_client.Watch(
+def _watch(job_id: str, *, enqueued_at: float) -> watchdog.Watch:
+    return watchdog.Watch(
         job_id=job_id,
         pool="pool",
         enqueued_at=enqueued_at,
@@ -47,7 +48,7 @@ async def test_the_sync_and_async_watchdogs_end_the_same_generations(live):
         redis_sync().zadd(keys.workers_key("pool"), {"w1": time.time()})
     quiet = time.time() - 10  # nothing arrived for 10 s: past the 1 s grace
     results = [
-        await sync_to_async(inference_client.generation_watchdog)(
+        await sync_to_async(watchdog.generation_watchdog)(
             _watch("sync", enqueued_at=quiet), started=True, last_event_at=quiet
         ),
         await waiting.agen_watchdog(
@@ -73,7 +74,7 @@ async def test_a_generation_that_already_ended_is_left_as_it_is():
             ttl_s=60,
         )
     assert (
-        await sync_to_async(inference_client.generation_watchdog)(
+        await sync_to_async(watchdog.generation_watchdog)(
             _watch("sync", enqueued_at=old), started=False, last_event_at=old
         )
         is None
@@ -92,7 +93,7 @@ async def test_a_generation_that_already_ended_is_left_as_it_is():
 async def test_sync_and_async_liveness_count_recent_heartbeats_only():
     now = time.time()
     redis_sync().zadd(keys.workers_key("p"), {"fresh": now, "gone": now - 60})
-    assert await sync_to_async(inference_client.workers_live)(pool="p") == 1
+    assert await sync_to_async(liveness.workers_live)(pool="p") == 1
     assert await waiting.aworkers_live(pool="p", max_age_s=0) == 1
 
 

@@ -3,7 +3,7 @@
 import time
 
 from inference import client as inference_client
-from inference import keys, protocol
+from inference import keys, liveness, protocol
 from inference.connections import redis_sync
 from inference.engines.scripted import ScriptedEngine
 from tests.inference.helpers import (
@@ -182,11 +182,11 @@ def test_only_one_terminal_event_even_when_the_web_tier_times_a_job_out(start_wo
 
 
 def test_worker_heartbeat_makes_the_pool_live_and_leaving_removes_it(start_worker):
-    assert inference_client.workers_live(pool="default") == 0
+    assert liveness.workers_live(pool="default") == 0
     handle = start_worker(ScriptedEngine())
-    assert inference_client.workers_live(pool="default") == 1
+    assert liveness.workers_live(pool="default") == 1
     handle.stop()
-    assert inference_client.workers_live(pool="default") == 0
+    assert liveness.workers_live(pool="default") == 0
 
 
 def blocked_in_xreadgroup() -> bool:

@@ -26,7 +26,7 @@ from chatsite.errors import DomainError
 from evaluation import selectors, services, tasks
 from evaluation.models import EvalRun
 from evaluation.runs import eval_run_create
-from inference import client as inference_client
+from inference import liveness
 
 POLL_S = 0.25
 
@@ -112,7 +112,7 @@ class Command(BaseCommand):
                     for pool in pools
                 ]
                 for pool in pools:
-                    if inference_client.workers_live(pool=pool) == 0:
+                    if liveness.workers_live(pool=pool) == 0:
                         raise CommandError(
                             f"No live inference worker serves the pool {pool!r}: "
                             f"start one (manage.py run_inference_worker --pool {pool})."
