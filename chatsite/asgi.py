@@ -32,6 +32,7 @@ from django.core import signals
 from django.core.asgi import get_asgi_application
 from django.core.exceptions import ImproperlyConfigured, RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.test.utils import override_settings
 from django.urls import (
@@ -227,6 +228,19 @@ class ApiASGIHandler(StartedHookASGIHandler):
                 signals.request_started.send, sender=self.__class__, scope=scope
             )
         )
+
+    def resolve_request(self, request: HttpRequest) -> ResolverMatch:
+        """Django's ``resolve_request`` through :data:`api_resolver`: the API's own
+        patterns, under the prefix the root URLconf includes them at, give the
+        match the root URLconf gives (same view, arguments, name and route), without
+        trying the site's patterns that come first in it (some thirty per request).
+        A request whose middleware set its own ``urlconf`` is resolved as Django
+        does."""
+        if hasattr(request, "urlconf"):
+            return super().resolve_request(request)
+        match = api_resolver.resolve(request.path_info)
+        request.resolver_match = match
+        return match
 
     async def request_ended(self, response: HttpResponseBase | None) -> None:
         """End the request as Django does, in one hop to a shared sync thread,

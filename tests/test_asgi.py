@@ -69,6 +69,34 @@ async def test_every_api_url_goes_to_the_api_handler_and_site_paths_do_not(
         assert await _routed_to(site_path, monkeypatch) in ("site", "site sync")
 
 
+def test_the_api_handler_resolves_as_the_root_urlconf_without_the_site_s_patterns(
+    monkeypatch,
+):
+    """Each API URL resolves in the API handler to the match the root URLconf gives
+    (view, arguments, name, route, namespaces), through the API's own resolver."""
+    from django.test import RequestFactory
+    from django.urls import get_resolver
+
+    roots: list[str] = []
+    root = get_resolver()
+    resolve = root.resolve
+
+    def spied(path: str) -> Any:
+        roots.append(path)
+        return resolve(path)
+
+    fields = ("func", "args", "kwargs", "url_name", "route", "namespaces")
+    for pattern in api_urls.urlpatterns:
+        api_path = reverse(pattern.name, kwargs=_SAMPLE_KWARGS.get(pattern.name))
+        expected = resolve(api_path)
+        monkeypatch.setattr(root, "resolve", spied)
+        match = asgi.api_asgi_app.resolve_request(RequestFactory().get(api_path))
+        monkeypatch.setattr(root, "resolve", resolve)
+        for field in fields:
+            assert getattr(match, field) == getattr(expected, field), (api_path, field)
+    assert roots == []
+
+
 async def test_sync_views_run_behind_one_sync_hop_and_async_views_stay_async(
     monkeypatch,
 ):
