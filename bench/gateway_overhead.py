@@ -230,9 +230,11 @@ def run(args: argparse.Namespace) -> dict[int, dict]:
     # this client and every process it starts run on the load core, unless pinned
     # to the web core below
     pinning.pin(os.getpid(), web=False)
-    for pid in service_pids(ROOT / ".var").values():
+    key = setup_ours()  # loads the settings: which services (.var/ or .var/test/)
+    from chatsite.settings.environment import SERVICES_DIR
+
+    for pid in service_pids(SERVICES_DIR).values():
         pinning.pin_tree(pid, web=False)
-    key = setup_ours()
     tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
     up_port, web_port, llm_port = free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}"

@@ -16,6 +16,7 @@ back (the difference: docs/benchmarks.md). Nor does it start a sync thread per r
 """
 
 import asyncio
+import functools
 import gc
 import os
 import re
@@ -31,6 +32,7 @@ from django.core import signals
 from django.core.asgi import get_asgi_application
 from django.core.exceptions import ImproperlyConfigured, RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.test.utils import override_settings
 from django.urls import (
@@ -44,7 +46,12 @@ from django.urls.resolvers import RegexPattern, RoutePattern
 
 import chatsite.blas_threads  # noqa: F401  first: before anything loads numpy
 from chatsite.bodycap import body_capped, response_send
-from chatsite.db import request_connection_release, request_thread_share
+from chatsite.db import (
+    request_connection_release,
+    request_start_defer,
+    request_start_send,
+    request_thread_share,
+)
 from chatsite.errors import error_response
 from chatsite.health import HEALTH_PATH, health_app
 from chatsite.warmup import services_warm_start, web_warm
@@ -103,12 +110,93 @@ def is_api_path(path: str) -> bool:
     return True
 
 
-class ApiASGIHandler(ASGIHandler):
+class StartedHookASGIHandler(ASGIHandler):
+    """Django's ASGI handler with Django's ``request_started`` signal sent where a
+    subclass's :meth:`request_started` says, and the request ended (Django's
+    ``request_finished``) by its :meth:`request_ended`: Django's ``asend`` runs the
+    signal's sync receivers in a hop to a sync thread of its own, there and back,
+    before every request. The rest of :meth:`handle` is Django's, step for step."""
+
+    async def request_started(self, scope: Any, request: Any) -> None:
+        """Send ``request_started`` for ``scope`` as Django does; ``request`` is the
+        built request, or None for one Django could not build."""
+        await signals.request_started.asend(sender=self.__class__, scope=scope)
+
+    async def request_ended(self, response: HttpResponseBase | None) -> None:
+        """End the request as Django does: ``response.close()`` (which sends
+        ``request_finished``) in a sync thread, or, with no response (the client
+        left first), ``request_finished`` alone."""
+        if response is None:
+            await signals.request_finished.asend(sender=self.__class__)
+        else:
+            await sync_to_async(response.close)()
+
+    async def handle(self, scope: Any, receive: Any, send: Any) -> None:
+        """Django's :meth:`ASGIHandler.handle` (Django 5.2; tests/test_asgi.py
+        checks that its source is still the one this follows) with the signals
+        sent by :meth:`request_started` once the request is built and by
+        :meth:`request_ended`: a request Django cannot build is answered after
+        the first, as Django's; a client gone mid-response ends the request."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        request, error_response = self.create_request(scope, body_file)
+        await self.request_started(scope, request)
+        if request is None:
+            assert error_response is not None  # create_request gives one or the other
+            body_file.close()
+            await self.send_response(error_response, send)
+            await self.request_ended(error_response)
+            return
+
+        async def process_request(request: Any, send: Any) -> HttpResponseBase:
+            response = await self.run_get_response(request)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass  # the client left during send_response
+            return response
+
+        # as Django: listen for the client's disconnect while the response is made
+        listening = asyncio.create_task(self.listen_for_disconnect(receive))
+        processing = asyncio.create_task(process_request(request, send))
+        tasks = [listening, processing]  # checked, and cancelled, in this order
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        try:
+            response = processing.result()
+        except asyncio.CancelledError:
+            await self.request_ended(None)
+        else:
+            await self.request_ended(response)
+        body_file.close()
+
+
+class ApiASGIHandler(StartedHookASGIHandler):
     """Django's ASGI handler for the API: a request's thread-sensitive calls
     (Django's request signals, ``response.close()``, ``db_brief`` steps) run on the
     process's shared sync threads (:func:`chatsite.db.request_thread_share`), not
     on a thread started for the request. Its admission runs on
     :func:`chatsite.db.db_quick`'s threads; no step keeps a connection for the next.
+    Django's ``request_started`` goes out in the request's first sync step, on the
+    thread that step's queries use (:meth:`request_started`), not in a hop of its
+    own before the view.
     """
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -118,6 +206,53 @@ class ApiASGIHandler(ASGIHandler):
         async with ThreadSensitiveContext():
             request_thread_share()
             await self.handle(scope, receive, send)
+
+    async def request_started(self, scope: Any, request: Any) -> None:
+        """Have the request's first sync step (:func:`chatsite.db.db_quick`,
+        :func:`chatsite.db.db_brief`) send ``request_started`` as it starts, on its
+        own thread (:func:`chatsite.db.request_start_defer`); a request Django could
+        not build sends it at once, as Django does.
+
+        Its receivers (``reset_queries``, ``close_old_connections``) act on the
+        calling thread's connections, so they belong on the thread that will
+        query, never on the event loop's (which may hold a connection of its own
+        in tests, and must not query). A request that ends before any step (a
+        405) sends it as it ends (:meth:`request_ended`), so every request sends
+        it once, before ``request_finished``.
+        """
+        if request is None:
+            await super().request_started(scope, request)
+            return
+        request_start_defer(
+            functools.partial(
+                signals.request_started.send, sender=self.__class__, scope=scope
+            )
+        )
+
+    def resolve_request(self, request: HttpRequest) -> ResolverMatch:
+        """Django's ``resolve_request`` through :data:`api_resolver`: the API's own
+        patterns, under the prefix the root URLconf includes them at, give the
+        match the root URLconf gives (same view, arguments, name and route), without
+        trying the site's patterns that come first in it (some thirty per request).
+        A request whose middleware set its own ``urlconf`` is resolved as Django
+        does."""
+        if hasattr(request, "urlconf"):
+            return super().resolve_request(request)
+        match = api_resolver.resolve(request.path_info)
+        request.resolver_match = match
+        return match
+
+    async def request_ended(self, response: HttpResponseBase | None) -> None:
+        """End the request as Django does, in one hop to a shared sync thread,
+        sending its ``request_started`` first there if no step sent it."""
+        await sync_to_async(self._end)(response)
+
+    def _end(self, response: HttpResponseBase | None) -> None:
+        request_start_send()
+        if response is None:
+            signals.request_finished.send(sender=self.__class__)
+        else:
+            response.close()
 
 
 def asgi_handler_with(
@@ -186,7 +321,7 @@ def chain_gate() -> asyncio.Semaphore:
     return gate
 
 
-class SyncChainASGIHandler(ASGIHandler):
+class SyncChainASGIHandler(StartedHookASGIHandler):
     """Django's ASGI handler with the site's middleware chain built sync, for sync
     views (every page and form POST, the chat's message POST): a request hops to a
     sync thread once and runs the whole chain and the view there.
@@ -210,64 +345,15 @@ class SyncChainASGIHandler(ASGIHandler):
         # not ASGIHandler.__init__: it builds the async chain
         self.load_middleware(is_async=False)
 
-    async def handle(self, scope: Any, receive: Any, send: Any) -> None:
-        """Django's :meth:`ASGIHandler.handle` (Django 5.2; tests/test_asgi.py
-        checks that its source is still the one this follows) with Django's
-        ``request_started`` sent in the chain's hop (:meth:`_respond`), not in a
-        hop of its own before it: its receivers (the database connection's age
-        check, the query log's reset) are sync, so ``asend`` ran them in the
-        request's thread, a hop there and back, one of the request's two. A
-        request Django cannot build is answered after the signal, as Django's; a
-        client gone mid-response ends the request."""
-        try:
-            body_file = await self.read_body(receive)
-        except RequestAborted:
-            return
-        set_script_prefix(get_script_prefix(scope))
-        request, error_response = self.create_request(scope, body_file)
+    async def request_started(self, scope: Any, request: Any) -> None:
+        """Send Django's ``request_started`` for a request Django could not build
+        (``request`` None: answered at once); a built request's is sent in the
+        chain's hop (:meth:`_respond`), not in a hop of its own before it: its
+        receivers (the database connection's age check, the query log's reset)
+        are sync, so ``asend`` ran them in the request's thread, a hop there and
+        back, one of the request's two."""
         if request is None:
-            await signals.request_started.asend(sender=self.__class__, scope=scope)
-            assert error_response is not None  # create_request gives one or the other
-            body_file.close()
-            await self.send_response(error_response, send)
-            await sync_to_async(error_response.close)()
-            return
-
-        async def process_request(request: Any, send: Any) -> HttpResponseBase:
-            response = await self.run_get_response(request)
-            try:
-                await self.send_response(response, send)
-            except asyncio.CancelledError:
-                pass  # the client left during send_response
-            return response
-
-        # as Django: listen for the client's disconnect while the response is made
-        listening = asyncio.create_task(self.listen_for_disconnect(receive))
-        processing = asyncio.create_task(process_request(request, send))
-        tasks = [listening, processing]  # checked, and cancelled, in this order
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            if task.done():
-                try:
-                    task.result()
-                except RequestAborted:
-                    pass
-                except AssertionError:
-                    body_file.close()
-                    raise
-            else:
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-        try:
-            response = processing.result()
-        except asyncio.CancelledError:
-            await signals.request_finished.asend(sender=self.__class__)
-        else:
-            await sync_to_async(response.close)()
-        body_file.close()
+            await super().request_started(scope, request)
 
     async def get_response_async(self, request: Any) -> HttpResponseBase:
         """Run the sync chain (:meth:`get_response`) in the request's sync thread,

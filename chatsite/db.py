@@ -73,12 +73,43 @@ def connection_lost_503(exc: Exception) -> ServiceUnavailable:
     )
 
 
+_start_pending: contextvars.ContextVar[list[Callable[[], object]] | None] = (
+    contextvars.ContextVar("request_start_pending", default=None)
+)
+
+
+def request_start_defer(send: Callable[[], object]) -> None:
+    """Have the running request's next sync step (:func:`db_brief`,
+    :func:`db_quick`) call ``send`` (the request's Django ``request_started``) on
+    its own thread before it runs, once; or :func:`request_start_send`, whichever
+    comes first. Call on the event loop, in the request's context, before the view
+    runs (its steps copy the context, and with it this request's pending call)."""
+    _start_pending.set([send])
+
+
+def request_start_send() -> None:
+    """Call the running request's deferred ``send`` (:func:`request_start_defer`) if
+    no step called it yet; a no-op otherwise and outside such a request. Safe from
+    two threads at once: exactly one of them calls it."""
+    pending = _start_pending.get()
+    if not pending:
+        return
+    try:
+        send = pending.pop()  # atomic: only one caller gets it
+    except IndexError:
+        return
+    send()
+
+
 def _step(fn: Callable[P, R]) -> Callable[P, R]:
     """``fn`` releasing its thread's connection afterwards (outside a transaction);
-    a dead pooled connection becomes ServiceUnavailable (:func:`connection_lost_503`)."""
+    a dead pooled connection becomes ServiceUnavailable (:func:`connection_lost_503`).
+    The request's deferred ``request_started`` goes out first, on this thread
+    (:func:`request_start_send`)."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
+            request_start_send()
             return fn(*args, **kwargs)
         except (OperationalError, InterfaceError) as exc:
             if connection.connection is not None and connection.is_usable():

