@@ -31,6 +31,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -182,12 +183,18 @@ class Worker(
                 self._aborted.add(job_id)
                 self.engine.abort(job_id)
 
-    async def run(self) -> None:
-        """Serve until :meth:`stop`; running jobs finish before this returns."""
+    async def run(self, *, started: Callable[[], None] | None = None) -> None:
+        """Serve until :meth:`stop`; running jobs finish before this returns.
+
+        ``started`` is called once the engine is ready, before the first heartbeat
+        (no job is taken before it returns): the process's start-up is over there.
+        """
         self._redis = redis_async_new(self.redis_url)
         await self._ensure_group()
         await self.engine.start()
         await self._engine_ready()
+        if started is not None:
+            started()
         # Beat once before the first read, so no other worker ever sees our entries
         # owned by a consumer without a heartbeat.
         await self._heartbeat()

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,10 +104,12 @@ class WorkerThread:
         *,
         pool: str | None = None,
         worker_class: type[Worker] = Worker,
+        started: Callable[[], None] | None = None,
         **options: Any,
     ) -> None:
         self.pool = pool or settings.INFERENCE_DEFAULT_POOL
         self.engine = engine
+        self.started = started  # Worker.run's: called before the first heartbeat
         options.setdefault("block_ms", TEST_WORKER_BLOCK_MS)
         self.worker = worker_class(
             pool=self.pool,
@@ -123,7 +125,7 @@ class WorkerThread:
     def _run(self) -> None:
         async def main() -> None:
             self.loop = asyncio.get_running_loop()
-            await self.worker.run()
+            await self.worker.run(started=self.started)
 
         try:
             asyncio.run(main())

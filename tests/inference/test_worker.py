@@ -189,6 +189,29 @@ def test_worker_heartbeat_makes_the_pool_live_and_leaving_removes_it(start_worke
     assert liveness.workers_live(pool="default") == 0
 
 
+def test_started_runs_once_the_engine_is_ready_and_before_the_pool_is_live(
+    start_worker,
+):
+    # the worker command freezes its start-up objects there: after the model's
+    # load, before any job can be taken
+    class Loading(ScriptedEngine):
+        loaded = False
+
+        async def start(self) -> None:
+            self.loaded = True
+
+    engine = Loading()
+    seen: list[tuple[bool, int]] = []
+    start_worker(
+        engine,
+        started=lambda: seen.append(
+            (engine.loaded, inference_client.workers_live(pool="default"))
+        ),
+    )
+    assert seen == [(True, 0)]
+    assert inference_client.workers_live(pool="default") == 1
+
+
 def blocked_in_xreadgroup() -> bool:
     """True while a Redis client (here: the one worker running) is blocked in
     XREADGROUP. XINFO CONSUMERS cannot tell: a blocked read that got nothing yet

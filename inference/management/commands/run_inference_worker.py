@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -30,6 +31,22 @@ from inference.engines.embedding import embedding_engine_create
 from inference.worker import Worker
 
 EMBEDDING_ENGINES = ("sentence-transformers",)
+
+
+def startup_freeze() -> None:
+    """Collect the start-up's garbage, then move every object left (Django, the
+    engine and its model, the imports: they live as long as the process) out of
+    the cyclic collector's scans (``gc.freeze``), as the web process does
+    (chatsite/asgi.py).
+
+    Otherwise the worker's first full collection comes with its first burst of jobs
+    (the thresholds count the jobs' allocations) and walks them all while the event
+    loop waits: a scripted worker's ~210,000 start-up objects took 150-520 ms on a
+    busy core, every job taken then started late and together
+    (bench/results/2026-12-05-burst.md).
+    """
+    gc.collect()
+    gc.freeze()
 
 
 class Command(BaseCommand):
@@ -287,7 +304,7 @@ class Command(BaseCommand):
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal)
-            await worker.run()
+            await worker.run(started=startup_freeze)
 
         try:
             asyncio.run(main())
