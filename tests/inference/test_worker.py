@@ -205,11 +205,11 @@ def test_started_runs_once_the_engine_is_ready_and_before_the_pool_is_live(
     start_worker(
         engine,
         started=lambda: seen.append(
-            (engine.loaded, inference_client.workers_live(pool="default"))
+            (engine.loaded, liveness.workers_live(pool="default"))
         ),
     )
     assert seen == [(True, 0)]
-    assert inference_client.workers_live(pool="default") == 1
+    assert liveness.workers_live(pool="default") == 1
 
 
 def blocked_in_xreadgroup() -> bool:
