@@ -176,15 +176,20 @@ class SentinelCachePool:
         )
 
 
-def redis_cache_config(url: str, *, key_prefix: str) -> dict[str, Any]:
+def redis_cache_config(
+    url: str, *, key_prefix: str, rate_count: bool = False
+) -> dict[str, Any]:
     """Return a ``CACHES`` entry for Django's ``RedisCache`` on ``url`` (plain,
-    Sentinel or cluster: chatsite/redis_cluster.py); django-ratelimit counts in this
-    cache too."""
+    Sentinel or cluster: chatsite/redis_cluster.py). ``rate_count``: the entry of
+    django-ratelimit's cache (``RATELIMIT_USE_CACHE``), which counts in one round
+    trip (chatsite/cache.py ``RateCountRedisCache``; on a cluster, the cluster's
+    cache, two round trips)."""
     if is_cluster_url(url):
         return cluster_cache_config(url, key_prefix=key_prefix)
     config: dict[str, Any] = {
         # Django's RedisCache, one client per pool (chatsite/cache.py)
-        "BACKEND": "chatsite.cache.SharedClientRedisCache",
+        "BACKEND": "chatsite.cache."
+        + ("RateCountRedisCache" if rate_count else "SharedClientRedisCache"),
         "LOCATION": url,
         "KEY_PREFIX": key_prefix,
     }
@@ -192,6 +197,16 @@ def redis_cache_config(url: str, *, key_prefix: str) -> dict[str, Any]:
         config["LOCATION"] = [url]
         config["OPTIONS"] = {"pool_class": "chatsite.sentinel.SentinelCachePool"}
     return config
+
+
+def redis_caches(url: str) -> dict[str, dict[str, Any]]:
+    """Return the site's ``CACHES`` on ``url``: ``default`` (prefix ``cache``) and
+    ``ratelimit``, django-ratelimit's (``RATELIMIT_USE_CACHE``), the same keys
+    counted in one round trip (:func:`redis_cache_config` ``rate_count``)."""
+    return {
+        "default": redis_cache_config(url, key_prefix="cache"),
+        "ratelimit": redis_cache_config(url, key_prefix="cache", rate_count=True),
+    }
 
 
 def sentinel_celery_broker(url: str) -> tuple[str, dict[str, Any]]:

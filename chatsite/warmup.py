@@ -59,10 +59,17 @@ def web_warm() -> None:
     - the moderation classifier (SAFETY_INPUT_ENABLED or SAFETY_OUTPUT_ENABLED: the
       first turn or answer would load it; the embedded backend reads its model file
       once per process).
+    - Django's cache objects (every ``CACHES`` alias; no connection is opened):
+      Django keeps them in a context-local (asgiref ``Local``), and every request's
+      task starts from a copy of the context the server was started in, so an alias
+      first used inside a request was built again for every request, with its own
+      Redis pool and a new connection (the session's read, django-ratelimit's count).
 
     A missing model file is reported by the first turn that needs it, not here. No
     database or Redis is touched here: see :func:`services_warm_start`.
     """
+    from django.core.cache import caches
+
     import gateway.generations.moderation  # noqa: F401  imported by the first stream
     from inference.tokens import prompt_counter
     from safety.classifiers import classifier_get
@@ -76,6 +83,8 @@ def web_warm() -> None:
     except Resolver404:
         pass
     url_regexes_warm()
+    for alias in settings.CACHES:
+        caches[alias]  # noqa: B018  built here, in the context every request copies
     if settings.SAFETY_INPUT_ENABLED or settings.SAFETY_OUTPUT_ENABLED:
         try:
             classifier_get()

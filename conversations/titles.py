@@ -111,12 +111,28 @@ def _inline_text(token: Token) -> str:
     return "".join(parts)
 
 
+# One line with nothing the dialect reads as Markdown: a letter first (a digit may
+# open an ordered list), then letters, digits, spaces and punctuation that marks
+# nothing on one line (no _*`~|#<>[]\& and no line break). Such a line is one
+# paragraph of plain text: its own first text (tests/conversations/test_titles.py
+# holds the parse to that).
+_PLAIN_LINE = re.compile(r"[^\W\d_](?:[^\W_]|[ ,.?!'\"%$@:;/()=+-])*")
+
+
 def markdown_first_text(text: str) -> str:
     """Return the plain text of the first block of Markdown ``text`` that has any (a
     paragraph, heading, list item, table cell; a code block's first line), spaces
     collapsed; ``""`` when there is none. Only the first TITLE_SOURCE_MAX_CHARS
-    characters are read."""
-    for token in _markdown().parse(text[:TITLE_SOURCE_MAX_CHARS]):
+    characters are read; a plain line (:data:`_PLAIN_LINE`) is not parsed."""
+    head = text[:TITLE_SOURCE_MAX_CHARS]
+    if _PLAIN_LINE.fullmatch(head):
+        return " ".join(head.split())
+    return _markdown_first_text_parsed(head)
+
+
+def _markdown_first_text_parsed(text: str) -> str:
+    """:func:`markdown_first_text` of ``text`` by markdown-it's parse."""
+    for token in _markdown().parse(text):
         if token.type == "inline":
             plain = _inline_text(token)
         elif token.type in ("fence", "code_block"):

@@ -16,6 +16,7 @@ from django_ratelimit.core import is_ratelimited
 from chatsite.sentinel import (
     SentinelUrl,
     redis_cache_config,
+    redis_caches,
     sentinel_celery_broker,
     sentinel_url_parse,
 )
@@ -78,7 +79,7 @@ def sentinel_group(tmp_path, settings) -> Iterator[SentinelGroup]:
     group = SentinelGroup(tmp_path)
     try:
         settings.REDIS_URL = group.url
-        settings.CACHES = {"default": redis_cache_config(group.url, key_prefix="cache")}
+        settings.CACHES = redis_caches(group.url)
         broker = sentinel_celery_broker(group.url)  # as chatsite/settings/base.py
         settings.CELERY_BROKER_URL, settings.CELERY_BROKER_TRANSPORT_OPTIONS = broker
         yield group

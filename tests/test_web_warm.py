@@ -46,6 +46,34 @@ def test_importing_the_asgi_app_loads_the_tokenizer_urls_and_classifier():
     assert warmed == {"reverse_built": True, "tokenizer": 1, "classifier": 1}
 
 
+CACHE_PROBE = """
+import asyncio, json
+from asgiref.sync import sync_to_async
+import chatsite.asgi
+from django.conf import settings
+from django.core.cache import caches
+
+def aliases():
+    return [caches[alias] for alias in settings.CACHES]
+
+async def request():  # each request runs in a task of its own, as under uvicorn
+    return await sync_to_async(aliases, thread_sensitive=False)()
+
+async def main():
+    first = await asyncio.create_task(request())
+    second = await asyncio.create_task(request())
+    return [a is b for a, b in zip(first, second)] + [len(first)]
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+def test_every_request_uses_the_process_s_cache_objects():
+    """Two requests (two tasks, each in a sync thread) get the same cache object of
+    each alias: one Redis pool per process, not a new connection per request."""
+    assert _warmed(CACHE_PROBE) == [True, True, 2]
+
+
 def test_with_output_moderation_alone_on_the_classifier_is_loaded_too():
     warmed = _warmed(
         SAFETY_INPUT_ENABLED="0",

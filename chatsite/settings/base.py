@@ -8,7 +8,7 @@ All configuration comes from the environment through one django-environ `env`. W
 `scripts/services.py`); variables already in the environment always win.
 """
 
-from chatsite.sentinel import redis_cache_config, sentinel_celery_broker
+from chatsite.sentinel import redis_caches, sentinel_celery_broker
 from chatsite.settings.environment import BASE_DIR, VAR_DIR, env
 
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="dev-insecure-change-me")
@@ -194,7 +194,7 @@ REDIS_SYNC_POOL_TIMEOUT_S = env.float("REDIS_SYNC_POOL_TIMEOUT_S", default=10.0)
 # default 15 s, deploy/redis-cluster.md) plus about a second of election.
 REDIS_CLUSTER_FAILOVER_S = env.float("REDIS_CLUSTER_FAILOVER_S", default=20.0)
 
-CACHES = {"default": redis_cache_config(REDIS_URL, key_prefix="cache")}
+CACHES = redis_caches(REDIS_URL)
 # Sessions read from that cache, written through to the database (Django's cached_db):
 # a signed-in request's session costs a Redis GET instead of a query; PostgreSQL stays
 # the record, so a flushed or restarted Redis signs nobody out.

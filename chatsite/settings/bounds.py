@@ -65,5 +65,7 @@ LOGIN_ACCOUNT_FAILURES = env.int("LOGIN_ACCOUNT_FAILURES", default=5)
 LOGIN_FAILURE_WINDOW_S = env.int("LOGIN_FAILURE_WINDOW_S", default=86400)
 LOGIN_LOCKOUT_BASE_S = env.int("LOGIN_LOCKOUT_BASE_S", default=60)
 LOGIN_LOCKOUT_MAX_S = env.int("LOGIN_LOCKOUT_MAX_S", default=3600)
-RATELIMIT_USE_CACHE = "default"
+# django-ratelimit counts in its own alias of the cache (chatsite/sentinel.py
+# redis_caches): the same keys, one round trip per count
+RATELIMIT_USE_CACHE = "ratelimit"
 RATELIMIT_VIEW = "gateway.views.ratelimited"

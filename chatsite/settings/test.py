@@ -31,7 +31,7 @@ if (
     )
 
 from chatsite.sentinel import (  # noqa: E402
-    redis_cache_config,
+    redis_caches,
     sentinel_celery_broker,
 )
 from chatsite.settings.base import *  # noqa: E402, F403
@@ -39,7 +39,7 @@ from chatsite.settings.base import REDIS_URL, env  # noqa: E402
 
 # Tests own Redis database 15 of the same server and flush it between tests.
 REDIS_URL = env("TEST_REDIS_URL", default=REDIS_URL.rsplit("/", 1)[0] + "/15")
-CACHES = {"default": redis_cache_config(REDIS_URL, key_prefix="cache")}
+CACHES = redis_caches(REDIS_URL)
 CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = sentinel_celery_broker(REDIS_URL)
 CELERY_TASK_ALWAYS_EAGER = True
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

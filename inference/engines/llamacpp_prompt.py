@@ -124,7 +124,7 @@ class ChatPrompt:
         if llm is not None:
             return llm.tokenize(prompt, add_bos=False, special=True)
         with self._lock:
-            return self.llm.tokenize(prompt, add_bos=False, special=True)
+            return tokenize_once(self.llm, prompt)
 
     def count(
         self,
@@ -137,6 +137,29 @@ class ChatPrompt:
         (not offered under ``tool_choice`` ``"none"``): the engine's ``prompt_tokens``."""
         offered = toolprompt.offered_tools({"tools": tools, "tool_choice": tool_choice})
         return self._counter.count(self.render(messages, tools=offered))
+
+
+def tokenize_once(llm: Any, text: bytes) -> list[int]:
+    """Return ``llm.tokenize(text, add_bos=False, special=True)``: the same llama.cpp
+    call, into a buffer of ``len(text) + 16`` ids.
+
+    llama-cpp-python sizes its buffer by the model's training context, which a
+    vocabulary-only load (:func:`chat_prompt_load`) reports as 0: every call ran the
+    tokenizer twice, once to learn the count and once to fill. No tokenizer makes
+    more ids than the text has bytes plus a few (a token covers at least one byte;
+    a BOS, an EOS or SentencePiece's leading space add one each), so one pass fills
+    this buffer; a count over it (negative: llama.cpp's "buffer too small") gets the
+    second pass, as before. Raises RuntimeError as llama-cpp-python does.
+    """
+    import llama_cpp
+
+    size = len(text) + 16
+    buffer = (llama_cpp.llama_token * size)()
+    vocab = llm._model.vocab  # llama-cpp-python's handle of the model's vocabulary
+    count = llama_cpp.llama_tokenize(vocab, text, len(text), buffer, size, False, True)
+    if count < 0:
+        return list(llm.tokenize(text, add_bos=False, special=True))
+    return list(buffer[:count])
 
 
 def fewest_turns_dropped(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from chatsite.sentinel import redis_cache_config, sentinel_celery_broker
+from chatsite.sentinel import redis_caches, sentinel_celery_broker
 from tests.conversations.openai.conftest import api_key, one_minute  # noqa: F401
 from tests.redis_cluster import (
     RedisClusterGroup,
@@ -41,7 +41,7 @@ def on_cluster(redis_cluster: RedisClusterGroup, settings: Any) -> RedisClusterG
     redis_cluster.restore()
     url = redis_cluster.url
     settings.REDIS_URL = url
-    settings.CACHES = {"default": redis_cache_config(url, key_prefix="cache")}
+    settings.CACHES = redis_caches(url)
     broker = sentinel_celery_broker(url)  # as chatsite/settings/base.py
     settings.CELERY_BROKER_URL, settings.CELERY_BROKER_TRANSPORT_OPTIONS = broker
     redis_cluster.flush()
