@@ -54,6 +54,7 @@ from chatsite.db import (
 )
 from chatsite.errors import error_response
 from chatsite.health import HEALTH_PATH, health_app
+from chatsite.site_match import match_reused, site_match
 from chatsite.warmup import services_warm_start, web_warm
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
@@ -283,21 +284,13 @@ async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if is_api_path(scope["path"]):
         await body_capped(api_asgi_app, scope, receive, send)
         return
-    match = site_match(scope["path"])  # resolved once, for both questions
+    match = site_match(scope)  # resolved once, for both questions and the chain
     refusal = await ratelimits.arefusal_check(scope, match)
     if refusal is not None:
         await response_send(error_response(refusal), send)
         return
     sync = match is not None and not iscoroutinefunction(match.func)
     await body_capped(sync_site_app if sync else site_app, scope, receive, send)
-
-
-def site_match(path: str) -> ResolverMatch | None:
-    """``path`` resolved in the site's URLconf (None: no route)."""
-    try:
-        return get_resolver().resolve(path)
-    except Resolver404:
-        return None
 
 
 site_app = (
@@ -354,6 +347,15 @@ class SyncChainASGIHandler(StartedHookASGIHandler):
         back, one of the request's two."""
         if request is None:
             await super().request_started(scope, request)
+
+    def resolve_request(self, request: HttpRequest) -> ResolverMatch:
+        """The router's match of the path (:mod:`chatsite.site_match`), else
+        Django's ``resolve_request``."""
+        match = match_reused(request)
+        if match is None:
+            return super().resolve_request(request)
+        request.resolver_match = match
+        return match
 
     async def get_response_async(self, request: Any) -> HttpResponseBase:
         """Run the sync chain (:meth:`get_response`) in the request's sync thread,

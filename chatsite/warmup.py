@@ -14,6 +14,7 @@ the URLs a turn's JSON names, and the first Redis connections.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import re
 import threading
@@ -46,6 +47,26 @@ def url_regexes_warm() -> None:
             re.compile(f"^{prefix}{pattern}")
 
 
+def urls_warm() -> None:
+    """Compile the root URLconf's pattern regexes and build its reverse tables
+    (:func:`url_regexes_warm`).
+
+    What they build is kept on the resolvers themselves; but each resolver (some
+    thirty: the admin's are most) also sets its own context-local (asgiref
+    ``Local``) recursion guard while it builds its tables. Set in the context every
+    request's task copies, those thirty context variables are in every request's
+    context, and asgiref walks all of a context's variables, re-homing each
+    ``Local``, on both sides of every ``sync_to_async`` hop. Run this in a copy of
+    the context (``contextvars.copy_context().run``) to leave them out: a guard
+    that is not set reads as unset (False), as the built one does.
+    """
+    try:  # a path no pattern matches: every pattern's regex is compiled on the way
+        get_resolver().resolve("/__warm__/none/")
+    except Resolver404:
+        pass
+    url_regexes_warm()
+
+
 def web_warm() -> None:
     """Load, before the first request, what every turn needs, so that the first turn of
     a fresh process costs what a warm one does (within 2x):
@@ -65,6 +86,9 @@ def web_warm() -> None:
       first used inside a request was built again for every request, with its own
       Redis pool and a new connection (the session's read, django-ratelimit's count).
 
+    The URLconf is warmed in a copy of the context (:func:`urls_warm`), not in the
+    one every request copies.
+
     A missing model file is reported by the first turn that needs it, not here. No
     database or Redis is touched here: see :func:`services_warm_start`.
     """
@@ -78,11 +102,7 @@ def web_warm() -> None:
         prompt_counter(settings.MEMORY_TOKENIZER_ENGINE)
     except (FileNotFoundError, ValueError):
         pass
-    try:  # a path no pattern matches: every pattern's regex is compiled on the way
-        get_resolver().resolve("/__warm__/none/")
-    except Resolver404:
-        pass
-    url_regexes_warm()
+    contextvars.copy_context().run(urls_warm)
     for alias in settings.CACHES:
         caches[alias]  # noqa: B018  built here, in the context every request copies
     if settings.SAFETY_INPUT_ENABLED or settings.SAFETY_OUTPUT_ENABLED:

@@ -183,3 +183,32 @@ def test_the_web_process_runs_numpy_on_one_blas_thread():
     assert json.loads(out.stdout.strip().splitlines()[-1])["blas_threads"] == [1]
     chosen = _warmed(BLAS_PROBE, OPENBLAS_NUM_THREADS="2", SAFETY_INPUT_ENABLED="1")
     assert chosen["blas_threads"] == [2]
+
+
+GUARDS_PROBE = """
+import contextvars, gc, json
+import chatsite.asgi
+from django.urls import get_resolver
+from django.urls.resolvers import URLResolver
+
+def guard(resolver):  # the ContextVar behind the resolver's asgiref Local
+    return object.__getattribute__(resolver._local, "_storage")._data
+
+gc.unfreeze()  # the import froze what it built: get_objects() lists no frozen one
+resolvers = [o for o in gc.get_objects() if isinstance(o, URLResolver)]
+guards = {guard(r) for r in resolvers}
+context = contextvars.copy_context()  # what every request's task starts from
+print(json.dumps({
+    "populated": sum(bool(r._populated) for r in resolvers),
+    "guards_in_context": sum(1 for var in context if var in guards),
+}))
+"""
+
+
+def test_the_url_warm_up_leaves_no_resolver_guard_in_the_requests_context():
+    """The resolvers' reverse tables are built at import, but their context-local
+    recursion guards are not in the context every request copies (asgiref walks
+    each of its variables on both sides of every sync_to_async hop)."""
+    warmed = _warmed(GUARDS_PROBE)
+    assert warmed["populated"] > 20  # the root URLconf's, the admin's, ...
+    assert warmed["guards_in_context"] == 0
