@@ -192,7 +192,8 @@ class OpenAIEngine(Engine):
                 if resp.status_code >= 400:
                     detail = (await resp.aread()).decode(errors="replace")
                     raise _error(self.base_url, resp.status_code, detail)
-                async for line in resp.aiter_lines():
+                lines = resp.aiter_lines()
+                async for line in lines:
                     if not line.startswith("data:"):
                         continue
                     data = line[5:].strip()
@@ -213,6 +214,11 @@ class OpenAIEngine(Engine):
                             items.put_nowait(_tool_call_delta(call))
                         if choice.get("finish_reason"):
                             finish = choice["finish_reason"]
+                # the body's end (the server ends it after [DONE]): a response read
+                # to its end hands its connection back to the pool, where the next
+                # job reuses it (else every job opened a connection of its own)
+                async for _rest in lines:
+                    pass
             if finish is None:
                 # no finish_reason and no [DONE]: the server broke the stream off
                 raise EngineError(f"{self.base_url} ended the stream mid-answer")
