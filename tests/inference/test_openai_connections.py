@@ -76,3 +76,51 @@ def test_jobs_one_after_another_reuse_one_connection():
         assert items[0] == Delta("hi")
         assert isinstance(items[-1], Finish) and items[-1].finish_reason == "stop"
     assert connections == 1
+
+
+async def _serve_open_body() -> asyncio.Server:
+    """A server that sends an answer with [DONE] and never ends the chunked body."""
+
+    async def handle(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        body = _sse("hi")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        writer.write(f"{len(body):x}\r\n".encode() + body + b"\r\n")
+        await writer.drain()
+        try:
+            await reader.read()  # hold the body open until the client leaves
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+async def _one_job_open_body() -> tuple[list[object], float]:
+    server = await _serve_open_body()
+    port = server.sockets[0].getsockname()[1]
+    engine = OpenAIEngine(base_url=f"http://127.0.0.1:{port}", model="remote")
+    await engine.start()
+    loop = asyncio.get_running_loop()
+    try:
+        started = loop.time()
+        job = Job(job_id="open", messages=[{"role": "user", "content": "hi"}])
+        items = [item async for item in engine.generate(job)]
+        return items, loop.time() - started
+    finally:
+        await engine.close()
+        server.close()
+
+
+def test_a_body_left_open_after_done_still_ends_the_answer(monkeypatch):
+    """The drain after [DONE] is bounded: a server that keeps the body open costs
+    DRAIN_S, not the read timeout, and the answer still ends complete."""
+    monkeypatch.setattr("inference.engines.openai.DRAIN_S", 0.2)
+    items, took = asyncio.run(_one_job_open_body())
+    assert items[0] == Delta("hi")
+    assert isinstance(items[-1], Finish) and items[-1].finish_reason == "stop"
+    assert took < 5.0  # the read timeout is 120 s
