@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from typing import Any, cast
 
 from inference import metrics, protocol, redis_types
 from inference.engines.base import Delta, Engine, Finish, ToolCallDelta
@@ -62,11 +63,25 @@ class EngineRelay:
     ) -> bool:
         raise NotImplementedError
 
-    async def _stream(self, job: protocol.Job) -> None:
+    async def _stream(
+        self, job: protocol.Job, opened: Awaitable[None] | None = None
+    ) -> None:
+        """Run ``job`` on the engine and write its output; with ``opened``, nothing
+        is written before it is done (the worker's ``meta`` event is then written).
+
+        The engine's generator is closed on the way out, whatever ends the relay (a
+        cancel included), so its request stops with it.
+        """
         itl = metrics.INTER_TOKEN_LATENCY.labels(**self._labels)
         tokens = TokenWriter(self._publish_batch, job.job_id)
         try:
-            await self._relay(job, tokens, itl)
+            # every engine's generate is an async generator (it has aclose)
+            engine_items = cast(
+                AsyncGenerator[Delta | ToolCallDelta | Finish, None],
+                self.engine.generate(job),
+            )
+            async with contextlib.aclosing(engine_items) as items:
+                await self._relay(job, items, tokens, itl, opened)
             await tokens.flushed()
         except asyncio.CancelledError:
             raise
@@ -78,11 +93,22 @@ class EngineRelay:
         finally:
             await tokens.close()
 
-    async def _relay(self, job: protocol.Job, tokens: TokenWriter, itl: Any) -> None:
-        """Append the engine's deltas (through ``tokens``) and its terminal event."""
+    async def _relay(
+        self,
+        job: protocol.Job,
+        items: AsyncIterator[Delta | ToolCallDelta | Finish],
+        tokens: TokenWriter,
+        itl: Any,
+        opened: Awaitable[None] | None,
+    ) -> None:
+        """Append the engine's ``items`` (deltas through ``tokens``) and the job's
+        terminal event, from the first item on once ``opened`` is done."""
         first_token_at: float | None = None
         last_at = 0.0
-        async for item in self.engine.generate(job):
+        async for item in items:
+            if opened is not None:
+                await opened
+                opened = None
             if isinstance(item, Delta):
                 now = time.time()
                 if first_token_at is None:

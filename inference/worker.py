@@ -278,38 +278,53 @@ class Worker(
                     "queue_ms": int(queue_s * 1000),
                 },
             )
-            # One round trip before the engine starts (it is on every answer's TTFT):
-            # the checks and the meta event in one script, the worker's busy slots
-            # beside it (the worker's hash is in another slot).
-            async with self.redis.pipeline(transaction=False) as pipe:
-                keys.eval_on(
-                    pipe,
-                    _START_LUA,
-                    3,
-                    keys.final_key(job.job_id),
-                    keys.cancel_key(job.job_id),
-                    gen,
-                    meta["e"],
-                    meta["d"],
-                    self.stream_ttl_s * 24,
-                )
-                pipe.hset(
-                    keys.worker_key(self.worker_id),
-                    mapping={
-                        "busy": self._busy(),
-                        "preemptible": len(self._preemptible()),
-                    },
-                )
-                state, meta_id = (await pipe.execute())[0]
+            # The engine starts beside the one round trip that starts the job (the
+            # checks and the meta event in one script, the worker's busy slots beside
+            # it: the worker's hash is in another slot), so the request and its
+            # prefill overlap it; the engine's first output waits for the meta event
+            # (``opened``), so a stream always begins with it.
+            opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            early = asyncio.create_task(self._stream(job, opened))
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    keys.eval_on(
+                        pipe,
+                        _START_LUA,
+                        3,
+                        keys.final_key(job.job_id),
+                        keys.cancel_key(job.job_id),
+                        gen,
+                        meta["e"],
+                        meta["d"],
+                        self.stream_ttl_s * 24,
+                    )
+                    pipe.hset(
+                        keys.worker_key(self.worker_id),
+                        mapping={
+                            "busy": self._busy(),
+                            "preemptible": len(self._preemptible()),
+                        },
+                    )
+                    state, meta_id = (await pipe.execute())[0]
+            except BaseException:
+                await _task_stop(early)
+                raise
             if int(state) < 0:
+                await _task_stop(early)
                 return  # ended elsewhere (e.g. timed out by the web tier)
             self._journal_open(job.job_id, (meta_id, meta))
-            if job.job_id in self._aborted or int(state) == 1:
-                self.engine.abort(job.job_id)
             running = metrics.REQUESTS_RUNNING.labels(**self._labels)
             running.inc()
             try:
-                await self._stream(job)
+                if job.job_id in self._aborted or int(state) == 1:
+                    # cancelled before it started: the early engine run is dropped
+                    # unwritten and the job runs aborted (it ends cancelled, no token)
+                    await _task_stop(early)
+                    self.engine.abort(job.job_id)
+                    await self._stream(job)
+                else:
+                    opened.set_result(None)
+                    await early
             finally:
                 running.dec()
         except asyncio.CancelledError:
@@ -347,3 +362,9 @@ class Worker(
                     await self._affinity_after(
                         job, self._busy(), len(self._preemptible())
                     )
+
+
+async def _task_stop(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait until it ended (what it raised is dropped)."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

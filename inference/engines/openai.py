@@ -40,6 +40,23 @@ _FINISH_REASONS = {
     "function_call": protocol.FINISH_TOOL_CALLS,
 }
 _END = object()
+# After [DONE], how long the body's end may take (s) before the connection is closed
+# instead of going back to the pool: the answer is complete by then either way.
+DRAIN_S = 1.0
+
+
+async def _drained(lines: AsyncIterator[str]) -> None:
+    """Read a response's body to its end after [DONE] (the server ends it there), so
+    the connection goes back to the pool for the next job: else every job opened a
+    connection of its own (a connect, against https a TLS handshake, per answer).
+    A body that does not end within DRAIN_S seconds, or fails, is left to be closed
+    with its connection; the answer's finish is already queued."""
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            async for _rest in lines:
+                pass
+    except (TimeoutError, httpx.HTTPError):
+        pass
 
 
 def _usage_from(raw: dict[str, Any]) -> Usage:
@@ -192,7 +209,8 @@ class OpenAIEngine(Engine):
                 if resp.status_code >= 400:
                     detail = (await resp.aread()).decode(errors="replace")
                     raise _error(self.base_url, resp.status_code, detail)
-                async for line in resp.aiter_lines():
+                lines = resp.aiter_lines()
+                async for line in lines:
                     if not line.startswith("data:"):
                         continue
                     data = line[5:].strip()
@@ -213,10 +231,13 @@ class OpenAIEngine(Engine):
                             items.put_nowait(_tool_call_delta(call))
                         if choice.get("finish_reason"):
                             finish = choice["finish_reason"]
-            if finish is None:
-                # no finish_reason and no [DONE]: the server broke the stream off
-                raise EngineError(f"{self.base_url} ended the stream mid-answer")
-            items.put_nowait((_FINISH_REASONS.get(finish, protocol.FINISH_STOP), usage))
+                if finish is None:
+                    # no finish_reason and no [DONE]: the server broke the stream off
+                    raise EngineError(f"{self.base_url} ended the stream mid-answer")
+                items.put_nowait(
+                    (_FINISH_REASONS.get(finish, protocol.FINISH_STOP), usage)
+                )
+                await _drained(lines)
         except httpx.HTTPError as exc:
             items.put_nowait(EngineError(f"{self.base_url} failed: {exc!r}"))
         except EngineError as exc:
