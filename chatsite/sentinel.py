@@ -176,14 +176,30 @@ class SentinelCachePool:
         )
 
 
+# A cache's connections per process, and how long a call waits for one when all are
+# in use (s). The cache's pool is shared by every request of the process (one client
+# per pool, chatsite/cache.py), and a thousand streams opening at once read a
+# thousand sessions: redis-py's plain pool raises MaxConnectionsError past its 100
+# connections, so the plain URL's pool blocks instead (redis.BlockingConnectionPool).
+CACHE_MAX_CONNECTIONS = 256
+CACHE_POOL_TIMEOUT_S = 10.0
+
+
 def redis_cache_config(
-    url: str, *, key_prefix: str, rate_count: bool = False
+    url: str,
+    *,
+    key_prefix: str,
+    rate_count: bool = False,
+    max_connections: int = CACHE_MAX_CONNECTIONS,
+    pool_timeout_s: float = CACHE_POOL_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Return a ``CACHES`` entry for Django's ``RedisCache`` on ``url`` (plain,
     Sentinel or cluster: chatsite/redis_cluster.py). ``rate_count``: the entry of
     django-ratelimit's cache (``RATELIMIT_USE_CACHE``), which counts in one round
     trip (chatsite/cache.py ``RateCountRedisCache``; on a cluster, the cluster's
-    cache, two round trips)."""
+    cache, two round trips). On a plain URL a call finding all ``max_connections``
+    connections in use waits up to ``pool_timeout_s`` seconds for one (then redis-py's
+    ConnectionError: a 503); on a Sentinel URL the pool holds ``max_connections``."""
     if is_cluster_url(url):
         return cluster_cache_config(url, key_prefix=key_prefix)
     config: dict[str, Any] = {
@@ -192,20 +208,31 @@ def redis_cache_config(
         + ("RateCountRedisCache" if rate_count else "SharedClientRedisCache"),
         "LOCATION": url,
         "KEY_PREFIX": key_prefix,
+        "OPTIONS": {
+            "pool_class": "redis.BlockingConnectionPool",
+            "max_connections": max_connections,
+            "timeout": pool_timeout_s,
+        },
     }
     if sentinel_url_parse(url) is not None:
         config["LOCATION"] = [url]
-        config["OPTIONS"] = {"pool_class": "chatsite.sentinel.SentinelCachePool"}
+        config["OPTIONS"] = {
+            "pool_class": "chatsite.sentinel.SentinelCachePool",
+            "max_connections": max_connections,
+        }
     return config
 
 
-def redis_caches(url: str) -> dict[str, dict[str, Any]]:
+def redis_caches(url: str, **pool: Any) -> dict[str, dict[str, Any]]:
     """Return the site's ``CACHES`` on ``url``: ``default`` (prefix ``cache``) and
     ``ratelimit``, django-ratelimit's (``RATELIMIT_USE_CACHE``), the same keys
-    counted in one round trip (:func:`redis_cache_config` ``rate_count``)."""
+    counted in one round trip (:func:`redis_cache_config` ``rate_count``; ``pool``:
+    its ``max_connections`` and ``pool_timeout_s``)."""
     return {
-        "default": redis_cache_config(url, key_prefix="cache"),
-        "ratelimit": redis_cache_config(url, key_prefix="cache", rate_count=True),
+        "default": redis_cache_config(url, key_prefix="cache", **pool),
+        "ratelimit": redis_cache_config(
+            url, key_prefix="cache", rate_count=True, **pool
+        ),
     }
 
 

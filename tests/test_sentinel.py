@@ -69,8 +69,12 @@ def test_the_cache_of_a_sentinel_url_uses_the_sentinel_pool_and_one_location():
     config = redis_cache_config("redis+sentinel://a:1,b:2/m/0", key_prefix="c")
     # a string LOCATION would be split at the comma into two "servers"
     assert config["LOCATION"] == ["redis+sentinel://a:1,b:2/m/0"]
-    assert config["OPTIONS"] == {"pool_class": "chatsite.sentinel.SentinelCachePool"}
-    assert "OPTIONS" not in redis_cache_config("redis://a:1/0", key_prefix="c")
+    assert config["OPTIONS"] == {
+        "pool_class": "chatsite.sentinel.SentinelCachePool",
+        "max_connections": 256,
+    }
+    plain = redis_cache_config("redis://a:1/0", key_prefix="c")
+    assert plain["OPTIONS"]["pool_class"] == "redis.BlockingConnectionPool"
 
 
 @pytest.fixture

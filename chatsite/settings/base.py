@@ -194,7 +194,15 @@ REDIS_SYNC_POOL_TIMEOUT_S = env.float("REDIS_SYNC_POOL_TIMEOUT_S", default=10.0)
 # default 15 s, deploy/redis-cluster.md) plus about a second of election.
 REDIS_CLUSTER_FAILOVER_S = env.float("REDIS_CLUSTER_FAILOVER_S", default=20.0)
 
-CACHES = redis_caches(REDIS_URL)
+# The site cache's connections per process and the wait for one when all are in use
+# (chatsite/sentinel.py redis_cache_config): every request of the process shares them.
+CACHE_MAX_CONNECTIONS = env.int("CACHE_MAX_CONNECTIONS", default=256)
+CACHE_POOL_TIMEOUT_S = env.float("CACHE_POOL_TIMEOUT_S", default=10.0)
+CACHES = redis_caches(
+    REDIS_URL,
+    max_connections=CACHE_MAX_CONNECTIONS,
+    pool_timeout_s=CACHE_POOL_TIMEOUT_S,
+)
 # Sessions read from that cache, written through to the database (Django's cached_db):
 # a signed-in request's session costs a Redis GET instead of a query; PostgreSQL stays
 # the record, so a flushed or restarted Redis signs nobody out.
