@@ -194,8 +194,7 @@ REDIS_SYNC_POOL_TIMEOUT_S = env.float("REDIS_SYNC_POOL_TIMEOUT_S", default=10.0)
 # default 15 s, deploy/redis-cluster.md) plus about a second of election.
 REDIS_CLUSTER_FAILOVER_S = env.float("REDIS_CLUSTER_FAILOVER_S", default=20.0)
 
-# The site cache's connections per process and the wait for one when all are in use
-# (chatsite/sentinel.py redis_cache_config): every request of the process shares them.
+# The site cache's pool per process, shared by its requests (sentinel.redis_cache_config)
 CACHE_MAX_CONNECTIONS = env.int("CACHE_MAX_CONNECTIONS", default=256)
 CACHE_POOL_TIMEOUT_S = env.float("CACHE_POOL_TIMEOUT_S", default=10.0)
 CACHES = redis_caches(
