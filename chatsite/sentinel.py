@@ -223,16 +223,25 @@ def redis_cache_config(
     return config
 
 
-def redis_caches(url: str, **pool: Any) -> dict[str, dict[str, Any]]:
+def redis_caches(
+    url: str,
+    *,
+    size: int = CACHE_MAX_CONNECTIONS,
+    wait_s: float = CACHE_POOL_TIMEOUT_S,
+) -> dict[str, dict[str, Any]]:
     """Return the site's ``CACHES`` on ``url``: ``default`` (prefix ``cache``) and
     ``ratelimit``, django-ratelimit's (``RATELIMIT_USE_CACHE``), the same keys
-    counted in one round trip (:func:`redis_cache_config` ``rate_count``; ``pool``:
-    its ``max_connections`` and ``pool_timeout_s``)."""
+    counted in one round trip (:func:`redis_cache_config` ``rate_count``); ``size``
+    and ``wait_s``: each pool's ``max_connections`` and ``pool_timeout_s``."""
     return {
-        "default": redis_cache_config(url, key_prefix="cache", **pool),
-        "ratelimit": redis_cache_config(
-            url, key_prefix="cache", rate_count=True, **pool
-        ),
+        alias: redis_cache_config(
+            url,
+            key_prefix="cache",
+            rate_count=alias == "ratelimit",
+            max_connections=size,
+            pool_timeout_s=wait_s,
+        )
+        for alias in ("default", "ratelimit")
     }
 
 

@@ -198,9 +198,7 @@ REDIS_CLUSTER_FAILOVER_S = env.float("REDIS_CLUSTER_FAILOVER_S", default=20.0)
 CACHE_MAX_CONNECTIONS = env.int("CACHE_MAX_CONNECTIONS", default=256)
 CACHE_POOL_TIMEOUT_S = env.float("CACHE_POOL_TIMEOUT_S", default=10.0)
 CACHES = redis_caches(
-    REDIS_URL,
-    max_connections=CACHE_MAX_CONNECTIONS,
-    pool_timeout_s=CACHE_POOL_TIMEOUT_S,
+    REDIS_URL, size=CACHE_MAX_CONNECTIONS, wait_s=CACHE_POOL_TIMEOUT_S
 )
 # Sessions read from that cache, written through to the database (Django's cached_db):
 # a signed-in request's session costs a Redis GET instead of a query; PostgreSQL stays
