@@ -21,6 +21,7 @@ from django.utils.deprecation import MiddlewareMixin
 
 from chatsite import asgi
 from conversations.openai import urls as api_urls
+from tests.asgi_get import asgi_get
 
 SITE_PATHS = ["/", "/login/", "/settings/", "/v1/", "/v1/models/", "/v1/modelsx"]
 
@@ -111,39 +112,6 @@ async def test_sync_views_run_behind_one_sync_hop_and_async_views_stay_async(
         assert await _routed_to(async_path, monkeypatch) == "site", async_path
 
 
-async def _get(app: Any, path: str) -> int:
-    """GET ``path`` through the ASGI ``app``; return the status."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
-    sent: list[dict[str, Any]] = []
-    requested = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal requested
-        if requested:  # the client stays connected until the response is sent
-            await asyncio.Event().wait()
-        requested = True
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    return sent[0]["status"]
-
-
 def test_the_sync_chain_runs_every_middleware_without_a_hop_of_its_own(monkeypatch):
     """Through the sync views' handler no MiddlewareMixin takes its async path (a
     thread hop for each half), the page is served all the same; through the async
@@ -156,9 +124,9 @@ def test_the_sync_chain_runs_every_middleware_without_a_hop_of_its_own(monkeypat
         return await original(self, request)
 
     monkeypatch.setattr(MiddlewareMixin, "__acall__", spy)
-    assert asyncio.run(_get(asgi.sync_site_app, "/login/")) == 200
+    assert asyncio.run(asgi_get(asgi.sync_site_app, "/login/")) == 200
     assert hops == []
-    assert asyncio.run(_get(asgi.django_asgi_app, "/login/")) == 200
+    assert asyncio.run(asgi_get(asgi.django_asgi_app, "/login/")) == 200
     assert "SessionMiddleware" in hops and "CsrfViewMiddleware" in hops
 
 
@@ -187,7 +155,7 @@ def test_the_sync_chain_sends_request_started_in_its_own_hop_once(monkeypatch):
     monkeypatch.setattr(asgi.sync_site_app, "get_response", chain)
     signals.request_started.connect(started)
     try:
-        assert asyncio.run(_get(asgi.sync_site_app, "/login/")) == 200
+        assert asyncio.run(asgi_get(asgi.sync_site_app, "/login/")) == 200
         loop_thread = threading.get_ident()
         assert [e[0] for e in events] == ["started", "chain"]
         assert hops == ["_respond", "close"]  # the chain's hop, the response's close
@@ -198,7 +166,7 @@ def test_the_sync_chain_sends_request_started_in_its_own_hop_once(monkeypatch):
             "create_request",
             lambda scope, body: (None, HttpResponse(status=400)),
         )
-        assert asyncio.run(_get(asgi.sync_site_app, "/x/")) == 400
+        assert asyncio.run(asgi_get(asgi.sync_site_app, "/x/")) == 400
         assert [e[0] for e in events] == ["started"]
     finally:
         signals.request_started.disconnect(started)
@@ -248,7 +216,7 @@ def test_the_api_sends_request_started_in_its_first_step_on_that_step_s_thread(
 
     monkeypatch.setattr(views, "_models", step)
     events, hops = request_signals
-    assert asyncio.run(_get(asgi.api_asgi_app, "/v1/models")) == 401  # no key
+    assert asyncio.run(asgi_get(asgi.api_asgi_app, "/v1/models")) == 401  # no key
     loop_thread = threading.get_ident()
     assert [e[0] for e in events] == ["started", "finished"]
     assert events[0][1] == steps[0] != loop_thread
@@ -264,7 +232,7 @@ def test_an_api_request_without_a_step_sends_request_started_as_it_ends(
     """A request answered before any sync step (a 405) still sends request_started
     once, before request_finished, in the hop that closes its response."""
     events, hops = request_signals
-    assert asyncio.run(_get(asgi.api_asgi_app, "/v1/chat/completions")) == 405
+    assert asyncio.run(asgi_get(asgi.api_asgi_app, "/v1/chat/completions")) == 405
     loop_thread = threading.get_ident()
     assert [e[0] for e in events] == ["started", "finished"]
     assert events[0][1] == events[1][1] != loop_thread
@@ -333,7 +301,8 @@ def test_at_most_web_sync_concurrency_chains_run_at_once(monkeypatch, settings):
 
     async def burst() -> list[int]:
         requests = [
-            asyncio.create_task(_get(asgi.sync_site_app, f"/r{i}/")) for i in range(5)
+            asyncio.create_task(asgi_get(asgi.sync_site_app, f"/r{i}/"))
+            for i in range(5)
         ]
         while len(started) < 2:  # the first two chains are in
             await asyncio.sleep(0.01)

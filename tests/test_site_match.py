@@ -13,42 +13,7 @@ from django.urls import get_resolver
 
 from chatsite import asgi
 from chatsite.site_match import SCOPE_KEY, match_reused, site_match
-
-
-def _scope(path: str, root_path: str = "") -> dict[str, Any]:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": root_path,
-        "headers": [(b"host", b"testserver")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
-
-
-async def _serve(scope: dict[str, Any]) -> int:
-    """Send ``scope``'s GET through the router; return the status."""
-    sent: list[dict[str, Any]] = []
-    requested = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal requested
-        if requested:  # the client stays connected until the response is sent
-            await asyncio.Event().wait()
-        requested = True
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await asgi.http_router(scope, receive, send)
-    return sent[0]["status"]
+from tests.asgi_get import asgi_get, get_scope
 
 
 def _resolves(monkeypatch) -> list[str]:
@@ -79,8 +44,8 @@ def test_a_sync_page_is_resolved_once_and_its_view_gets_the_router_s_match(
     monkeypatch.setattr(asgi.sync_site_app, "resolve_request", spy)
     expected = get_resolver().resolve("/login/")
     paths = _resolves(monkeypatch)
-    scope = _scope("/login/")
-    assert asyncio.run(_serve(scope)) == 200
+    scope = get_scope("/login/")
+    assert asyncio.run(asgi_get(asgi.http_router, scope)) == 200
     assert paths == ["/login/"]  # the router's; not again in the chain
     assert seen == [scope[SCOPE_KEY][2]]
     match = seen[0]
@@ -94,7 +59,7 @@ def test_a_sync_page_is_resolved_once_and_its_view_gets_the_router_s_match(
 
 
 def test_a_path_with_no_route_keeps_nothing():
-    scope = _scope("/nowhere/")
+    scope = get_scope("/nowhere/")
     assert site_match(scope) is None
     assert SCOPE_KEY not in scope
 
@@ -102,13 +67,13 @@ def test_a_path_with_no_route_keeps_nothing():
 def test_django_resolves_when_the_kept_match_may_not_be_its_own(monkeypatch):
     """Another path (a script prefix), a request URLconf, another resolver or a
     request built without a scope: Django's resolve, not the kept match."""
-    scope = _scope("/login/")
+    scope = get_scope("/login/")
     kept = site_match(scope)
     assert kept is not None
     request = asgi.sync_site_app.create_request(scope, _body())[0]
     assert match_reused(request) is kept
 
-    prefixed = _scope("/app/login/", root_path="/app")
+    prefixed = get_scope("/app/login/", root_path="/app")
     site_match(prefixed)  # resolved "/app/login/": not the path Django resolves
     request = asgi.sync_site_app.create_request(prefixed, _body())[0]
     assert request.path_info == "/login/"
