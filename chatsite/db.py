@@ -30,6 +30,7 @@ from typing import Any, ParamSpec, TypeVar
 from asgiref.sync import SyncToAsync, sync_to_async
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
+from psycopg_pool import PoolTimeout
 
 from chatsite.errors import ServiceUnavailable
 
@@ -68,6 +69,18 @@ def connection_lost_503(exc: Exception) -> ServiceUnavailable:
         pool.check()
     return ServiceUnavailable(
         "The database connection was lost. Please try again.",
+        code="database_unavailable",
+        headers={"Retry-After": "1"},
+    )
+
+
+def pool_timeout_503() -> ServiceUnavailable:
+    """No pooled connection came within DATABASE_POOL_TIMEOUT_S: every connection in
+    use, or PostgreSQL not reachable to open one (the pool cannot tell which). No
+    connection was lost, so none is dropped and the pool is not checked."""
+    return ServiceUnavailable(
+        "The database is busy or not reachable right now. Nothing was lost; "
+        "please try again in a few seconds.",
         code="database_unavailable",
         headers={"Retry-After": "1"},
     )
@@ -112,6 +125,8 @@ def _step(fn: Callable[P, R]) -> Callable[P, R]:
             request_start_send()
             return fn(*args, **kwargs)
         except (OperationalError, InterfaceError) as exc:
+            if isinstance(exc.__cause__, PoolTimeout):
+                raise pool_timeout_503() from exc
             if connection.connection is not None and connection.is_usable():
                 raise
             raise connection_lost_503(exc) from exc
@@ -123,21 +138,34 @@ def _step(fn: Callable[P, R]) -> Callable[P, R]:
 
 def db_brief(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     """Return ``fn`` run through ``sync_to_async`` (the request's thread), after which
-    that thread's connection goes back to the pool (outside a transaction only); at
-    most DATABASE_BRIEF_CONCURRENCY such steps run at once per event loop.
+    that thread's connection goes back to the pool (outside a transaction only).
 
-    Raises ServiceUnavailable (503) when the step hit a dead pooled connection; the
-    pool's other dead connections are replaced at once, so one request fails, not one
-    per connection the pool held.
+    Steps of requests that gave their thread back (:func:`request_thread_release`:
+    the streams' settlements, output moderation) run on the shared threads, at most
+    DATABASE_BRIEF_CONCURRENCY at once per event loop. A request still on its own
+    thread is not gated: that thread may hold a pooled connection (the middleware's
+    user read), and a gated step may be waiting for one: waiting on the gate while
+    holding it deadlocks once the pool is spent (every connection held by a request
+    waiting on the gate, every gated step waiting on the pool, until
+    DATABASE_POOL_TIMEOUT_S fails them). Gate first, then a connection; never the
+    other way round.
+
+    Raises ServiceUnavailable (503, ``database_unavailable``) when the step hit a
+    dead pooled connection (the pool's other dead connections are replaced at once,
+    so one request fails, not one per connection the pool held) or got none within
+    DATABASE_POOL_TIMEOUT_S.
     """
     run = _step(fn)
     in_thread = sync_to_async(run)
 
     @functools.wraps(fn)
     async def gated(*args: Any, **kwargs: Any) -> Any:
+        if not thread_released():
+            # the request's own thread, which may hold a connection since its
+            # middleware read the user: it must not wait on the gate, whose steps
+            # may be waiting for that connection (see the docstring)
+            return await in_thread(*args, **kwargs)
         async with brief_gate():
-            if not thread_released():
-                return await in_thread(*args, **kwargs)
             # the shared threads: a plain executor call, without asgiref's per-call
             # work (it re-homes every context variable in the thread, each time)
             call = functools.partial(

@@ -12,7 +12,7 @@ from asgiref.sync import ThreadSensitiveContext
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from chatsite.db import db_brief
+from chatsite.db import brief_gate, db_brief, request_thread_release
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,8 +39,10 @@ async def test_a_burst_of_brief_steps_runs_at_most_the_configured_number_at_once
                 running -= 1
 
     async def request(i: int) -> int:
-        # as under ASGI: each request's sync steps run in a thread of its own
+        # as under ASGI: each request's sync steps run in a thread of its own, which
+        # a stream gives back before it waits for its answer's end
         async with ThreadSensitiveContext():
+            await request_thread_release()
             return await db_brief(step)(i)
 
     got = await asyncio.gather(*(request(i) for i in range(50)))
@@ -56,3 +58,29 @@ async def test_after_a_brief_step_the_connection_is_back_in_the_pool():
 
     assert await db_brief(step)() is True  # held while querying
     assert await db_brief(lambda: connection.connection is None)() is True
+
+
+async def test_a_request_holding_its_own_connection_never_waits_on_the_gate(settings):
+    """The deadlock of 300 readers of one answer: every pooled connection held by a
+    request whose middleware read the user and whose view's step then waited on the
+    gate, while the gated steps (output moderation, settlements) waited on the pool.
+    A request still on its own thread runs its step with the gate fully taken; a
+    released one waits for a slot."""
+    settings.DATABASE_BRIEF_CONCURRENCY = 1
+    gate = brief_gate()
+    await gate.acquire()  # every slot held, as by steps waiting on the pool
+    try:
+        async with ThreadSensitiveContext():
+            own = db_brief(get_user_model().objects.count)()
+            # ran on the request's own thread, past the full gate
+            assert await asyncio.wait_for(own, timeout=10) == 0
+
+            await request_thread_release()
+            waiting = asyncio.ensure_future(db_brief(get_user_model().objects.count)())
+            done, _ = await asyncio.wait({waiting}, timeout=0.3)
+            assert not done  # a released request's step waits its turn
+            gate.release()
+            assert await asyncio.wait_for(waiting, timeout=10) == 0
+    finally:
+        if gate.locked():
+            gate.release()
