@@ -20,6 +20,7 @@
   let active = null; // {source, article, stopUrl}
   let sending = false; // a send/regenerate POST is in flight (guards double Enter)
   let stopAsked = false; // Stop pressed while that POST was in flight: stop its answer
+  let sendAfterStop = false; // Enter/Send pressed while a stopped answer winds down
 
   function setBusy(busy) {
     sendBtn.disabled = busy;
@@ -400,6 +401,11 @@
       source.close();
       active = null;
       setBusy(false);
+      if (sendAfterStop) { // sent while the stopped answer wound down: send it now
+        sendAfterStop = false;
+        showError("");
+        form.requestSubmit();
+      }
     };
     source.addEventListener("token", function (e) {
       lastId = e.lastEventId || lastId;
@@ -679,6 +685,11 @@
     showError("");
     const text = input.value;
     if (!text.trim()) { showError("Your message is empty. Type something to send."); return; }
+    if (active && active.stopping) { // sent once the stop takes effect
+      sendAfterStop = true;
+      showError("Sending once the answer has stopped…");
+      return;
+    }
     if (active || sending) return;
     sending = true;
     setBusy(true);
@@ -728,7 +739,13 @@
     // (the browser counts it as the pair's second: detail 2); that is no Stop.
     if (e.detail >= 2) return;
     if (!active) { stopAsked = sending; return; }
-    try { await post(active.stopUrl); } catch (err) { showError(err.message); }
+    const stopping = active;
+    stopping.stopping = true;
+    try { await post(stopping.stopUrl); } catch (err) {
+      stopping.stopping = false;
+      sendAfterStop = false;
+      showError(err.message);
+    }
   });
 
   // Thumbs up/down under a finished answer (a thumbs down also opens the reason form:

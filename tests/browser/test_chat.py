@@ -124,6 +124,46 @@ def test_stop_keeps_the_partial_answer_and_regenerate_adds_a_version(page):
     assert "Earlier answers" not in page.content()
 
 
+def test_a_message_sent_while_the_stopped_answer_winds_down_goes_once_it_has(page):
+    """Stop, then Enter at once: the stop's request is still out, so the answer still
+    streams; the message is kept and sent as soon as the answer has stopped, not
+    dropped with the text left in the box."""
+    held = []
+    page.route("**/stop/", lambda route: held.append(route))  # held until released
+    page.fill("#content", "Tell me a long story")
+    page.click("#send")
+    page.wait_for_selector(
+        "article.msg-assistant.status-streaming .msg-body:not(:empty)"
+    )
+    page.click("#stop")
+    for _ in range(250):  # until the route holds the stop's request (5 s at most)
+        if held:
+            break
+        page.wait_for_timeout(20)  # lets Playwright dispatch the route's event
+    assert held, "the stop's request did not go out"
+    page.fill("#content", "And now a short one")
+    page.keyboard.press("Enter")
+    expect(page.locator("#composer-error")).to_contain_text("once the answer has stopped")
+    expect(page.locator("article.msg-user")).to_have_count(1)
+    held[0].continue_()
+    page.wait_for_selector("article.msg-assistant.status-cancelled")
+    expect(page.locator("article.msg-user")).to_have_count(2)
+    assert page.locator("article.msg-user .msg-body").last.inner_text() == (
+        "And now a short one"
+    )
+    page.wait_for_selector("article.msg-assistant:last-of-type.status-complete")
+    assert page.locator("#content").input_value() == ""
+    roles = list(
+        Message.objects.order_by("created_at").values_list("role", "status")
+    )
+    assert roles == [
+        ("user", "complete"),
+        ("assistant", "cancelled"),
+        ("user", "complete"),
+        ("assistant", "complete"),
+    ]
+
+
 def test_back_after_the_first_message_leaves_page_and_address_in_agreement(page):
     """The new conversation's address replaces "/" (Back does not land on "/" over
     the conversation); a Back onto an entry of the same document with another path
