@@ -143,7 +143,9 @@ def test_a_message_sent_while_the_stopped_answer_winds_down_goes_once_it_has(pag
     assert held, "the stop's request did not go out"
     page.fill("#content", "And now a short one")
     page.keyboard.press("Enter")
-    expect(page.locator("#composer-error")).to_contain_text("once the answer has stopped")
+    expect(page.locator("#composer-error")).to_contain_text(
+        "once the answer has stopped"
+    )
     expect(page.locator("article.msg-user")).to_have_count(1)
     held[0].continue_()
     page.wait_for_selector("article.msg-assistant.status-cancelled")
@@ -153,9 +155,7 @@ def test_a_message_sent_while_the_stopped_answer_winds_down_goes_once_it_has(pag
     )
     page.wait_for_selector("article.msg-assistant:last-of-type.status-complete")
     assert page.locator("#content").input_value() == ""
-    roles = list(
-        Message.objects.order_by("created_at").values_list("role", "status")
-    )
+    roles = list(Message.objects.order_by("created_at").values_list("role", "status"))
     assert roles == [
         ("user", "complete"),
         ("assistant", "cancelled"),
