@@ -378,7 +378,10 @@
       if (!active) setBusy(false);
     } finally {
       sending = false;
-      if (!active) stopAsked = false;
+      if (!active) { // no answer to stop (the send failed): nothing waits on one
+        stopAsked = false;
+        sendAfterStop = false;
+      }
     }
   });
 
@@ -395,7 +398,13 @@
     setBusy(true);
     if (stopAsked) { // Stop came before the answer had a stop URL: send it now
       stopAsked = false;
-      post(stopUrl).catch(function (err) { showError(err.message); });
+      const stopping = active;
+      stopping.stopping = true;
+      post(stopUrl).catch(function (err) {
+        stopping.stopping = false;
+        sendAfterStop = false;
+        showError(err.message);
+      });
     }
     const end = function () {
       source.close();
@@ -685,7 +694,9 @@
     showError("");
     const text = input.value;
     if (!text.trim()) { showError("Your message is empty. Type something to send."); return; }
-    if (active && active.stopping) { // sent once the stop takes effect
+    // Stop pressed, its answer not ended yet (or not even started: the send's
+    // POST still out): this message goes once the stop takes effect
+    if ((active && active.stopping) || (sending && stopAsked)) {
       sendAfterStop = true;
       showError("Sending once the answer has stopped…");
       return;
@@ -717,7 +728,10 @@
       input.focus();
     } finally {
       sending = false;
-      if (!active) stopAsked = false;
+      if (!active) { // no answer to stop (the send failed): nothing waits on one
+        stopAsked = false;
+        sendAfterStop = false;
+      }
     }
   });
 

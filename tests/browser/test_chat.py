@@ -124,29 +124,52 @@ def test_stop_keeps_the_partial_answer_and_regenerate_adds_a_version(page):
     assert "Earlier answers" not in page.content()
 
 
-def test_a_message_sent_while_the_stopped_answer_winds_down_goes_once_it_has(page):
-    """Stop, then Enter at once: the stop's request is still out, so the answer still
-    streams; the message is kept and sent as soon as the answer has stopped, not
-    dropped with the text left in the box."""
+def _held(page, held: list) -> None:
+    for _ in range(250):  # until the route holds the request (5 s at most)
+        if held:
+            return
+        page.wait_for_timeout(20)  # lets Playwright dispatch the route's event
+    raise AssertionError("the request did not go out")
+
+
+@pytest.mark.parametrize("stop_while", ["streaming", "sending"])
+def test_a_message_sent_while_the_stopped_answer_winds_down_goes_once_it_has(
+    page, stop_while
+):
+    """Stop, then Enter at once: the answer has not ended yet (the stop's request is
+    still out; or the send's own request is, so the answer has no stop URL yet); the
+    message is kept and sent as soon as the answer has stopped, not dropped with the
+    text left in the box."""
     held = []
-    page.route("**/stop/", lambda route: held.append(route))  # held until released
+    # the request in flight when Stop is pressed waits until released
+    path = "**/stop/" if stop_while == "streaming" else "**/c/messages/"
+
+    def hold_first(route) -> None:
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(path, hold_first)
     page.fill("#content", "Tell me a long story")
     page.click("#send")
-    page.wait_for_selector(
-        "article.msg-assistant.status-streaming .msg-body:not(:empty)"
-    )
-    page.click("#stop")
-    for _ in range(250):  # until the route holds the stop's request (5 s at most)
-        if held:
-            break
-        page.wait_for_timeout(20)  # lets Playwright dispatch the route's event
-    assert held, "the stop's request did not go out"
+    if stop_while == "streaming":
+        page.wait_for_selector(
+            "article.msg-assistant.status-streaming .msg-body:not(:empty)"
+        )
+        page.click("#stop")
+    else:
+        _held(page, held)
+        page.click("#stop")
+    _held(page, held)
     page.fill("#content", "And now a short one")
     page.keyboard.press("Enter")
     expect(page.locator("#composer-error")).to_contain_text(
         "once the answer has stopped"
     )
-    expect(page.locator("article.msg-user")).to_have_count(1)
+    expect(page.locator("article.msg-user")).to_have_count(
+        1 if stop_while == "streaming" else 0
+    )
     held[0].continue_()
     page.wait_for_selector("article.msg-assistant.status-cancelled")
     expect(page.locator("article.msg-user")).to_have_count(2)
