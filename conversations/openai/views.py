@@ -147,7 +147,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
         return _wrong_method("POST")
     # A disconnect cancels this view, but not the sync step (it runs on in its thread):
     # shielded, its result is still ours, and what it enqueued is cancelled and settled.
-    admission = asyncio.ensure_future(db_quick(_authenticate_and_start)(request))
+    admission = db_quick(_authenticate_and_start)(request)  # queued now: a Future
     try:
         generation, req = await asyncio.shield(admission)
     except DomainError as exc:
