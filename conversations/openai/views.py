@@ -76,7 +76,9 @@ def _wrong_method(allowed: str) -> JsonResponse:
 
 
 def _bearer(request: HttpRequest) -> str:
-    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+    """The token of the request's ``Authorization: Bearer`` header ("" without one),
+    read from ``META`` as it is (``request.headers`` would first copy every header)."""
+    scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
     return raw.strip() if scheme.lower() == "bearer" else ""
 
 
