@@ -301,11 +301,16 @@ def _quick_executor() -> ThreadPoolExecutor:
     return _quick
 
 
-def db_quick(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+def db_quick(fn: Callable[P, R]) -> Callable[P, asyncio.Future[R]]:
     """Return ``fn`` run in one of the process's DATABASE_QUICK_THREADS reusable
-    threads (the others wait on the event loop), with the caller's context variables;
-    its thread's connection goes back to the pool afterwards, as with
+    threads (the others wait in the pool's queue), with the caller's context
+    variables; its thread's connection goes back to the pool afterwards, as with
     :func:`db_brief`.
+
+    Calling the returned function hands the step to the pool at once and returns its
+    :class:`asyncio.Future` (no task of its own, so no loop iteration passes before
+    the step is queued or after its result is set): await it, or shield it as it is.
+    Call it on the event loop.
 
     For short steps on a request's critical path (the API's admission: mostly Redis,
     the database only on a cache miss): no thread is started per request (``sync_to_
@@ -317,9 +322,9 @@ def db_quick(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     run = _step(fn)
 
     @functools.wraps(fn)
-    async def quick(*args: Any, **kwargs: Any) -> Any:
+    def quick(*args: Any, **kwargs: Any) -> asyncio.Future[Any]:
         call = functools.partial(contextvars.copy_context().run, run, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(_quick_executor(), call)
+        return asyncio.get_running_loop().run_in_executor(_quick_executor(), call)
 
     return quick
 

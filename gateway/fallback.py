@@ -29,6 +29,7 @@ from gateway.models import Plan
 from inference import client as inference_client
 from inference import keys, protocol
 from inference.connections import redis_sync
+from inference.redis_types import RedisFields
 
 RETRYABLE_CODES = frozenset({protocol.ERROR_ENGINE})
 _RETRY_PLAN = Plan(name="retry", priority=2**31 - 1)
@@ -55,14 +56,20 @@ return 1
 """
 
 
-def job_remember(*, job: protocol.Job, client: Any = None) -> None:
+def job_remember(
+    *,
+    job: protocol.Job,
+    client: Any = None,
+    entry: RedisFields | None = None,
+) -> None:
     """Keep ``job`` for INFERENCE_STREAM_TTL_S seconds so it can be retried.
 
-    ``client``: a pipeline to queue the command on (default: at once).
+    ``client``: a pipeline to queue the command on (default: at once). ``entry``:
+    ``job.to_fields()`` when the caller made it already (it enqueues the same entry).
     """
     (client or redis_sync()).set(
         keys.job_key(job.job_id),
-        job.to_fields()["job"],
+        (entry or job.to_fields())["job"],
         ex=settings.INFERENCE_STREAM_TTL_S,
     )
 

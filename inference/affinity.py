@@ -51,6 +51,7 @@ import redis.asyncio as aioredis
 
 from inference import keys, metrics, protocol
 from inference.liveness import WORKER_TTL_S
+from inference.redis_types import RedisFields
 
 logger = logging.getLogger("inference.worker")
 
@@ -292,12 +293,20 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def worker_enqueue(client: Any, *, pool: str, worker: str, job: protocol.Job) -> Any:
+def worker_enqueue(
+    client: Any,
+    *,
+    pool: str,
+    worker: str,
+    job: protocol.Job,
+    entry: RedisFields | None = None,
+) -> Any:
     """Queue ``job`` on ``worker``'s own stream and note the stream in the pool's set
-    (``client``: a pipeline, ideally MULTI; the XADD's reply is the entry id)."""
-    entry = client.xadd(keys.worker_queue_key(pool, worker), job.to_fields())
+    (``client``: a pipeline, ideally MULTI; the XADD's reply is the entry id).
+    ``entry``: ``job.to_fields()`` when the caller made it already."""
+    added = client.xadd(keys.worker_queue_key(pool, worker), entry or job.to_fields())
     client.sadd(keys.worker_queues_key(pool), worker)
-    return entry
+    return added
 
 
 class AffinitySweep:

@@ -45,6 +45,7 @@ def job_enqueue(
     client: Any = None,
     background: bool = False,
     worker: str | None = None,
+    entry: redis_types.RedisFields | None = None,
 ) -> Any:
     """Append a job to its pool's queue stream; return the queue entry id.
 
@@ -52,14 +53,18 @@ def job_enqueue(
     result); default: the process's sync client, at once. ``background``: the pool's
     background lane (:func:`inference.keys.background_queue_key`) instead.
     ``worker``: that worker's own stream instead (conversation affinity,
-    :func:`inference.affinity.job_route` chose it).
+    :func:`inference.affinity.job_route` chose it). ``entry``: ``job.to_fields()``
+    when the caller made it already (the job is serialised once per submission).
     """
+    entry = entry or job.to_fields()
     if worker:
         from inference.affinity import worker_enqueue
 
-        return worker_enqueue(client or redis_sync(), pool=pool, worker=worker, job=job)
+        return worker_enqueue(
+            client or redis_sync(), pool=pool, worker=worker, job=job, entry=entry
+        )
     queue = keys.background_queue_key(pool) if background else keys.queue_key(pool)
-    return (client or redis_sync()).xadd(queue, job.to_fields())
+    return (client or redis_sync()).xadd(queue, entry)
 
 
 def job_cancel(*, job_id: str, ttl_s: int = 3600) -> None:

@@ -49,3 +49,19 @@ async def test_after_a_quick_step_the_connection_is_back_in_the_pool():
 
     assert await db_quick(step)() is True  # held while querying
     assert await db_quick(lambda: connection.connection is None)() is True
+
+
+async def test_a_quick_step_is_queued_when_called_before_the_loop_runs_again():
+    """The step goes to its thread as the view calls it, not a loop iteration later
+    (no task of its own): it runs while the loop is still inside the caller."""
+    started = threading.Event()
+
+    def step() -> int:
+        started.set()
+        return 7
+
+    pending = db_quick(step)()
+    # the loop does not run while this coroutine blocks: only the call queued it
+    assert started.wait(timeout=5)
+    assert isinstance(pending, asyncio.Future)
+    assert await asyncio.shield(pending) == 7

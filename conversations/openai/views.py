@@ -76,7 +76,9 @@ def _wrong_method(allowed: str) -> JsonResponse:
 
 
 def _bearer(request: HttpRequest) -> str:
-    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+    """The token of the request's ``Authorization: Bearer`` header ("" without one),
+    read from ``META`` as it is (``request.headers`` would first copy every header)."""
+    scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
     return raw.strip() if scheme.lower() == "bearer" else ""
 
 
@@ -147,7 +149,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
         return _wrong_method("POST")
     # A disconnect cancels this view, but not the sync step (it runs on in its thread):
     # shielded, its result is still ours, and what it enqueued is cancelled and settled.
-    admission = asyncio.ensure_future(db_quick(_authenticate_and_start)(request))
+    admission = db_quick(_authenticate_and_start)(request)  # queued now: a Future
     try:
         generation, req = await asyncio.shield(admission)
     except DomainError as exc:

@@ -127,9 +127,12 @@ def generation_submit(
     # the mark can leave the job running with its reservation swept after
     # GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S (its usage uncharged), never a budget held
     # for a job that was never enqueued.
+    entry = job.to_fields()  # once: the kept job and the queue entry are the same JSON
     with redis_sync().pipeline(transaction=False) as pipe:
-        fallback.job_remember(job=job, client=pipe)
-        inference_client.job_enqueue(pool=pool, job=job, client=pipe, worker=worker)
+        fallback.job_remember(job=job, client=pipe, entry=entry)
+        inference_client.job_enqueue(
+            pool=pool, job=job, client=pipe, worker=worker, entry=entry
+        )
         quota.quota_reservation_submitted(user_id=user_id, job_id=job_id, client=pipe)
         pipe.execute()
     return now

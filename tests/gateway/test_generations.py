@@ -28,6 +28,7 @@ from gateway.generations import policy
 from gateway.models import UsageRecord
 from inference import client as inference_client
 from inference import keys, protocol, streams
+from inference.affinity import affinity_of
 from inference.connections import redis_sync
 from tests.conftest import fake_heartbeat
 from tests.conversations.openai.helpers import asgi, ask, no_reservations
@@ -538,6 +539,56 @@ def test_a_background_generation_reads_each_terminal_event_as_the_gateway_does(
     assert end.error_code == case.terminal[1].get("code", "")
     assert outcome.openai_finish_reason == case.openai
     assert end.complete == (case.name == "stop")
+
+
+@pytest.mark.parametrize("affinity", [False, True])
+def test_a_submission_serialises_its_job_once_and_keeps_what_it_queued(
+    monkeypatch, settings, affinity
+):
+    """The job kept for a fallback retry and the queue entry are one JSON text, made
+    once (a client resending a long history pays for one serialisation): on the
+    pool's queue, and on a worker's own stream when affinity routes it there."""
+    settings.INFERENCE_AFFINITY = affinity
+    messages = [{"role": "user", "content": "Say hello " + "é" * 50}]
+    if affinity:  # the conversation's recorded worker is live and free
+        redis_sync().hset(
+            keys.worker_key("kept-w1"),
+            mapping={
+                "heartbeat": f"{time.time():.3f}",
+                "slots": 2,
+                "busy": 0,
+                "preemptible": 0,
+                "stopping": 0,
+                "pool": "kept-pool",
+            },
+        )
+        conversation = affinity_of(user_ref="7", messages=messages)
+        redis_sync().set(keys.affinity_key("kept-pool", conversation), "kept-w1")
+    made = []
+    to_fields = protocol.Job.to_fields
+
+    def counted(job: protocol.Job) -> Any:
+        made.append(job.job_id)
+        return to_fields(job)
+
+    monkeypatch.setattr(protocol.Job, "to_fields", counted)
+    generations.generation_submit(
+        user_id=7,
+        job_id="kept-job",
+        messages=messages,
+        params={"max_tokens": 16},
+        user_ref="7",
+        pool="kept-pool",
+    )
+    queue = (
+        keys.worker_queue_key("kept-pool", "kept-w1")
+        if affinity
+        else keys.queue_key("kept-pool")
+    )
+    [(_entry_id, fields)] = redis_sync().xrange(queue)
+    assert made == ["kept-job"]
+    assert redis_sync().get(keys.job_key("kept-job")) == fields["job"]
+    assert protocol.Job.from_fields(fields).messages == messages
 
 
 def test_gateway_and_background_generations_enqueue_the_same_job():
