@@ -709,6 +709,21 @@ BAD_FILES = {
         bad_native(_set(["conversations", 1, "created_at"], "yesterday")),
         "Conversation 2: `created_at` is not an ISO 8601 time",
     ),
+    "message time missing": (
+        bad_native(
+            lambda data: data["conversations"][0]["messages"][0].pop("created_at")
+        ),
+        "Conversation 1, message 1: `created_at` is missing",
+    ),
+    "message time null": (
+        bad_native(_set(["conversations", 0, "messages", 0, "created_at"], None)),
+        "Conversation 1, message 1: `created_at` must be an ISO 8601 time string, "
+        "not null.",
+    ),
+    "conversation time a number": (
+        bad_native(_set(["conversations", 1, "updated_at"], 1700000000)),
+        "Conversation 2: `updated_at` must be an ISO 8601 time string, not a number.",
+    ),
     "token count negative": (
         bad_native(_set(["conversations", 0, "messages", 1, "token_count"], -1)),
         "out of range",
