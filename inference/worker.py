@@ -339,7 +339,14 @@ class Worker(
                 else "The model failed while answering. Please try again."
             )
             code = exc.code if isinstance(exc, EngineError) else protocol.ERROR_ENGINE
-            logger.exception("job %s failed", job.job_id)
+            if code == protocol.ERROR_ENGINE:
+                logger.exception("job %s failed", job.job_id)
+            else:
+                # an outcome of the job's input (a prompt over the context, a
+                # parameter the engine cannot honour), not a fault: no traceback
+                logger.info(
+                    "job %s refused by the engine: %s (%s)", job.job_id, exc, code
+                )
             # after a token the answer is billed as far as it went (settle.py)
             streamed = self._journal_tokens(job.job_id)
             await self._stream_ensure(job.job_id)

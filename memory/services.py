@@ -37,6 +37,7 @@ from django.db import transaction
 from django.utils.module_loading import import_string
 
 from chatsite.errors import DomainError, InvalidInput, NotFound, ServiceUnavailable
+from chatsite.uploads import upload_file_name
 from inference.embeddings import EmbeddingUnavailable, embed_text, embed_texts
 from memory import selectors
 from memory.chunking import text_chunk
@@ -112,14 +113,16 @@ def document_upload(
     """Store an uploaded file as a ``pending`` document; ingest it after commit.
 
     ``data`` is the file's bytes (limit MEMORY_UPLOAD_MAX_BYTES). Only the name and
-    the size are checked here; the text is extracted by the ingest task. Raises
+    the size are checked here; the title is the name without its leading directories
+    (:func:`chatsite.uploads.upload_file_name`). The text is extracted by the ingest
+    task. Raises
     InvalidInput (unsupported type, empty) or PayloadTooLarge; nothing is stored when
     it raises.
     """
     kind = upload_check(
         name=name, size=len(data), max_bytes=settings.MEMORY_UPLOAD_MAX_BYTES
     )
-    title = (name or "document").rsplit("/", 1)[-1][:255]
+    title = (upload_file_name(name) or "document")[:255]
     with transaction.atomic():
         document = Document.objects.create(
             user=user,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from chatsite.errors import InvalidInput
@@ -88,30 +88,87 @@ def _complete_text(
     return text if result.complete and text else None
 
 
-def summary_generate(
-    *,
-    previous: str,
-    messages: Sequence[Message],
-    pool: str,
-    timeout_s: float,
-    max_tokens: int = 300,
-) -> str | None:
-    """Return a new rolling summary of ``previous`` + ``messages``, or None on failure.
+# The longest summary (tokens): the summary job's answer reserve.
+SUMMARY_MAX_TOKENS = 300
+# Marks the end of a message cut to fit the summary job's context.
+CUT_MARK = " […]"
 
-    ``max_tokens`` caps the summary (tokens); ``timeout_s`` bounds the wait (seconds).
-    """
+
+def summary_prompt(*, previous: str, messages: Sequence[Message]) -> list[Message]:
+    """Return the engine messages that ask for ``previous`` rolled forward over
+    ``messages``: SUMMARY_PROMPT, then the summary and the new messages' transcript."""
     content = (
         f"Current summary:\n{previous.strip() or '(none)'}\n\n"
         f"New messages:\n{_transcript(messages)}"
     )
+    return [
+        {"role": "system", "content": SUMMARY_PROMPT},
+        {"role": "user", "content": content},
+    ]
+
+
+def summary_fit(
+    *,
+    previous: str,
+    messages: Sequence[Message],
+    count: Callable[[list[Message]], int],
+    limit: int,
+) -> tuple[list[Message], int]:
+    """Return ``(prompt, covered)``: the summary job's engine messages for the oldest
+    ``covered`` of ``messages`` that fit, so that ``count(prompt) <= limit`` tokens.
+
+    The engine cannot drop turns from a summary prompt (it is one message), so a
+    history longer than the context is summarised in rounds (DESIGN §9), each one
+    this fit. ``count`` is the serving tokenizer's prompt count; ``limit`` is the
+    context window less the answer's reserve (tokens). The prefix is the longest
+    that fits, shortened to end on an assistant message when such a shorter one
+    exists (the turns left verbatim then start with the user's). A first message too
+    long on its own is cut to the start that fits, ending CUT_MARK. ``covered`` is
+    0 when not even the prompt and ``previous`` fit; the prompt is then empty.
+    """
+
+    def tokens(part: Sequence[Message]) -> int:
+        return count(summary_prompt(previous=previous, messages=part))
+
+    if not messages or tokens([]) > limit:
+        return [], 0
+    if tokens(messages[:1]) > limit:
+        first = messages[0]
+        low, high = 0, len(first["content"])  # low fits, high does not
+        while high - low > 1:
+            middle = (low + high) // 2
+            cut = {**first, "content": first["content"][:middle] + CUT_MARK}
+            low, high = (middle, high) if tokens([cut]) <= limit else (low, middle)
+        cut = {**first, "content": first["content"][:low] + CUT_MARK}
+        return summary_prompt(previous=previous, messages=[cut]), 1
+    low, high = 1, len(messages) + 1  # a prefix of low messages fits, of high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (
+            (middle, high) if tokens(messages[:middle]) <= limit else (low, middle)
+        )
+    covered = low
+    while covered > 1 and messages[covered - 1]["role"] != "assistant":
+        covered -= 1
+    if messages[covered - 1]["role"] != "assistant":
+        covered = low
+    return summary_prompt(previous=previous, messages=messages[:covered]), covered
+
+
+def summary_generate(
+    *,
+    prompt: list[Message],
+    pool: str,
+    timeout_s: float,
+    max_tokens: int = SUMMARY_MAX_TOKENS,
+) -> str | None:
+    """Return the summary the model writes for ``prompt`` (:func:`summary_fit`), or
+    None on failure.
+
+    ``max_tokens`` caps the summary (tokens); ``timeout_s`` bounds the wait (seconds).
+    """
     return _complete_text(
-        pool=pool,
-        messages=[
-            {"role": "system", "content": SUMMARY_PROMPT},
-            {"role": "user", "content": content},
-        ],
-        max_tokens=max_tokens,
-        timeout_s=timeout_s,
+        pool=pool, messages=prompt, max_tokens=max_tokens, timeout_s=timeout_s
     )
 
 

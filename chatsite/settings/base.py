@@ -45,6 +45,9 @@ MIDDLEWARE = [
     "chatsite.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # an upload's name keeps all but its leading directories (chatsite/uploads.py);
+    # before CSRF, which may parse the form
+    "chatsite.uploads.readable_upload_names",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",

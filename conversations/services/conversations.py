@@ -18,6 +18,10 @@ from gateway import generations
 from inference.tokens import prompt_counter
 from memory import summary as memory_summary
 
+# Summary generations one run makes at most (each up to MEMORY_GENERATION_TIMEOUT_S):
+# a long imported history is folded over the next turns' runs, not one Celery task.
+SUMMARY_ROUNDS_MAX = 4
+
 
 def _chain_answer(head: Message) -> Message:
     """Return the answer at the end of the tool chain that starts with ``head`` (the
@@ -103,10 +107,14 @@ def conversation_summarize(*, conversation_id: Any) -> bool:
     Summarises the current branch. When the messages after
     ``summary_upto`` (when it lies on that branch; else all of them) pass
     MEMORY_SUMMARY_TRIGGER_TOKENS tokens (serving tokenizer), all but the last MEMORY_SUMMARY_KEEP_MESSAGES are folded into
-    the summary by the model (pool MEMORY_SMALL_POOL). A failed or cut generation
-    changes nothing (the last complete summary stays in force); the update is
-    conditional on ``summary_upto`` being unchanged, so concurrent or repeated runs are
-    idempotent. Returns True if a new summary was stored.
+    the summary by the model (pool MEMORY_SMALL_POOL). Each job's prompt and answer
+    fit MEMORY_CONTEXT_TOKENS: a longer history is folded in rounds, oldest first
+    (:func:`memory.summary.summary_fit`), each complete round stored as the new
+    summary, at most SUMMARY_ROUNDS_MAX rounds a run (the next turn's run goes on).
+    A failed or cut generation ends the run and changes nothing more (the last
+    complete summary stays in force); each update is conditional on ``summary_upto``
+    being unchanged, so concurrent or repeated runs are idempotent. Returns True if
+    a new summary was stored.
     """
     conversation = Conversation.objects.filter(id=conversation_id).first()
     if conversation is None:
@@ -136,19 +144,38 @@ def conversation_summarize(*, conversation_id: Any) -> bool:
     as_dicts = [{"role": m.role, "content": m.content} for m in messages]
     if count(as_dicts) < settings.MEMORY_SUMMARY_TRIGGER_TOKENS:
         return False
-    summary = memory_summary.summary_generate(
-        previous=conversation.summary if upto is not None else "",
-        messages=[{"role": m.role, "content": m.content} for m in older],
-        pool=settings.MEMORY_SMALL_POOL,
-        timeout_s=settings.MEMORY_GENERATION_TIMEOUT_S,
-    )
-    if summary is None:
-        return False
-    return bool(
-        Conversation.objects.filter(
-            id=conversation.id, summary_upto=conversation.summary_upto_id
-        ).update(summary=summary, summary_upto=older[-1])
-    )
+    limit = settings.MEMORY_CONTEXT_TOKENS - memory_summary.SUMMARY_MAX_TOKENS
+    previous = conversation.summary if upto is not None else ""
+    upto_id = conversation.summary_upto_id  # the stored one, on this branch or not
+    stored = False
+    for _round in range(SUMMARY_ROUNDS_MAX):
+        prompt, covered = memory_summary.summary_fit(
+            previous=previous,
+            messages=[{"role": m.role, "content": m.content} for m in older],
+            count=count,
+            limit=limit,
+        )
+        if not covered:
+            break
+        summary = memory_summary.summary_generate(
+            prompt=prompt,
+            pool=settings.MEMORY_SMALL_POOL,
+            timeout_s=settings.MEMORY_GENERATION_TIMEOUT_S,
+        )
+        if summary is None:
+            break
+        # a complete summary of a prefix is a checkpoint; a run that lost the race
+        # to another stops
+        end = older[covered - 1]
+        if not Conversation.objects.filter(
+            id=conversation.id, summary_upto=upto_id
+        ).update(summary=summary, summary_upto=end):
+            break
+        stored = True
+        previous, upto_id, older = summary, end.id, older[covered:]
+        if not older:
+            break
+    return stored
 
 
 def conversation_rename(

@@ -611,6 +611,31 @@ def test_chatgpt_roles_and_finish_types_that_are_not_text_are_skipped_or_ignored
     assert conversation.messages[1].finish_reason == ""
 
 
+def test_chatgpt_files_that_would_import_blank_conversations_say_where():
+    """The newcomer trial's files (no ``content_type``): each names the
+    conversation and the field instead of importing a blank conversation."""
+    message = {"author": {"role": "user"}, "content": {"parts": ["hi"]}}
+    loop = {
+        "a": {"id": "a", "parent": "b", "children": ["b"], "message": message},
+        "b": {"id": "b", "parent": "a", "children": ["a"], "message": message},
+        "c": {"id": "c", "parent": "b", "children": [], "message": message},
+    }
+    odd = {"author": {"role": "user"}, "content": {"parts": [{"x": 1}, None, 5]}}
+    files = {
+        "Conversation 1 (“g”): the `parent` links of nodes 'a', 'b', 'c' form a loop.": (
+            loop
+        ),
+        "Conversation 1 (“g”), node a: `content.parts[0]` must be a string.": {
+            "a": {"id": "a", "parent": None, "children": [], "message": odd}
+        },
+    }
+    for reason, mapping in files.items():
+        data = json.dumps([{"title": "g", "mapping": mapping}]).encode()
+        with pytest.raises(InvalidInput) as caught:
+            services.imports.import_file_parse(data=data)
+        assert caught.value.message == f"{reason} Nothing was imported."
+
+
 # --- import: bad files -------------------------------------------------------------------
 
 
@@ -684,6 +709,21 @@ BAD_FILES = {
         bad_native(_set(["conversations", 1, "created_at"], "yesterday")),
         "Conversation 2: `created_at` is not an ISO 8601 time",
     ),
+    "message time missing": (
+        bad_native(
+            lambda data: data["conversations"][0]["messages"][0].pop("created_at")
+        ),
+        "Conversation 1, message 1: `created_at` is missing",
+    ),
+    "message time null": (
+        bad_native(_set(["conversations", 0, "messages", 0, "created_at"], None)),
+        "Conversation 1, message 1: `created_at` must be an ISO 8601 time string, "
+        "not null.",
+    ),
+    "conversation time a number": (
+        bad_native(_set(["conversations", 1, "updated_at"], 1700000000)),
+        "Conversation 2: `updated_at` must be an ISO 8601 time string, not a number.",
+    ),
     "token count negative": (
         bad_native(_set(["conversations", 0, "messages", 1, "token_count"], -1)),
         "out of range",
@@ -720,6 +760,71 @@ BAD_FILES = {
             ]
         ).encode(),
         "`content.parts` must be a list",
+    ),
+    "chatgpt empty mapping": (
+        json.dumps([{"title": "gpt", "mapping": {}}]).encode(),
+        "Conversation 1 (“gpt”): `mapping` is empty",
+    ),
+    "chatgpt parent loop": (
+        json.dumps(
+            [
+                {
+                    "title": "x",
+                    "mapping": {
+                        "a": node("a", "b", ["b"], "user", "hi"),
+                        "b": node("b", "a", ["a"], "assistant", "yo"),
+                    },
+                }
+            ]
+        ).encode(),
+        "Conversation 1 (“x”): the `parent` links of nodes",
+    ),
+    "chatgpt parts not strings": (
+        json.dumps(
+            [
+                {
+                    "title": "x",
+                    "mapping": {
+                        "a": node("a", None, [], "user", parts=[{"x": 1}, None, 5])
+                    },
+                }
+            ]
+        ).encode(),
+        "Conversation 1 (“x”), node a: `content.parts[0]` must be a string.",
+    ),
+    "chatgpt multimodal part neither text nor object": (
+        json.dumps(
+            [
+                {
+                    "title": "x",
+                    "mapping": {
+                        "a": node(
+                            "a",
+                            None,
+                            [],
+                            "user",
+                            content_type="multimodal_text",
+                            parts=["look", 5],
+                        )
+                    },
+                }
+            ]
+        ).encode(),
+        "`content.parts[1]` must be a string or a JSON object.",
+    ),
+    "chatgpt no text to import": (
+        json.dumps(
+            [
+                {
+                    "title": "x",
+                    "mapping": {
+                        "r": node("r", None, ["s"]),
+                        "s": node("s", "r", [], "system", "be brief"),
+                    },
+                }
+            ]
+        ).encode(),
+        "there is no user or assistant text message to import",
     ),
     "chatgpt bad time": (
         json.dumps([{"title": "x", "create_time": "noon", "mapping": {}}]).encode(),

@@ -10,7 +10,9 @@ from conversations import services, tasks
 from conversations.models import Conversation, Message
 from inference import client as inference_client
 from inference.engines.scripted import ScriptedEngine
+from inference.tokens import prompt_counter
 from memory import services as memory_services
+from memory import summary as memory_summary
 from memory.models import Citation
 
 pytestmark = [
@@ -189,6 +191,65 @@ def test_failed_or_partial_summary_leaves_the_last_complete_one(
     conversation.refresh_from_db()
     assert conversation.summary == "SUMMARY-ONE."
     assert conversation.summary_upto_id == upto
+
+
+def test_a_history_longer_than_the_context_is_summarised_in_rounds_that_fit(
+    start_worker, user, summary_settings, monkeypatch
+):
+    """The newcomer trial's imported 24-message conversation was never summarised:
+    its one summary job held more than the context, and the engine refused it."""
+    summary_settings.MEMORY_CONTEXT_TOKENS = 900
+    start_worker(ScriptedEngine(text="SUMMARY-ROUND."), pool="small")
+    conversation = conversation_with(user, 12)
+    jobs = []
+    original = inference_client.job_enqueue
+
+    def spy(*, pool, job, **options):
+        jobs.append(job)
+        return original(pool=pool, job=job, **options)
+
+    monkeypatch.setattr(inference_client, "job_enqueue", spy)
+    count = prompt_counter(summary_settings.MEMORY_TOKENIZER_ENGINE)
+    older = [
+        {"role": m.role, "content": m.content}
+        for m in conversation.messages.order_by("created_at")
+    ][:-4]
+    prompt = memory_summary.summary_prompt(previous="", messages=older)
+    assert count(prompt) + memory_summary.SUMMARY_MAX_TOKENS > 900  # one job overflows
+
+    assert services.conversation_summarize(conversation_id=conversation.id)
+    assert len(jobs) >= 2
+    for job in jobs:
+        assert count(job.messages) + job.params["max_tokens"] <= 900
+    # each round rolls the last one's summary forward, oldest messages first
+    assert "question 0 " in jobs[0].messages[1]["content"]
+    assert "Current summary:\nSUMMARY-ROUND." in jobs[1].messages[1]["content"]
+    conversation.refresh_from_db()
+    assert conversation.summary == "SUMMARY-ROUND."
+    assert conversation.summary_upto.content.startswith("answer 9 ")
+    transcript = "".join(job.messages[1]["content"] for job in jobs)
+    assert all(f"question {i} " in transcript for i in range(10))
+
+
+def test_a_message_longer_than_the_context_on_its_own_is_cut_to_fit():
+    def count(messages):  # one token per word
+        return sum(len(m["content"].split()) for m in messages)
+
+    messages = [
+        {"role": "user", "content": "word " * 500},
+        {"role": "assistant", "content": "ok"},
+    ]
+    prompt, covered = memory_summary.summary_fit(
+        previous="", messages=messages, count=count, limit=100
+    )
+    assert covered == 1 and 90 <= count(prompt) <= 100
+    assert prompt[1]["content"].endswith(memory_summary.CUT_MARK)
+    # a round ends on an answer when one fits, so the verbatim turns start with a user's
+    messages = [{"role": r, "content": "x " * 20} for r in ["user", "assistant"] * 3]
+    _prompt, covered = memory_summary.summary_fit(
+        previous="", messages=messages, count=count, limit=90
+    )
+    assert covered == 2
 
 
 # --- Citations ----------------------------------------------------------------------

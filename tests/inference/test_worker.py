@@ -1,5 +1,6 @@
 """The inference worker over real Redis (inference/worker.py)."""
 
+import logging
 import time
 
 from inference import client as inference_client
@@ -237,7 +238,10 @@ def test_a_job_arriving_while_the_worker_stops_is_put_back_not_taken(start_worke
     assert redis_sync().xpending(queue, protocol.GROUP)["pending"] == 0
 
 
-def test_an_engine_error_with_its_own_code_keeps_its_message_for_the_user(start_worker):
+def test_an_engine_error_with_its_own_code_keeps_its_message_for_the_user(
+    start_worker, caplog
+):
+    caplog.set_level(logging.INFO, logger="inference.worker")
     start_worker(ScriptedEngine(text="a b"))
     enqueue("too-long", script={"fail_after": 0, "fail_code": "context_overflow"})
     events = wait_events("too-long", terminal)
@@ -249,6 +253,13 @@ def test_an_engine_error_with_its_own_code_keeps_its_message_for_the_user(start_
         events[-1].data["message"]
         == "The model failed while answering. Please try again."
     )
+    # the expected refusal is told without a traceback; an engine fault keeps its own
+    refused = [r for r in caplog.records if "too-long" in r.getMessage()]
+    assert refused and all(
+        r.levelno == logging.INFO and r.exc_info is None for r in refused
+    )
+    faults = [r for r in caplog.records if r.getMessage() == "job generic failed"]
+    assert faults and faults[0].levelno == logging.ERROR and faults[0].exc_info
 
 
 def test_a_burst_of_tokens_is_written_in_order_one_event_each_before_done(

@@ -6,6 +6,7 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from chatsite.errors import InvalidInput, PayloadTooLarge
+from chatsite.uploads import upload_file_name
 from conversations import services as chat_services
 from inference.embeddings import embed_text
 from memory import selectors, services
@@ -49,6 +50,46 @@ def test_upload_is_chunked_embedded_and_shown_ready_on_the_documents_page(
     assert listing["documents"][0]["status"] == "ready"
     detail = auth_client.get(reverse("document-detail", args=[document.id]))
     assert b'id="p0"' in detail.content
+
+
+def test_an_uploads_name_keeps_all_but_its_leading_directories(auth_client, user):
+    """The newcomer trial's ``../../etc/<b>passwd</b>.txt`` was listed as ``b>.txt``
+    (cut at the ``/`` of ``</b>``). The test client would cut the name itself, so
+    the multipart body is written here as a browser or script sends it."""
+    boundary = "----trial"
+    body = (
+        f"--{boundary}\r\n"
+        'Content-Disposition: form-data; name="file"; '
+        'filename="../../etc/<b>passwd</b>.txt"\r\n'
+        "Content-Type: text/plain\r\n\r\n"
+        "root:x:0:0\r\n"
+        f"--{boundary}--\r\n"
+    ).encode()
+    response = auth_client.post(
+        reverse("document-upload"),
+        body,
+        content_type=f"multipart/form-data; boundary={boundary}",
+    )
+    assert response.status_code == 302
+    assert Document.objects.get(user=user).title == "<b>passwd<\u2215b>.txt"
+    page = auth_client.get(reverse("document-list")).content.decode()
+    assert "&lt;b&gt;passwd&lt;\u2215b&gt;.txt" in page  # shown as text
+    assert "<b>passwd" not in page
+
+
+@pytest.mark.parametrize(
+    ("raw", "kept"),
+    [
+        ("notes.md", "notes.md"),
+        ("../../etc/<b>passwd</b>.txt", "<b>passwd<\u2215b>.txt"),
+        ("C:\\Users\\ada\\report.pdf", "report.pdf"),
+        ("/tmp/a<b/c.txt", "a<b\u2215c.txt"),
+        ("dir/..", ""),
+        ("bell\x07.txt", "bell.txt"),
+    ],
+)
+def test_upload_file_name_drops_directories_and_keeps_the_rest(raw, kept):
+    assert upload_file_name(raw) == kept
 
 
 def test_pdf_text_layer_is_ingested(user):

@@ -7,13 +7,19 @@ seconds), ``mapping`` (node id -> ``{id, parent, children, message}``) and
 ``metadata`` (``model_slug``, ``finish_details.type``).
 
 Kept: the text parts of user and assistant messages (``text``, and the string
-parts of ``multimodal_text``), with their original times and the
-tree. Skipped: system and tool messages, non-text content (code run, images,
+parts of ``multimodal_text``; a message without ``content_type`` is ``text``), with
+their original times and the tree. Skipped: system and tool messages, non-text content (code run, images,
 browsing), assistant messages addressed to a tool (``recipient`` not ``all``), hidden
 and empty messages; the children of a skipped node hang from its nearest kept
 ancestor. An assistant message whose kept parent is an assistant message that has
 no other kept child is the same answer split around a tool call: it is appended to
 that message.
+
+Refused (InvalidInput naming the conversation, node and field, so nothing is
+stored): an empty ``mapping``; nodes whose ``parent`` links form a loop (they never
+reach a root); a part of a text message that is not a string (in ``multimodal_text``,
+a JSON object is a non-text part such as an image, and is skipped); a conversation
+with no user or assistant text left to import, which would open as a blank page.
 """
 
 from __future__ import annotations
@@ -69,10 +75,11 @@ def _kept_text(message: dict[str, Any], where: str) -> tuple[str, str] | None:
     name = author.get("role")
     role = _ROLES.get(name) if isinstance(name, str) else None
     content = _dict(message.get("content"), where, "content")
+    content_type = content.get("content_type", "text")
     metadata = message.get("metadata") or {}
     if (
         role is None
-        or content.get("content_type") not in _TEXT_TYPES
+        or content_type not in _TEXT_TYPES
         or message.get("recipient", "all") != "all"
         or (
             isinstance(metadata, dict)
@@ -83,6 +90,16 @@ def _kept_text(message: dict[str, Any], where: str) -> tuple[str, str] | None:
     parts = content.get("parts")
     if not isinstance(parts, list):
         raise fail(where, "`content.parts` must be a list.")
+    for i, part in enumerate(parts):
+        if isinstance(part, str):
+            continue
+        if content_type == "multimodal_text":
+            if not isinstance(part, dict):
+                raise fail(
+                    where, f"`content.parts[{i}]` must be a string or a JSON object."
+                )
+        else:
+            raise fail(where, f"`content.parts[{i}]` must be a string.")
     text = "\n".join(p for p in parts if isinstance(p, str))
     text = text_field(text, where, "content")
     return (role, text) if text.strip() else None
@@ -116,6 +133,8 @@ def _conversation(raw: Any, where: str) -> ImportedConversation:
     where = f"{where} (“{title[:40]}”)"
     started = _time(c.get("create_time"), where, "create_time")
     mapping = _dict(c.get("mapping"), where, "mapping")
+    if not mapping:
+        raise fail(where, "`mapping` is empty: the conversation has no messages.")
     for node_id, node in mapping.items():
         node = _dict(node, f"{where}, node {node_id[:40]}", "node")
         parent = node.get("parent")
@@ -128,8 +147,8 @@ def _conversation(raw: Any, where: str) -> ImportedConversation:
     for node_id, node in mapping.items():
         parent = node.get("parent")
         children.setdefault(parent if parent in mapping else None, []).append(node_id)
-    # Walk from the roots, parents before children; a node on a parent cycle is
-    # never reached and so never imported.
+    # Walk from the roots, parents before children; a node on a parent loop (or
+    # below one) is never reached.
     kept: list[dict[str, Any]] = []
     by_key: dict[str, dict[str, Any]] = {}
     kept_ancestor: dict[str, str | None] = {}
@@ -157,6 +176,16 @@ def _conversation(raw: Any, where: str) -> ImportedConversation:
             here = node_id
         kept_ancestor[node_id] = here
         stack += [(child, here) for child in reversed(children.get(node_id, []))]
+    unreached = [node_id for node_id in mapping if node_id not in kept_ancestor]
+    if unreached:
+        names = ", ".join(repr(n[:40]) for n in unreached[:3])
+        raise fail(
+            where,
+            f"the `parent` links of node{'s' if len(unreached) > 1 else ''} {names}"
+            f"{' and others' if len(unreached) > 3 else ''} form a loop.",
+        )
+    if not kept:
+        raise fail(where, "there is no user or assistant text message to import.")
     messages, merged_into = _merge_split_answers(kept, kept_children)
     fallback = started or (
         messages[0]["created_at"] if messages else dt.datetime.now(tz=dt.UTC)

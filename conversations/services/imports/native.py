@@ -31,10 +31,27 @@ _STATUS_ON_IMPORT: dict[str, str] = {Message.Status.STREAMING: Message.Status.CA
 _SHORT = 200  # characters of model, pool, finish reason and other short fields
 
 
-def timestamp_field(value: Any, where: str, name: str) -> dt.datetime:
-    """Return the ISO 8601 time ``value`` (UTC when it names no zone)."""
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in the words of an error message ("null", "a number")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a list" if isinstance(value, list) else "a JSON object"
+
+
+def timestamp_field(item: dict[str, Any], where: str, name: str) -> dt.datetime:
+    """Return the ISO 8601 time ``item[name]`` (UTC when it names no zone); raise
+    InvalidInput saying whether the field is missing, null or not such a time."""
+    if name not in item:
+        raise fail(where, f"`{name}` is missing: it must be an ISO 8601 time string.")
+    value = item[name]
     if not isinstance(value, str):
-        raise fail(where, f"`{name}` must be an ISO 8601 time string.")
+        raise fail(
+            where, f"`{name}` must be an ISO 8601 time string, not {_json_kind(value)}."
+        )
     try:
         parsed = dt.datetime.fromisoformat(value)
     except ValueError:
@@ -69,8 +86,8 @@ def _feedback(value: Any, where: str) -> dict[str, Any] | None:
         "comment": text_field(value.get("comment", ""), where, "comment"),
         "model": text_field(value.get("model", ""), where, "model", limit=_SHORT),
         "pool": text_field(value.get("pool", ""), where, "pool", limit=100),
-        "created_at": timestamp_field(value.get("created_at"), where, "created_at"),
-        "updated_at": timestamp_field(value.get("updated_at"), where, "updated_at"),
+        "created_at": timestamp_field(value, where, "created_at"),
+        "updated_at": timestamp_field(value, where, "updated_at"),
     }
 
 
@@ -143,7 +160,7 @@ def _message(value: Any, where: str) -> ImportedMessage:
         else text_field(parent, where, "parent_id", limit=_SHORT),
         role=role,
         content=text_field(m.get("content"), where, "content"),
-        created_at=timestamp_field(m.get("created_at"), where, "created_at"),
+        created_at=timestamp_field(m, where, "created_at"),
         status=_STATUS_ON_IMPORT.get(status, status),
         model=text_field(m.get("model", ""), where, "model", limit=_SHORT),
         pool=text_field(m.get("pool", ""), where, "pool", limit=100),
@@ -191,8 +208,8 @@ def native_parse(data: dict[str, Any]) -> list[ImportedConversation]:
         out.append(
             ImportedConversation(
                 title=title_clean(c.get("title"), where),
-                created_at=timestamp_field(c.get("created_at"), where, "created_at"),
-                updated_at=timestamp_field(c.get("updated_at"), where, "updated_at"),
+                created_at=timestamp_field(c, where, "created_at"),
+                updated_at=timestamp_field(c, where, "updated_at"),
                 messages=messages,
                 current_leaf_key=leaf if isinstance(leaf, str) else None,
             )
