@@ -69,32 +69,32 @@ HUB_FULL_PACE_KEYS = 100
 # every 50-200 ms anyway; at 500 streams and more a first token may wait up to 50 ms
 # for its round (bench/results/2026-12-04-sse-profile.md).
 HUB_MAX_ROUND_S = 0.05
-# The joined read: for each KEYS[i], XREAD COUNT ARGV[1] from id ARGV[2i]; where
-# ARGV[2i+1] is "1", each run of consecutive token entries whose data is
-# ``{"t": "<JSON string body without a quote>"}`` comes back as ONE item
-# ``[last id, entries, bodies joined]``; any other entry as XREAD returns it
-# (``[id, fields]``). The reply has XREAD's shape (``[[key, items]...]``, keys with
+# The joined read. ARGV: COUNT, the token event's type, the head and tail of a token's
+# data (protocol.TOKEN_HEAD/TAIL), then per KEYS[i] its id and "1" to join its tokens.
+# For each key, XREAD COUNT from its id; where joined, each run of consecutive token
+# entries whose data is head + a JSON string body with no quote + tail comes back as
+# ONE item ``[last id, token count, bodies joined]``; any other entry as XREAD returns
+# it (``[id, fields]``). The reply has XREAD's shape (``[[key, items]...]``, keys with
 # entries only). The web process then parses one string per stream and round where
-# it parsed an entry (five strings and two lists) per token: the per-token cost moves
-# to Redis, which already holds the entries. A script cannot block, so the hub runs it
-# only after a round that returned entries (a busy process), else a blocking XREAD.
+# it parsed an entry (five strings and two lists) per token: the per-token work moves
+# to Redis, which holds the entries. A script cannot block, so the hub runs it only
+# after a round that returned entries (a busy process), else a blocking XREAD.
 JOINED_READ_LUA = """#!lua flags=no-writes
-local count = ARGV[1]
+local count, token, head, tail = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local out = {}
 for i = 1, #KEYS do
-  local r = redis.call('XREAD', 'COUNT', count, 'STREAMS', KEYS[i], ARGV[2 * i])
+  local r = redis.call('XREAD', 'COUNT', count, 'STREAMS', KEYS[i], ARGV[3 + 2 * i])
   if r then
     local entries = r[1][2]
-    if ARGV[2 * i + 1] == '1' then
+    if ARGV[4 + 2 * i] == '1' then
       local items, parts, n, last = {}, {}, 0, nil
       for _, e in ipairs(entries) do
         local f = e[2]
         local body = nil
-        if #f == 4 and f[1] == 'e' and f[2] == '%(token)s' and f[3] == 'd' then
+        if #f == 4 and f[1] == 'e' and f[2] == token and f[3] == 'd' then
           local d = f[4]
-          if string.sub(d, 1, %(head_n)d) == '%(head)s'
-              and string.sub(d, -%(tail_n)d) == '%(tail)s' then
-            body = string.sub(d, %(head_n)d + 1, -%(tail_n)d - 1)
+          if string.sub(d, 1, #head) == head and string.sub(d, -#tail) == tail then
+            body = string.sub(d, #head + 1, -#tail - 1)
             if string.find(body, '"', 1, true) then body = nil end
           end
         end
@@ -117,13 +117,7 @@ for i = 1, #KEYS do
   end
 end
 return out
-""" % {
-    "token": protocol.EVENT_TOKEN,
-    "head": protocol.TOKEN_HEAD,
-    "head_n": len(protocol.TOKEN_HEAD),
-    "tail": protocol.TOKEN_TAIL,
-    "tail_n": len(protocol.TOKEN_TAIL),
-}
+"""
 # After a failed XREAD (Redis restarting), wait this long before the next one (s).
 ERROR_BACKOFF_S = 0.2
 # Reads failing for this long (s) fail the followers: Redis restarts in well under a
@@ -358,7 +352,12 @@ class StreamHub:
         where every subscription is at the position asked: one behind it takes its
         entries one by one (:meth:`Subscription._deliver`)."""
         keys_: list[str] = []
-        argv: list[Any] = [self.count]
+        argv: list[Any] = [
+            self.count,
+            protocol.EVENT_TOKEN,
+            protocol.TOKEN_HEAD,
+            protocol.TOKEN_TAIL,
+        ]
         for key, pos in asked.items():
             subs = self._keys.get(key)
             if not subs:

@@ -313,7 +313,9 @@ async def test_a_busy_hub_reads_a_streams_tokens_of_a_round_as_one_event():
     async with redis_async().pipeline(transaction=False) as pipe:
         for text in texts[:3]:
             pipe.xadd(keys.gen_key("joined"), protocol.token_fields(text))
-        meta = protocol.event_fields(protocol.EVENT_META, {"model": "m", "worker": "w", "queue_ms": 0})
+        meta = protocol.event_fields(
+            protocol.EVENT_META, {"model": "m", "worker": "w", "queue_ms": 0}
+        )
         pipe.xadd(keys.gen_key("joined"), meta)
         for text in texts[3:]:
             pipe.xadd(keys.gen_key("joined"), protocol.token_fields(text))
