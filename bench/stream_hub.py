@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -116,6 +117,7 @@ async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
         target=_writer, args=(gen_keys, args.tokens, args.delay_ms / 1000, stop)
     )
     cpu0, t0 = time.thread_time(), time.monotonic()
+    redis_cpu0 = _redis_cpu_s(redis)
     writer.start()
     try:
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=args.tokens * 2 + 60)
@@ -123,6 +125,7 @@ async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
         stop.set()
         writer.join()
     cpu, wall = time.thread_time() - cpu0, time.monotonic() - t0
+    redis_cpu = _redis_cpu_s(redis) - redis_cpu0
     redis.delete(*gen_keys)
     events = sum(got)
     return {
@@ -131,11 +134,18 @@ async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
         "events": events,
         "cpu_us_per_event": cpu * 1e6 / max(1, events),
         "loop_cores": cpu / wall,
+        "redis_us_per_event": redis_cpu * 1e6 / max(1, events),
         "connections": clients,
         "lag_p50": pct(lags, 50),
         "lag_p99": pct(lags, 99),
         "rounds": hub.rounds if mode.startswith("hub") else reads[0],
     }
+
+
+def _redis_cpu_s(redis: Any) -> float:
+    """The Redis server's CPU so far (s; INFO cpu, main thread and children)."""
+    cpu = redis.info("cpu")
+    return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
 
 
 def _url() -> str:
@@ -188,12 +198,14 @@ def main() -> None:
         f"{load:.1f} on {os.cpu_count()} cores\n"
     )
     print(
-        "mode        streams  events  loop us/event  loop cores  conns  lag p50/p99 ms  XREADs"
+        "mode        streams  tokens  loop us/token  loop cores  Redis us/token  conns"
+        "  lag p50/p99 ms  rounds"
     )
     for r in rows:
         print(
             f"{r['mode']:10s}  {r['n']:7d}  {r['events']:6d}  {r['cpu_us_per_event']:13.1f}"
-            f"  {r['loop_cores']:10.2f}  {r['connections']:5d}  "
+            f"  {r['loop_cores']:10.2f}  {r['redis_us_per_event']:14.1f}"
+            f"  {r['connections']:5d}  "
             f"{r['lag_p50']:6.1f}/{r['lag_p99']:6.1f}  {r['rounds']:6d}"
         )
         params = f"N={r['n']}, {r['mode']}, load {load:.1f} on {os.cpu_count()} cores"
