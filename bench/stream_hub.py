@@ -13,7 +13,8 @@ event loop:
   as generation_follow did before the hub): one pooled connection each;
 - ``hub``: every follower reads from one StreamHub (one XREAD for all streams; a
   busy round through the joined read, a stream's tokens of a round as one event);
-- ``hub-xread``: the same hub reading every round with XREAD (``joined=False``).
+- ``hub-xread``: the same hub reading every round with XREAD (``joined=False``; each
+  stream's tokens of a round still come as one event, joined in the process).
 
 ``--hold-ms`` makes each follower wait that long after each read (and say so through
 ``Subscription.due``), as generation_follow's coalescing does (2,000 streams: 143 ms).

@@ -386,6 +386,34 @@ def event_parse_run(last_id: str, tokens: int, body: str) -> Event:
     return Event(id=last_id, type=EVENT_TOKEN, data={"t": text}, tokens=tokens)
 
 
+def events_parse_joined(entries: list[Any]) -> list[Event]:
+    """Decode XREAD's entries of one stream (``[[id, [name, value, ...]], ...]``,
+    str) as :func:`event_parse_flat` does, but each run of consecutive token entries
+    whose data is ``{"t": "<JSON string body with no quote>"}`` as ONE token Event
+    (:func:`event_parse_run`: the run's texts joined, its last id, ``tokens`` its
+    entries): no Event or dict per token."""
+    events: list[Event] = []
+    parts: list[str] = []
+    last = ""
+    head_n, tail_n = len(TOKEN_HEAD), len(TOKEN_TAIL)
+    for entry_id, fields in entries:
+        if len(fields) == 4 and fields[1] == EVENT_TOKEN and fields[2] == "d":
+            raw = fields[3]
+            if raw.startswith(TOKEN_HEAD) and raw.endswith(TOKEN_TAIL):
+                body = raw[head_n:-tail_n]
+                if '"' not in body:
+                    parts.append(body)
+                    last = entry_id
+                    continue
+        if parts:
+            events.append(event_parse_run(last, len(parts), "".join(parts)))
+            parts = []
+        events.append(event_parse_flat(entry_id, fields))
+    if parts:
+        events.append(event_parse_run(last, len(parts), "".join(parts)))
+    return events
+
+
 def event_parse(entry_id: Any, fields: dict[Any, Any]) -> Event:
     """Decode a raw ``(id, fields)`` stream entry (bytes or str) into an :class:`Event`."""
 

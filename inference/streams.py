@@ -412,7 +412,7 @@ class StreamHub:
             self._reading = False
             self.rounds += 1
             busy = bool(result)
-            self._dispatch(result, asked)
+            self._dispatch(result, asked, joined and self.joined)
             rest = started + self._pace(len(streams)) - loop.time()
             if result and rest > 0:
                 await asyncio.sleep(rest)
@@ -458,9 +458,12 @@ class StreamHub:
             self.joined = False
             return await self._read(streams)
 
-    def _dispatch(self, result: Any, asked: dict[str, tuple[int, int]]) -> None:
-        """Hand each key's entries of a round (XREAD's or the joined read's reply)
-        to its subscriptions."""
+    def _dispatch(
+        self, result: Any, asked: dict[str, tuple[int, int]], joined: bool = False
+    ) -> None:
+        """Hand each key's entries of a round to its subscriptions: XREAD's reply
+        (``joined`` False: each run of tokens joined here, where every follower of
+        the key is at the position asked) or the joined read's."""
         if not result:
             return
         pairs = result.items() if isinstance(result, dict) else result
@@ -471,12 +474,18 @@ class StreamHub:
             subs = self._keys.get(key)
             if not subs or key not in asked:
                 continue  # everyone left while the XREAD was pending
-            events = [
-                protocol.event_parse_flat(entry[0], entry[1])
-                if len(entry) == 2
-                else protocol.event_parse_run(entry[0], entry[1], entry[2])
-                for entry in entries
-            ]
+            pos = asked[key]
+            if joined:
+                events = [
+                    protocol.event_parse_flat(entry[0], entry[1])
+                    if len(entry) == 2
+                    else protocol.event_parse_run(entry[0], entry[1], entry[2])
+                    for entry in entries
+                ]
+            elif len(subs) == 1 or all(sub._pos == pos for sub in subs):
+                events = protocol.events_parse_joined(entries)
+            else:  # a follower behind the others takes the entries one by one
+                events = [protocol.event_parse_flat(i, f) for i, f in entries]
             last = _id_key(entries[-1][0])
             for sub in list(subs):
                 sub._deliver(asked[key], events, last)

@@ -303,22 +303,27 @@ async def test_a_held_stream_is_read_once_its_hold_ends_not_once_per_token():
     other.close()
 
 
-async def test_a_busy_hub_reads_a_streams_tokens_of_a_round_as_one_event():
-    hub = StreamHub(url=settings.REDIS_URL, min_round_s=0.3, full_pace_keys=1)
-    sub = hub.subscribe(job_id="joined", after=protocol.STREAM_START)
-    await _write("joined", "warm")
+@pytest.mark.parametrize("joined", [True, False], ids=["script", "xread"])
+async def test_a_busy_hub_reads_a_streams_tokens_of_a_round_as_one_event(joined):
+    """Joined by the script (Redis 7), or in the process from XREAD's reply."""
+    hub = StreamHub(
+        url=settings.REDIS_URL, min_round_s=0.3, full_pace_keys=1, joined=joined
+    )
+    job = f"joined-{joined}"
+    sub = hub.subscribe(job_id=job, after=protocol.STREAM_START)
+    await _write(job, "warm")
     assert await _text(lambda: sub.next(timeout_s=5), 1) == "warm"
     # written while the hub paces its next round (0.3 s): one joined read takes them
     texts = ["a", ' "quoted" ', "back\\slash", "é", "\n", "z"]
     async with redis_async().pipeline(transaction=False) as pipe:
         for text in texts[:3]:
-            pipe.xadd(keys.gen_key("joined"), protocol.token_fields(text))
+            pipe.xadd(keys.gen_key(job), protocol.token_fields(text))
         meta = protocol.event_fields(
             protocol.EVENT_META, {"model": "m", "worker": "w", "queue_ms": 0}
         )
-        pipe.xadd(keys.gen_key("joined"), meta)
+        pipe.xadd(keys.gen_key(job), meta)
         for text in texts[3:]:
-            pipe.xadd(keys.gen_key("joined"), protocol.token_fields(text))
+            pipe.xadd(keys.gen_key(job), protocol.token_fields(text))
         ids = await pipe.execute()
 
     events: list[protocol.Event] = []
