@@ -1,7 +1,8 @@
 """The stream hub (inference/streams.py) against one XREAD BLOCK per stream, in-process.
 
     .venv/bin/python bench/stream_hub.py [--streams 200 2000] [--tokens 100]
-        [--delay-ms 20]   (defaults: 200 streams, 50 tokens)
+        [--delay-ms 20] [--modes per-stream hub hub-xread] [--hold-ms 143]
+        (defaults: 200 streams, 50 tokens, modes per-stream and hub, no hold)
 
 N followers each follow their own generation stream; a writer thread appends one token
 to every stream every ``--delay-ms`` ms (one pipeline per tick, the sync client, so
@@ -10,9 +11,15 @@ event loop:
 
 - ``per-stream``: each follower does its own ``XREAD BLOCK`` (inference.client.agen_read,
   as generation_follow did before the hub): one pooled connection each;
-- ``hub``: every follower reads from one StreamHub (one XREAD for all streams).
+- ``hub``: every follower reads from one StreamHub (one XREAD for all streams; a
+  busy round through the joined read, a stream's tokens of a round as one event);
+- ``hub-xread``: the same hub reading every round with XREAD (``joined=False``; each
+  stream's tokens of a round still come as one event, joined in the process).
 
-Figures: event-loop CPU per delivered event (us, ``time.thread_time`` of the loop's
+``--hold-ms`` makes each follower wait that long after each read (and say so through
+``Subscription.due``), as generation_follow's coalescing does (2,000 streams: 143 ms).
+
+Figures: event-loop CPU per token entry delivered (us, ``time.thread_time`` of the loop's
 thread: reads, parsing and dispatch, not the writer), Redis connections opened by the
 reader side, delivery lag (XADD's entry time to the follower, p50/p99 ms), and for the
 hub the time a follower subscribing while the reader blocks waits for its first event
@@ -31,6 +38,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -72,12 +80,14 @@ async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
     lags: list[float] = []
     got = [0] * n
     reads = [0]  # XREAD commands sent by the per-stream followers
-    hub = StreamHub(url=_url())
+    hub = StreamHub(url=_url(), joined=mode == "hub")
     clients0 = redis.info("clients")["connected_clients"]
 
     async def follow(i: int) -> None:
         after = protocol.STREAM_START
-        sub = hub.subscribe(job_id=jobs[i], after=after) if mode == "hub" else None
+        hubbed = mode.startswith("hub")
+        sub = hub.subscribe(job_id=jobs[i], after=after) if hubbed else None
+        loop = asyncio.get_running_loop()
         try:
             while got[i] < args.tokens:
                 if sub is not None:
@@ -92,7 +102,10 @@ async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
                     lags.append(now_ms - int(e.id.split("-")[0]))
                 if events:
                     after = events[-1].id
-                    got[i] += len(events)
+                    got[i] += sum(e.tokens for e in events)
+                    if sub is not None and args.hold_ms > 0:
+                        sub.due = loop.time() + args.hold_ms / 1000
+                        await asyncio.sleep(args.hold_ms / 1000)
         finally:
             if sub is not None:
                 sub.close()
@@ -105,6 +118,7 @@ async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
         target=_writer, args=(gen_keys, args.tokens, args.delay_ms / 1000, stop)
     )
     cpu0, t0 = time.thread_time(), time.monotonic()
+    redis_cpu0 = _redis_cpu_s(redis)
     writer.start()
     try:
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=args.tokens * 2 + 60)
@@ -112,6 +126,7 @@ async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
         stop.set()
         writer.join()
     cpu, wall = time.thread_time() - cpu0, time.monotonic() - t0
+    redis_cpu = _redis_cpu_s(redis) - redis_cpu0
     redis.delete(*gen_keys)
     events = sum(got)
     return {
@@ -120,11 +135,18 @@ async def _run(mode: str, n: int, args: argparse.Namespace) -> dict:
         "events": events,
         "cpu_us_per_event": cpu * 1e6 / max(1, events),
         "loop_cores": cpu / wall,
+        "redis_us_per_event": redis_cpu * 1e6 / max(1, events),
         "connections": clients,
         "lag_p50": pct(lags, 50),
         "lag_p99": pct(lags, 99),
-        "rounds": hub.rounds if mode == "hub" else reads[0],
+        "rounds": hub.rounds if mode.startswith("hub") else reads[0],
     }
+
+
+def _redis_cpu_s(redis: Any) -> float:
+    """The Redis server's CPU so far (s; INFO cpu, main thread and children)."""
+    cpu = redis.info("cpu")
+    return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
 
 
 def _url() -> str:
@@ -165,6 +187,7 @@ def main() -> None:
         tokens=50,
         delay_ms=20.0,
         modes=["per-stream", "hub"],
+        hold_ms=0.0,
     )
     args = parser.parse_args()
     django_start()
@@ -176,12 +199,14 @@ def main() -> None:
         f"{load:.1f} on {os.cpu_count()} cores\n"
     )
     print(
-        "mode        streams  events  loop us/event  loop cores  conns  lag p50/p99 ms  XREADs"
+        "mode        streams  tokens  loop us/token  loop cores  Redis us/token  conns"
+        "  lag p50/p99 ms  rounds"
     )
     for r in rows:
         print(
             f"{r['mode']:10s}  {r['n']:7d}  {r['events']:6d}  {r['cpu_us_per_event']:13.1f}"
-            f"  {r['loop_cores']:10.2f}  {r['connections']:5d}  "
+            f"  {r['loop_cores']:10.2f}  {r['redis_us_per_event']:14.1f}"
+            f"  {r['connections']:5d}  "
             f"{r['lag_p50']:6.1f}/{r['lag_p99']:6.1f}  {r['rounds']:6d}"
         )
         params = f"N={r['n']}, {r['mode']}, load {load:.1f} on {os.cpu_count()} cores"

@@ -40,7 +40,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from django.conf import settings
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from inference import keys, protocol, redis_types
 from inference.connections import redis_async, redis_async_new
@@ -69,6 +69,55 @@ HUB_FULL_PACE_KEYS = 100
 # every 50-200 ms anyway; at 500 streams and more a first token may wait up to 50 ms
 # for its round (bench/results/2026-12-04-sse-profile.md).
 HUB_MAX_ROUND_S = 0.05
+# The joined read. ARGV: COUNT, the token event's type, the head and tail of a token's
+# data (protocol.TOKEN_HEAD/TAIL), then per KEYS[i] its id and "1" to join its tokens.
+# For each key, XREAD COUNT from its id; where joined, each run of consecutive token
+# entries whose data is head + a JSON string body with no quote + tail comes back as
+# ONE item ``[last id, token count, bodies joined]``; any other entry as XREAD returns
+# it (``[id, fields]``). The reply has XREAD's shape (``[[key, items]...]``, keys with
+# entries only). The web process then parses one string per stream and round where
+# it parsed an entry (five strings and two lists) per token: the per-token work moves
+# to Redis, which holds the entries. A script cannot block, so the hub runs it only
+# after a round that returned entries (a busy process), else a blocking XREAD.
+JOINED_READ_LUA = """#!lua flags=no-writes
+local count, token, head, tail = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local out = {}
+for i = 1, #KEYS do
+  local r = redis.call('XREAD', 'COUNT', count, 'STREAMS', KEYS[i], ARGV[3 + 2 * i])
+  if r then
+    local entries = r[1][2]
+    if ARGV[4 + 2 * i] == '1' then
+      local items, parts, n, last = {}, {}, 0, nil
+      for _, e in ipairs(entries) do
+        local f = e[2]
+        local body = nil
+        if #f == 4 and f[1] == 'e' and f[2] == token and f[3] == 'd' then
+          local d = f[4]
+          if string.sub(d, 1, #head) == head and string.sub(d, -#tail) == tail then
+            body = string.sub(d, #head + 1, -#tail - 1)
+            if string.find(body, '"', 1, true) then body = nil end
+          end
+        end
+        if body then
+          n = n + 1
+          parts[n] = body
+          last = e[1]
+        else
+          if n > 0 then
+            items[#items + 1] = {last, n, table.concat(parts)}
+            parts, n = {}, 0
+          end
+          items[#items + 1] = e
+        end
+      end
+      if n > 0 then items[#items + 1] = {last, n, table.concat(parts)} end
+      entries = items
+    end
+    out[#out + 1] = {KEYS[i], entries}
+  end
+end
+return out
+"""
 # After a failed XREAD (Redis restarting), wait this long before the next one (s).
 ERROR_BACKOFF_S = 0.2
 # Reads failing for this long (s) fail the followers: Redis restarts in well under a
@@ -168,6 +217,11 @@ class Subscription:
             return  # it wants older entries (resume, seek): the next round reads them
         if self._pos == asked:
             new = events  # the usual case: no entry's id parsed
+        elif any(event.tokens > 1 for event in events):
+            # a run of tokens read joined may straddle its position (it subscribed
+            # while the round was pending): the next round asks from its position,
+            # entry by entry (:meth:`StreamHub._joined_args`)
+            return
         else:
             new = [event for event in events if _id_key(event.id) > self._pos]
         if not new:
@@ -201,8 +255,10 @@ class StreamHub:
         full_pace_keys: int = HUB_FULL_PACE_KEYS,
         max_round_s: float = HUB_MAX_ROUND_S,
         error_grace_s: float = ERROR_GRACE_S,
+        joined: bool = True,
     ) -> None:
         self.url = url
+        self.joined = joined  # read busy rounds with JOINED_READ_LUA
         self.full_pace_keys = full_pace_keys
         self.error_grace_s = error_grace_s
         self.block_ms = block_ms
@@ -217,6 +273,7 @@ class StreamHub:
             url, max_connections=1, client_name=f"stream-hub-{self.hub_id}"
         )
         self._client.response_callbacks["XREAD"] = _raw
+        self._joined_read = self._client.register_script(JOINED_READ_LUA)
         self._keys: dict[str, list[Subscription]] = {}
         self._open = 0  # subscriptions in _keys
         self._task: asyncio.Task[None] | None = None
@@ -287,6 +344,29 @@ class StreamHub:
         streams[self._wake_key] = self._wake_after
         return streams, asked
 
+    def _joined_args(
+        self, streams: redis_types.StreamOffsets, asked: dict[str, tuple[int, int]]
+    ) -> tuple[list[str], list[Any]]:
+        """The joined read's KEYS and ARGV for the round's ``streams`` (the wake-up
+        stream left out: the script does not block). A key's tokens are joined only
+        where every subscription is at the position asked: one behind it takes its
+        entries one by one (:meth:`Subscription._deliver`)."""
+        keys_: list[str] = []
+        argv: list[Any] = [
+            self.count,
+            protocol.EVENT_TOKEN,
+            protocol.TOKEN_HEAD,
+            protocol.TOKEN_TAIL,
+        ]
+        for key, pos in asked.items():
+            subs = self._keys.get(key)
+            if not subs:
+                continue
+            same = len(subs) == 1 or all(sub._pos == pos for sub in subs)
+            keys_.append(key)
+            argv += [streams[key], "1" if same else "0"]
+        return keys_, argv
+
     async def _run(self) -> None:
         """The reader: XREAD rounds while anyone follows a stream."""
         try:
@@ -298,12 +378,19 @@ class StreamHub:
     async def _rounds(self) -> None:
         loop = asyncio.get_running_loop()
         failing_since: float | None = None  # loop time of the first failed read
+        busy = False  # the last round returned entries: read joined, not blocking
         while self._keys:
             started = loop.time()
             streams, asked = self._streams()
-            self._reading, self._wake_sent = True, False
+            joined = busy and self.joined
+            # a joined read does not block: a subscription made meanwhile waits for
+            # the next round, with no wake-up entry
+            self._reading, self._wake_sent = not joined, False
             try:
-                result = await self._read(streams)
+                if joined:
+                    result = await self._read_joined(streams, asked)
+                else:
+                    result = await self._read(streams)
             except asyncio.CancelledError as exc:
                 self._reading = False
                 self._fail_all(exc)
@@ -324,7 +411,8 @@ class StreamHub:
             failing_since = None
             self._reading = False
             self.rounds += 1
-            self._dispatch(result, asked)
+            busy = bool(result)
+            self._dispatch(result, asked, joined and self.joined)
             rest = started + self._pace(len(streams)) - loop.time()
             if result and rest > 0:
                 await asyncio.sleep(rest)
@@ -355,7 +443,27 @@ class StreamHub:
         """One XREAD round: up to ``count`` entries per key, blocking ``block_ms``."""
         return await self._client.xread(streams, count=self.count, block=self.block_ms)
 
-    def _dispatch(self, result: Any, asked: dict[str, tuple[int, int]]) -> None:
+    async def _read_joined(
+        self, streams: redis_types.StreamOffsets, asked: dict[str, tuple[int, int]]
+    ) -> Any:
+        """One round of :data:`JOINED_READ_LUA` (no block). A Redis that refuses the
+        script (before 7.0: no script flags) is read with XREAD from then on."""
+        keys_, argv = self._joined_args(streams, asked)
+        if not keys_:
+            return []
+        try:
+            return await self._joined_read(keys=keys_, args=argv)
+        except ResponseError as exc:
+            logger.warning("stream hub joined read refused, using XREAD: %r", exc)
+            self.joined = False
+            return await self._read(streams)
+
+    def _dispatch(
+        self, result: Any, asked: dict[str, tuple[int, int]], joined: bool = False
+    ) -> None:
+        """Hand each key's entries of a round to its subscriptions: XREAD's reply
+        (``joined`` False: each run of tokens joined here, where every follower of
+        the key is at the position asked) or the joined read's."""
         if not result:
             return
         pairs = result.items() if isinstance(result, dict) else result
@@ -366,10 +474,18 @@ class StreamHub:
             subs = self._keys.get(key)
             if not subs or key not in asked:
                 continue  # everyone left while the XREAD was pending
-            events = [
-                protocol.event_parse_flat(entry_id, fields)
-                for entry_id, fields in entries
-            ]
+            pos = asked[key]
+            if joined:
+                events = [
+                    protocol.event_parse_flat(entry[0], entry[1])
+                    if len(entry) == 2
+                    else protocol.event_parse_run(entry[0], entry[1], entry[2])
+                    for entry in entries
+                ]
+            elif len(subs) == 1 or all(sub._pos == pos for sub in subs):
+                events = protocol.events_parse_joined(entries)
+            else:  # a follower behind the others takes the entries one by one
+                events = [protocol.event_parse_flat(i, f) for i, f in entries]
             last = _id_key(entries[-1][0])
             for sub in list(subs):
                 sub._deliver(asked[key], events, last)

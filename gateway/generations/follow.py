@@ -221,11 +221,15 @@ async def generation_follow(
             if chain is None and not cut and _all_tokens(events):
                 # the common read (no policy screens the stream, only tokens): one
                 # Delta of them all, as the general loop below releases them
-                text = "".join([event.data["t"] for event in events])
-                tokens_seen += len(events)
+                if len(events) == 1:  # a busy hub's read: the tokens come joined
+                    text, tokens = events[0].data["t"], events[0].tokens
+                else:
+                    text = "".join([event.data["t"] for event in events])
+                    tokens = sum([event.tokens for event in events])
+                tokens_seen += tokens
                 if text:
                     next_delta_at = loop.time() + interval_s(len(hub))
-                    yield Delta(text, after, len(events))
+                    yield Delta(text, after, tokens)
                 continue
             pending = _Pending()
             # None: the end of this read, where pending text is released too
@@ -348,7 +352,7 @@ class _Pending:
     def add(self, event: protocol.Event) -> None:
         self.parts.append(event.data["t"])
         self.event_id = event.id
-        self.tokens += 1
+        self.tokens += event.tokens
 
     async def release(self, chain: PolicyChain | None) -> tuple[Delta | None, bool]:
         text = "".join(self.parts)

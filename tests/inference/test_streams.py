@@ -31,14 +31,16 @@ async def _write(job_id: str, *texts: str) -> list[str]:
         return await pipe.execute()
 
 
-async def _texts(
-    read: Callable[[], Awaitable[list[protocol.Event]]], n: int
-) -> list[str]:
-    """Read until ``n`` token texts arrived."""
+async def _text(read: Callable[[], Awaitable[list[protocol.Event]]], n: int) -> str:
+    """Read until ``n`` token entries arrived (a busy hub joins a stream's tokens of
+    one round into one event); return their text."""
     seen: list[str] = []
-    while len(seen) < n:
-        seen += [e.data["t"] for e in await read()]
-    return seen
+    tokens = 0
+    while tokens < n:
+        events = await read()
+        seen += [e.data["t"] for e in events]
+        tokens += sum(e.tokens for e in events)
+    return "".join(seen)
 
 
 def _blocked_clients(name_prefix: str = "") -> int:
@@ -69,10 +71,10 @@ async def test_many_followers_are_read_by_one_xread_on_one_connection():
                 pipe.xadd(keys.gen_key(f"many-{i}"), protocol.token_fields(text))
         await pipe.execute()
     got = await asyncio.gather(
-        *(_texts(lambda s=s: s.next(timeout_s=5), 2) for s in subs)
+        *(_text(lambda s=s: s.next(timeout_s=5), 2) for s in subs)
     )
 
-    assert got == [[f"a{i}", f"b{i}"] for i in range(n)]
+    assert got == [f"a{i}b{i}" for i in range(n)]
     assert hub.rounds <= 3  # one round carries every stream's entries
     for sub in subs:
         sub.close()
@@ -220,7 +222,7 @@ async def test_followers_resume_from_their_own_ids_on_one_stream():
     assert [e.data["t"] for e in await middle.next(timeout_s=5)] == ["e"]
 
     middle.seek(protocol.STREAM_START)  # a fallback restart reads from the start
-    assert await _texts(lambda: middle.next(timeout_s=5), 5) == list("abcde")
+    assert await _text(lambda: middle.next(timeout_s=5), 5) == "abcde"
     head.close()
     middle.close()
 
@@ -234,7 +236,8 @@ async def test_a_long_backlog_does_not_hold_back_another_stream():
 
     assert [e.data["t"] for e in await short.next(timeout_s=5)] == ["now"]
     assert hub.rounds <= 2  # not after the 20 rounds the backlog takes
-    assert len(await _texts(lambda: long.next(timeout_s=5), 1000)) == 1000
+    backlog = await _text(lambda: long.next(timeout_s=5), 1000)
+    assert backlog == "".join(f"t{i}" for i in range(1000))
     long.close()
     short.close()
 
@@ -254,10 +257,10 @@ async def _second_event_wait_s(hub: StreamHub, job_id: str) -> float:
     sub = hub.subscribe(job_id=job_id, after=protocol.STREAM_START)
     try:
         await _write(job_id, "meta")
-        assert await _texts(lambda: sub.next(timeout_s=5), 1) == ["meta"]
+        assert await _text(lambda: sub.next(timeout_s=5), 1) == "meta"
         await _write(job_id, "first token")
         started = time.monotonic()
-        assert await _texts(lambda: sub.next(timeout_s=5), 1) == ["first token"]
+        assert await _text(lambda: sub.next(timeout_s=5), 1) == "first token"
         return time.monotonic() - started
     finally:
         sub.close()
@@ -278,21 +281,81 @@ async def test_a_held_stream_is_read_once_its_hold_ends_not_once_per_token():
     hub = StreamHub(url=settings.REDIS_URL)
     sub = hub.subscribe(job_id="held-1", after=protocol.STREAM_START)
     await _write("held-1", "first")
-    assert await _texts(lambda: sub.next(timeout_s=5), 1) == ["first"]
+    assert await _text(lambda: sub.next(timeout_s=5), 1) == "first"
     loop = asyncio.get_running_loop()
     sub.due = loop.time() + 0.3  # the follower's coalescing pause
     rounds = hub.rounds
     for i in range(10):  # tokens a few ms apart, as an engine writes them
         await _write("held-1", f"t{i}")
         await asyncio.sleep(0.01)
-    assert hub.rounds - rounds <= 2  # not a round per token
+    # not a round per token: the blocking read of t0, the joined read after the
+    # hold, and an empty joined read after each (a busy round's next does not block)
+    assert hub.rounds - rounds <= 4
 
     # a newcomer subscribing meanwhile is read; the held tokens all come after the hold
     other = hub.subscribe(job_id="held-2", after=protocol.STREAM_START)
     await _write("held-2", "hello")
-    assert await _texts(lambda: other.next(timeout_s=0.25), 1) == ["hello"]
-    assert await _texts(lambda: sub.next(timeout_s=5), 10) == [
+    assert await _text(lambda: other.next(timeout_s=0.25), 1) == "hello"
+    assert await _text(lambda: sub.next(timeout_s=5), 10) == "".join(
         f"t{i}" for i in range(10)
-    ]
+    )
     sub.close()
     other.close()
+
+
+@pytest.mark.parametrize("joined", [True, False], ids=["script", "xread"])
+async def test_a_busy_hub_reads_a_streams_tokens_of_a_round_as_one_event(joined):
+    """Joined by the script (Redis 7), or in the process from XREAD's reply."""
+    hub = StreamHub(
+        url=settings.REDIS_URL, min_round_s=0.3, full_pace_keys=1, joined=joined
+    )
+    job = f"joined-{joined}"
+    sub = hub.subscribe(job_id=job, after=protocol.STREAM_START)
+    await _write(job, "warm")
+    assert await _text(lambda: sub.next(timeout_s=5), 1) == "warm"
+    # written while the hub paces its next round (0.3 s): one joined read takes them
+    texts = ["a", ' "quoted" ', "back\\slash", "é", "\n", "z"]
+    async with redis_async().pipeline(transaction=False) as pipe:
+        for text in texts[:3]:
+            pipe.xadd(keys.gen_key(job), protocol.token_fields(text))
+        meta = protocol.event_fields(
+            protocol.EVENT_META, {"model": "m", "worker": "w", "queue_ms": 0}
+        )
+        pipe.xadd(keys.gen_key(job), meta)
+        for text in texts[3:]:
+            pipe.xadd(keys.gen_key(job), protocol.token_fields(text))
+        ids = await pipe.execute()
+
+    events: list[protocol.Event] = []
+    while not events or events[-1].id != ids[-1]:
+        events += await sub.next(timeout_s=5)
+
+    # runs of tokens whose JSON has no quote come joined, others one by one, in order
+    assert [(e.type, e.data.get("t"), e.tokens, e.id) for e in events] == [
+        (protocol.EVENT_TOKEN, "a", 1, ids[0]),
+        (protocol.EVENT_TOKEN, ' "quoted" ', 1, ids[1]),
+        (protocol.EVENT_TOKEN, "back\\slash", 1, ids[2]),
+        (protocol.EVENT_META, None, 1, ids[3]),
+        (protocol.EVENT_TOKEN, "é\nz", 3, ids[6]),
+    ]
+    assert sub.after == ids[-1]
+    sub.close()
+
+
+async def test_a_follower_behind_a_joined_run_gets_each_entry_once():
+    """A second follower of the stream that subscribed at a later position than the
+    round asked (mid-round) skips the round's joined runs, which may straddle its
+    position, and reads its entries after that position in the next round."""
+    ids = await _write("straddle", "a", "b", "c", "d")
+    hub = StreamHub(url=settings.REDIS_URL)
+    first = hub.subscribe(job_id="straddle", after=protocol.STREAM_START)
+    run = protocol.event_parse_run(ids[-1], 4, "abcd")
+    late = hub.subscribe(job_id="straddle", after=ids[1])
+
+    late._deliver((0, 0), [run], (int(ids[-1].split("-")[0]), 0))
+
+    assert late._events == [] and late.after == ids[1]
+    assert await _text(lambda: late.next(timeout_s=5), 2) == "cd"
+    assert await _text(lambda: first.next(timeout_s=5), 4) == "abcd"
+    first.close()
+    late.close()
