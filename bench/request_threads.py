@@ -49,7 +49,9 @@ def _block(app: object, path: str, n: int) -> tuple[float, int]:
         loop.run_until_complete(run())
     finally:
         loop.close()
-    return (time.process_time() - started) * 1000 / n, threading.active_count() - threads0
+    return (
+        time.process_time() - started
+    ) * 1000 / n, threading.active_count() - threads0
 
 
 def main() -> None:
@@ -71,7 +73,7 @@ def main() -> None:
         ("bare chain (a 200 at once)", "/x/", lambda request: HttpResponse("ok")),
         ("real chain, GET /login/", "/login/", real),
     ]:
-        app.get_response = chain  # type: ignore[method-assign]
+        app.get_response = chain
         _block(app, path, 50)  # warm
         per, grown = zip(
             *[_block(app, path, args.requests) for _ in range(args.blocks)],
@@ -82,7 +84,7 @@ def main() -> None:
             f"(blocks {min(per):.3f}-{max(per):.3f}, {args.blocks} x {args.requests}); "
             f"threads grown per block {max(grown)}; load {os.getloadavg()[0]:.2f}"
         )
-    app.get_response = real  # type: ignore[method-assign]
+    app.get_response = real
 
 
 if __name__ == "__main__":
