@@ -50,6 +50,8 @@ from chatsite.db import (
     request_connection_release,
     request_start_defer,
     request_start_send,
+    request_thread_lease,
+    request_thread_return,
     request_thread_share,
 )
 from chatsite.errors import error_response
@@ -337,6 +339,20 @@ class SyncChainASGIHandler(StartedHookASGIHandler):
     def __init__(self) -> None:
         # not ASGIHandler.__init__: it builds the async chain
         self.load_middleware(is_async=False)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Serve one HTTP request (raises ValueError for another scope type), its
+        thread-sensitive calls on a kept thread (:func:`chatsite.db.request_thread_lease`),
+        given back when it ends (a stream's, earlier: :func:`request_thread_release`)."""
+        if scope["type"] != "http":
+            raise ValueError(f"Django serves HTTP only, not {scope['type']}.")
+        async with ThreadSensitiveContext():
+            thread = request_thread_lease()
+            try:
+                await self.handle(scope, receive, send)
+            finally:
+                if thread is not None:
+                    request_thread_return(thread)
 
     async def request_started(self, scope: Any, request: Any) -> None:
         """Send Django's ``request_started`` for a request Django could not build
