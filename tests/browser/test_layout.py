@@ -119,3 +119,22 @@ def test_a_documents_delete_button_is_on_a_small_phone_screen(page, site, user):
     assert box is not None and box["x"] + box["width"] <= 360
     assert box["height"] >= 44
     assert page.evaluate("document.documentElement.scrollWidth") <= 360
+
+
+def test_a_long_failure_reason_wraps_and_the_documents_row_fits(page, site, user):
+    """A failed document's reason wraps in its cell: at 1280 px and on a phone the
+    table fits its box (no sideways scroller) and Delete stays in view."""
+    Document.objects.create(
+        user=user,
+        title="latin.txt",
+        content_type="txt",
+        status=Document.Status.FAILED,
+        error='"latin.txt" is not UTF-8 text. Save it as UTF-8 and upload it again.',
+    )
+    for size in [{"width": 1280, "height": 850}, PHONE]:
+        page.set_viewport_size(size)
+        page.goto(site + "/documents/")
+        wrap = page.locator(".table-wrap")
+        widths = wrap.evaluate("w => [w.scrollWidth, w.clientWidth]")
+        assert widths[0] <= widths[1], size
+        expect(page.locator(".row-actions .delete-link")).to_be_in_viewport(ratio=1)
