@@ -71,14 +71,15 @@ def _settings_page(
 @never_cache
 @require_http_methods(["GET", "HEAD", "POST"])
 def account_settings(request: AuthenticatedRequest) -> HttpResponse:
-    """GET: the settings page. POST: create an API key, then redirect to the page,
-    which shows its secret once (kept in the session only until then)."""
+    """GET: the settings page. POST: create an API key, then redirect to the page's
+    ``#new-key`` block, which shows its secret once (kept in the session only until
+    then); the fragment scrolls the block into view and the block takes focus."""
     if request.method == "POST":
         _key, raw = gateway_services.api_key_create(
             user=request.user, name=request.POST.get("name", "")
         )
         request.session[NEW_KEY_SESSION] = raw
-        return redirect("account-settings")
+        return redirect(reverse("account-settings") + "#new-key")
     return _settings_page(request)
 
 

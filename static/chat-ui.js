@@ -9,11 +9,16 @@
   if (!thread || !input) return;
   const NEAR_PX = 120; // this close to the bottom counts as "reading the newest"
 
-  // ---- start page: a chip fills the composer with its prompt
+  // ---- start page: a chip fills the composer with its prompt. A draft the user
+  // typed is kept: the prompt goes after it, on a line of its own; only an empty box,
+  // or one holding just another chip's prompt, is replaced.
   thread.addEventListener("click", function (e) {
     const chip = e.target.closest(".chip[data-prompt]");
     if (!chip) return;
-    input.value = chip.dataset.prompt;
+    const draft = input.value.replace(/\s+$/, "");
+    const prompts = Array.from(thread.querySelectorAll(".chip[data-prompt]"), function (c) { return c.dataset.prompt; });
+    const typed = draft.trim() !== "" && prompts.indexOf(draft.trim()) < 0;
+    input.value = typed ? draft + "\n" + chip.dataset.prompt : chip.dataset.prompt;
     input.dispatchEvent(new Event("input", {bubbles: true}));
     input.focus();
     input.setSelectionRange(input.value.length, input.value.length);

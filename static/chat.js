@@ -52,6 +52,7 @@
       article.append(footer);
     }
     thread.append(article);
+    if (role === "assistant") pruneContinue(); // an older answer has a reply now
     article.scrollIntoView({block: "end"});
     return article;
   }
@@ -289,26 +290,32 @@
   }
 
   // An answer that hit its token limit says so; it and a stopped answer get a
-  // Continue button on the newest answer (the server renders the same after a reload).
+  // Continue button on the newest answer. The footer reads as the server renders it
+  // after a reload (templates/chat/_message.html): notes, state, appeal, "Cut short…",
+  // Continue, then the model line last.
   function markCutShort(article, data) {
     const cut = data.finish_reason === "length";
     const text = typeof data.content === "string" ? data.content : sourceText(article);
     const stopped = data.status === "cancelled" && text.trim() !== "";
-    if ((!cut && !stopped) || article.querySelector(".msg-continue")) return;
     const footer = article.querySelector(".msg-footer");
-    if (!footer) return;
+    if ((!cut && !stopped) || !footer) return;
+    const meta = footer.querySelector(".msg-meta");
     if (cut && !article.querySelector(".msg-cut")) {
       const note = document.createElement("span");
       note.className = "msg-cut";
       note.textContent = "Cut short — the answer reached its length limit";
-      footer.append(note);
+      footer.insertBefore(note, meta);
     }
-    const button = document.createElement("button");
-    button.type = "button";
-    button.className = "pill msg-continue";
-    button.textContent = "Continue";
-    button.title = "Ask the model to continue this answer";
-    footer.append(button);
+    if (!article.querySelector(".msg-continue")) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "pill msg-continue";
+      button.title = "Ask the model to continue this answer";
+      const label = document.createElement("span");
+      label.textContent = "Continue";
+      button.append(window.SiteUI.icon("fast-forward"), label);
+      footer.insertBefore(button, meta);
+    }
     pruneContinue();
   }
 

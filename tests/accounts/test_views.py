@@ -53,7 +53,7 @@ VECTOR = [0.0] * 383 + [1.0]
 def test_creating_a_key_redirects_and_the_next_page_shows_it_once(auth_client, user):
     url = reverse("account-settings")
     created = auth_client.post(url, {"name": "script"})
-    assert created.status_code == 302 and created["Location"] == url
+    assert created.status_code == 302 and created["Location"] == url + "#new-key"
     page = auth_client.get(url)
     raw = page.context["new_key"]
     assert raw.startswith("sk-") and raw in page.content.decode()

@@ -178,6 +178,13 @@ def test_a_message_sent_while_the_stopped_answer_winds_down_goes_once_it_has(
     )
     page.wait_for_selector("article.msg-assistant:last-of-type.status-complete")
     assert page.locator("#content").input_value() == ""
+    # the stopped answer has a reply now: no Continue, live as after a reload
+    stopped = page.locator("article.msg-assistant.status-cancelled")
+    expect(stopped.locator(".msg-state")).to_have_text("Stopped")
+    expect(stopped.locator("button.msg-continue")).to_have_count(0)
+    page.reload()
+    expect(stopped.locator(".msg-state")).to_have_text("Stopped")
+    expect(stopped.locator("button.msg-continue")).to_have_count(0)
     roles = list(Message.objects.order_by("created_at").values_list("role", "status"))
     assert roles == [
         ("user", "complete"),

@@ -74,6 +74,21 @@ def test_the_skip_link_is_the_first_stop_and_leads_to_the_page(page, site):
     expect(page.locator("#main-content")).to_be_focused()
 
 
+def test_a_new_api_key_is_in_view_and_focused_after_creating_it(page, site):
+    """The one-time key sits far down the settings page: the create redirect lands on
+    it and focuses it, so it is seen and a screen reader reads it."""
+    page.set_viewport_size({"width": 1280, "height": 850})
+    page.goto(site + "/settings/")
+    page.fill("#key-name", "script")
+    page.get_by_role("button", name="Create a key").click()
+    block = page.locator("#new-key")
+    expect(block).to_be_focused()
+    expect(page.locator("#new-api-key")).to_be_in_viewport(ratio=1)
+    expect(block).to_have_accessible_name(
+        "Your new key. Copy it now: it will not be shown again."
+    )
+
+
 def test_documents_page_turns_processing_into_ready_without_a_reload(page, site, user):
     document = Document.objects.create(
         user=user,
@@ -104,3 +119,22 @@ def test_a_documents_delete_button_is_on_a_small_phone_screen(page, site, user):
     assert box is not None and box["x"] + box["width"] <= 360
     assert box["height"] >= 44
     assert page.evaluate("document.documentElement.scrollWidth") <= 360
+
+
+def test_a_long_failure_reason_wraps_and_the_documents_row_fits(page, site, user):
+    """A failed document's reason wraps in its cell: at 1280 px and on a phone the
+    table fits its box (no sideways scroller) and Delete stays in view."""
+    Document.objects.create(
+        user=user,
+        title="latin.txt",
+        content_type="txt",
+        status=Document.Status.FAILED,
+        error='"latin.txt" is not UTF-8 text. Save it as UTF-8 and upload it again.',
+    )
+    for size in [{"width": 1280, "height": 850}, PHONE]:
+        page.set_viewport_size(size)
+        page.goto(site + "/documents/")
+        wrap = page.locator(".table-wrap")
+        widths = wrap.evaluate("w => [w.scrollWidth, w.clientWidth]")
+        assert widths[0] <= widths[1], size
+        expect(page.locator(".row-actions .delete-link")).to_be_in_viewport(ratio=1)

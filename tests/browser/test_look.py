@@ -241,6 +241,22 @@ def test_the_start_page_names_the_model_and_its_chips_fill_the_composer(page):
     expect(page.locator("article.msg-user .msg-body")).to_have_text(prompt)
 
 
+def test_a_chip_keeps_a_typed_draft_and_adds_its_prompt_after_it(page):
+    """A chip clicked over a draft adds its prompt on a new line, the draft kept; a
+    second chip replaces the first chip's prompt in a box that held only that."""
+    chips = page.locator("#welcome button.chip")
+    box = page.locator("#content")
+    box.fill("line one\nline two")
+    chips.last.click()
+    prompt = chips.last.get_attribute("data-prompt")
+    expect(box).to_have_value("line one\nline two\n" + prompt)
+    expect(box).to_be_focused()
+    box.fill("")
+    chips.first.click()
+    chips.nth(1).click()
+    expect(box).to_have_value(chips.nth(1).get_attribute("data-prompt") or "")
+
+
 def test_token_counts_are_formatted_for_the_readers_locale(page):
     page.fill("#content", "Hello")
     page.keyboard.press("Enter")

@@ -84,6 +84,13 @@ def test_export_downloads_and_importing_it_creates_a_copy(page, site, tmp_path):
     page.click("#import-submit")
     page.wait_for_url(re.compile(r"/c/[0-9a-f-]{36}/$"))
     expect(page.locator(".flash")).to_contain_text("Imported 1 conversation.")
+    # the banner lines up with the thread's column (give or take its scrollbar)
+    banner = page.locator(".flash p").bounding_box()
+    answer = page.locator("article.msg-assistant").first.bounding_box()
+    scrollbar = page.locator("#thread").evaluate("t => t.offsetWidth - t.clientWidth")
+    assert banner is not None and answer is not None
+    assert abs(banner["x"] - answer["x"]) <= scrollbar + 1
+    assert abs(banner["width"] - answer["width"]) <= scrollbar + 1
     copy = Conversation.objects.exclude(id=conv.id).get()
     assert page.url.endswith(f"/c/{copy.id}/")
     expect(page.locator("article.msg-user .msg-body")).to_have_text(

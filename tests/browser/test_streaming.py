@@ -33,6 +33,17 @@ def _send(page, text: str) -> None:
     page.keyboard.press("Enter")
 
 
+# An answer's footer as the reader sees it, in order: each shown part's msg-* class
+# and text (the meta line's numbers are formatted the same way live and rendered).
+FOOTER_JS = """footer => [...footer.children]
+    .filter(e => e.textContent.trim() && getComputedStyle(e).display !== "none")
+    .map(e => [[...e.classList].find(c => c.startsWith("msg-")), e.textContent.trim()])"""
+
+
+def _footer(answer) -> list[list[str]]:
+    return answer.locator(".msg-footer").evaluate(FOOTER_JS)
+
+
 @pytest.mark.parametrize("script_text", [RICH])
 @pytest.mark.parametrize("worker_args", [["--delay-ms", "80"]])
 def test_markdown_renders_while_the_answer_streams_with_no_csp_violation(
@@ -97,10 +108,13 @@ def test_a_cut_short_answer_says_so_and_continue_extends_it_in_place(page):
     raw = answer.locator(".msg-body").get_attribute("data-raw")
     assert raw == stored.content  # what the bubble holds is the whole stored answer
     assert answer.locator("button.msg-continue").count() == 1  # cut again: once more
+    live = _footer(answer)
+    assert [part[0] for part in live] == ["msg-cut", "msg-continue", "msg-meta"]
     page.reload()
     assert page.locator("article.msg-assistant").count() == 1
     assert page.locator("article.msg-assistant .msg-cut").count() == 1
     assert last_answer(page).locator("button.msg-continue").count() == 1
+    assert _footer(last_answer(page)) == live  # one layout, live and rendered
     page.screenshot(path=str(SHOTS / "streaming-cut-short.png"), full_page=True)
 
 
@@ -129,6 +143,12 @@ def test_escape_stops_the_streaming_answer(page):
     expect(page.locator("#answer-status")).to_have_text("Answer stopped.")
     stopped = Message.objects.get(role="assistant")
     assert stopped.status == "cancelled" and stopped.token_count < 40
+    # the footer reads as it does after a reload: state, Continue, then the model line
+    live = _footer(answer)
+    assert [part[0] for part in live] == ["msg-state", "msg-continue", "msg-meta"]
+    page.reload()
+    answer = last_answer(page)
+    assert _footer(answer) == live
     # a stopped answer can be continued in place, from what it shows
     shown = answer.locator(".msg-body").inner_text()
     answer.locator("button.msg-continue").click()

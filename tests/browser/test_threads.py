@@ -14,6 +14,10 @@ from conversations.models import Conversation, Feedback, Message
 from tests.browser.conftest import BROWSER_MARKS, SHOTS, last_answer
 
 pytestmark = BROWSER_MARKS
+# A button's tooltip (its ::after, site.css) as [top, bottom] in the viewport, px.
+TIP_JS = """b => { const s = getComputedStyle(b, "::after"), r = b.getBoundingClientRect();
+    const top = r.top + parseFloat(s.top);
+    return [top, top + parseFloat(s.height)]; }"""
 CODE_ANSWER = "Run this:\n\n```python\nprint('hi')\n```\n\nDone. "
 
 
@@ -115,6 +119,12 @@ def test_a_code_block_copies_its_code_and_a_thumbs_down_takes_a_reason(page):
 
     last_answer(page).locator(".msg-feedback button[data-rating=down]").click()
     form = last_answer(page).locator("form.feedback-form")
+    # the pointer still rests on the thumb: its tooltip leaves the card's Cancel clear
+    thumb = last_answer(page).locator(".msg-feedback button[data-rating=down]")
+    tip = thumb.evaluate(TIP_JS)
+    cancel = form.locator(".feedback-actions .feedback-cancel").bounding_box()
+    assert cancel is not None
+    assert tip[1] <= cancel["y"] or tip[0] >= cancel["y"] + cancel["height"], tip
     form.locator("select[name=reason]").select_option("wrong")
     form.locator("textarea[name=comment]").fill("It printed the wrong thing")
     page.screenshot(path=str(SHOTS / "threads-feedback-reason.png"), full_page=True)
