@@ -9,11 +9,19 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from asgiref.sync import SyncToAsync, ThreadSensitiveContext
 from django.http import HttpResponse, StreamingHttpResponse
 
 from chatsite import asgi, db
 from tests.asgi_get import asgi_get
+
+
+@pytest.fixture(autouse=True)
+def no_idle_threads(monkeypatch):
+    """Each test starts with no kept thread idle: threads the suite's earlier requests
+    gave back would be leased first, or fill the idle list."""
+    monkeypatch.setattr(db, "_idle_threads", [])
 
 
 def _wait_for(condition: Any, timeout_s: float = 10.0) -> None:
