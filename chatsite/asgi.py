@@ -19,9 +19,7 @@ import asyncio
 import functools
 import gc
 import os
-import re
 import weakref
-from types import ModuleType
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, iscoroutinefunction, sync_to_async
@@ -30,19 +28,15 @@ from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core import signals
 from django.core.asgi import get_asgi_application
-from django.core.exceptions import ImproperlyConfigured, RequestAborted
+from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.test.utils import override_settings
 from django.urls import (
-    Resolver404,
     ResolverMatch,
-    URLResolver,
-    get_resolver,
     set_script_prefix,
 )
-from django.urls.resolvers import RegexPattern, RoutePattern
 
 import chatsite.blas_threads  # noqa: F401  first: before anything loads numpy
 from chatsite.bodycap import body_capped, response_send
@@ -50,12 +44,11 @@ from chatsite.db import (
     request_connection_release,
     request_start_defer,
     request_start_send,
-    request_thread_lease,
-    request_thread_return,
     request_thread_share,
 )
 from chatsite.errors import error_response
 from chatsite.health import HEALTH_PATH, health_app
+from chatsite.request_threads import request_thread_lease, request_thread_return
 from chatsite.site_match import match_reused, site_match
 from chatsite.warmup import services_warm_start, web_warm
 
@@ -64,53 +57,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 django_asgi_app = get_asgi_application()
 
 # Imported once the apps are set up (get_asgi_application ran django.setup()).
+from chatsite.api_paths import api_resolver, is_api_path  # noqa: E402
 from gateway import ratelimits  # noqa: E402
-
-API_URLCONF = "conversations.openai.urls"
-
-
-def included_prefix(patterns: list[Any], urlconf: str, prefix: str = "") -> str | None:
-    """Return the path prefix (``""``: the root) under which ``patterns`` (a URLconf's
-    ``urlpatterns``) include the URLconf module named ``urlconf``; None if they do not.
-
-    Only ``path()`` includes count: a ``re_path()`` prefix is a regex, not a path.
-    """
-    for pattern in patterns:
-        if not isinstance(pattern, URLResolver) or not isinstance(
-            pattern.pattern, RoutePattern
-        ):
-            continue
-        here = prefix + str(pattern.pattern)
-        module = pattern.urlconf_module
-        name = module.__name__ if isinstance(module, ModuleType) else module
-        if name == urlconf:
-            return here
-        found = included_prefix(pattern.url_patterns, urlconf, here)
-        if found is not None:
-            return found
-    return None
-
-
-def api_resolver_build() -> URLResolver:
-    """Return a resolver that matches exactly the API's paths, as the root URLconf
-    includes :data:`API_URLCONF` (raises ImproperlyConfigured if it does not)."""
-    prefix = included_prefix(get_resolver().url_patterns, API_URLCONF)
-    if prefix is None:
-        raise ImproperlyConfigured(f"The root URLconf does not include {API_URLCONF}.")
-    return URLResolver(RegexPattern("^/" + re.escape(prefix)), API_URLCONF)
-
-
-# Built once, at import: the URLconf does not change while the process runs.
-api_resolver = api_resolver_build()
-
-
-def is_api_path(path: str) -> bool:
-    """Whether the API handler serves ``path`` (one of the API URLconf's paths)."""
-    try:
-        api_resolver.resolve(path)
-    except Resolver404:
-        return False
-    return True
 
 
 class StartedHookASGIHandler(ASGIHandler):
@@ -342,7 +290,7 @@ class SyncChainASGIHandler(StartedHookASGIHandler):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Serve one HTTP request (raises ValueError for another scope type), its
-        thread-sensitive calls on a kept thread (:func:`chatsite.db.request_thread_lease`),
+        thread-sensitive calls on a kept thread (:func:`chatsite.request_threads.request_thread_lease`),
         given back when it ends (a stream's, earlier: :func:`request_thread_release`)."""
         if scope["type"] != "http":
             raise ValueError(f"Django serves HTTP only, not {scope['type']}.")

@@ -217,74 +217,6 @@ def thread_released() -> bool:
     )
 
 
-class RequestThread(ThreadPoolExecutor):
-    """A sync thread kept for the next request: one request's thread-sensitive calls
-    at a time (:func:`request_thread_lease`), one worker, started on first use and
-    reused after (a thread started per request cost ~70 us of CPU to start and end,
-    and asgiref joined it from another thread started for that).
-
-    :meth:`shutdown` gives the thread back (:func:`request_thread_return`) rather than
-    ending it; falsy, so that asgiref's ``ThreadSensitiveContext.__aexit__`` neither
-    shuts it down nor starts a thread to join it."""
-
-    def __init__(self) -> None:
-        super().__init__(max_workers=1, thread_name_prefix="request-sync")
-        self.leased = False
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Give the thread back once its queued calls have run (never ends it)."""
-        request_thread_return(self)
-
-    def __bool__(self) -> bool:
-        """False: see the class."""
-        return False
-
-
-_idle_threads: list[RequestThread] = []
-_idle_lock = threading.Lock()
-
-
-def request_thread_lease() -> RequestThread | None:
-    """Give the running request (inside its ``ThreadSensitiveContext``, before its
-    first sync call) a kept thread for its thread-sensitive calls: an idle one, else a
-    new one. Returns it (give it back with :func:`request_thread_return` when the
-    request ends), or None outside such a context or where the context has its
-    executor already."""
-    context = SyncToAsync.thread_sensitive_context.get(None)
-    if context is None or context in SyncToAsync.context_to_thread_executor:
-        return None
-    with _idle_lock:
-        thread = _idle_threads.pop() if _idle_threads else None
-    if thread is None:
-        thread = RequestThread()
-    thread.leased = True
-    SyncToAsync.context_to_thread_executor[context] = thread
-    return thread
-
-
-def _thread_idle(thread: RequestThread) -> None:
-    """In ``thread`` itself, after every call queued before it: keep it idle (at most
-    WEB_SYNC_CONCURRENCY kept: as many chains as run at once), else end it."""
-    with _idle_lock:
-        if len(_idle_threads) < settings.WEB_SYNC_CONCURRENCY:
-            _idle_threads.append(thread)
-            return
-    ThreadPoolExecutor.shutdown(thread, wait=False)
-
-
-def request_thread_return(thread: RequestThread) -> None:
-    """Give a leased thread back (idempotent). It becomes idle once the calls queued
-    on it have run (a sync chain the request abandoned, its client gone, finishes
-    first): the next request never waits behind another's work."""
-    if not thread.leased:
-        return
-    thread.leased = False
-    try:
-        thread.submit(_thread_idle, thread)
-    except RuntimeError:  # shut down with the interpreter
-        pass
-
-
 _connection_gone: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "request_connection_gone", default=False
 )
@@ -312,8 +244,8 @@ async def request_thread_release() -> None:
     own (asgiref's ``ThreadSensitiveContext``), kept until the response ends: a
     thread per open stream, idle while the answer streams. This returns the
     connection (in that thread), gives the thread back (a kept
-    :class:`RequestThread` to the idle ones; any other ends) and sends the request's later sync
-    calls (its ``db_brief`` steps, the response's close) to one pool of
+    :class:`chatsite.request_threads.RequestThread` to the idle ones; any other
+    ends) and sends the request's later sync calls (its ``db_brief`` steps, the response's close) to one pool of
     DATABASE_BRIEF_CONCURRENCY threads shared by every stream of the process: those
     steps hold no connection or transaction between them, so they need no thread of
     their own. Waiting then costs no thread.

@@ -19,7 +19,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import include, path, reverse
 from django.utils.deprecation import MiddlewareMixin
 
-from chatsite import asgi
+from chatsite import api_paths, asgi
 from conversations.openai import urls as api_urls
 from tests.asgi_get import asgi_get
 
@@ -245,16 +245,21 @@ def test_an_endpoint_added_to_the_api_urlconf_is_an_api_path(monkeypatch):
         "urlpatterns",
         [*api_urls.urlpatterns, path("v1/moderations", lambda r: HttpResponse())],
     )
-    resolver = asgi.api_resolver_build()
+    resolver = api_paths.api_resolver_build()
     resolver.resolve("/v1/moderations")
-    assert not asgi.is_api_path("/v1/moderations")  # the running one was built before
+    assert not api_paths.is_api_path(
+        "/v1/moderations"
+    )  # the running one was built before
 
 
 def test_the_api_prefix_is_the_one_the_root_urlconf_includes_it_under():
-    nested = [path("api/", include([path("open/", include(asgi.API_URLCONF))]))]
-    assert asgi.included_prefix(nested, asgi.API_URLCONF) == "api/open/"
-    assert asgi.included_prefix([path("x/", include([]))], asgi.API_URLCONF) is None
-    assert asgi.api_resolver.resolve("/v1/models").url_name == "api-models"
+    nested = [path("api/", include([path("open/", include(api_paths.API_URLCONF))]))]
+    assert api_paths.included_prefix(nested, api_paths.API_URLCONF) == "api/open/"
+    assert (
+        api_paths.included_prefix([path("x/", include([]))], api_paths.API_URLCONF)
+        is None
+    )
+    assert api_paths.api_resolver.resolve("/v1/models").url_name == "api-models"
 
 
 @pytest.mark.parametrize("streamed", [True, False])

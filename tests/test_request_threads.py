@@ -1,4 +1,4 @@
-"""The site's sync chain runs on kept threads (chatsite/db.py ``RequestThread``,
+"""The site's sync chain runs on kept threads (chatsite/request_threads.py ``RequestThread``,
 leased by chatsite/asgi.py's ``SyncChainASGIHandler``): no thread is started per
 request, and a thread goes back only once the work queued on it has run."""
 
@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import SyncToAsync, ThreadSensitiveContext
 from django.http import HttpResponse, StreamingHttpResponse
 
-from chatsite import asgi, db
+from chatsite import asgi, db, request_threads
 from tests.asgi_get import asgi_get
 
 
@@ -21,7 +21,7 @@ from tests.asgi_get import asgi_get
 def no_idle_threads(monkeypatch):
     """Each test starts with no kept thread idle: threads the suite's earlier requests
     gave back would be leased first, or fill the idle list."""
-    monkeypatch.setattr(db, "_idle_threads", [])
+    monkeypatch.setattr(request_threads, "_idle_threads", [])
 
 
 def _wait_for(condition: Any, timeout_s: float = 10.0) -> None:
@@ -32,7 +32,7 @@ def _wait_for(condition: Any, timeout_s: float = 10.0) -> None:
 
 
 def _idle_idents() -> set[int | None]:
-    return {t.ident for kept in db._idle_threads for t in kept._threads}
+    return {t.ident for kept in request_threads._idle_threads for t in kept._threads}
 
 
 def test_consecutive_requests_run_their_chain_on_the_same_kept_thread(monkeypatch):
@@ -46,7 +46,9 @@ def test_consecutive_requests_run_their_chain_on_the_same_kept_thread(monkeypatc
 
     monkeypatch.setattr(asgi.sync_site_app, "get_response", chain)
     assert asyncio.run(asgi_get(asgi.sync_site_app, "/login/")) == 200
-    _wait_for(lambda: len(db._idle_threads) > 0)  # given back once its close ran
+    _wait_for(
+        lambda: len(request_threads._idle_threads) > 0
+    )  # given back once its close ran
     started = threading.active_count()
     assert asyncio.run(asgi_get(asgi.sync_site_app, "/login/")) == 200
     assert chains[0] == chains[1] != threading.get_ident()
@@ -84,21 +86,21 @@ def test_a_thread_still_running_an_abandoned_call_is_not_leased_again():
 
     async def scenario() -> tuple[Any, Any]:
         async with ThreadSensitiveContext():
-            first = db.request_thread_lease()
+            first = request_threads.request_thread_lease()
             assert first is not None
             blocked = asyncio.ensure_future(SyncToAsync(go.wait)(30))
             await asyncio.sleep(0.05)
-            db.request_thread_return(first)
-            db.request_thread_return(first)  # idempotent
+            request_threads.request_thread_return(first)
+            request_threads.request_thread_return(first)  # idempotent
         async with ThreadSensitiveContext():
-            second = db.request_thread_lease()
+            second = request_threads.request_thread_lease()
             assert second is not None
-            db.request_thread_return(second)
+            request_threads.request_thread_return(second)
         go.set()
         await blocked
         return first, second
 
     first, second = asyncio.run(scenario())
     assert first is not second
-    _wait_for(lambda: first in db._idle_threads)
-    assert db._idle_threads.count(first) == 1
+    _wait_for(lambda: first in request_threads._idle_threads)
+    assert request_threads._idle_threads.count(first) == 1

@@ -354,24 +354,6 @@ CELERY_BEAT_SCHEDULE["prune-semantic-cache"] = {
     "task": "gateway.tasks.prune_semantic_cache",
     "schedule": 3600.0,
 }
-# --- OpenAI-compatible API (/v1/, conversations/openai/) -------------------------------
-# Most characters accepted in one request's messages (413 above).
-API_MAX_PROMPT_CHARS = env.int("API_MAX_PROMPT_CHARS", default=128_000)
-# A client that disconnects cancels its job; its usage is settled from the worker's final
-# event, waited for at most this many seconds.
-API_CANCEL_SETTLE_WAIT_S = env.float("API_CANCEL_SETTLE_WAIT_S", default=3.0)
-# POST /v1/embeddings: most inputs per request (OpenAI's limit), most characters per
-# input and per request (400 above; a model reads at most its window of each input,
-# 256 word pieces for all-MiniLM-L6-v2, and cuts the rest).
-API_EMBEDDING_MAX_INPUTS = env.int("API_EMBEDDING_MAX_INPUTS", default=2048)
-API_EMBEDDING_MAX_INPUT_CHARS = env.int("API_EMBEDDING_MAX_INPUT_CHARS", default=32_000)
-API_EMBEDDING_MAX_TOTAL_CHARS = env.int(
-    "API_EMBEDDING_MAX_TOTAL_CHARS", default=1_000_000
-)
-# How long an embeddings request waits for its vectors, s (503 after). Capped at half
-# GATEWAY_RESERVATION_SUBMIT_TIMEOUT_S: the request's reservation must not be swept
-# while it waits.
-API_EMBEDDING_TIMEOUT_S = env.float("API_EMBEDDING_TIMEOUT_S", default=30.0)
 # --- The generation lifecycle (gateway/generations/) -----------------------------------
 # A follower retries settling a generation this long (s) while the database or Redis
 # come back (a restart or failover takes seconds); after that the stream ends with an
@@ -385,6 +367,9 @@ GATEWAY_STREAM_POLICIES = env.list(
     "GATEWAY_STREAM_POLICIES",
     default=["gateway.generations.moderation.OutputModeration"],
 )
+
+# The OpenAI-compatible API's limits (/v1/): chatsite/settings/api.py
+from chatsite.settings.api import *  # noqa: E402, F403
 
 # Caps on the work one request can cause: chatsite/settings/bounds.py
 from chatsite.settings.bounds import *  # noqa: E402, F403
