@@ -68,6 +68,8 @@ def readable_upload_names(get_response: Any) -> Any:
     CsrfViewMiddleware, which may read the form first)."""
 
     def wire(request: HttpRequest) -> None:
+        if request.content_type != "multipart/form-data":
+            return  # no file in it: nothing to name (most requests)
         request.parse_file_upload = functools.partial(  # type: ignore[method-assign]
             _parse_file_upload, request
         )
