@@ -392,6 +392,17 @@
     }
   });
 
+  // Ask the server to stop `answer` (the active one); a message sent meanwhile waits
+  // for its end (sendAfterStop), unless the stop fails.
+  function stopAnswer(answer) {
+    answer.stopping = true;
+    return post(answer.stopUrl).catch(function (err) {
+      answer.stopping = false;
+      sendAfterStop = false;
+      showError(err.message);
+    });
+  }
+
   // Follow an answer: `posted`, the streamed POST's source, or an EventSource on streamUrl.
   function stream(article, streamUrl, stopUrl, attempt, posted) {
     const view = streamView(article);
@@ -405,13 +416,7 @@
     setBusy(true);
     if (stopAsked) { // Stop came before the answer had a stop URL: send it now
       stopAsked = false;
-      const stopping = active;
-      stopping.stopping = true;
-      post(stopUrl).catch(function (err) {
-        stopping.stopping = false;
-        sendAfterStop = false;
-        showError(err.message);
-      });
+      stopAnswer(active);
     }
     const end = function () {
       source.close();
@@ -760,13 +765,7 @@
     // (the browser counts it as the pair's second: detail 2); that is no Stop.
     if (e.detail >= 2) return;
     if (!active) { stopAsked = sending; return; }
-    const stopping = active;
-    stopping.stopping = true;
-    try { await post(stopping.stopUrl); } catch (err) {
-      stopping.stopping = false;
-      sendAfterStop = false;
-      showError(err.message);
-    }
+    await stopAnswer(active);
   });
 
   // Thumbs up/down under a finished answer (a thumbs down also opens the reason form:
