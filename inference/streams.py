@@ -42,8 +42,9 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from redis.exceptions import RedisError, ResponseError
 
-from inference import keys, protocol, redis_types
+from inference import keys, protocol, protocol_runs, redis_types, streams_joined
 from inference.connections import redis_async, redis_async_new
+from inference.streams_subscription import Subscription, _id_key, _wake_waiter
 
 logger = logging.getLogger(__name__)
 
@@ -69,55 +70,6 @@ HUB_FULL_PACE_KEYS = 100
 # every 50-200 ms anyway; at 500 streams and more a first token may wait up to 50 ms
 # for its round (bench/results/2026-12-04-sse-profile.md).
 HUB_MAX_ROUND_S = 0.05
-# The joined read. ARGV: COUNT, the token event's type, the head and tail of a token's
-# data (protocol.TOKEN_HEAD/TAIL), then per KEYS[i] its id and "1" to join its tokens.
-# For each key, XREAD COUNT from its id; where joined, each run of consecutive token
-# entries whose data is head + a JSON string body with no quote + tail comes back as
-# ONE item ``[last id, token count, bodies joined]``; any other entry as XREAD returns
-# it (``[id, fields]``). The reply has XREAD's shape (``[[key, items]...]``, keys with
-# entries only). The web process then parses one string per stream and round where
-# it parsed an entry (five strings and two lists) per token: the per-token work moves
-# to Redis, which holds the entries. A script cannot block, so the hub runs it only
-# after a round that returned entries (a busy process), else a blocking XREAD.
-JOINED_READ_LUA = """#!lua flags=no-writes
-local count, token, head, tail = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local out = {}
-for i = 1, #KEYS do
-  local r = redis.call('XREAD', 'COUNT', count, 'STREAMS', KEYS[i], ARGV[3 + 2 * i])
-  if r then
-    local entries = r[1][2]
-    if ARGV[4 + 2 * i] == '1' then
-      local items, parts, n, last = {}, {}, 0, nil
-      for _, e in ipairs(entries) do
-        local f = e[2]
-        local body = nil
-        if #f == 4 and f[1] == 'e' and f[2] == token and f[3] == 'd' then
-          local d = f[4]
-          if string.sub(d, 1, #head) == head and string.sub(d, -#tail) == tail then
-            body = string.sub(d, #head + 1, -#tail - 1)
-            if string.find(body, '"', 1, true) then body = nil end
-          end
-        end
-        if body then
-          n = n + 1
-          parts[n] = body
-          last = e[1]
-        else
-          if n > 0 then
-            items[#items + 1] = {last, n, table.concat(parts)}
-            parts, n = {}, 0
-          end
-          items[#items + 1] = e
-        end
-      end
-      if n > 0 then items[#items + 1] = {last, n, table.concat(parts)} end
-      entries = items
-    end
-    out[#out + 1] = {KEYS[i], entries}
-  end
-end
-return out
-"""
 # After a failed XREAD (Redis restarting), wait this long before the next one (s).
 ERROR_BACKOFF_S = 0.2
 # Reads failing for this long (s) fail the followers: Redis restarts in well under a
@@ -133,109 +85,8 @@ _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, StreamHub]
 )
 
 
-class StreamReadError(RedisError):
-    """The hub's read of the generation streams failed (its cause says why)."""
-
-
-def _id_key(entry_id: str) -> tuple[int, int]:
-    """Return a stream entry id ``"ms-seq"`` as a comparable pair."""
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
 def _raw(response: Any, **_options: Any) -> Any:
     return response
-
-
-def _wake_waiter(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
-class Subscription:
-    """One follower's view of a generation stream, fed by its hub's reader.
-
-    Events after ``after`` arrive in order; :meth:`next` returns those that arrived
-    since its last call. Not thread-safe: use it on the loop it was made on.
-    """
-
-    __slots__ = ("_error", "_events", "_hub", "_pos", "_waiter", "after", "due", "key")
-
-    def __init__(self, hub: StreamHub, key: str, after: str) -> None:
-        self._hub = hub
-        self.key = key
-        self.after = after
-        self._pos = _id_key(after)
-        self._events: list[protocol.Event] = []
-        self._error: BaseException | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self.due = 0.0  # loop time (s) before which the follower calls next()
-
-    async def next(self, *, timeout_s: float) -> list[protocol.Event]:
-        """Return the events that arrived since the last call, in stream order.
-
-        Waits up to ``timeout_s`` seconds for the first one; ``[]`` when none came.
-        Raises :class:`StreamReadError` once the hub's read failed (events that
-        arrived before the failure are returned first).
-        """
-        if not self._events and self._error is None:
-            loop = asyncio.get_running_loop()
-            waiter = self._waiter = loop.create_future()
-            timer = loop.call_later(timeout_s, _wake_waiter, waiter)
-            try:
-                await waiter
-            finally:
-                timer.cancel()
-                self._waiter = None
-        if self._events:
-            events, self._events = self._events, []
-            return events
-        if self._error is not None:
-            raise StreamReadError(str(self._error)) from self._error
-        return []
-
-    def seek(self, after: str) -> None:
-        """Read the stream again from entry id ``after`` (a fallback restart)."""
-        self.after = after
-        self._pos = _id_key(after)
-        self._events = []
-        self._hub._poke()
-
-    def close(self) -> None:
-        """Stop following the stream (no I/O: safe while cancelled)."""
-        self._hub._remove(self)
-
-    def _deliver(
-        self,
-        asked: tuple[int, int],
-        events: list[protocol.Event],
-        last: tuple[int, int],
-    ) -> None:
-        """Take the events of one XREAD round that asked the key from ``asked``
-        (``last``: the position of the round's last entry)."""
-        if self._pos < asked:
-            return  # it wants older entries (resume, seek): the next round reads them
-        if self._pos == asked:
-            new = events  # the usual case: no entry's id parsed
-        elif any(event.tokens > 1 for event in events):
-            # a run of tokens read joined may straddle its position (it subscribed
-            # while the round was pending): the next round asks from its position,
-            # entry by entry (:meth:`StreamHub._joined_args`)
-            return
-        else:
-            new = [event for event in events if _id_key(event.id) > self._pos]
-        if not new:
-            return
-        self._events.extend(new)
-        self._pos = last
-        self.after = new[-1].id
-        if self._waiter is not None:
-            _wake_waiter(self._waiter)
-
-    def _fail(self, exc: BaseException) -> None:
-        self._error = exc
-        if self._waiter is not None:
-            _wake_waiter(self._waiter)
 
 
 class StreamHub:
@@ -273,7 +124,7 @@ class StreamHub:
             url, max_connections=1, client_name=f"stream-hub-{self.hub_id}"
         )
         self._client.response_callbacks["XREAD"] = _raw
-        self._joined_read = self._client.register_script(JOINED_READ_LUA)
+        self._joined_read = self._client.register_script(streams_joined.JOINED_READ_LUA)
         self._keys: dict[str, list[Subscription]] = {}
         self._open = 0  # subscriptions in _keys
         self._task: asyncio.Task[None] | None = None
@@ -343,29 +194,6 @@ class StreamHub:
             asked[key] = first._pos
         streams[self._wake_key] = self._wake_after
         return streams, asked
-
-    def _joined_args(
-        self, streams: redis_types.StreamOffsets, asked: dict[str, tuple[int, int]]
-    ) -> tuple[list[str], list[Any]]:
-        """The joined read's KEYS and ARGV for the round's ``streams`` (the wake-up
-        stream left out: the script does not block). A key's tokens are joined only
-        where every subscription is at the position asked: one behind it takes its
-        entries one by one (:meth:`Subscription._deliver`)."""
-        keys_: list[str] = []
-        argv: list[Any] = [
-            self.count,
-            protocol.EVENT_TOKEN,
-            protocol.TOKEN_HEAD,
-            protocol.TOKEN_TAIL,
-        ]
-        for key, pos in asked.items():
-            subs = self._keys.get(key)
-            if not subs:
-                continue
-            same = len(subs) == 1 or all(sub._pos == pos for sub in subs)
-            keys_.append(key)
-            argv += [streams[key], "1" if same else "0"]
-        return keys_, argv
 
     async def _run(self) -> None:
         """The reader: XREAD rounds while anyone follows a stream."""
@@ -448,7 +276,7 @@ class StreamHub:
     ) -> Any:
         """One round of :data:`JOINED_READ_LUA` (no block). A Redis that refuses the
         script (before 7.0: no script flags) is read with XREAD from then on."""
-        keys_, argv = self._joined_args(streams, asked)
+        keys_, argv = streams_joined.joined_args(self.count, self._keys, streams, asked)
         if not keys_:
             return []
         try:
@@ -476,14 +304,9 @@ class StreamHub:
                 continue  # everyone left while the XREAD was pending
             pos = asked[key]
             if joined:
-                events = [
-                    protocol.event_parse_flat(entry[0], entry[1])
-                    if len(entry) == 2
-                    else protocol.event_parse_run(entry[0], entry[1], entry[2])
-                    for entry in entries
-                ]
+                events = streams_joined.joined_events(entries)
             elif len(subs) == 1 or all(sub._pos == pos for sub in subs):
-                events = protocol.events_parse_joined(entries)
+                events = protocol_runs.events_parse_joined(entries)
             else:  # a follower behind the others takes the entries one by one
                 events = [protocol.event_parse_flat(i, f) for i, f in entries]
             last = _id_key(entries[-1][0])

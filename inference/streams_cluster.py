@@ -41,9 +41,8 @@ from inference.streams import (
     HUB_MAX_ROUND_S,
     HUB_MIN_ROUND_S,
     StreamHub,
-    StreamReadError,
-    Subscription,
 )
+from inference.streams_subscription import StreamReadError, Subscription
 
 logger = logging.getLogger(__name__)
 

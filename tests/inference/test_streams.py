@@ -10,9 +10,10 @@ from collections.abc import Awaitable, Callable
 import pytest
 from django.conf import settings
 
-from inference import keys, protocol
+from inference import keys, protocol, protocol_runs
 from inference.connections import redis_async, redis_sync
-from inference.streams import StreamHub, StreamReadError
+from inference.streams import StreamHub
+from inference.streams_subscription import StreamReadError
 from tests.faults import PrivateRedis
 
 
@@ -349,7 +350,7 @@ async def test_a_follower_behind_a_joined_run_gets_each_entry_once():
     ids = await _write("straddle", "a", "b", "c", "d")
     hub = StreamHub(url=settings.REDIS_URL)
     first = hub.subscribe(job_id="straddle", after=protocol.STREAM_START)
-    run = protocol.event_parse_run(ids[-1], 4, "abcd")
+    run = protocol_runs.event_parse_run(ids[-1], 4, "abcd")
     late = hub.subscribe(job_id="straddle", after=ids[1])
 
     late._deliver((0, 0), [run], (int(ids[-1].split("-")[0]), 0))
