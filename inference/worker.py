@@ -11,7 +11,7 @@ A cancel watcher polls the cancel flags and detach deadlines of running jobs eve
 Base classes of :class:`Worker`: :class:`inference.intake.JobIntake` (the two lanes
 and preemption), :class:`inference.recovery.CrashRecovery` (taking over
 a dead worker's jobs), :class:`inference.outage.RedisOutageTolerance` (Redis restarts),
-:class:`inference.affinity.AffinitySweep` (conversation affinity),
+:class:`inference.affinity_sweep.AffinitySweep` (conversation affinity),
 :class:`inference.worker_loops.WorkerLoops` (the heartbeat and the cancel poll),
 :class:`inference.engine_relay.EngineRelay` (a started job's output, from the engine
 to its stream, and its end). What stays here is the worker's start and stop and one
@@ -38,7 +38,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from inference import keys, metrics, protocol, redis_types
-from inference.affinity import AffinitySweep
+from inference.affinity_sweep import AffinitySweep
 from inference.client import terminal_append
 from inference.connections import redis_async_new
 from inference.engine_relay import EngineRelay

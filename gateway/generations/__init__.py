@@ -27,11 +27,7 @@ from gateway.generations.admission import (
     quota_seed_from_records,
     reservation_guard,
 )
-from gateway.generations.follow import (
-    coalesce_interval_s,
-    generation_follow,
-    generation_leave,
-)
+from gateway.generations.follow import coalesce_interval_s, generation_follow
 from gateway.generations.items import (
     Broken,
     Delta,
@@ -41,6 +37,7 @@ from gateway.generations.items import (
     Queued,
     ToolCall,
 )
+from gateway.generations.leave import generation_leave
 from gateway.generations.outcome import GenerationFailed, Outcome, outcome_from_events
 from gateway.generations.policy import Release, StreamPolicy
 from gateway.generations.request import GenerationRequest

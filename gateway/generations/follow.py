@@ -31,7 +31,8 @@ relay and the OpenAI-compatible API, streamed or not. It owns, in one place:
   retryable error, never an exception that drops the connection;
 - a consumer that leaves early: a *resumable* generation (the chat: a page reload
   re-attaches) is detached and cancelled after INFERENCE_DETACH_GRACE_S unless a
-  client re-attaches; any other (the API) is cancelled at once and settled once.
+  client re-attaches; any other (the API) is cancelled at once and settled once
+  (:mod:`gateway.generations.leave`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from chatsite.db import db_brief
 from chatsite.errors import ServiceUnavailable
 from gateway import quota
 from gateway.generations.items import (
@@ -59,17 +59,11 @@ from gateway.generations.items import (
     Queued,
     ToolCall,
 )
-from gateway.generations.outcome import Outcome
+from gateway.generations.leave import generation_leave
 from gateway.generations.policy import PolicyChain, policies_for
-from gateway.generations.settle import (
-    BACKEND_ERRORS,
-    Recorder,
-    generation_watch,
-    outcome_settle,
-)
+from gateway.generations.settle import BACKEND_ERRORS, Recorder, generation_watch
 from gateway.generations.settle_bulk import asettle_retrying
 from gateway.generations.start import Generation, generation_cancel
-from gateway.models import UsageRecord
 from inference import client as inference_client
 from inference import jobs, protocol, streams, waiting
 
@@ -362,43 +356,3 @@ class _Pending:
             text, cut = decision.text, decision.cut
         delta = Delta(text, self.event_id, self.tokens) if text else None
         return delta, cut
-
-
-async def generation_leave(
-    generation: Generation,
-    *,
-    after: str = protocol.STREAM_START,
-    tokens_seen: int = 0,
-    recorder: Recorder | None = None,
-) -> None:
-    """The consumer left a non-resumable generation: cancel it and settle it once.
-
-    Waits up to API_CANCEL_SETTLE_WAIT_S seconds for the worker's terminal event (its
-    exact usage) and settles from it; without one (the job was still queued) it
-    settles what was relayed (``tokens_seen`` completion tokens) as cancelled.
-    """
-    try:
-        await sync_to_async(generation_cancel)(job_id=generation.job_id)
-        deadline = time.monotonic() + settings.API_CANCEL_SETTLE_WAIT_S
-        while time.monotonic() < deadline:
-            events = await inference_client.agen_read(
-                job_id=generation.job_id, after=after, block_ms=200
-            )
-            if events:
-                after = events[-1].id
-            if any(e.is_terminal for e in events):
-                settlement = await asettle_retrying(generation, recorder, None)
-                if settlement.state != "retried":
-                    return
-                after = protocol.STREAM_START
-        cancelled = Outcome(
-            status=UsageRecord.Status.CANCELLED,
-            finish_reason=protocol.FINISH_CANCELLED,
-            usage=protocol.Usage(completion_tokens=tokens_seen),
-            model=generation.model,
-        )
-        await db_brief(outcome_settle)(
-            generation=generation, outcome=cancelled, recorder=recorder
-        )
-    except BACKEND_ERRORS:
-        logger.exception("could not settle abandoned generation %s", generation.job_id)
