@@ -44,7 +44,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from inference import keys, protocol, protocol_runs, redis_types, streams_joined
 from inference.connections import redis_async, redis_async_new
-from inference.streams_subscription import Subscription, _id_key, _wake_waiter
+from inference.streams_subscription import Subscription, id_key, wake_waiter
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class StreamHub:
                 self._run(), name="stream-hub"
             )
         elif self._pausing is not None:
-            _wake_waiter(self._pausing)
+            wake_waiter(self._pausing)
         elif self._reading and not self._wake_sent:
             self._wake_sent = True
             task = asyncio.get_running_loop().create_task(self._wake())
@@ -254,7 +254,7 @@ class StreamHub:
         if rest <= 0:
             return
         waiter = self._pausing = loop.create_future()
-        timer = loop.call_later(rest, _wake_waiter, waiter)
+        timer = loop.call_later(rest, wake_waiter, waiter)
         try:
             await waiter
         finally:
@@ -309,7 +309,7 @@ class StreamHub:
                 events = protocol_runs.events_parse_joined(entries)
             else:  # a follower behind the others takes the entries one by one
                 events = [protocol.event_parse_flat(i, f) for i, f in entries]
-            last = _id_key(entries[-1][0])
+            last = id_key(entries[-1][0])
             for sub in list(subs):
                 sub._deliver(asked[key], events, last)
 

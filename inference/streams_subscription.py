@@ -25,13 +25,13 @@ class StreamReadError(RedisError):
     """The hub's read of the generation streams failed (its cause says why)."""
 
 
-def _id_key(entry_id: str) -> tuple[int, int]:
+def id_key(entry_id: str) -> tuple[int, int]:
     """Return a stream entry id ``"ms-seq"`` as a comparable pair."""
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
 
 
-def _wake_waiter(waiter: asyncio.Future[None]) -> None:
+def wake_waiter(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
 
@@ -49,7 +49,7 @@ class Subscription:
         self._hub = hub
         self.key = key
         self.after = after
-        self._pos = _id_key(after)
+        self._pos = id_key(after)
         self._events: list[protocol.Event] = []
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -65,7 +65,7 @@ class Subscription:
         if not self._events and self._error is None:
             loop = asyncio.get_running_loop()
             waiter = self._waiter = loop.create_future()
-            timer = loop.call_later(timeout_s, _wake_waiter, waiter)
+            timer = loop.call_later(timeout_s, wake_waiter, waiter)
             try:
                 await waiter
             finally:
@@ -81,7 +81,7 @@ class Subscription:
     def seek(self, after: str) -> None:
         """Read the stream again from entry id ``after`` (a fallback restart)."""
         self.after = after
-        self._pos = _id_key(after)
+        self._pos = id_key(after)
         self._events = []
         self._hub._poke()
 
@@ -107,16 +107,16 @@ class Subscription:
             # entry by entry (:func:`inference.streams_joined.joined_args`)
             return
         else:
-            new = [event for event in events if _id_key(event.id) > self._pos]
+            new = [event for event in events if id_key(event.id) > self._pos]
         if not new:
             return
         self._events.extend(new)
         self._pos = last
         self.after = new[-1].id
         if self._waiter is not None:
-            _wake_waiter(self._waiter)
+            wake_waiter(self._waiter)
 
     def _fail(self, exc: BaseException) -> None:
         self._error = exc
         if self._waiter is not None:
-            _wake_waiter(self._waiter)
+            wake_waiter(self._waiter)
