@@ -13,8 +13,9 @@ its own venv: ``python3 -m venv .venv-litellm && .venv-litellm/bin/pip install
 
 It starts:
 
-- an upstream: a local OpenAI-compatible server (Starlette + uvicorn) that streams a
-  fixed answer of ``--tokens`` chunks (``--token-ms`` apart) with a usage chunk;
+- an upstream: a local OpenAI-compatible server (bench/upstream.py: raw asyncio,
+  pre-encoded chunks) that streams a fixed answer of ``--tokens`` chunks
+  (``--token-ms`` apart) with a usage chunk;
 - ours: the web process as deployed (:func:`tests.stack.web_argv`; ``--server
   daphne``: daphne) + ``run_inference_worker --engine openai`` (to the upstream through
   inference/engines/openai.py), a throw-away user (``bench-api``) on an unlimited plan
@@ -22,9 +23,13 @@ It starts:
   reservation, admission, Redis queue, worker, Redis stream, settlement);
 - LiteLLM proxy with one model routed to the upstream.
 
-The same client (the official ``openai`` AsyncOpenAI, streaming) sends ``c`` concurrent
-requests, ``--rounds`` times, to the upstream directly, to ours and to LiteLLM, the
-targets interleaved round by round (load drifts on a shared machine hit all). Printed
+The same client sends ``c`` concurrent streamed requests, ``--rounds`` times, to the
+upstream directly, to ours and to LiteLLM, the targets interleaved round by round
+(load drifts on a shared machine hit all). Which client (``--client``, said in every
+figure's params): by default the official ``openai`` AsyncOpenAI at c=1 (what users
+run) and above it the light raw-socket client of bench/sse_client.py (the same
+request, the SSE read until ``[DONE]``, TTFT at the first content delta), whose
+cost at c=50 is a fraction of the official one's on the load core. Printed
 per concurrency: TTFT p50/p99 (ms, to the first content delta), overhead = TTFT through
 the gateway minus TTFT direct (p50/p99, ms), requests/s, the ratio of our overhead to
 LiteLLM's (below 1: ours adds less) and of the requests/s, and our TTFT split into its
@@ -40,8 +45,14 @@ Pinned (``--pin on``, the default on a machine with two cores or more,
 everything else (this client, the upstream, the worker, Redis, PostgreSQL) on the second; the two servers are measured in turns, so each has the web core to
 itself. Beside the wall-clock figures each server's own CPU per request (ms, from
 /proc: its processes' user + system time over its rounds) is printed; every figure
-says how it was pinned. :func:`hot_path_rows` runs it and returns the web tier
-table's API rows.
+says how it was pinned. The load side's use is printed per level and target
+(:mod:`bench.load_side`: the load core's busy share from /proc/stat, and the CPU per
+request of the client, the upstream, the worker, Redis and PostgreSQL); a level whose
+load core was at least 90% busy for a target is marked load-bound: its wall-clock
+figures are no verdict on the gateway. Beside the measured requests/s ratio, a
+derived one that does not depend on the load core: requests/s per web core, 1 / web
+CPU per request, ours over LiteLLM's. :func:`hot_path_rows` runs it and returns the
+web tier table's API rows.
 """
 
 from __future__ import annotations
@@ -59,17 +70,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 from bench.boot import ROOT, django_start  # noqa: E402
+from bench.load_side import LOAD_SATURATED  # noqa: E402
 from bench.overhead_levels import (  # noqa: E402
     GOALS,
-    Level,
     Target,
+    client_for,
     level_run,
     litellm_start,
     ours_argv,
-    stages,
 )
 from bench.overhead_levels import overhead_parser as parser  # noqa: E402
-from bench.pinning import Pinning, pinning_plan, service_pids  # noqa: E402
+from bench.overhead_report import level_report  # noqa: E402
+from bench.pinning import pinning_plan, service_pids  # noqa: E402
 from bench.procs import (  # noqa: E402
     free_port,
     http_wait,
@@ -78,7 +90,6 @@ from bench.procs import (  # noqa: E402
     spawn,
     workers_wait,
 )
-from bench.record import figures_record, pct  # noqa: E402
 
 MODEL = "bench-fixed"  # the upstream's model (LiteLLM's model id)
 POOL = "bench-api"  # our pool in front of it (our API's model id)
@@ -102,106 +113,6 @@ def setup_ours() -> str:
     plan = {"priority": 100}
     user = plan_user("bench-api", plan="bench-api", pools=[pool], plan_defaults=plan)
     return services.api_key_create(user=user, name="bench")[1]
-
-
-def _report(c: int, rows: dict[str, Level], rounds: int, pinning: Pinning) -> dict:
-    """Print one concurrency level's table rows, record its headline figures and
-    return them (``admission`` p50 ms, ``ratio50``/``ratio99`` of the overheads,
-    ``rps`` ratio, ``cpu`` ms per request by target; NaN / absent when not measured)."""
-    base50 = pct(rows["direct"].ttfts, 50)
-    base99 = pct(rows["direct"].ttfts, 99)
-    overhead = {}
-    params = (
-        f"c={c}, {rounds} rounds, {pinning.describe()}, "
-        f"load average {os.getloadavg()[0]:.1f}"
-    )
-    out: dict[str, Any] = {"params": params, "cpu": {}}
-    for name, level in rows.items():
-        p50, p99 = pct(level.ttfts, 50), pct(level.ttfts, 99)
-        overhead[name] = (p50 - base50, p99 - base99)
-        cpu = (
-            ""
-            if level.cpu_ms is None or level.cpu_net_ms is None
-            else f"{level.cpu_ms:>8.2f} {level.cpu_net_ms:>8.2f}"
-        )
-        print(
-            f"{c:>5} {name:>8} {p50:>9.1f} {p99:>9.1f} "
-            f"{p50 - base50:>8.1f} {p99 - base99:>8.1f} {level.rps:>7.1f} "
-            f"{sum(level.errors.values()):>6} {cpu}"
-        )
-        for kind, count in level.errors.most_common(3):
-            print(f"{'':>15} {count} x {kind}")
-        if name != "direct":
-            figures = [
-                (f"{name} TTFT overhead p50", p50 - base50, "ms", ""),
-                (f"{name} errors", sum(level.errors.values()), "", "0"),
-            ]
-            if level.cpu_ms is not None:
-                out["cpu"][name] = (level.cpu_ms, level.cpu_net_ms)
-                figures.append(
-                    (f"{name} server CPU per request", level.cpu_ms, "ms", "")
-                )
-                figures.append(
-                    (
-                        f"{name} server CPU per request, net of idle",
-                        level.cpu_net_ms,
-                        "ms",
-                        "",
-                    )
-                )
-            figures_record(bench="gateway_overhead", params=params, figures=figures)
-    split = stages(rows["ours"].samples)
-    out["admission"] = pct(split["admission"], 50) if split["admission"] else None
-    if split["admission"]:
-        print(
-            f"{c:>5}     ours TTFT by stage, p50 ms: "
-            + ", ".join(f"{k} {pct(v, 50):.1f}" for k, v in split.items())
-            + f" (the upstream's own TTFT, in engine: {base50:.1f} direct)"
-        )
-        figures_record(
-            bench="gateway_overhead",
-            params=params,
-            figures=[
-                (
-                    "ours admission p50",
-                    out["admission"],
-                    "ms",
-                    GOALS.get(f"admission c={c}", ""),
-                )
-            ],
-        )
-    if "litellm" in overhead:
-        ours, theirs = overhead["ours"], overhead["litellm"]
-        ratio50 = ours[0] / theirs[0] if theirs[0] > 0 else float("nan")
-        ratio99 = ours[1] / theirs[1] if theirs[1] > 0 else float("nan")
-        rps_ratio = rows["ours"].rps / rows["litellm"].rps
-        out.update(ratio50=ratio50, ratio99=ratio99, rps=rps_ratio)
-        print(
-            f"{c:>5}    ours/litellm: overhead p50 {ratio50:.2f}, p99 {ratio99:.2f}; "
-            f"requests/s {rps_ratio:.2f}x"
-        )
-        figures = [
-            (
-                "overhead ratio ours/litellm p50",
-                ratio50,
-                "",
-                GOALS.get(f"ratio p50 c={c}", ""),
-            ),
-            (
-                "overhead ratio ours/litellm p99",
-                ratio99,
-                "",
-                GOALS.get(f"ratio p99 c={c}", ""),
-            ),
-            (
-                "requests/s ratio ours/litellm",
-                rps_ratio,
-                "x",
-                GOALS.get(f"rps c={c}", ""),
-            ),
-        ]
-        figures_record(bench="gateway_overhead", params=params, figures=figures)
-    return out
 
 
 def run(args: argparse.Namespace) -> dict[int, dict]:
@@ -245,10 +156,12 @@ def run(args: argparse.Namespace) -> dict[int, dict]:
     procs: list[subprocess.Popen] = []
     results = {}
     try:
-        bin_dir = Path(sys.executable).parent
-        uvicorn = [bin_dir / "uvicorn", "bench.upstream:app", "--port", str(up_port)]
-        uvicorn += ["--log-level", "warning", "--no-access-log"]
-        procs.append(spawn(uvicorn, cwd=ROOT, env=env))
+        up = spawn(
+            [sys.executable, "bench/upstream.py", "--port", str(up_port)],
+            cwd=ROOT,
+            env=env,
+        )
+        procs.append(up)
         web_prof = profile / "web.prof" if profile else None
         web = spawn(
             profiled(ours_argv(args.server, web_port), web_prof), cwd=ROOT, env=env
@@ -258,7 +171,8 @@ def run(args: argparse.Namespace) -> dict[int, dict]:
         chat = [*worker, "--pool", POOL, "--engine", "openai", "--base-url", upstream]
         chat += ["--model", MODEL, "--concurrency", str(max(args.concurrency) + 8)]
         worker_prof = profile / "worker.prof" if profile else None
-        procs.append(spawn(profiled(chat, worker_prof), cwd=ROOT, env=env))
+        chat_worker = spawn(profiled(chat, worker_prof), cwd=ROOT, env=env)
+        procs.append(chat_worker)
         if args.moderation == "on":
             embed = [*worker, "--pool", "embed", "--engine", "sentence-transformers"]
             procs.append(spawn(embed, cwd=ROOT, env=env))
@@ -292,10 +206,29 @@ def run(args: argparse.Namespace) -> dict[int, dict]:
             f"{'conc':>5} {'target':>8} {'ttft p50':>9} {'ttft p99':>9} "
             f"{'ovh p50':>8} {'ovh p99':>8} {'req/s':>7} {'errors':>6} {'cpu/req':>8} {'net/req':>8}"
         )
+        # the load side's processes, each counted with its children
+        load_parts = {
+            "client": os.getpid(),
+            "upstream": up.pid,
+            "worker": chat_worker.pid,
+            **service_pids(SERVICES_DIR),
+        }
+        cores = (min(pinning.web), min(pinning.load)) if pinning.active else None
         for c in args.concurrency:
             rounds = max(args.rounds, -(-args.min_samples // c))
-            rows = level_run(targets, c, rounds, spy=args.py_spy, spy_pid=web.pid)
-            results[c] = _report(c, rows, rounds, pinning)
+            rows = level_run(
+                targets,
+                c,
+                rounds,
+                spy=args.py_spy,
+                spy_pids={
+                    name: load_parts.get(name, web.pid) for name in args.py_spy_of
+                },
+                client=client_for(args.client, c),
+                cores=cores,
+                load_parts=load_parts,
+            )
+            results[c] = level_report(c, rows, rounds, pinning)
         print(f"load average after: {os.getloadavg()[0]:.2f}")
     finally:
         processes_stop(procs, timeout_s=20)
@@ -324,7 +257,9 @@ def hot_path_rows(args: argparse.Namespace | None = None) -> list[dict]:
     pinning = pinning_plan(args.pin == "on").describe()
     rows = []
 
-    def row(measure: str, value: Any, unit: str, params: str, goal: str = "") -> None:
+    def row(
+        measure: str, value: Any, unit: str, params: str, goal: str = "", bound=""
+    ) -> None:
         rows.append(
             {
                 "measure": measure,
@@ -333,6 +268,8 @@ def hot_path_rows(args: argparse.Namespace | None = None) -> list[dict]:
                 "pinning": pinning,
                 "params": params,
                 "goal": goal,
+                # a figure of a load-bound level is no verdict on the gateway
+                **({"bound": bound} if bound else {}),
             }
         )
 
@@ -341,14 +278,25 @@ def hot_path_rows(args: argparse.Namespace | None = None) -> list[dict]:
         f"{args.output_moderation}"
     )
     for c, out in results.items():
-        params = f"{out['params']}, {moderation}"
+        params = f"{out['params']}, {moderation}, client {out['client']}"
+        params += f"; {out['load_said']}" if out["load_said"] else ""
+        bound = out["bound"]
         row(
             f"API admission p50 at c={c}",
             out["admission"],
             "ms",
             params,
             GOALS.get(f"admission c={c}", ""),
+            bound,
         )
+        for name, share in out["load"].items():
+            row(
+                f"load core busy at c={c} ({name})",
+                share,
+                "share",
+                params,
+                f"< {LOAD_SATURATED}",
+            )
         for name, (cpu, net) in out["cpu"].items():
             row(f"web CPU per API request ({name}) at c={c}", cpu, "ms", params)
             row(
@@ -358,25 +306,25 @@ def hot_path_rows(args: argparse.Namespace | None = None) -> list[dict]:
                 params,
             )
         if "ratio50" in out:
-            row(
-                f"API added TTFT vs LiteLLM p50 at c={c}",
-                out["ratio50"],
-                "x",
-                params,
-                GOALS.get(f"ratio p50 c={c}", ""),
+            for measure, key, value in (
+                (f"API added TTFT vs LiteLLM p50 at c={c}", "ratio p50", "ratio50"),
+                (f"API added TTFT vs LiteLLM p99 at c={c}", "ratio p99", "ratio99"),
+                (f"API requests/s vs LiteLLM at c={c}", "rps", "rps"),
+            ):
+                goal = GOALS.get(f"{key} c={c}", "")
+                row(measure, out[value], "x", params, goal, bound)
+        if "per_core" in out:
+            ours, theirs = out["per_core"]["ours"], out["per_core"]["litellm"]
+            derived = (
+                f"derived, not measured: 1 / web CPU per request (ours {ours:.0f}, "
+                f"LiteLLM {theirs:.0f} requests/s per web core), independent of the "
+                f"load core; {params}"
             )
             row(
-                f"API added TTFT vs LiteLLM p99 at c={c}",
-                out["ratio99"],
+                f"API requests/s per web core vs LiteLLM at c={c}, derived",
+                ours / theirs,
                 "x",
-                params,
-                GOALS.get(f"ratio p99 c={c}", ""),
-            )
-            row(
-                f"API requests/s vs LiteLLM at c={c}",
-                out["rps"],
-                "x",
-                params,
+                derived,
                 GOALS.get(f"rps c={c}", ""),
             )
     return rows + _moderation_rows(args)

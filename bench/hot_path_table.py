@@ -9,7 +9,8 @@ bench/hot_path.py measures it and under which row name (``match``: a bench row's
 ``measure``, or its start when it ends with ``*``).
 
 A bench row is a dict ``{measure, value, unit, pinning, params, goal}`` (what the
-benches' ``hot_path_rows()`` return). :func:`table_render` puts each goal beside the
+benches' ``hot_path_rows()`` return), with ``bound`` when its figure is no verdict
+on the web tier (the load side limited it: :func:`verdict`). :func:`table_render` puts each goal beside the
 run's row (now, met?) and lists the rows no goal asked for under it; a goal no row
 answered says so, with why (:class:`PartOutcome` notes).
 """
@@ -132,9 +133,13 @@ def _in_unit(value: float, unit: str, target: str) -> float | None:
 
 def verdict(goal: Goal, row: Mapping[str, Any] | None) -> str:
     """Whether ``row`` meets ``goal``: "yes", "no", "n/a" (no number to compare, or
-    a unit that does not convert to the goal's) or "—" (no row)."""
+    a unit that does not convert to the goal's), "—" (no row) or "not judged: ..."
+    (the row's ``bound``: why its figure measured the benchmark's load side, not
+    the web tier)."""
     if row is None:
         return "—"
+    if row.get("bound"):
+        return f"not judged: {row['bound']}"
     value = _number(row.get("value"))
     if value is None:
         return "n/a"

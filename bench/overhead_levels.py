@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import secrets
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.boot import ROOT, option_parser
+from bench.load_side import LoadUse
 from bench.procs import spawn
 from bench.procstat import proc_cpu_s
 
@@ -27,6 +31,9 @@ GOALS = {
     "ratio p50 c=50": "<= 0.2",
     "rps c=50": ">= 3",
 }
+
+# The processes --py-spy can sample.
+SPIED = ("web", "client", "upstream", "worker")
 
 # What one streamed completion gave: TTFT and total (ms), the completion id, and the
 # epoch times (s) the request was made, its first content delta arrived, and its bytes
@@ -52,7 +59,9 @@ class Level:
     """One target's results at one concurrency: TTFTs (ms), requests/s over the time
     spent on that target, errors by kind, the samples, and its servers' CPU per
     request (ms; None when it has no server pid): all of it, and net of what the
-    server burns idle over the same time (its timers and pollers)."""
+    server burns idle over the same time (its timers and pollers); what the load
+    side spent meanwhile (:class:`bench.load_side.LoadUse`) and which client sent
+    the requests (``openai`` or ``raw``, :func:`client_for`)."""
 
     ttfts: list[float]
     rps: float
@@ -60,6 +69,8 @@ class Level:
     samples: list[Sample]
     cpu_ms: float | None
     cpu_net_ms: float | None = None
+    load: LoadUse | None = None
+    client: str = "openai"
 
 
 async def idle_cpu_rates(
@@ -156,23 +167,35 @@ def _cpu_s(pids: list[int]) -> float:
     return total
 
 
-async def run_levels(
-    targets: dict[str, Target], concurrency: int, rounds: int
-) -> dict[str, Level]:
-    """Interleaved rounds of ``concurrency`` concurrent streams against each target.
+def client_for(choice: str, concurrency: int) -> str:
+    """Which client a level uses: ``choice`` (``openai`` or ``raw``), or for
+    ``auto`` the official ``openai`` client at c=1 (like for like with what users
+    run) and the raw client (:mod:`bench.sse_client`) above, where the official
+    one's per-chunk parsing would load the load core."""
+    if choice == "auto":
+        return "openai" if concurrency <= 1 else "raw"
+    return choice
 
-    Each round runs every target once, in an order rotated from round to round, so a
-    drift in machine load hits all targets alike. One client (and connection pool) per
-    target, warmed up first. A target's CPU per request is its server processes' CPU
-    time over its rounds (read from /proc before and after each) divided by the
-    requests that succeeded; net of the server's idle rate (:func:`idle_cpu_rates`,
-    measured after the warm-up) over that time.
-    """
+
+def _senders(
+    targets: dict[str, Target], concurrency: int, kind: str
+) -> tuple[dict[str, Callable[[], Awaitable[Sample]]], list[Any]]:
+    """Per target, a call that streams one completion with the ``kind`` client, and
+    the clients to close after."""
     import httpx
     import openai
 
-    clients = {
-        name: openai.AsyncOpenAI(
+    from bench.sse_client import RawClient
+
+    senders: dict[str, Callable[[], Awaitable[Sample]]] = {}
+    clients: list[Any] = []
+    for name, t in targets.items():
+        if kind == "raw":
+            raw = RawClient(t.url, t.key, concurrency + 10)
+            senders[name] = functools.partial(raw.stream, t.model)
+            clients.append(raw)
+            continue
+        client = openai.AsyncOpenAI(
             base_url=t.url,
             api_key=t.key,
             max_retries=0,
@@ -182,29 +205,57 @@ async def run_levels(
                 timeout=httpx.Timeout(300),
             ),
         )
-        for name, t in targets.items()
-    }
+        senders[name] = functools.partial(one, client, t.model)
+        clients.append(client)
+    return senders, clients
+
+
+async def run_levels(
+    targets: dict[str, Target],
+    concurrency: int,
+    rounds: int,
+    *,
+    client: str = "openai",
+    cores: tuple[int, int] | None = None,
+    load_parts: dict[str, int] | None = None,
+) -> dict[str, Level]:
+    """Interleaved rounds of ``concurrency`` concurrent streams against each target.
+
+    Each round runs every target once, in an order rotated from round to round, so a
+    drift in machine load hits all targets alike. One client (and connection pool) per
+    target, of the ``client`` kind (``openai`` or ``raw``), warmed up first. A
+    target's CPU per request is its server processes' CPU time over its rounds (read
+    from /proc before and after each) divided by the requests that succeeded; net of
+    the server's idle rate (:func:`idle_cpu_rates`, measured after the warm-up) over
+    that time. Over the same rounds, the busy share of the (web, load) ``cores`` and
+    the CPU of the ``load_parts`` processes (name -> pid) are added up per target
+    (:class:`bench.load_side.LoadUse`).
+    """
+    senders, clients = _senders(targets, concurrency, client)
     ttfts: dict[str, list[float]] = {name: [] for name in targets}
     samples: dict[str, list[Sample]] = {name: [] for name in targets}
     errors: dict[str, Counter[str]] = {name: Counter() for name in targets}
     busy_s = dict.fromkeys(targets, 0.0)
     cpu_s = dict.fromkeys(targets, 0.0)
-    for name, client in clients.items():  # warm up
+    loads = {name: LoadUse(cores, dict(load_parts or {})) for name in targets}
+    for send in senders.values():  # warm up
         await asyncio.gather(
-            *(one(client, targets[name].model) for _ in range(min(concurrency, 5))),
-            return_exceptions=True,
+            *(send() for _ in range(min(concurrency, 5))), return_exceptions=True
         )
     idle = await idle_cpu_rates(targets)
     names = list(targets)
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             cpu0 = _cpu_s(targets[name].pids)
+            loads[name].start()
             started = time.perf_counter()
             results = await asyncio.gather(
-                *(one(clients[name], targets[name].model) for _ in range(concurrency)),
+                *(senders[name]() for _ in range(concurrency)),
                 return_exceptions=True,
             )
-            busy_s[name] += time.perf_counter() - started
+            took = time.perf_counter() - started
+            loads[name].stop(took)
+            busy_s[name] += took
             cpu_s[name] += _cpu_s(targets[name].pids) - cpu0
             for result in results:
                 if isinstance(result, BaseException):
@@ -213,8 +264,8 @@ async def run_levels(
                 else:
                     ttfts[name].append(result[0])
                     samples[name].append(result)
-    for client in clients.values():
-        await client.close()
+    for each in clients:
+        await each.close()
     return {
         name: Level(
             ttfts=ttfts[name],
@@ -233,6 +284,8 @@ async def run_levels(
                 if targets[name].pids
                 else None
             ),
+            load=loads[name],
+            client=client,
         )
         for name in targets
     }
@@ -244,20 +297,30 @@ def level_run(
     rounds: int,
     *,
     spy: Path | None = None,
-    spy_pid: int = 0,
+    spy_pids: dict[str, int] | None = None,
+    **levels: Any,
 ) -> dict[str, Level]:
-    """:func:`run_levels` in a new event loop; with ``spy`` (a file prefix), process
-    ``spy_pid`` is sampled by py-spy meanwhile (:mod:`bench.pyspy`: the GIL holder,
-    into ``<spy>.c<concurrency>.txt``) and its summary printed, in samples per
+    """:func:`run_levels` (``levels``: its keyword options) in a new event loop;
+    with ``spy`` (a file prefix), each of ``spy_pids`` (name -> pid) is sampled by
+    py-spy meanwhile (:mod:`bench.pyspy`: the GIL holder, into
+    ``<spy>.<name>.c<concurrency>.txt``) and its summary printed, in samples per
     request of ``ours``."""
-    if spy is None:
-        return asyncio.run(run_levels(targets, concurrency, rounds))
+    if spy is None or not spy_pids:
+        return asyncio.run(run_levels(targets, concurrency, rounds, **levels))
     from bench.pyspy import collapsed_summary, py_spy
 
-    out = spy.with_name(f"{spy.name}.c{concurrency}.txt")
-    with py_spy(spy_pid, out):
-        rows = asyncio.run(run_levels(targets, concurrency, rounds))
-    print(collapsed_summary(out, top=25, per=len(rows["ours"].ttfts)))
+    outs = {
+        name: spy.with_name(f"{spy.name}.{name}.c{concurrency}.txt")
+        for name in spy_pids
+    }
+    with contextlib.ExitStack() as stack:
+        for name, pid in spy_pids.items():
+            stack.enter_context(py_spy(pid, outs[name]))
+        rows = asyncio.run(run_levels(targets, concurrency, rounds, **levels))
+    per = len(rows["ours"].ttfts)
+    for name, out in outs.items():
+        print(f"py-spy {name} at c={concurrency}:")
+        print(collapsed_summary(out, top=25, per=per))
     return rows
 
 
@@ -346,8 +409,25 @@ def overhead_parser() -> argparse.ArgumentParser:
         "--py-spy",
         type=Path,
         default=None,
-        help="a file prefix: sample the web process with py-spy during each level "
-        "(PREFIX.c<level>.txt, collapsed stacks) and print where its CPU went",
+        help="a file prefix: sample processes (--py-spy-of) with py-spy during each "
+        "level (PREFIX.<process>.c<level>.txt, collapsed stacks) and print where "
+        "their CPU went",
+    )
+    parser.add_argument(
+        "--py-spy-of",
+        nargs="+",
+        choices=SPIED,
+        default=["web"],
+        help="the processes --py-spy samples: our web process, or the load side's "
+        "client (this process), upstream or inference worker",
+    )
+    parser.add_argument(
+        "--client",
+        choices=("auto", "openai", "raw"),
+        default="auto",
+        help="the client every target gets: the official openai AsyncOpenAI, the "
+        "light raw-socket one (bench/sse_client.py), or auto: openai at c=1, raw "
+        "above (the official one's parsing would fill the load core at c=50)",
     )
     parser.add_argument(
         "--moderation-cost",

@@ -108,11 +108,9 @@ def main() -> None:
     )
     up_port = free_port()
     upstream = f"http://127.0.0.1:{up_port}"
-    bin_dir = Path(sys.executable).parent
-    quiet = ["--log-level", "warning", "--no-access-log"]
     procs = [
         spawn(
-            [bin_dir / "uvicorn", "bench.upstream:app", "--port", str(up_port), *quiet],
+            [sys.executable, "bench/upstream.py", "--port", str(up_port)],
             cwd=ROOT,
             env=env,
         )

@@ -264,3 +264,17 @@ def test_a_goal_set_at_a_size_says_when_the_row_was_measured_at_another():
     )
     assert verdict(goal, {**full, "value": 9.0, "unit": "s"}) == "no"
     assert verdict(goal, {**full, "value": 1.5, "unit": "s"}) == "yes"
+
+
+def test_a_load_bound_row_is_shown_but_not_judged():
+    goal = _goal("API at c=50: requests/s vs LiteLLM")
+    row = _row("API requests/s vs LiteLLM at c=50", 2.0, "x")
+    assert verdict(goal, row) == "no"
+    row["bound"] = "load-bound: load core 97% (ours) busy"
+    assert verdict(goal, row) == "not judged: load-bound: load core 97% (ours) busy"
+    page = table_render(
+        parts={"api": PartOutcome("api", rows=[row], ran=True)}, header={}
+    )
+    line = next(x for x in page.splitlines() if x.startswith(f"| {goal.measure}"))
+    assert "| 2.00× |" in line
+    assert "not judged: load-bound" in line

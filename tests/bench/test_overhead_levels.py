@@ -1,11 +1,13 @@
 """bench/gateway_overhead.py starts our web process as deployed (uvicorn with the
-Procfile's options, the same command line as tests/stack.py's), or daphne on request."""
+Procfile's options, the same command line as tests/stack.py's), or daphne on request;
+picks the client per level and says when a level measured its load core."""
 
 from pathlib import Path
 
 import pytest
 
-from bench.overhead_levels import ours_argv, overhead_parser
+from bench.load_side import LoadUse, load_bound
+from bench.overhead_levels import client_for, ours_argv, overhead_parser
 from tests.stack import WEB_OPTIONS, web_argv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,3 +37,23 @@ def test_an_unknown_server_is_refused():
         ours_argv("gunicorn", 8123)
     with pytest.raises(SystemExit):
         overhead_parser().parse_args(["--server", "gunicorn"])
+
+
+def test_the_official_client_at_c1_and_the_light_one_above_unless_asked():
+    assert client_for("auto", 1) == "openai"
+    assert client_for("auto", 50) == "raw"
+    assert client_for("openai", 50) == "openai"
+    assert client_for("raw", 1) == "raw"
+
+
+def test_a_level_is_load_bound_when_any_target_saturated_the_load_core():
+    def use(load_busy_s: float) -> LoadUse:
+        return LoadUse(
+            (0, 1), {}, wall_s=10.0, busy_s={"web": 1.0, "load": load_busy_s}
+        )
+
+    assert load_bound({"direct": use(5.0), "ours": use(8.9)}) == ""
+    said = load_bound({"direct": use(9.5), "ours": use(8.0), "litellm": use(9.9)})
+    assert said == "load-bound: load core 95% (direct), 99% (litellm) busy"
+    # unpinned: no core share, so no claim either way
+    assert load_bound({"ours": LoadUse(None, {}, wall_s=10.0)}) == ""

@@ -1,0 +1,96 @@
+"""What the load side of bench/gateway_overhead.py spent while it measured a target.
+
+With the web process (or LiteLLM's proxy) pinned to one core and the client, the
+upstream, our worker, Redis and PostgreSQL to another (:mod:`bench.pinning`), a
+wall-clock figure is the web's only while the load core keeps up. :class:`LoadUse`
+adds up, over a target's rounds, how busy each core was (``/proc/stat``: every process
+on it, a shared machine's other work included, :class:`bench.sse_load.CoreUse`) and
+the CPU each part of the load side spent (``/proc/<pid>/stat`` of the part's process
+and its children). A figure taken while the load core was at least
+:data:`LOAD_SATURATED` busy measures the load side, not the gateway
+(:func:`load_bound`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bench.sse_load import CoreUse, tree_cpu_s
+from bench.sse_report import LOAD_SATURATED
+
+__all__ = ["LOAD_SATURATED", "LoadUse", "load_bound"]
+
+
+@dataclass
+class LoadUse:
+    """Core use and load-side CPU over one target's rounds at one level.
+
+    ``cores``: (web core, load core), None unpinned (no core shares then);
+    ``parts``: the load side's processes by name (``client``, ``upstream``,
+    ``worker``, ``redis``, ``postgres``), each counted with its children. Call
+    :meth:`start` and :meth:`stop` around each round; the totals add up."""
+
+    cores: tuple[int, int] | None
+    parts: dict[str, int]
+    wall_s: float = 0.0
+    busy_s: dict[str, float] = field(default_factory=lambda: {"web": 0.0, "load": 0.0})
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    _meter: CoreUse | None = None
+    _cpu0: dict[str, float] = field(default_factory=dict)
+
+    def start(self) -> None:
+        """Begin a round."""
+        if self.cores is not None:
+            self._meter = CoreUse(list(self.cores))
+            self._meter.start()
+        self._cpu0 = {name: tree_cpu_s(pid) for name, pid in self.parts.items()}
+
+    def stop(self, wall_s: float) -> None:
+        """End a round that took ``wall_s`` seconds (the caller's clock)."""
+        for name, pid in self.parts.items():
+            spent = tree_cpu_s(pid) - self._cpu0[name]
+            self.cpu_s[name] = self.cpu_s.get(name, 0.0) + spent
+        if self._meter is not None and self.cores is not None:
+            busy = self._meter.stop()
+            self.busy_s["web"] += busy[self.cores[0]] * wall_s
+            self.busy_s["load"] += busy[self.cores[1]] * wall_s
+        self.wall_s += wall_s
+
+    def share(self, core: str) -> float | None:
+        """How busy the ``web`` or ``load`` core was over the rounds (0-1; None
+        unpinned or before any round)."""
+        if self.cores is None or not self.wall_s:
+            return None
+        return self.busy_s[core] / self.wall_s
+
+    def per_request_ms(self, requests: int) -> dict[str, float]:
+        """Each load part's CPU per request (ms) over ``requests`` requests."""
+        return {name: s * 1000 / max(1, requests) for name, s in self.cpu_s.items()}
+
+    def describe(self, requests: int) -> str:
+        """One line: both cores' busy shares and the parts' CPU per request."""
+        load, web = self.share("load"), self.share("web")
+        cores = (
+            "unpinned"
+            if load is None or web is None
+            else f"load core {load:.0%} busy, web core {web:.0%}"
+        )
+        parts = ", ".join(
+            f"{name} {ms:.2f}" for name, ms in self.per_request_ms(requests).items()
+        )
+        return f"{cores}; load CPU per request, ms: {parts}"
+
+
+def load_bound(uses: dict[str, LoadUse | None]) -> str:
+    """Why a figure that compares these targets' rounds measures the load side, not
+    the gateway: the targets whose load core was at least :data:`LOAD_SATURATED`
+    busy ("load-bound: load core 97% busy (ours), 95% (direct)"); "" when none was
+    (or the run was not pinned)."""
+    said = []
+    for name, use in uses.items():
+        share = use.share("load") if use is not None else None
+        if share is not None and share >= LOAD_SATURATED:
+            said.append(f"{share:.0%} ({name})")
+    if not said:
+        return ""
+    return "load-bound: load core " + ", ".join(said) + " busy"
