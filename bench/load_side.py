@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bench.procstat import proc_cpu_s
 from bench.sse_load import CoreUse, tree_cpu_s
 from bench.sse_report import LOAD_SATURATED
 
@@ -27,11 +28,14 @@ class LoadUse:
 
     ``cores``: (web core, load core), None unpinned (no core shares then);
     ``parts``: the load side's processes by name (``client``, ``upstream``,
-    ``worker``, ``redis``, ``postgres``), each counted with its children. Call
-    :meth:`start` and :meth:`stop` around each round; the totals add up."""
+    ``worker``, ``redis``, ``postgres``), those named in ``trees`` counted with
+    their children (PostgreSQL's backends; not the client, whose children are the
+    servers it started). Call :meth:`start` and :meth:`stop` around each round; the
+    totals add up."""
 
     cores: tuple[int, int] | None
     parts: dict[str, int]
+    trees: frozenset[str] = frozenset({"postgres"})
     wall_s: float = 0.0
     busy_s: dict[str, float] = field(default_factory=lambda: {"web": 0.0, "load": 0.0})
     cpu_s: dict[str, float] = field(default_factory=dict)
@@ -43,12 +47,21 @@ class LoadUse:
         if self.cores is not None:
             self._meter = CoreUse(list(self.cores))
             self._meter.start()
-        self._cpu0 = {name: tree_cpu_s(pid) for name, pid in self.parts.items()}
+        self._cpu0 = {name: self._cpu(name) for name in self.parts}
+
+    def _cpu(self, name: str) -> float:
+        pid = self.parts[name]
+        if name in self.trees:
+            return tree_cpu_s(pid)
+        try:
+            return proc_cpu_s(pid)
+        except OSError:
+            return 0.0
 
     def stop(self, wall_s: float) -> None:
         """End a round that took ``wall_s`` seconds (the caller's clock)."""
-        for name, pid in self.parts.items():
-            spent = tree_cpu_s(pid) - self._cpu0[name]
+        for name in self.parts:
+            spent = self._cpu(name) - self._cpu0[name]
             self.cpu_s[name] = self.cpu_s.get(name, 0.0) + spent
         if self._meter is not None and self.cores is not None:
             busy = self._meter.stop()
@@ -63,18 +76,25 @@ class LoadUse:
             return None
         return self.busy_s[core] / self.wall_s
 
+    def parts_share(self) -> float | None:
+        """The load parts' own CPU over the rounds, in cores (CPU s per s; None
+        before any round): the load core's use less other work on it."""
+        return sum(self.cpu_s.values()) / self.wall_s if self.wall_s else None
+
     def per_request_ms(self, requests: int) -> dict[str, float]:
         """Each load part's CPU per request (ms) over ``requests`` requests."""
         return {name: s * 1000 / max(1, requests) for name, s in self.cpu_s.items()}
 
     def describe(self, requests: int) -> str:
-        """One line: both cores' busy shares and the parts' CPU per request."""
+        """One line: both cores' busy shares, the load parts' own use (cores) and
+        their CPU per request."""
         load, web = self.share("load"), self.share("web")
         cores = (
             "unpinned"
             if load is None or web is None
             else f"load core {load:.0%} busy, web core {web:.0%}"
         )
+        cores += f"; load parts {self.parts_share() or 0:.2f} core"
         parts = ", ".join(
             f"{name} {ms:.2f}" for name, ms in self.per_request_ms(requests).items()
         )

@@ -62,23 +62,43 @@ class RawClient:
         start = time.perf_counter()
         data = self.request(model)
         async with self._slots:
+            ttft, cid, first_at, wire = await self._exchange(data, start)
+        total = (time.perf_counter() - start) * 1000
+        return (ttft if ttft is not None else total), total, cid, sent, first_at, wire
+
+    async def _exchange(
+        self, data: bytes, start: float
+    ) -> tuple[float | None, str, float, float]:
+        """Send ``data`` on an idle connection (or a new one) and read the answer:
+        (TTFT ms or None, completion id, epoch s of the first content delta, epoch s
+        the request went out). A kept-alive connection the server closed meanwhile
+        (its keep-alive timeout) is dropped and the request sent on a new one, as
+        httpx does."""
+        while True:
             conn = self._idle.pop() if self._idle else None
+            if conn is not None and conn[0].at_eof():
+                conn[1].close()
+                continue
+            reused = conn is not None
             if conn is None:
                 conn = await asyncio.open_connection(self.host, self.port)
                 self.opened += 1
             reader, writer = conn
             wire = time.time()
             writer.write(data)
-            reusable = False
+            keep = False
             try:
-                ttft, cid, first_at, reusable = await self._read(reader, start)
+                ttft, cid, first_at, keep = await self._read(reader, start)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                if not reused:
+                    raise
+                continue  # closed by the server as we sent: try a new connection
             finally:
-                if reusable:
+                if keep:
                     self._idle.append(conn)
                 else:
                     writer.close()
-        total = (time.perf_counter() - start) * 1000
-        return (ttft if ttft is not None else total), total, cid, sent, first_at, wire
+            return ttft, cid, first_at, wire
 
     async def _read(
         self, reader: asyncio.StreamReader, start: float

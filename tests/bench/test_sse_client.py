@@ -98,3 +98,29 @@ def test_a_body_without_done_is_an_error():
 
     with pytest.raises(StreamError, match=r"without \[DONE\]"):
         asyncio.run(main())
+
+
+def test_a_kept_alive_connection_the_server_closed_is_replaced():
+    async def serve(reader, writer):
+        # one answer per connection, then closed without saying so (a server's
+        # keep-alive timeout running out between two rounds)
+        await reader.readuntil(b"\r\n\r\n")
+        event = json.dumps({"id": "x", "choices": [{"delta": {"content": "a"}}]})
+        body = f"data: {event}\n\ndata: [DONE]\n\n".encode()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body))
+        writer.write(body)
+        await writer.drain()
+        writer.close()
+
+    async def main():
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            client = RawClient(f"http://127.0.0.1:{port}/v1", "k", 1)
+            answers = [await client.stream("m") for _ in range(3)]
+            await client.close()
+            return client.opened, answers
+
+    opened, answers = asyncio.run(main())
+    assert opened == 3
+    assert [cid for _ttft, _total, cid, *_ in answers] == ["x", "x", "x"]
