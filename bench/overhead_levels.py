@@ -182,9 +182,6 @@ def _senders(
 ) -> tuple[dict[str, Callable[[], Awaitable[Sample]]], list[Any]]:
     """Per target, a call that streams one completion with the ``kind`` client, and
     the clients to close after."""
-    import httpx
-    import openai
-
     from bench.sse_client import RawClient
 
     senders: dict[str, Callable[[], Awaitable[Sample]]] = {}
@@ -195,6 +192,9 @@ def _senders(
             senders[name] = functools.partial(raw.stream, t.model)
             clients.append(raw)
             continue
+        import httpx
+        import openai
+
         client = openai.AsyncOpenAI(
             base_url=t.url,
             api_key=t.key,
