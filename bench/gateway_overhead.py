@@ -153,6 +153,8 @@ def run(args: argparse.Namespace) -> dict[int, dict]:
     if profile is not None:
         profile.mkdir(parents=True, exist_ok=True)
     worker = [sys.executable, "manage.py", "run_inference_worker"]
+    if args.worker_loop == "uvloop":
+        worker[1:1] = ["bench/uvloop_main.py"]
     procs: list[subprocess.Popen] = []
     results = {}
     try:
@@ -198,7 +200,7 @@ def run(args: argparse.Namespace) -> dict[int, dict]:
             )
         print(
             f"upstream: {args.tokens} chunks, {args.token_ms} ms apart; input "
-            f"moderation {args.moderation}, output moderation {args.output_moderation}; at least {args.min_samples} requests "
+            f"moderation {args.moderation}, output moderation {args.output_moderation}; worker loop {args.worker_loop}; at least {args.min_samples} requests "
             f"per target and level; TTFT in ms; {pinning.describe()}; "
             f"load average {os.getloadavg()[0]:.2f}"
         )

@@ -422,6 +422,13 @@ def overhead_parser() -> argparse.ArgumentParser:
         "client (this process), upstream or inference worker",
     )
     parser.add_argument(
+        "--worker-loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the inference worker's event loop: the standard library's (as the "
+        "product runs it) or uvloop's (bench/uvloop_main.py: a lever measured)",
+    )
+    parser.add_argument(
         "--client",
         choices=("auto", "openai", "raw"),
         default="auto",
