@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.load_side import LoadUse, load_bound
+from bench.load_side import LoadUse, load_bound, load_said
 from bench.overhead_levels import client_for, ours_argv, overhead_parser
 from tests.stack import WEB_OPTIONS, web_argv
 
@@ -57,3 +57,12 @@ def test_a_level_is_load_bound_when_any_target_saturated_the_load_core():
     assert said == "load-bound: load core 95% (direct), 99% (litellm) busy"
     # unpinned: no core share, so no claim either way
     assert load_bound({"ours": LoadUse(None, {}, wall_s=10.0)}) == ""
+
+
+def test_the_load_is_said_per_target_with_the_load_processes_own_use():
+    said = load_said({"direct": 1.0, "ours": 0.62}, {"direct": 0.34, "ours": 0.37})
+    assert (
+        said
+        == "load core busy: direct 100% (load processes 0.34 core), ours 62% (0.37 core)"
+    )
+    assert load_said({"ours": None}, {"ours": 0.3}) == ""
