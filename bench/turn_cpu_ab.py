@@ -1,5 +1,5 @@
 """Two trees' web CPU per plain turn, POST to first frame, measured in one run with
-their turns interleaved (A, B, A, B, ...), so that the machine's drift (other
+their turns interleaved (A B, B A, A B, ...), so that the machine's drift (other
 processes' load, a busy host) falls on both alike.
 
     .venv/bin/python bench/turn_cpu_ab.py --a /path/to/old/tree [--b .] [--pairs 40]
@@ -11,8 +11,9 @@ the same bench user. A turn and its window are those of the goal table's row
 (:func:`bench.turn_hot_path._turn_with_cpu`: the web process's CPU clock from the
 POST sent to the first token frame read; the answer's rest REST_S later, then the
 process is let go quiet). Three warm turns each first. Prints each tree's mean
-(sum / turns), median and p10-p90, and the paired differences (B - A: each B turn
-minus the A turn before it): their mean and median. Needs the dev services
+(sum / turns), median and p10-p90, and the paired differences (B - A: the B turn
+minus the A turn of the same pair): their mean, median and the mean's standard
+error. Needs the dev services
 (migrated), as bench/hot_path.py.
 """
 
@@ -103,8 +104,8 @@ def main() -> None:
         with worker_processes([_worker(REST_S)], env) as workers:
             load_pin(plan, [w.pid for w in workers])
             for rounds, keep in ((3, False), (args.pairs, True)):
-                for _ in range(rounds):
-                    for name in ("A", "B"):
+                for i in range(rounds):
+                    for name in ("A", "B") if i % 2 == 0 else ("B", "A"):
                         base, pid = webs[name]
                         web_pin(plan, pid)
                         row = asyncio.run(_turn_with_cpu(base, sessions[name], pid))
@@ -116,8 +117,10 @@ def main() -> None:
     for name in ("A", "B"):
         print(f"{_summary(name, cpu[name])}  [{trees[name]}]")
     diffs = [b - a for a, b in zip(cpu["A"], cpu["B"], strict=True)]
+    error = statistics.stdev(diffs) / len(diffs) ** 0.5
     print(
-        f"B - A per pair: mean {statistics.mean(diffs):+.3f} ms, median "
+        f"B - A per pair: mean {statistics.mean(diffs):+.3f} ms (s.e. {error:.3f}), "
+        f"median "
         f"{statistics.median(diffs):+.3f}, p10-p90 {pct(diffs, 10):+.2f}-"
         f"{pct(diffs, 90):+.2f}; {load_note()}"
     )
