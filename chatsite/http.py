@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -174,21 +174,50 @@ _ID_MARKS = tuple(uuid.UUID(int=i + 1) for i in range(4))
 _url_templates: dict[tuple[str, int, str, str], str] = {}
 
 
-def uuid_url(name: str, *ids: uuid.UUID | str) -> str:
-    """``reverse(name, args=ids)`` for a URL pattern whose arguments are all UUIDs
-    (``<uuid:...>``, at most four), filled into a template reversed once per name,
-    URLconf and script prefix: no resolver walk per call. A str id is checked to be a
-    UUID first (ValueError otherwise); raises NoReverseMatch as ``reverse`` does."""
-    urlconf = get_urlconf() or settings.ROOT_URLCONF
-    key = (name, len(ids), get_script_prefix(), str(urlconf))
+def _url_template(name: str, count: int, prefix: str, urlconf: str) -> str:
+    """The format string of URL ``name`` with ``count`` UUID arguments under
+    ``prefix`` and ``urlconf``, reversed once per key."""
+    key = (name, count, prefix, urlconf)
     template = _url_templates.get(key)
     if template is None:
-        marks = _ID_MARKS[: len(ids)]
+        marks = _ID_MARKS[:count]
         url = reverse(name, args=marks)
         template = url.replace("{", "{{").replace("}", "}}")
         for index, mark in enumerate(marks):
             template = template.replace(str(mark), "{" + str(index) + "}")
         _url_templates[key] = template
-    return template.format(
-        *[str(i if isinstance(i, uuid.UUID) else uuid.UUID(i)) for i in ids]
-    )
+    return template
+
+
+def _id_text(value: uuid.UUID | str) -> str:
+    return str(value if isinstance(value, uuid.UUID) else uuid.UUID(value))
+
+
+def uuid_url(name: str, *ids: uuid.UUID | str) -> str:
+    """``reverse(name, args=ids)`` for a URL pattern whose arguments are all UUIDs
+    (``<uuid:...>``, at most four), filled into a template reversed once per name,
+    URLconf and script prefix: no resolver walk per call. A str id is checked to be a
+    UUID first (ValueError otherwise); raises NoReverseMatch as ``reverse`` does."""
+    return uuid_urls([(name, ids)])[0]
+
+
+def uuid_urls(
+    specs: Sequence[tuple[str, Sequence[uuid.UUID | str]]],
+) -> list[str]:
+    """:func:`uuid_url` of each ``(name, ids)`` of ``specs``, in order, with the
+    URLconf and the script prefix looked up once and each id turned into text once
+    (a turn's JSON names seven URLs over two ids)."""
+    urlconf = str(get_urlconf() or settings.ROOT_URLCONF)
+    prefix = get_script_prefix()
+    texts: dict[uuid.UUID | str, str] = {}
+    urls = []
+    for name, ids in specs:
+        template = _url_template(name, len(ids), prefix, urlconf)
+        args = []
+        for value in ids:
+            text = texts.get(value)
+            if text is None:
+                text = texts[value] = _id_text(value)
+            args.append(text)
+        urls.append(template.format(*args))
+    return urls

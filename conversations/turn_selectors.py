@@ -10,10 +10,11 @@ PostgreSQL answering it (bench/results/2026-12-04-turn-profile.md).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from gateway.models import UserPreference
 from memory.models import Chunk, MemoryFact, MemorySettings
@@ -42,7 +43,10 @@ class TurnReads:
         return self.facts, self.documents
 
 
+@functools.cache
 def _sql() -> str:
+    """The reads' statement, built once per process (``%(user)s``: the user id)."""
+
     def quote(name: str | None) -> str:
         return connection.ops.quote_name(str(name))
 
@@ -63,7 +67,9 @@ def _sql() -> str:
 def turn_reads(*, user: User) -> TurnReads:
     """Return the :class:`TurnReads` of ``user`` (a saved user): one query, on the
     indexes of each table's ``user_id``."""
-    with connection.cursor() as cursor:
+    # the wrapper itself, not django.db.connection's proxy (a context-local look-up)
+    db = connections[DEFAULT_DB_ALIAS]
+    with db.cursor() as cursor:
         cursor.execute(_sql(), {"user": user.pk})
         row = cursor.fetchone()
     width = len(_PREFERENCE_COLUMNS)
@@ -71,9 +77,7 @@ def turn_reads(*, user: User) -> TurnReads:
     if values[0] is None:  # no stored preference: the defaults
         preference = UserPreference(user_id=user.pk)
     else:
-        preference = UserPreference.from_db(
-            connection.alias, _PREFERENCE_NAMES, list(values)
-        )
+        preference = UserPreference.from_db(db.alias, _PREFERENCE_NAMES, list(values))
     return TurnReads(
         preference=preference,
         facts=bool(has_facts) and not memory_off,

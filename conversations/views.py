@@ -32,7 +32,7 @@ from chatsite.errors import (
     NotFound,
     error_page,
 )
-from chatsite.http import json_errors, uuid_url
+from chatsite.http import json_errors, uuid_urls
 from chatsite.jsonbody import json_loads_bounded
 from conversations import selectors, services, sse
 from conversations.models import Feedback
@@ -48,25 +48,34 @@ from safety import selectors as safety_selectors
 def _turn_json(turn: Turn) -> dict[str, Any]:
     conv, answer = turn.conversation, turn.assistant_message
     question = turn.user_message
+    c, q, a = conv.id, question.id, answer.id
+    urls = uuid_urls(
+        [
+            ("conversation-detail", (c,)),
+            ("message-edit", (c, q)),
+            ("conversation-thread", (c,)),
+            ("message-regenerate-one", (c, a)),
+            ("message-stream", (c, a)),
+            ("message-stop", (c, a)),
+            ("message-feedback", (c, a)),
+        ]
+    )
     return {
         "conversation": {
-            "id": str(conv.id),
+            "id": str(c),
             "title": conv.title,
-            "url": uuid_url("conversation-detail", conv.id),
+            "url": urls[0],
             "created": turn.created_conversation,
         },
-        "user_message": {
-            "id": str(question.id),
-            "edit_url": uuid_url("message-edit", conv.id, question.id),
-        },
-        "thread_url": uuid_url("conversation-thread", conv.id),
+        "user_message": {"id": str(q), "edit_url": urls[1]},
+        "thread_url": urls[2],
         "assistant_message": {
-            "id": str(answer.id),
-            "regenerate_url": uuid_url("message-regenerate-one", conv.id, answer.id),
+            "id": str(a),
+            "regenerate_url": urls[3],
             "status": answer.status,
-            "stream_url": uuid_url("message-stream", conv.id, answer.id),
-            "stop_url": uuid_url("message-stop", conv.id, answer.id),
-            "feedback_url": uuid_url("message-feedback", conv.id, answer.id),
+            "stream_url": urls[4],
+            "stop_url": urls[5],
+            "feedback_url": urls[6],
         },
     }
 

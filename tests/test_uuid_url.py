@@ -1,4 +1,4 @@
-"""chatsite.http.uuid_url: the URLs of UUID-argument routes, filled into a template
+"""chatsite.http.uuid_url and uuid_urls: the URLs of UUID-argument routes, filled into a template
 reversed once, equal Django's reverse() (under a script prefix too)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import uuid
 import pytest
 from django.urls import NoReverseMatch, clear_script_prefix, reverse, set_script_prefix
 
-from chatsite.http import uuid_url
+from chatsite.http import uuid_url, uuid_urls
 
 NAMES_ONE = ["conversation-detail", "conversation-thread"]
 NAMES_TWO = [
@@ -40,3 +40,26 @@ def test_a_non_uuid_id_or_an_unknown_route_is_refused():
         uuid_url("conversation-detail", "../admin/")
     with pytest.raises(NoReverseMatch):
         uuid_url("no-such-route", uuid.uuid4())
+
+
+@pytest.mark.parametrize("prefix", ["/", "/chat/"])
+def test_many_urls_at_once_are_each_reverse_s_in_order(prefix):
+    set_script_prefix(prefix)
+    try:
+        a, b = uuid.uuid4(), uuid.uuid4()
+        specs = [(name, (a,)) for name in NAMES_ONE]
+        specs += [(name, (a, b)) for name in NAMES_TWO]
+        specs += [("message-stream", (str(b), str(a)))]  # text ids, swapped
+        expected = [reverse(name, args=[a]) for name in NAMES_ONE]
+        expected += [reverse(name, args=[a, b]) for name in NAMES_TWO]
+        expected += [reverse("message-stream", args=[b, a])]
+        assert uuid_urls(specs) == expected
+    finally:
+        clear_script_prefix()
+
+
+def test_many_urls_refuse_a_non_uuid_id():
+    with pytest.raises(ValueError):
+        uuid_urls(
+            [("conversation-detail", (uuid.uuid4(),)), ("message-stop", ("x", "y"))]
+        )
