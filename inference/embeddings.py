@@ -25,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypedDict, Unpack
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from django.conf import settings
 
@@ -42,6 +43,8 @@ NO_WORKER = "embedding_unavailable"
 TIMEOUT = "embedding_timeout"
 FAILED = "embedding_failed"
 DIMENSION_MISMATCH = "dimension_mismatch"
+
+T = TypeVar("T")
 
 # How long an embed job's result stream lives (s); the caller deletes it once read.
 _RESULT_TTL_S = 120
@@ -227,12 +230,14 @@ def _embed_steps(
     timeout_s: float | None = None,
     user_ref: str = "",
     bulk: bool = False,
+    meanwhile: Callable[[], object] | None = None,
 ) -> Steps[Embeddings]:
     """The Redis commands of one embedding request (:func:`embed_texts`), in order,
     for either driver: returns the :class:`Embeddings`; raises
     :class:`EmbeddingUnavailable`. Whatever ends the request early (that, or a
     cancellation thrown in) marks its unanswered jobs as ended; its result streams are
-    deleted in every case."""
+    deleted in every case. ``meanwhile`` (sync driver only) runs once the jobs are
+    enqueued, before the first wait."""
     texts = list(texts)
     if not texts:
         return Embeddings(vectors=[], tokens=0, model="", dim=EMBEDDING_DIM)
@@ -264,6 +269,8 @@ def _embed_steps(
         raise _no_worker(pool)
     deleted = False
     try:
+        if meanwhile is not None:
+            meanwhile()
         while not answers.done:
             remaining = jobs[0].deadline - time.time()
             if remaining <= 0:
@@ -294,7 +301,12 @@ def _embed_steps(
             yield (lambda c: c.delete(*answers.keys), False)
 
 
-def embed_texts(texts: list[str], **options: Unpack[EmbedOptions]) -> Embeddings:
+def embed_texts(
+    texts: list[str],
+    *,
+    meanwhile: Callable[[], object] | None = None,
+    **options: Unpack[EmbedOptions],
+) -> Embeddings:
     """Embed ``texts`` on the embedding pool; block until the vectors arrive (sync).
 
     For request threads, Celery tasks and commands, never an event loop. ``pool``
@@ -304,9 +316,11 @@ def embed_texts(texts: list[str], **options: Unpack[EmbedOptions]) -> Embeddings
     texts travel as jobs of at most EMBEDDING_JOB_MAX_TEXTS. An empty list needs no
     worker. Raises :class:`EmbeddingUnavailable` at once when the pool has no live
     worker, and when the answer does not come in time (the jobs are then ended, so no
-    worker runs them later).
+    worker runs them later). ``meanwhile``: the caller's work that needs no vector,
+    run once the jobs are enqueued and before waiting, so it overlaps the forward pass
+    (not run when no worker is live).
     """
-    return steps_run(_embed_steps(texts, **options), redis_sync())
+    return steps_run(_embed_steps(texts, meanwhile=meanwhile, **options), redis_sync())
 
 
 async def aembed_texts(texts: list[str], **options: Unpack[EmbedOptions]) -> Embeddings:
@@ -352,6 +366,25 @@ class TextVector:
                 self._error = exc
                 raise
         return self._vector
+
+    def vector_meanwhile(self, work: Callable[[], T]) -> tuple[list[float], T]:
+        """``vector`` and what ``work()`` returns, ``work`` (the caller's, needing no
+        vector) run while the text is embedded: once its job is enqueued, before the
+        wait (:func:`embed_texts`' ``meanwhile``), so it overlaps the forward pass;
+        when the vector is there already, ``work`` just runs. Raises
+        :class:`EmbeddingUnavailable` as ``vector`` does (``work`` may then not
+        have run)."""
+        done: list[T] = []
+        if self._error is None and self._vector is None:
+            try:
+                self._vector = embed_texts(
+                    [self.text], meanwhile=lambda: done.append(work())
+                ).vectors[0]
+            except EmbeddingUnavailable as exc:
+                self._error = exc
+                raise
+        vector = self.vector
+        return vector, done[0] if done else work()
 
     def get(self) -> list[float] | None:
         """The vector, or None when embeddings are unavailable (see ``error``)."""

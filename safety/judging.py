@@ -63,10 +63,13 @@ def verdict_fresh(*, text: str, query: TextVector | None) -> Verdict:
     """Classify ``text`` with the configured backend, reading the shared vector of
     ``query`` (when it is of ``text`` and the backend reads ``text``'s own vector:
     :meth:`~safety.classifiers.Classifier.vector_text`; a text with an id is embedded
-    without it, once) instead of embedding again; applies the fail policy (raises
-    ModerationUnavailable when failing closed)."""
+    without it, once) instead of embedding again, doing the part of the judging that
+    needs no vector (:meth:`~safety.classifiers.Classifier.prepare`) while the
+    vector is made; applies the fail policy (raises ModerationUnavailable when
+    failing closed)."""
     classifier = classifier_get()
     vector = None
+    prepared = None
     if (
         query is not None
         and classifier.uses_vector
@@ -74,12 +77,15 @@ def verdict_fresh(*, text: str, query: TextVector | None) -> Verdict:
         and classifier.vector_text(text) == text
     ):
         try:
-            vector = query.vector
+            # what needs no vector is judged while the worker embeds the text
+            vector, prepared = query.vector_meanwhile(lambda: classifier.prepare(text))
         except EmbeddingUnavailable as exc:
             logger.warning("no vector for input moderation: %s", exc)
             return unavailable_verdict(ModerationUnavailable(), classifier=classifier)
     try:
-        return classify_text(text, vector=vector, classifier=classifier)
+        return classify_text(
+            text, vector=vector, classifier=classifier, prepared=prepared
+        )
     except ModerationUnavailable as exc:
         # failing closed: the user sees the one clear message, not the backend's detail
         raise ModerationUnavailable() from exc

@@ -26,6 +26,13 @@ from inference.engines.sbert_direct import DirectEncoder, direct_encoder
 
 _load_lock = threading.Lock()
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+# A batch of at most this many characters runs on the worker's event loop itself, not
+# in a thread: at most about as many word pieces (~130 for plain English), a pass of
+# tens of ms on one core, so the loop's other work (the heartbeat, every 2 s) waits
+# no longer than that, and the batch skips the two thread wake-ups of a hand-off
+# (0.2 ms on an idle core, several ms on a busy one,
+# bench/results/2026-12-05-s5-mod5.md). Longer batches run in a thread.
+INLINE_CHARS = 512
 
 
 @functools.cache
@@ -136,7 +143,11 @@ class SentenceTransformersEngine(EmbeddingEngine):
         return vectors, [len(row) for row in ids]
 
     async def embed(self, batch: list[list[str]]) -> list[Embedded | EngineError]:
-        """Embed all jobs' texts in one pass (in a thread; the loop keeps beating)."""
+        """Embed all jobs' texts in one pass: in a thread, so the loop keeps beating,
+        unless the batch is short (at most :data:`INLINE_CHARS` characters), which
+        runs at once on the loop."""
         if self._model is None:
             raise EngineError("the embedding model is not loaded (start() first)")
+        if sum(len(text) for texts in batch for text in texts) <= INLINE_CHARS:
+            return list(self._run(batch))
         return list(await asyncio.to_thread(self._run, batch))

@@ -21,12 +21,18 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from safety.categories import Category
-from safety.classifiers.base import Classifier, ModerationUnavailable, Verdict
+from safety.classifiers.base import (
+    Classifier,
+    ModerationUnavailable,
+    Prepared,
+    Verdict,
+)
 
 __all__ = [
     "BACKENDS",
     "Classifier",
     "ModerationUnavailable",
+    "Prepared",
     "Verdict",
     "classifier_get",
     "classify_text",
@@ -88,6 +94,7 @@ def classify_text(
     vector: Sequence[float] | None = None,
     classifier: Classifier | None = None,
     fail_closed: bool | None = None,
+    prepared: Prepared | None = None,
 ) -> Verdict:
     """Judge ``text``, applying the fail policy when the backend is down.
 
@@ -95,11 +102,14 @@ def classify_text(
     :class:`ModerationUnavailable` (a 503 with a clear message; nothing is sent). Open:
     log a warning and return a verdict that flags nothing with ``available=False``,
     so the caller can let the text through and still record that it was not checked.
+    ``prepared``: ``classifier.prepare(text)``, when the caller made it already.
     """
     classifier = classifier or classifier_get()
     if fail_closed is None:
         fail_closed = settings.SAFETY_FAIL_CLOSED
     try:
+        if prepared is not None:
+            return classifier.classify_prepared(prepared, vector=vector)
         return classifier.classify(text, vector=vector)
     except ModerationUnavailable as exc:
         return unavailable_verdict(exc, classifier=classifier, fail_closed=fail_closed)

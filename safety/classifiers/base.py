@@ -87,6 +87,14 @@ class Verdict:
         )
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What a backend computes from a text alone, before its vector is known
+    (:meth:`Classifier.prepare`); backends that compute something extend it."""
+
+    text: str
+
+
 class Classifier(ABC):
     """A moderation backend: text in, :class:`Verdict` out."""
 
@@ -103,6 +111,19 @@ class Classifier(ABC):
 
         Raises :class:`ModerationUnavailable` when the backend cannot answer.
         """
+
+    def prepare(self, text: str) -> Prepared:
+        """The part of judging ``text`` that needs no vector (here: nothing), for
+        :meth:`classify_prepared`: a caller waiting for the text's embedding does it
+        meanwhile (:meth:`inference.embeddings.TextVector.vector_meanwhile`)."""
+        return Prepared(text)
+
+    def classify_prepared(
+        self, prepared: Prepared, *, vector: Sequence[float] | None = None
+    ) -> Verdict:
+        """:meth:`classify` of ``prepared.text``, reusing what :meth:`prepare` made
+        (the same verdict). Raises :class:`ModerationUnavailable` like it."""
+        return self.classify(prepared.text, vector=vector)
 
     def vector_text(self, text: str) -> str:
         """The text whose embedding :meth:`classify` reads for ``text`` (``text``

@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +42,19 @@ from django.conf import settings
 
 from inference.embeddings import EmbeddingUnavailable, embed_texts
 from safety.categories import Category
-from safety.classifiers.base import Classifier, ModerationUnavailable, Verdict
+from safety.classifiers.base import (
+    Classifier,
+    ModerationUnavailable,
+    Prepared,
+    Verdict,
+)
 from safety.classifiers.features import (
     EXEMPLAR_SCALE,
     TEXT_FEATURE_DIM,
     HeadWeights,
     features,
     ids_removed,
+    text_grams,
 )
 from safety.classifiers.rules import injection_match
 from safety.dataset import DATA_DIR
@@ -77,11 +84,16 @@ class EmbeddedModel(HeadWeights):
                 f"{expected}: run manage.py moderation_train"
             )
 
-    def inputs(self, text: str, vector: Sequence[float]) -> np.ndarray:
+    def inputs(
+        self, text: str, vector: Sequence[float], *, grams: np.ndarray | None = None
+    ) -> np.ndarray:
         """Return the model's input for ``text`` with its 384-d ``vector``: the text
-        features, then the scaled similarities to the stored exemplars."""
+        features, then the scaled similarities to the stored exemplars. ``grams``:
+        :func:`~safety.classifiers.features.text_grams` of ``text``, if made."""
         sims = self.exemplar_sims(np.asarray(vector, dtype=np.float32)[None, :])[0]
-        return np.concatenate([features(text, vector), EXEMPLAR_SCALE * sims])
+        return np.concatenate(
+            [features(text, vector, grams=grams), EXEMPLAR_SCALE * sims]
+        )
 
     @classmethod
     def load(cls, path: Path | str = MODEL_PATH) -> EmbeddedModel:
@@ -102,6 +114,19 @@ class EmbeddedModel(HeadWeights):
 def embedded_model() -> EmbeddedModel:
     """The committed model, loaded once per process."""
     return EmbeddedModel.load(MODEL_PATH)
+
+
+@dataclass(frozen=True, eq=False)
+class Reading(Prepared):
+    """What the embedded backend reads of a text before its vector: ``read``, the
+    text without its ids (what is embedded); ``grams``, the n-gram features of
+    ``read``; ``rule``, the prompt-injection phrase matched in the text (or None);
+    ``short``, whether ``read`` has at most ``SHORT_TEXT_WORDS`` words."""
+
+    read: str
+    grams: np.ndarray
+    rule: str | None
+    short: bool
 
 
 class EmbeddedClassifier(Classifier):
@@ -135,18 +160,18 @@ class EmbeddedClassifier(Classifier):
                 f"Content moderation is unavailable right now: {exc}"
             ) from exc
 
-    def _verdict(self, text: str, read: str, vector: Sequence[float]) -> Verdict:
-        scores = self.model.scores(self.model.inputs(read, vector))
-        if len(_WORDS.findall(read)) <= SHORT_TEXT_WORDS:
+    def _verdict(self, reading: Reading, vector: Sequence[float]) -> Verdict:
+        model = self.model
+        scores = model.scores(model.inputs(reading.read, vector, grams=reading.grams))
+        if reading.short:
             scores[Category.PROMPT_INJECTION] = 0.0
-        phrase = injection_match(text)
-        if phrase is not None:
+        if reading.rule is not None:
             scores[Category.PROMPT_INJECTION] = 1.0
         return Verdict.from_scores(
             scores,
             thresholds=self.thresholds,
             backend=self.name,
-            detail={"rule": phrase} if phrase else {},
+            detail={"rule": reading.rule} if reading.rule else {},
         )
 
     def vector_text(self, text: str) -> str:
@@ -154,22 +179,39 @@ class EmbeddedClassifier(Classifier):
         what the model embeds and reads."""
         return ids_removed(text)
 
+    def prepare(self, text: str) -> Reading:
+        """The :class:`Reading` of ``text`` (all but the vector's part of a verdict)."""
+        read = ids_removed(text)
+        return Reading(
+            text=text,
+            read=read,
+            grams=text_grams(read),
+            rule=injection_match(text),
+            short=len(_WORDS.findall(read)) <= SHORT_TEXT_WORDS,
+        )
+
     def classify(self, text: str, *, vector: Sequence[float] | None = None) -> Verdict:
         """Judge ``text`` (see :meth:`Classifier.classify`). The model reads the text
         without its ids (:func:`~safety.classifiers.features.ids_removed`): ``vector``
         (``text``'s own, shared with the turn) serves when the text has none; else, or
         without it, the text is embedded on the embedding pool (one request). Raises
         :class:`ModerationUnavailable` when no embedding worker answers."""
-        read = ids_removed(text)
-        if vector is None or read != text:
-            vector = self.vectors_embed([read])[0]
-        return self._verdict(text, read, vector)
+        return self.classify_prepared(self.prepare(text), vector=vector)
+
+    def classify_prepared(
+        self, prepared: Prepared, *, vector: Sequence[float] | None = None
+    ) -> Verdict:
+        """:meth:`classify` of a text made ready by :meth:`prepare` (another
+        ``Prepared`` is read again)."""
+        reading = (
+            prepared if isinstance(prepared, Reading) else self.prepare(prepared.text)
+        )
+        if vector is None or reading.read != reading.text:
+            vector = self.vectors_embed([reading.read])[0]
+        return self._verdict(reading, vector)
 
     def classify_batch(self, texts: Sequence[str]) -> list[Verdict]:
         """Judge many texts with one embedding request."""
-        reads = [ids_removed(t) for t in texts]
-        vectors = self.vectors_embed(reads) if texts else []
-        return [
-            self._verdict(t, r, v)
-            for t, r, v in zip(texts, reads, vectors, strict=True)
-        ]
+        readings = [self.prepare(t) for t in texts]
+        vectors = self.vectors_embed([r.read for r in readings]) if texts else []
+        return [self._verdict(r, v) for r, v in zip(readings, vectors, strict=True)]

@@ -181,16 +181,20 @@ def char_ngram_features(text: str, *, buckets: int = CHAR_BUCKETS) -> np.ndarray
     return _hashed(grams, buckets)
 
 
-def features(text: str, vector: Sequence[float]) -> np.ndarray:
+def text_grams(text: str) -> np.ndarray:
+    """Return ``text``'s word then character n-gram features (``NGRAM_BUCKETS`` +
+    ``CHAR_BUCKETS`` floats): the part of :func:`features` that needs no vector."""
+    return np.concatenate([ngram_features(text), char_ngram_features(text)])
+
+
+def features(
+    text: str, vector: Sequence[float], *, grams: np.ndarray | None = None
+) -> np.ndarray:
     """Return the text part of the classifier's input: its 384-d ``vector``, then its
-    word and character n-gram features (``TEXT_FEATURE_DIM`` floats)."""
-    return np.concatenate(
-        [
-            np.asarray(vector, dtype=np.float32),
-            ngram_features(text),
-            char_ngram_features(text),
-        ]
-    )
+    word and character n-gram features (``TEXT_FEATURE_DIM`` floats). ``grams``:
+    :func:`text_grams` of ``text``, when computed already."""
+    grams = text_grams(text) if grams is None else grams
+    return np.concatenate([np.asarray(vector, dtype=np.float32), grams])
 
 
 def exemplar_groups(members: np.ndarray) -> list[np.ndarray]:

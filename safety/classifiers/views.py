@@ -15,9 +15,10 @@ which view flagged what (``{"leet": ["weapons"]}``), for staff reading the event
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from safety.categories import Category
-from safety.classifiers.base import Classifier, Verdict
+from safety.classifiers.base import Classifier, Prepared, Verdict
 from safety.classifiers.normalize import text_views
 
 
@@ -53,6 +54,15 @@ def verdicts_merge(base: Verdict, others: Sequence[tuple[str, Verdict]]) -> Verd
         available=base.available and all(v.available for _, v in others),
         detail=detail,
     )
+
+
+@dataclass(frozen=True, eq=False)
+class ViewsPrepared(Prepared):
+    """A text's preparation for :class:`ViewsClassifier`: ``inner``'s, and the
+    second views to judge (``(view name, judge, view text)``)."""
+
+    inner: Prepared
+    views: list[tuple[str, str, str]]
 
 
 class ViewsClassifier(Classifier):
@@ -121,11 +131,26 @@ class ViewsClassifier(Classifier):
         """``inner``'s (the vector ``classify`` passes on is read by ``inner``)."""
         return self.inner.vector_text(text)
 
+    def prepare(self, text: str) -> ViewsPrepared:
+        """``inner``'s preparation of ``text`` and its second views (no vector)."""
+        return ViewsPrepared(
+            text=text, inner=self.inner.prepare(text), views=self._second([text])[0]
+        )
+
     def classify(self, text: str, *, vector: Sequence[float] | None = None) -> Verdict:
         """Judge ``text`` and its views (see the module docstring); raises
         :class:`~safety.classifiers.base.ModerationUnavailable` like ``inner``."""
-        base = self.inner.classify(text, vector=vector)
-        return self._judge([base], self._second([text]))[0]
+        return self.classify_prepared(self.prepare(text), vector=vector)
+
+    def classify_prepared(
+        self, prepared: Prepared, *, vector: Sequence[float] | None = None
+    ) -> Verdict:
+        """:meth:`classify` of a text made ready by :meth:`prepare` (another
+        ``Prepared`` is prepared again)."""
+        if not isinstance(prepared, ViewsPrepared):
+            prepared = self.prepare(prepared.text)
+        base = self.inner.classify_prepared(prepared.inner, vector=vector)
+        return self._judge([base], [prepared.views])[0]
 
     def classify_batch(self, texts: Sequence[str]) -> list[Verdict]:
         """Judge many texts; all views of all texts in one batch per judge."""

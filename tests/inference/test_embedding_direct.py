@@ -71,3 +71,41 @@ def test_direct_forward_pass_gives_encodes_vectors_and_token_counts():
     assert out["direct"] is True  # all-MiniLM-L6-v2 takes the direct path
     assert out["least_cosine"] >= 0.9999
     assert out["tokens_equal"] is True
+
+
+# Where the engine runs a batch: a short one on the calling (event loop) thread, a
+# long one in a thread of its own.
+_WHERE = r"""
+import asyncio, json, threading
+from inference.engines import sbert
+
+engine = sbert.SentenceTransformersEngine(forward_batch=4)
+asyncio.run(engine.start())
+ran_on = []
+run = engine._run
+def spy(batch):
+    ran_on.append(threading.current_thread() is threading.main_thread())
+    return run(batch)
+engine._run = spy
+short = ["How do I reset my password?"] * 3
+long = " ".join(["a fox jumps over the lazy dog"] * 20)
+assert sum(map(len, short)) <= sbert.INLINE_CHARS < len(long)
+asyncio.run(engine.embed([short[:1], short[1:]]))
+asyncio.run(engine.embed([[long]]))
+print(json.dumps({"on_loop": ran_on}))
+"""
+
+
+def test_a_short_batch_runs_on_the_loop_and_a_long_one_in_a_thread():
+    done = subprocess.run(
+        [sys.executable, "-c", _WHERE],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "on_loop": [True, False]
+    }

@@ -333,3 +333,37 @@ def test_a_question_goes_before_queued_bulk_work(start_embedding_worker, setting
     # it waited for the bulk batch already running at most, then ran on its own
     assert order.index(["my question"]) <= 2
     assert [["my question"]] in engine.batches
+
+
+def test_work_given_with_the_read_runs_while_the_job_waits_for_its_vector(
+    start_embedding_worker, monkeypatch
+):
+    """``TextVector.vector_meanwhile`` runs the caller's work once the job is
+    enqueued, before its answer is read (the job is still on the queue: answered
+    ones are deleted from it); with the vector there already the work just runs."""
+    engine = CountingEngine(delay_s=0.3)
+    start_embedding_worker(engine, gather_ms=0)
+    queue = keys.queue_key(settings.EMBEDDING_POOL)
+    query = TextVector("windowsill")
+
+    def work() -> tuple[int, bool]:
+        return redis_sync().xlen(queue), query.embedded is None
+
+    vector, (queued, unread) = query.vector_meanwhile(work)
+    assert (queued, unread) == (1, True)
+    assert vector[len("windowsill")] == 1.0 and query.embedded == vector
+    sent: list[list[str]] = []
+    monkeypatch.setattr(
+        "inference.embeddings.embed_texts", lambda texts, **o: sent.append(texts)
+    )
+    assert query.vector_meanwhile(lambda: "again") == (vector, "again")
+    assert sent == [] and len(engine.batches) == 1
+
+
+def test_work_given_with_the_read_is_not_run_when_no_worker_embeds():
+    ran: list[bool] = []
+    query = TextVector("hello there")
+    with pytest.raises(EmbeddingUnavailable) as caught:
+        query.vector_meanwhile(lambda: ran.append(True))
+    assert caught.value.code == NO_WORKER
+    assert ran == [] and query.error is caught.value
