@@ -11,7 +11,10 @@ tree, each on a pool of its own. Everything (upstream, both workers, this client
 is pinned to the load core (bench/pinning.py), as in bench/gateway_overhead.py.
 Each round sends ``--jobs`` jobs to one pool, ``--concurrency`` at a time, straight
 on its queue (no web tier), and reads each job's ``inf:gen`` stream to its end;
-rounds alternate base / this. Per round it prints the worker's CPU per job (ms,
+rounds alternate base / this. ``--rate R`` starts the jobs at R per second (each as
+soon as one of the ``--concurrency`` lanes is free after its time), so both builds
+are compared at one throughput: a process that keeps up reads each chunk on its
+own, one that falls behind reads several at once, and its CPU per job falls. Per round it prints the worker's CPU per job (ms,
 from /proc), TTFT p50 (enqueue to the first token's entry, ms), jobs/s and the load
 average; every answer is checked to be the upstream's tokens in order and ``done``. ``--py-spy PREFIX`` profiles each build's first measured round
 (py-spy raw, ``PREFIX-base.txt`` / ``PREFIX-this.txt``; py-spy's CPU is on the
@@ -76,7 +79,9 @@ async def _one(redis: Any, pool: str, tokens: int) -> float:
                     return first_ms
 
 
-async def _round(redis_url: str, pool: str, jobs: int, c: int, tokens: int) -> list:
+async def _round(
+    redis_url: str, pool: str, jobs: int, c: int, tokens: int, rate: float = 0.0
+) -> list:
     import redis.asyncio as aioredis
 
     redis = aioredis.from_url(
@@ -85,8 +90,13 @@ async def _round(redis_url: str, pool: str, jobs: int, c: int, tokens: int) -> l
     left = iter(range(jobs))
     ttfts: list[float] = []
 
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+
     async def lane() -> None:
-        for _ in left:
+        for i in left:
+            if rate:  # job i starts at i / rate s, if a lane is free by then
+                await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
             ttfts.append(await _one(redis, pool, tokens))
 
     try:
@@ -105,6 +115,7 @@ def main() -> None:
         tokens=32,
         token_ms=5.0,
         py_spy="",
+        rate=0.0,
     ).parse_args()
     if not args.base:
         sys.exit("--base DIR: a checkout of the code to compare with")
@@ -149,7 +160,9 @@ def main() -> None:
         for proc in procs:
             pinning.pin(proc.pid, web=False)
         print(f"pinning: {pinning.describe()}; c={args.concurrency}, {args.jobs} jobs")
-        print(f"per round, {args.tokens} chunks {args.token_ms} ms apart")
+        print(
+            f"per round, {args.tokens} chunks {args.token_ms} ms apart, rate {args.rate or 'open'}"
+        )
         for pool in pools.values():  # warm up: connections, imports
             asyncio.run(_round(settings.REDIS_URL, pool, 60, args.concurrency, 32))
         cpu: dict[str, list[float]] = {"base": [], "this": []}
@@ -179,6 +192,7 @@ def main() -> None:
                         args.jobs,
                         args.concurrency,
                         args.tokens,
+                        args.rate,
                     )
                 )
                 wall = time.perf_counter() - t0
