@@ -174,7 +174,7 @@ def main() -> None:
                     out = f"{args.py_spy}-{name}.txt"
                     spy = subprocess.Popen(
                         [
-                            Path(sys.executable).parent / "py-spy",
+                            str(Path(sys.executable).parent / "py-spy"),
                             "record",
                             "-p",
                             str(pid),
