@@ -5,7 +5,8 @@ A base class of :class:`~inference.worker.Worker` (like
 :class:`~inference.recovery.CrashRecovery`), so the worker module stays the job's
 path from queue to engine. Once the worker started a job (its ``meta`` event written),
 :meth:`EngineRelay._stream` appends the engine's deltas and tool-call deltas through a
-:class:`~inference.stream_writer.TokenWriter`, then the terminal event: ``done`` with
+:class:`~inference.stream_writer.TokenWriter` (the worker's one writer for all its
+jobs), then the terminal event: ``done`` with
 exact usage and timings (ms), or ``error preempted`` for a background job stopped for
 an interactive one (inference/intake.py); it records the job's metrics
 (:mod:`inference.metrics`). An engine failure is raised to the worker, which ends the
@@ -20,9 +21,9 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any, cast
 
-from inference import metrics, protocol, redis_types
+from inference import metrics, protocol
 from inference.engines.base import Delta, Engine, Finish, ToolCallDelta
-from inference.stream_writer import TokenWriter
+from inference.stream_writer import StreamWriter, TokenWriter
 
 
 class EngineRelay:
@@ -36,6 +37,7 @@ class EngineRelay:
     _labels: dict[str, str]
     _preempted: set[str]
     _freed: set[str]
+    _stream_writer: StreamWriter  # the worker's, shared by its running jobs
 
     def _busy(self) -> int:  # pragma: no cover - the Worker's
         raise NotImplementedError
@@ -45,11 +47,6 @@ class EngineRelay:
 
     async def _affinity_after(  # pragma: no cover - the affinity sweep's
         self, job: protocol.Job, busy: int, preemptible: int
-    ) -> None:
-        raise NotImplementedError
-
-    async def _publish_batch(  # pragma: no cover - the outage tolerance's
-        self, job_id: str, batch: list[redis_types.RedisFields]
     ) -> None:
         raise NotImplementedError
 
@@ -73,7 +70,7 @@ class EngineRelay:
         cancel included), so its request stops with it.
         """
         itl = metrics.INTER_TOKEN_LATENCY.labels(**self._labels)
-        tokens = TokenWriter(self._publish_batch, job.job_id)
+        tokens = TokenWriter(self._stream_writer, job.job_id)
         try:
             # every engine's generate is an async generator (it has aclose)
             engine_items = cast(

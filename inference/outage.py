@@ -127,6 +127,60 @@ class RedisOutageTolerance:
             if fields["e"] == protocol.EVENT_TOKEN
         )
 
+    async def _publish_batches(
+        self, batches: dict[str, list[redis_types.RedisFields]]
+    ) -> dict[str, BaseException]:
+        """Append running jobs' events to their streams, each job's in order, all in
+        one round trip; return the jobs whose write failed, with what failed it.
+
+        One pipeline of XADD NOMKSTREAM for every event (a command Redis refuses
+        fails its job only). While Redis is unreachable
+        the whole pipeline is retried every REDIS_RETRY_S seconds for up to
+        REDIS_WRITE_WAIT_S seconds; after that the connection error fails every job
+        it carried (each ends with an error, like any engine failure). A job whose
+        stream is gone (Redis restarted empty) has the rest of its events written
+        by :meth:`_publish_batch` (its journal first). Every written entry joins its
+        job's journal.
+        """
+        deadline = time.monotonic() + REDIS_WRITE_WAIT_S
+        while True:
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for job_id, batch in batches.items():
+                        gen = keys.gen_key(job_id)
+                        for fields in batch:
+                            pipe.xadd(gen, fields, nomkstream=True)
+                    ids = await pipe.execute(raise_on_error=False)
+                break
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    return dict.fromkeys(batches, exc)
+                logger.warning("worker %s: Redis unavailable mid-job", self.worker_id)
+                await asyncio.sleep(REDIS_RETRY_S)
+        failed: dict[str, BaseException] = {}
+        at = 0
+        for job_id, batch in batches.items():
+            mine, at = ids[at : at + len(batch)], at + len(batch)
+            written = next(
+                (
+                    i
+                    for i, e in enumerate(mine)
+                    if e is None or isinstance(e, Exception)
+                ),
+                len(mine),
+            )
+            journal = self._journals.get(job_id)
+            if journal is not None:
+                journal.extend(zip(mine[:written], batch[:written], strict=True))
+            if written < len(batch) and isinstance(mine[written], Exception):
+                failed[job_id] = mine[written]  # e.g. the key is not a stream
+            elif written < len(batch):
+                try:
+                    await self._publish_batch(job_id, batch[written:])
+                except Exception as exc:  # noqa: BLE001 - it fails this job only
+                    failed[job_id] = exc
+        return failed
+
     async def _publish_batch(
         self, job_id: str, batch: list[redis_types.RedisFields]
     ) -> None:
@@ -136,8 +190,8 @@ class RedisOutageTolerance:
         restarted empty) the entries from the first refused one on are written after
         the journal (:meth:`_stream_restore`). While Redis is unreachable the batch is
         retried every REDIS_RETRY_S seconds for up to REDIS_WRITE_WAIT_S seconds; after
-        that the connection error is raised (the job ends with an error, like any
-        engine failure). Every written entry joins the job's journal.
+        that the connection error is raised. Every written entry joins the job's
+        journal.
         """
         gen = keys.gen_key(job_id)
         deadline = time.monotonic() + REDIS_WRITE_WAIT_S

@@ -47,6 +47,7 @@ from inference.intake import JobIntake
 from inference.liveness import WORKER_TTL_S
 from inference.outage import RedisOutageTolerance
 from inference.recovery import CrashRecovery
+from inference.stream_writer import StreamWriter
 from inference.worker_loops import WorkerLoops
 
 logger = logging.getLogger(__name__)
@@ -131,6 +132,7 @@ class Worker(
         self._preempted: set[str] = set()
         self._freed: set[str] = set()  # jobs whose slot and affinity are published
         self._journals = {}  # typed in RedisOutageTolerance
+        self._stream_writer = StreamWriter(self._publish_batches)
         self._pending_check = True  # our own pending entries: read them at start
         self._reclaiming: set[str] = set()  # entry ids crash recovery is handling
         self._stopping = asyncio.Event()
@@ -223,6 +225,7 @@ class Worker(
             for task in aux:
                 task.cancel()
             await asyncio.wait(aux, timeout=5)
+            await self._stream_writer.aclose()
             await self.redis.zrem(keys.workers_key(self.pool), self.worker_id)
             await self.redis.delete(keys.worker_key(self.worker_id))
             await self.engine.close()

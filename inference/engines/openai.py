@@ -20,8 +20,10 @@ them, the argument fragments unchanged), its ``finish_reason: "tool_calls"`` too
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import ssl
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
@@ -45,7 +47,7 @@ _END = object()
 DRAIN_S = 1.0
 
 
-async def _drained(lines: AsyncIterator[str]) -> None:
+async def _drained(pieces: AsyncIterator[bytes]) -> None:
     """Read a response's body to its end after [DONE] (the server ends it there), so
     the connection goes back to the pool for the next job: else every job opened a
     connection of its own (a connect, against https a TLS handshake, per answer).
@@ -53,10 +55,33 @@ async def _drained(lines: AsyncIterator[str]) -> None:
     with its connection; the answer's finish is already queued."""
     try:
         async with asyncio.timeout(DRAIN_S):
-            async for _rest in lines:
+            async for _rest in pieces:
                 pass
     except (TimeoutError, httpx.HTTPError):
         pass
+
+
+async def _data_fields(pieces: AsyncIterator[bytes]) -> AsyncGenerator[str, None]:
+    """The ``data:`` fields of a server-sent event stream's lines, in order, from
+    its body's byte pieces (a line may span pieces; lines end with LF, CRLF or CR).
+
+    Split as bytes and only the data lines decoded (UTF-8, bad bytes as U+FFFD,
+    what httpx's ``aiter_lines`` does for an event stream), so the other lines
+    (``event:``, comments, the blank line after each event) cost no decoding.
+    """
+    rest = b""
+    async for piece in pieces:
+        lines = (
+            (rest + piece).splitlines(keepends=True)
+            if rest
+            else piece.splitlines(keepends=True)
+        )
+        rest = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
+        for line in lines:
+            if line.startswith(b"data:"):
+                yield line[5:].strip().decode("utf-8", "replace")
+    if rest.startswith(b"data:"):
+        yield rest[5:].strip().decode("utf-8", "replace")
 
 
 def _usage_from(raw: dict[str, Any]) -> Usage:
@@ -116,24 +141,43 @@ class OpenAIEngine(Engine):
         self.max_concurrency = max(1, max_concurrency)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
-        self._client: httpx.AsyncClient | None = None
+        self._ssl: ssl.SSLContext | None = None
+        self._slots = asyncio.Semaphore(self.max_concurrency + 2)
+        self._idle: list[httpx.AsyncClient] = []  # last used first: warm connections
+        self._clients: list[httpx.AsyncClient] = []
         self._readers: dict[str, asyncio.Task[None]] = {}
         self._aborted: set[str] = set()
 
     async def start(self) -> None:
-        """Open the HTTP connection pool (one connection per concurrent job)."""
-        self._client = httpx.AsyncClient(
+        """Make the TLS context the connections share (certificates loaded once)."""
+        self._ssl = httpx.create_ssl_context()
+
+    async def close(self) -> None:
+        """Close every connection."""
+        clients, self._clients, self._idle = self._clients, [], []
+        for client in clients:
+            await client.aclose()
+
+    def _client_take(self) -> httpx.AsyncClient:
+        """A client of one connection for a job: the last one given back, else a
+        new one (at most ``max_concurrency + 2``, which ``_slots`` bounds).
+
+        One client per running job rather than one pool of them all: httpcore's
+        pool visits every connection (a readability check on each idle socket)
+        when a request starts and when a response closes, which at 50 running
+        jobs cost more of the worker's CPU than reading the answers."""
+        if self._idle:
+            return self._idle.pop()
+        assert self._ssl is not None, "engine not started"
+        client = httpx.AsyncClient(
             base_url=self.base_url,
             headers=self._headers,
             timeout=self._timeout,
-            limits=httpx.Limits(max_connections=self.max_concurrency + 2),
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            verify=self._ssl,
         )
-
-    async def close(self) -> None:
-        """Close the HTTP connection pool."""
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        self._clients.append(client)
+        return client
 
     def abort(self, job_id: str) -> None:
         """Close ``job_id``'s stream now (or make it finish cancelled before it opens).
@@ -199,51 +243,68 @@ class OpenAIEngine(Engine):
 
     async def _read(self, job: Job, items: asyncio.Queue[Any]) -> None:
         """Stream one completion into ``items``: str deltas, then (reason, usage|None)."""
-        assert self._client is not None, "engine not started"
-        finish: str | None = None
-        usage: Usage | None = None
+        async with self._slots:
+            client = self._client_take()
+            try:
+                await self._stream(client, job, items)
+            finally:
+                self._idle.append(client)
+
+    async def _stream(
+        self, client: httpx.AsyncClient, job: Job, items: asyncio.Queue[Any]
+    ) -> None:
         try:
-            async with self._client.stream(
+            async with client.stream(
                 "POST", "/v1/chat/completions", json=self._body(job)
             ) as resp:
                 if resp.status_code >= 400:
                     detail = (await resp.aread()).decode(errors="replace")
                     raise _error(self.base_url, resp.status_code, detail)
-                lines = resp.aiter_lines()
-                async for line in lines:
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        finish = finish or "stop"
-                        break
-                    chunk = json.loads(data)
-                    if chunk.get("error"):
-                        raise _error(self.base_url, 200, json.dumps(chunk["error"]))
-                    if chunk.get("usage"):
-                        usage = _usage_from(chunk["usage"])
-                    for choice in chunk.get("choices") or []:
-                        delta = choice.get("delta") or {}
-                        text = delta.get("content")
-                        if text:
-                            items.put_nowait(text)
-                        for call in delta.get("tool_calls") or ():
-                            items.put_nowait(_tool_call_delta(call))
-                        if choice.get("finish_reason"):
-                            finish = choice["finish_reason"]
+                pieces = resp.aiter_bytes()
+                fields = _data_fields(pieces)
+                async with contextlib.aclosing(fields):  # pieces go on to the drain
+                    finish, usage = await self._chunks(fields, items)
                 if finish is None:
                     # no finish_reason and no [DONE]: the server broke the stream off
                     raise EngineError(f"{self.base_url} ended the stream mid-answer")
                 items.put_nowait(
                     (_FINISH_REASONS.get(finish, protocol.FINISH_STOP), usage)
                 )
-                await _drained(lines)
+                await _drained(pieces)
         except httpx.HTTPError as exc:
             items.put_nowait(EngineError(f"{self.base_url} failed: {exc!r}"))
         except EngineError as exc:
             items.put_nowait(exc)
         except ValueError as exc:
             items.put_nowait(EngineError(f"{self.base_url} sent a bad chunk: {exc}"))
+
+    async def _chunks(
+        self, fields: AsyncIterator[str], items: asyncio.Queue[Any]
+    ) -> tuple[str | None, Usage | None]:
+        """Put the deltas of the stream's ``data:`` ``fields`` into ``items`` up to
+        ``[DONE]``; return the remote finish reason (None: the stream ended without
+        one) and its usage (None: it sent none). Raises :class:`EngineError` on an
+        error chunk, ValueError on one that is not JSON."""
+        finish: str | None = None
+        usage: Usage | None = None
+        async for data in fields:
+            if data == "[DONE]":
+                return finish or "stop", usage
+            chunk = json.loads(data)
+            if chunk.get("error"):
+                raise _error(self.base_url, 200, json.dumps(chunk["error"]))
+            if chunk.get("usage"):
+                usage = _usage_from(chunk["usage"])
+            for choice in chunk.get("choices") or []:
+                delta = choice.get("delta") or {}
+                text = delta.get("content")
+                if text:
+                    items.put_nowait(text)
+                for call in delta.get("tool_calls") or ():
+                    items.put_nowait(_tool_call_delta(call))
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+        return finish, usage
 
     async def generate(self, job: Job) -> AsyncIterator[Delta | ToolCallDelta | Finish]:
         """Yield the remote deltas, then a Finish with the server's usage.
