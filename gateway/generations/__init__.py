@@ -16,9 +16,7 @@ output moderation) applies to all of them and none can skip it:
 
 from gateway.generations.admission import (
     Admission,
-    ContextOverflow,
     Surface,
-    UnsupportedParameter,
     generation_admit,
     generation_release,
     input_check,
@@ -39,6 +37,7 @@ from gateway.generations.items import (
 )
 from gateway.generations.leave import generation_leave
 from gateway.generations.outcome import GenerationFailed, Outcome, outcome_from_events
+from gateway.generations.params_fit import ContextOverflow, UnsupportedParameter
 from gateway.generations.policy import Release, StreamPolicy
 from gateway.generations.request import GenerationRequest
 from gateway.generations.settle import (

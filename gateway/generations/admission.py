@@ -23,14 +23,16 @@ from typing import Any
 
 from django.conf import settings
 
-from chatsite.errors import InvalidInput
 from gateway import cache, quota, routing, selectors
 from gateway.cache import CacheHit
+from gateway.generations.params_fit import (
+    ContextOverflow,
+    params_check,
+    tools_fit,
+)
 from gateway.generations.reads import AdmissionReads
 from gateway.generations.request import GenerationRequest
-from gateway.models import ModelPool
 from inference.affinity import AffinityRead
-from inference.params import TOOLS, params_unsupported
 from safety import selectors as safety_selectors
 from safety import services as safety_services
 from safety.models import ModerationEvent
@@ -38,26 +40,6 @@ from safety.windows import window_turns
 
 # Where a request comes from, as moderation events record it (chat / api).
 Surface = ModerationEvent.Surface
-
-
-class ContextOverflow(InvalidInput):
-    """The prompt alone fills the model's context window (400): no answer could fit.
-
-    Raised at admission, before anything is reserved or enqueued, so a streamed and a
-    whole answer fail alike and at once (not after a queue wait, from the engine).
-    """
-
-    code = "context_overflow"
-    param = "messages"
-
-    @classmethod
-    def for_prompt(cls, *, prompt_tokens: int, window: int) -> ContextOverflow:
-        """Return the error for a prompt of ``prompt_tokens`` tokens over ``window``."""
-        return cls(
-            f"The conversation is about {prompt_tokens:,} tokens long, but the model "
-            f"reads at most {window:,} tokens at once. Shorten the message (or start "
-            "a new conversation) and send it again."
-        )
 
 
 @dataclass
@@ -80,51 +62,6 @@ class Admission:
     reserved_tokens: int
     cache_hit: CacheHit | None = None
     affinity: AffinityRead | None = None
-
-
-class UnsupportedParameter(InvalidInput):
-    """A parameter the routed pool's engine does not implement, or a value over the
-    model's limit (400; ``param`` names the field; the table:
-    :data:`inference.params.ENGINE_PARAMS`)."""
-
-    code = "unsupported_parameter"
-
-
-def tools_fit(*, pool: ModelPool, params: dict[str, Any], optional: bool) -> None:
-    """Drop the tool parameters from ``params`` (in place) when they are an offer
-    (``optional``, :attr:`GenerationRequest.tools_optional`) the engine of ``pool``
-    does not implement; otherwise leave them for :func:`params_check`."""
-    if optional and params_unsupported(
-        engine=pool.engine, params=[k for k in params if k in TOOLS]
-    ):
-        for name in TOOLS:
-            params.pop(name, None)
-
-
-def params_check(*, pool: ModelPool, params: dict[str, Any], strict: bool) -> None:
-    """Refuse ``params`` the engine of ``pool`` cannot honour (before any reservation).
-
-    ``strict`` (``GenerationRequest.max_tokens_strict``): a ``max_tokens``
-    above the pool's ``max_output_tokens`` is refused rather than lowered to it.
-    Raises UnsupportedParameter (400) naming the first such field.
-    """
-    for name in params_unsupported(engine=pool.engine, params=params):
-        exc = UnsupportedParameter(
-            f"`{name}` is not supported by the model “{pool.name}” (its engine, "
-            f"{pool.engine}, does not implement it). Remove it from the request; "
-            "docs/api.md lists what each engine supports."
-        )
-        exc.param = name
-        raise exc
-    asked = params.get("max_tokens")
-    if strict and asked is not None and asked > pool.max_output_tokens:
-        exc = UnsupportedParameter(
-            f"`max_tokens` is {asked:,}; the model “{pool.name}” writes at most "
-            f"{pool.max_output_tokens:,} tokens per answer.",
-            code="invalid_parameter",
-        )
-        exc.param = "max_tokens"
-        raise exc
 
 
 def prompt_tokens_estimate(messages: list[dict[str, Any]]) -> int:
@@ -252,7 +189,8 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
     Raises Suspended (403 ``account_suspended``, checked before anything else),
     ModerationBlocked (400, the content policy; an event is recorded, nothing
     reserved), ModerationUnavailable (503, moderation down and failing closed),
-    ContextOverflow (400, the prompt alone fills the pool's context window),
+    ContextOverflow (400, the prompt alone fills the pool's context window, or, with
+    ``max_tokens_strict``, leaves no room for the asked ``max_tokens``),
     UnsupportedParameter (400, a parameter the pool's engine does not implement, or,
     with ``max_tokens_strict``, a ``max_tokens`` over the pool's limit), NotFound /
     Forbidden (model choice), QuotaExceeded (429, nothing reserved; code
@@ -277,7 +215,12 @@ def generation_admit(request: GenerationRequest, *, job_id: str) -> Admission:
     params = dict(request.params)
     opt_in = bool(params.pop(cache.CACHE_PARAM, False))
     tools_fit(pool=pool, params=params, optional=request.tools_optional)
-    params_check(pool=pool, params=params, strict=request.max_tokens_strict)
+    params_check(
+        pool=pool,
+        params=params,
+        strict=request.max_tokens_strict,
+        context_tokens=context_tokens or 0,
+    )
     max_tokens = int(params.get("max_tokens") or settings.CHAT_MAX_TOKENS)
     params["max_tokens"] = max(1, min(max_tokens, pool.max_output_tokens))
     prompt_tokens = request.prompt_tokens

@@ -409,6 +409,26 @@ async def test_an_api_prompt_over_the_context_window_is_a_400_before_anything_ru
     assert enqueued == [] and no_reservations()
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_api_prompt_plus_max_tokens_over_the_window_is_a_400_before_anything_runs(
+    user, enqueued, pool_heartbeat, stream
+):
+    """A prompt that fits but leaves no room for the asked ``max_tokens`` is refused
+    as OpenAI and vLLM refuse it (one request would otherwise hold a worker for an
+    answer the model cannot write)."""
+    await sync_to_async(factories.pool)("default", max_context=256)
+    key = (await sync_to_async(gateway_services.api_key_create)(user=user))[1]
+    messages = [{"role": "user", "content": " ".join(["word"] * 150)}]
+    body = ask(messages=messages, stream=stream, max_tokens=200)
+    result = await asgi("POST", "/v1/chat/completions", body=body, key=key)
+    assert result.status == 400, result.body
+    error = result.json()["error"]
+    assert (error["code"], error["param"]) == ("context_overflow", "messages")
+    assert "maximum context length is 256 tokens" in error["message"]
+    assert "200 in the completion" in error["message"]
+    assert enqueued == [] and no_reservations()
+
+
 def test_a_chat_message_over_the_context_window_is_a_400_and_stores_nothing(
     user, enqueued, pool_heartbeat
 ):

@@ -155,7 +155,7 @@ def generation_request(
     message, :data:`inference.params.CONTINUE`).
     ``forced_tool`` (one of ``tools``, the user's pick for the message) makes the
     choice that named function: no longer an offer the engine may drop, so an engine
-    without tools is a 400 (:func:`gateway.generations.admission.params_check`).
+    without tools is a 400 (:func:`gateway.generations.params_fit.params_check`).
     """
     conversation, question = turn.conversation, turn.question
     tools = tools or []

@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 
 from chatsite.errors import InvalidInput
 from conversations.openai.params import params_parse
-from gateway.generations.admission import params_check
+from gateway.generations.params_fit import params_check
 from gateway.models import ModelPool, UsageRecord
 from inference import client as inference_client
 from inference import protocol
