@@ -105,9 +105,8 @@ def pool_choose(
     if requested:
         wanted = _named(chat, requested)
         if not wanted:
-            raise NotFound(
-                f"The model “{requested}” does not exist or is not available.",
-                code="model_not_found",
+            raise _model_not_found(
+                f"The model “{requested}” does not exist or is not available."
             )
         for pool in wanted:
             if pool in allowed:
@@ -126,6 +125,14 @@ def pool_choose(
     return max(allowed, key=lambda p: (p.max_context, _price(p), p.name))
 
 
+def _model_not_found(message: str) -> NotFound:
+    """The 404 ``model_not_found`` naming the request's ``model`` field (OpenAI's
+    ``param``)."""
+    exc = NotFound(message, code="model_not_found")
+    exc.param = "model"
+    return exc
+
+
 def embedding_pool_choose(*, plan: Plan, requested: str) -> ModelPool:
     """Return the embedding pool that serves ``requested`` (a pool or model name).
 
@@ -142,10 +149,9 @@ def embedding_pool_choose(*, plan: Plan, requested: str) -> ModelPool:
             not chat and requested == settings.INFERENCE_DEFAULT_POOL
         ):
             raise WrongModelKind.for_embeddings(requested)
-        raise NotFound(
+        raise _model_not_found(
             f"The embedding model “{requested}” does not exist or is not available "
-            "(GET /v1/models lists the models you can use).",
-            code="model_not_found",
+            "(GET /v1/models lists the models you can use)."
         )
     allowed = selectors.plan_pools(plan=plan, kind=ModelPool.Kind.EMBEDDING)
     for pool in wanted:

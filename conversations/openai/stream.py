@@ -45,11 +45,13 @@ def _model_check(model: str) -> None:
         and not gateway_selectors.chat_pools_defined()
     )
     if not known:
-        raise NotFound(
+        exc = NotFound(
             f"The model “{model}” does not exist or is not available (see GET "
             "/v1/models for the ids you may use).",
             code="model_not_found",
         )
+        exc.param = "model"
+        raise exc
 
 
 def prompt_tokens_count(messages: list[dict[str, Any]]) -> int:

@@ -295,7 +295,7 @@ LONG = "x" * 32_001
         ({"model": MODEL, "input": "hi", "dimensions": 0}, "dimensions", None),
         ({"model": MODEL, "input": "hi", "user": 7}, "user", "invalid_parameter"),
         ({"model": "default", "input": "hi"}, "model", "wrong_model_kind"),
-        ({"model": "no-such-model", "input": "hi"}, None, "model_not_found"),
+        ({"model": "no-such-model", "input": "hi"}, "model", "model_not_found"),
     ],
 )
 async def test_a_bad_request_is_a_4xx_in_openai_shape_naming_the_field(

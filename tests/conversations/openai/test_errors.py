@@ -45,7 +45,8 @@ async def test_an_unknown_model_is_a_404_model_not_found(api_key):
         "POST", "/v1/chat/completions", body=ask(model="gpt-9"), key=api_key
     )
     assert result.status == 404
-    assert result.json()["error"]["code"] == "model_not_found"
+    error = result.json()["error"]
+    assert (error["code"], error["param"]) == ("model_not_found", "model")
 
 
 async def test_over_quota_is_a_429_with_headers_and_nothing_reserved(user, api_key):
