@@ -30,8 +30,12 @@ def test_ratelimit_counts_as_on_djangos_cache(settings):
     ``ratelimit`` alias as in the default cache (Django's add, incr and get)."""
     assert isinstance(caches["ratelimit"], RateCountRedisCache)
     steps = [True, True, False, True, True, False, True]
-    ours = [_usage(settings, "ratelimit", "ours", increment=s) for s in steps]
-    djangos = [_usage(settings, "default", "djangos", increment=s) for s in steps]
+    # the library's clock held still: its time_left is whole seconds to the window's
+    # end, so a second boundary between the two runs would differ by one
+    clock = mock.Mock(time=mock.Mock(return_value=1_700_000_000.5))
+    with mock.patch("django_ratelimit.core.time", clock):
+        ours = [_usage(settings, "ratelimit", "ours", increment=s) for s in steps]
+        djangos = [_usage(settings, "default", "djangos", increment=s) for s in steps]
     assert [u["count"] for u in ours] == [1, 2, 2, 3, 4, 4, 5]
     assert [u["count"] for u in ours] == [u["count"] for u in djangos]
     assert [u["should_limit"] for u in ours] == [u["should_limit"] for u in djangos]

@@ -315,6 +315,9 @@ def page(request, site, browser_log, monkeypatch, _chromium):
         page.fill("input[name=password]", "pw-alice-123")
         page.click("button[type=submit]")
         page.wait_for_selector("#composer")
+        # the page's scripts (at the end of the body) have run: #composer is there as
+        # soon as it is parsed, and a click before chat-ui.js binds does nothing
+        page.wait_for_load_state("load")
         yield page
     finally:
         report = getattr(request.node, "rep_call", None)
