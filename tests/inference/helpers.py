@@ -1,5 +1,6 @@
 """Helpers for inference-tier tests."""
 
+import asyncio
 import time
 
 from inference import client as inference_client
@@ -103,3 +104,15 @@ def queue_drained(pool: str = "default", timeout: float = 10.0) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+async def request_read(reader: asyncio.StreamReader) -> bytes:
+    """Read one request's head and body (by its content-length); return the body.
+    Raises asyncio.IncompleteReadError when the client closes first."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    return await reader.readexactly(length)

@@ -10,6 +10,7 @@ import json
 from inference.engines.base import Delta, Finish
 from inference.engines.openai import OpenAIEngine
 from inference.protocol import Job
+from tests.inference.helpers import request_read
 
 
 def _sse(answer: str) -> bytes:
@@ -30,13 +31,7 @@ async def _serve(connections: list[int]) -> asyncio.Server:
         connections.append(1)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                await reader.readexactly(length)
+                await request_read(reader)
                 body = _sse("hi")
                 writer.write(
                     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"

@@ -12,6 +12,7 @@ import pytest
 from inference.engines.base import Delta, Finish
 from inference.engines.openai import OpenAIEngine
 from inference.protocol import Job
+from tests.inference.helpers import request_read
 
 TEXTS = ["héllo", " wörld ✓", " ok"]
 
@@ -36,13 +37,7 @@ async def _answer(newline: str) -> list[object]:
     body = _body(newline)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        await reader.readexactly(length)
+        await request_read(reader)
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n"
