@@ -47,9 +47,10 @@ itself. Beside the wall-clock figures each server's own CPU per request (ms, fro
 /proc: its processes' user + system time over its rounds) is printed; every figure
 says how it was pinned. The load side's use is printed per level and target
 (:mod:`bench.load_side`: the load core's busy share from /proc/stat, and the CPU per
-request of the client, the upstream, the worker, Redis and PostgreSQL); a level whose
-load core was at least 90% busy for a target is marked load-bound: its wall-clock
-figures are no verdict on the gateway. Beside the measured requests/s ratio, a
+request of the client, the upstream, the worker, Redis and PostgreSQL, and the run-queue
+wait of the harness: this client and the upstream); a level whose load core was at
+least 90% busy for a target while the harness waited for the CPU a tenth of the time
+or more is marked load-bound: its wall-clock figures are no verdict on the gateway. Beside the measured requests/s ratio, a
 derived one that does not depend on the load core: requests/s per web core, 1 / web
 CPU per request, ours over LiteLLM's. :func:`hot_path_rows` runs it and returns the
 web tier table's API rows.

@@ -26,7 +26,8 @@ def level_report(c: int, rows: dict[str, Level], rounds: int, pinning: Pinning) 
     ``per_core`` (requests/s per web core, 1 / web CPU per request, derived) of ours
     and LiteLLM, ``load`` (the load core's busy share, 0-1, by target; None
     unpinned), ``bound`` (why the level is load-bound, :func:`load_bound`; "" when
-    not), ``parts`` (the load processes' own use, cores, by target), ``load_said``
+    not), ``parts`` (the load processes' own use, cores, by target), ``waits``
+    (the harness parts' run-queue wait, share of the wall, by target), ``load_said``
     (:func:`load_said`) and ``client`` (which client sent the
     requests); NaN / absent when not measured."""
     base50 = pct(rows["direct"].ttfts, 50)
@@ -36,7 +37,13 @@ def level_report(c: int, rows: dict[str, Level], rounds: int, pinning: Pinning) 
         f"c={c}, {rounds} rounds, {pinning.describe()}, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    out: dict[str, Any] = {"params": params, "cpu": {}, "load": {}, "parts": {}}
+    out: dict[str, Any] = {
+        "params": params,
+        "cpu": {},
+        "load": {},
+        "parts": {},
+        "waits": {},
+    }
     client = next(iter(rows.values())).client
     for name, level in rows.items():
         p50, p99 = pct(level.ttfts, 50), pct(level.ttfts, 99)
@@ -57,6 +64,7 @@ def level_report(c: int, rows: dict[str, Level], rounds: int, pinning: Pinning) 
             print(f"{'':>15} {level.load.describe(len(level.ttfts))}")
             out["load"][name] = level.load.share("load")
             out["parts"][name] = level.load.parts_share()
+            out["waits"][name] = level.load.harness_wait()
         if name != "direct":
             figures = [
                 (f"{name} TTFT overhead p50", p50 - base50, "ms", ""),
@@ -78,7 +86,7 @@ def level_report(c: int, rows: dict[str, Level], rounds: int, pinning: Pinning) 
             figures_record(bench="gateway_overhead", params=params, figures=figures)
     out["client"] = client
     out["bound"] = load_bound({name: level.load for name, level in rows.items()})
-    out["load_said"] = load_said(out["load"], out["parts"])
+    out["load_said"] = load_said(out["load"], out["parts"], out["waits"])
     print(
         f"{c:>5}    client: {CLIENTS[client]}; "
         + (out["bound"] + ": not a verdict on the gateway" if out["bound"] else "")
