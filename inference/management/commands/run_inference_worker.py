@@ -20,6 +20,7 @@ import os
 import signal
 from typing import Any
 
+import uvloop
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -307,7 +308,9 @@ class Command(BaseCommand):
             await worker.run(started=startup_freeze)
 
         try:
-            asyncio.run(main())
+            # uvloop: the event loop's own work per relayed chunk (epoll, callbacks,
+            # socket reads and writes) in C, as the web tier runs (chatsite/asgi.py)
+            uvloop.run(main())
         except EmbeddingDimensionError as exc:
             raise CommandError(str(exc)) from exc
         finally:
