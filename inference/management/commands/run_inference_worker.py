@@ -20,7 +20,6 @@ import os
 import signal
 from typing import Any
 
-import uvloop
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -308,9 +307,7 @@ class Command(BaseCommand):
             await worker.run(started=startup_freeze)
 
         try:
-            # uvloop: the event loop's own work per relayed chunk (epoll, callbacks,
-            # socket reads and writes) in C, as the web tier runs (chatsite/asgi.py)
-            uvloop.run(main())
+            asyncio.run(main())
         except EmbeddingDimensionError as exc:
             raise CommandError(str(exc)) from exc
         finally:
