@@ -41,7 +41,6 @@ _FINISH_REASONS = {
     "tool_calls": protocol.FINISH_TOOL_CALLS,
     "function_call": protocol.FINISH_TOOL_CALLS,
 }
-_END = object()
 # After [DONE], how long the body's end may take (s) before the connection is closed
 # instead of going back to the pool: the answer is complete by then either way.
 DRAIN_S = 1.0
@@ -145,7 +144,9 @@ class OpenAIEngine(Engine):
         self._slots = asyncio.Semaphore(self.max_concurrency + 2)
         self._idle: list[httpx.AsyncClient] = []  # last used first: warm connections
         self._clients: list[httpx.AsyncClient] = []
-        self._readers: dict[str, asyncio.Task[None]] = {}
+        # jobs whose generate waits on the server, and its task (abort cancels it)
+        self._reading: dict[str, asyncio.Task[Any]] = {}
+        self._cancelled: set[str] = set()  # jobs abort cancelled while reading
         self._aborted: set[str] = set()
 
     async def start(self) -> None:
@@ -185,9 +186,10 @@ class OpenAIEngine(Engine):
         Call from the event loop that runs :meth:`generate`.
         """
         self._aborted.add(job_id)
-        reader = self._readers.get(job_id)
-        if reader is not None and not reader.done():
-            reader.cancel()
+        reading = self._reading.pop(job_id, None)
+        if reading is not None:
+            self._cancelled.add(job_id)
+            reading.cancel()
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
         """Return the prompt tokens of ``messages`` as the server counts them.
@@ -241,107 +243,115 @@ class OpenAIEngine(Engine):
             body["add_generation_prompt"] = False
         return body
 
-    async def _read(self, job: Job, items: asyncio.Queue[Any]) -> None:
-        """Stream one completion into ``items``: str deltas, then (reason, usage|None)."""
-        async with self._slots:
-            client = self._client_take()
-            try:
-                await self._stream(client, job, items)
-            finally:
-                self._idle.append(client)
-
-    async def _stream(
-        self, client: httpx.AsyncClient, job: Job, items: asyncio.Queue[Any]
-    ) -> None:
-        try:
-            async with client.stream(
-                "POST", "/v1/chat/completions", json=self._body(job)
-            ) as resp:
-                if resp.status_code >= 400:
-                    detail = (await resp.aread()).decode(errors="replace")
-                    raise _error(self.base_url, resp.status_code, detail)
-                pieces = resp.aiter_bytes()
-                fields = _data_fields(pieces)
-                async with contextlib.aclosing(fields):  # pieces go on to the drain
-                    finish, usage = await self._chunks(fields, items)
-                if finish is None:
-                    # no finish_reason and no [DONE]: the server broke the stream off
-                    raise EngineError(f"{self.base_url} ended the stream mid-answer")
-                items.put_nowait(
-                    (_FINISH_REASONS.get(finish, protocol.FINISH_STOP), usage)
-                )
-                await _drained(pieces)
-        except httpx.HTTPError as exc:
-            items.put_nowait(EngineError(f"{self.base_url} failed: {exc!r}"))
-        except EngineError as exc:
-            items.put_nowait(exc)
-        except ValueError as exc:
-            items.put_nowait(EngineError(f"{self.base_url} sent a bad chunk: {exc}"))
-
-    async def _chunks(
-        self, fields: AsyncIterator[str], items: asyncio.Queue[Any]
-    ) -> tuple[str | None, Usage | None]:
-        """Put the deltas of the stream's ``data:`` ``fields`` into ``items`` up to
-        ``[DONE]``; return the remote finish reason (None: the stream ended without
-        one) and its usage (None: it sent none). Raises :class:`EngineError` on an
-        error chunk, ValueError on one that is not JSON."""
-        finish: str | None = None
-        usage: Usage | None = None
-        async for data in fields:
-            if data == "[DONE]":
-                return finish or "stop", usage
-            chunk = json.loads(data)
-            if chunk.get("error"):
-                raise _error(self.base_url, 200, json.dumps(chunk["error"]))
-            if chunk.get("usage"):
-                usage = _usage_from(chunk["usage"])
-            for choice in chunk.get("choices") or []:
-                delta = choice.get("delta") or {}
-                text = delta.get("content")
-                if text:
-                    items.put_nowait(text)
-                for call in delta.get("tool_calls") or ():
-                    items.put_nowait(_tool_call_delta(call))
-                if choice.get("finish_reason"):
-                    finish = choice["finish_reason"]
-        return finish, usage
+    def _deltas(self, data: str) -> tuple[list[Delta | ToolCallDelta], Any, Any]:
+        """The deltas of one ``data:`` chunk (JSON), its finish reason and its usage
+        (each None when it has none). Raises :class:`EngineError` on an error chunk,
+        ValueError on one that is not JSON."""
+        chunk = json.loads(data)
+        if chunk.get("error"):
+            raise _error(self.base_url, 200, json.dumps(chunk["error"]))
+        raw_usage = chunk.get("usage")
+        usage = _usage_from(raw_usage) if raw_usage else None
+        out: list[Delta | ToolCallDelta] = []
+        finish = None
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if text:
+                out.append(Delta(text))
+            for call in delta.get("tool_calls") or ():
+                out.append(_tool_call_delta(call))
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+        return out, finish, usage
 
     async def generate(self, job: Job) -> AsyncIterator[Delta | ToolCallDelta | Finish]:
         """Yield the remote deltas, then a Finish with the server's usage.
+
+        The body is read in the task that iterates this (no reader task and queue
+        between, which cost a task wake-up per chunk): iterate it from one task.
+        :meth:`abort` cancels that task while it waits on the server (the cancel is
+        taken back here, and the stream ends cancelled), else the next step ends it.
 
         Raises :class:`EngineError` on a connection failure, an HTTP error status or
         an error chunk (code ``context_overflow`` when the server says the prompt is
         over its context length), or a stream that ends without finishing.
         """
-        items: asyncio.Queue[Any] = asyncio.Queue()
-        reader = asyncio.create_task(self._read(job, items))
-        # also when the reader is cancelled before it ever ran
-        reader.add_done_callback(lambda _task: items.put_nowait(_END))
-        self._readers[job.job_id] = reader
-        if job.job_id in self._aborted:
-            reader.cancel()
+        job_id = job.job_id
+        task = asyncio.current_task()
+        assert task is not None, "generate runs in a task"
         chunks = 0
-        result: tuple[str, Usage | None] | None = None
+        usage: Usage | None = None
+        finish: str | None = None  # the remote's, None until it sent one
         try:
-            while True:
-                item = await items.get()
-                if item is _END:
-                    break
-                if isinstance(item, Exception):
-                    raise item
-                if isinstance(item, tuple):
-                    result = item
-                    continue
-                chunks += 1
-                yield item if isinstance(item, ToolCallDelta) else Delta(item)
-            if job.job_id in self._aborted or result is None:
-                reason, usage = protocol.FINISH_CANCELLED, None
-            else:
-                reason, usage = result
-            yield Finish(reason, usage or Usage(completion_tokens=chunks))
+            if job_id not in self._aborted:
+                try:
+                    self._reading[job_id] = task  # abort may cancel it from here
+                    async with self._slots:
+                        client = self._client_take()
+                        try:
+                            async with client.stream(
+                                "POST", "/v1/chat/completions", json=self._body(job)
+                            ) as resp:
+                                if resp.status_code >= 400:
+                                    detail = await resp.aread()
+                                    raise _error(
+                                        self.base_url,
+                                        resp.status_code,
+                                        detail.decode(errors="replace"),
+                                    )
+                                pieces = resp.aiter_bytes()
+                                fields = _data_fields(pieces)
+                                async with contextlib.aclosing(fields):
+                                    async for data in fields:
+                                        if data == "[DONE]":
+                                            finish = finish or "stop"
+                                            break
+                                        out, reason, got = self._deltas(data)
+                                        usage = got or usage
+                                        finish = reason or finish
+                                        for item in out:
+                                            del self._reading[job_id]
+                                            chunks += 1
+                                            yield item
+                                            if job_id in self._aborted:
+                                                break
+                                            self._reading[job_id] = task
+                                        if job_id in self._aborted:
+                                            break
+                                self._reading.pop(job_id, None)
+                                if job_id not in self._aborted:
+                                    if finish is None:
+                                        # no finish_reason and no [DONE]: broken off
+                                        raise EngineError(
+                                            f"{self.base_url} ended the stream "
+                                            "mid-answer"
+                                        )
+                                    yield Finish(
+                                        _FINISH_REASONS.get(
+                                            finish, protocol.FINISH_STOP
+                                        ),
+                                        usage or Usage(completion_tokens=chunks),
+                                    )
+                                    await _drained(pieces)
+                                    return
+                        finally:
+                            self._idle.append(client)
+                except asyncio.CancelledError:
+                    if job_id not in self._cancelled:
+                        raise  # not abort's
+                    self._cancelled.discard(job_id)
+                    if task.uncancel() > 0:
+                        raise  # cancelled from outside as well
+                except httpx.HTTPError as exc:
+                    raise EngineError(f"{self.base_url} failed: {exc!r}") from exc
+                except ValueError as exc:
+                    raise EngineError(
+                        f"{self.base_url} sent a bad chunk: {exc}"
+                    ) from exc
+            # aborted: closed with its response, so the server stops generating
+            yield Finish(protocol.FINISH_CANCELLED, Usage(completion_tokens=chunks))
         finally:
-            if not reader.done():
-                reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
-            self._readers.pop(job.job_id, None)
-            self._aborted.discard(job.job_id)
+            self._reading.pop(job_id, None)
+            self._aborted.discard(job_id)
+            self._cancelled.discard(job_id)
