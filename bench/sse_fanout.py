@@ -27,10 +27,13 @@ Figures (each says how it was pinned):
   (>= LOAD_SATURATED busy) says so and its ceiling is not reported: the web process was
   not what limited it.
 
-``--ramp`` doubles N from the first ``--streams`` until frame gap p99 >= 250 ms (or
-streams fail, or the load core saturates) and reports the most streams that passed
-and why the next step failed. Where the load core saturates before the web's does,
-the streams-per-core row is derived instead, labelled so
+``--ramp`` doubles N from the first ``--streams`` until a step fails (frame gap p99
+>= 250 ms, or streams fail, or the load core saturates), then bisects between the
+last pass and the first failure to 200 streams or 10 % (at most ``--ramp-steps``
+steps, about 45 s each at 2,000 streams) and reports the most streams that passed
+and why the step above failed; none where a step's load core saturated. Where the
+load core saturates before the web's does, the streams-per-core row is derived
+instead, labelled so
 (:func:`bench.sse_report.per_core_derived`: N over the web core's use at the largest
 N the load side did not limit). :func:`hot_path_rows` is the benchmark table's call.
 """
@@ -68,6 +71,8 @@ from bench.sse_report import (  # noqa: E402
     per_core_derived,
     pinning,
     py_spy_start,
+    ramp_next,
+    ramp_result,
     report,
     step_verdict,
 )
@@ -133,7 +138,10 @@ def _worker_main(out: multiprocessing.Queue, kwargs: dict) -> None:
 
 
 def _load_cpu(pids: list[int]) -> float:
-    return sum(tree_cpu_s(p) for p in pids)
+    """CPU s of the services' process trees (Redis, PostgreSQL's backends) and of this
+    process (the client) alone: the web server is its child, the worker counts its
+    own (Phases.cpu_s)."""
+    return sum(tree_cpu_s(p) for p in pids) + proc_cpu_s(os.getpid())
 
 
 async def fan_out(
@@ -162,7 +170,7 @@ async def fan_out(
     cores.start()
     worker.start()
     spy = py_spy_start(args, web_pid) if args.py_spy_phase == "tokens" else None
-    load0 = _load_cpu([*load_pids, os.getpid(), worker.pid or 0])
+    load0 = _load_cpu(load_pids)
     t0 = time.monotonic()
     threads = 0
     pending = set(tasks)
@@ -174,15 +182,16 @@ async def fan_out(
         ends_at = t0 + args.tokens * args.delay_ms / 1000 - 0.5
         if spy is None and args.py_spy_phase == "done" and time.monotonic() > ends_at:
             spy = py_spy_start(args, web_pid)
-    load_cpu = _load_cpu([*load_pids, os.getpid(), worker.pid or 0]) - load0
+    load_cpu = _load_cpu(load_pids) - load0
     wall = time.monotonic() - t0
     busy = cores.stop()
     phases: Phases = await asyncio.to_thread(out.get, True, 30)
+    load_cpu += phases.cpu_s
     if spy is not None:
         spy.wait(timeout=30)
     worker.join(10)
     return {"stats": stats, "phases": phases, "threads": threads, "wall_s": wall,
-            "busy": busy, "load_cpu_s": load_cpu, "rss_open": rss_open,
+            "busy": busy, "irq": cores.irq, "load_cpu_s": load_cpu, "rss_open": rss_open,
             "web_cpu_end": proc_cpu_s(web_pid), "cpu_samples": cpu_samples}  # fmt: skip
 
 
@@ -255,6 +264,8 @@ def _figures(
         "threads_per_stream": max(0, run["threads"] - run["base_threads"]) / n,
         "rss_per_k": (run["rss_open"] - rss0) * 1000 / n,
         "web_core_busy": busy[args.web_core], "load_core_busy": busy[args.load_core],
+        "web_core_irq": run["irq"][args.web_core],
+        "load_core_irq": run["irq"][args.load_core],
         "load_cores_ours": run["load_cpu_s"] / run["wall_s"],
         "late_ticks": ph.late_ticks, "tick_rtt_max_ms": ph.tick_rtt_max_ms,
         "wall_s": run["wall_s"], "load_avg": os.getloadavg()[0], "warnings": warn,
@@ -262,20 +273,20 @@ def _figures(
 
 
 def ramp(args: argparse.Namespace) -> tuple[list[dict], int | None, str]:
-    """Run steps from the first ``--streams`` N, doubling it while one passes (up to
-    ``--ramp-max``). Return the rows, the ceiling (None: not reported, the load core
-    limited it) and why the last step failed."""
-    rows, n, ceiling, why = [], args.streams[0], 0, "ramp ended"
-    while n <= args.ramp_max:
+    """Run the steps :func:`bench.sse_report.ramp_next` picks from the first
+    ``--streams`` N (doubling to the first failure, then bisecting; at most
+    ``--ramp-steps`` steps, ``--ramp-max`` streams). Return the rows, the ceiling
+    (None: not reported, a step's load core saturated) and why the step above it
+    failed (:func:`bench.sse_report.ramp_result`)."""
+    rows: list[dict] = []
+    verdicts: list[tuple[int, str]] = []
+    while (n := ramp_next(verdicts, start=args.streams[0], most=args.ramp_max,
+                          max_steps=args.ramp_steps)) is not None:  # fmt: skip
         r = run_one(n, args)
         rows.append(r)
         report(r, args)
-        why = step_verdict(r)
-        if why:
-            break
-        ceiling, n = n, n * 2
-    if why.startswith("load core saturated"):
-        return rows, None, why
+        verdicts.append((n, step_verdict(r)))
+    ceiling, why = ramp_result(verdicts)
     return rows, ceiling, why
 
 
@@ -311,7 +322,8 @@ def hot_path_rows(args: argparse.Namespace) -> list[dict]:
             "measure": "streams per web core, frame gap p99 < 250 ms",
             "value": ceiling if ceiling is not None else f"not reported ({why})",
             "unit": "streams", "goal": ">= 2000", "pinning": pin,
-            "params": f"ramp x2 from {args.streams[0]}; next step: {why}",
+            "params": f"ramp x2 from {args.streams[0]}, then bisected (steps "
+            f"{', '.join(str(r['n']) for r in ramped)}); above it: {why}",
         })  # fmt: skip
     rows.append({**per_core_derived(steps, args), "pinning": pin})
     return rows
@@ -322,7 +334,7 @@ def setup(argv: list[str] | None = None) -> argparse.Namespace:
     (restored by :func:`unpin`)."""
     parser = option_parser(
         __doc__.split("\n\n")[0], streams=[200], tokens=200, delay_ms=20.0,
-        ramp=False, ramp_max=4000, server="uvicorn", nice=0,
+        ramp=False, ramp_max=4000, ramp_steps=8, server="uvicorn", nice=0,
     )  # fmt: skip
     parser.add_argument("--profile", metavar="FILE", help="cProfile the web process")
     parser.add_argument(

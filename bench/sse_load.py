@@ -127,17 +127,20 @@ class CoreUse:
     from /proc/stat: every process on the core, not only ours."""
 
     cores: list[int]
-    _t0: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # after stop(): each core's share (0-1) in interrupts (irq + softirq: the
+    # loopback's packets are processed there, in no process's CPU time)
+    irq: dict[int, float] = field(default_factory=dict)
+    _t0: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
     @staticmethod
-    def _read() -> dict[int, tuple[int, int]]:
-        out: dict[int, tuple[int, int]] = {}
+    def _read() -> dict[int, tuple[int, int, int]]:
+        out: dict[int, tuple[int, int, int]] = {}
         for line in Path("/proc/stat").read_text().splitlines():
             name, *vals = line.split()
             if name.startswith("cpu") and name != "cpu":
                 ticks = [int(v) for v in vals]
                 idle = ticks[3] + ticks[4]  # idle + iowait
-                out[int(name[3:])] = (sum(ticks[:8]), idle)
+                out[int(name[3:])] = (sum(ticks[:8]), idle, ticks[5] + ticks[6])
         return out
 
     def start(self) -> None:
@@ -150,6 +153,7 @@ class CoreUse:
             total = now[c][0] - self._t0[c][0]
             idle = now[c][1] - self._t0[c][1]
             busy[c] = 1 - idle / total if total else 0.0
+            self.irq[c] = (now[c][2] - self._t0[c][2]) / total if total else 0.0
         return busy
 
 
@@ -186,13 +190,15 @@ class Phases:
     """What the worker reports: wall times (time.monotonic) of its first token tick,
     of its last token tick written and of the ``done`` events written; the web
     process's CPU seconds at each; the job ids it served; the ticks it wrote late
-    (more than a tick behind schedule) and the longest tick's round trip (ms)."""
+    (more than a tick behind schedule), the longest tick's round trip (ms) and the
+    worker process's own CPU seconds (all of its run)."""
 
     jobs: list[str] = field(default_factory=list)
     at: dict[str, float] = field(default_factory=dict)
     web_cpu: dict[str, float] = field(default_factory=dict)
     late_ticks: int = 0
     tick_rtt_max_ms: float = 0.0
+    cpu_s: float = 0.0
 
 
 async def batched_worker(
@@ -280,4 +286,5 @@ async def batched_worker(
     mark("done_written")
     writer.close()
     await redis.aclose()
+    phases.cpu_s = time.process_time()
     return phases

@@ -12,6 +12,7 @@ from pathlib import Path
 GAP_LIMIT_MS = 250.0
 # A load core busier than this (all processes on it) may be what limited a step.
 LOAD_SATURATED = 0.9
+LOAD_VERDICT = "load core saturated"
 
 
 def py_spy_start(args: argparse.Namespace, pid: int) -> subprocess.Popen | None:
@@ -57,11 +58,13 @@ def step_verdict(r: dict) -> str:
     if r["completed"] < r["n"]:
         return f"{r['n'] - r['completed']} streams did not complete: {r['errors']}"
     if r["load_core_busy"] >= LOAD_SATURATED:
-        return f"load core saturated ({r['load_core_busy']:.0%} busy): not web-bound"
+        return f"{LOAD_VERDICT} ({r['load_core_busy']:.0%} busy): not web-bound"
     if r["gap_p99"] >= GAP_LIMIT_MS:
         return (
             f"frame gap p99 {r['gap_p99']:.0f} ms >= {GAP_LIMIT_MS:.0f} ms "
-            f"(web core {r['web_core_busy']:.0%} busy, web {r['web_cores']:.2f} core)"
+            f"(web core {r['web_core_busy']:.0%} busy, web {r['web_cores']:.2f} core; "
+            f"load core {r['load_core_busy']:.0%} busy, worker {r['late_ticks']} "
+            "ticks late)"
         )
     return ""
 
@@ -78,8 +81,10 @@ def report(r: dict, args: argparse.Namespace) -> None:
         f"({r['threads_per_stream']:.3f}/stream); RSS {r['rss_per_k']:.0f} MiB/1k"
     )
     print(
-        f"    cores busy: web core {r['web_core_busy']:.0%}, load core "
-        f"{r['load_core_busy']:.0%} (ours {r['load_cores_ours']:.2f}); worker ticks "
+        f"    cores busy: web core {r['web_core_busy']:.0%} (interrupts "
+        f"{r.get('web_core_irq', 0):.0%}), load core {r['load_core_busy']:.0%} "
+        f"(interrupts {r.get('load_core_irq', 0):.0%}, ours "
+        f"{r['load_cores_ours']:.2f}); worker ticks "
         f"late {r['late_ticks']}, tick RTT max {r['tick_rtt_max_ms']:.0f} ms; "
         f"{pinning(args)}; verdict: {step_verdict(r) or 'pass'}"
     )
@@ -128,3 +133,63 @@ def per_core_derived(steps: list[dict], args: argparse.Namespace) -> dict:
         "in all)"
     )
     return row
+
+
+# The ramp's resolution: it stops bisecting when the last pass and the first failure
+# are this close (streams), or RAMP_RESOLUTION_SHARE of the last pass apart; steps are
+# rounded to RAMP_ROUND streams.
+RAMP_RESOLUTION = 200
+RAMP_RESOLUTION_SHARE = 0.1
+RAMP_ROUND = 100
+
+
+def ramp_bounds(steps: list[tuple[int, str]]) -> tuple[int, tuple[int, str] | None]:
+    """(the largest N that passed below the smallest failure, or 0; the smallest
+    failure as ``(N, why)``, or None while none failed) of ``steps``, each ``(N, why
+    it failed)`` with ``''`` for a pass."""
+    fails = [(n, why) for n, why in steps if why]
+    first_fail = min(fails, default=None)
+    below = [n for n, why in steps if not why and (not fails or n < first_fail[0])]
+    return max(below, default=0), first_fail
+
+
+def ramp_next(
+    steps: list[tuple[int, str]], *, start: int, most: int, max_steps: int
+) -> int | None:
+    """The next N the ramp runs, or None when it is done. ``steps``: those run so far,
+    each ``(N, why it failed)`` (``''``: passed, :func:`step_verdict`).
+
+    Doubles N from ``start`` while every step passes (up to ``most`` streams); after
+    the first failure bisects between the largest pass below it and the smallest
+    failure (halfway, rounded to RAMP_ROUND streams) until they are at most
+    RAMP_RESOLUTION streams or RAMP_RESOLUTION_SHARE of the pass apart. Stops after
+    ``max_steps`` steps, and at a step whose load core saturated (it says nothing of
+    the web's ceiling: :func:`ramp_result` reports none)."""
+    if not steps:
+        return start
+    if len(steps) >= max_steps:
+        return None
+    if any(why.startswith(LOAD_VERDICT) for _n, why in steps):
+        return None
+    lo, fail = ramp_bounds(steps)
+    if fail is None:
+        n = max(n for n, _why in steps) * 2
+        return n if n <= most else None
+    hi = fail[0]
+    if hi - lo <= max(RAMP_RESOLUTION, RAMP_RESOLUTION_SHARE * lo):
+        return None
+    mid = round((lo + hi) / 2 / RAMP_ROUND) * RAMP_ROUND
+    return mid if lo < mid < hi else None
+
+
+def ramp_result(steps: list[tuple[int, str]]) -> tuple[int | None, str]:
+    """(the ceiling: the largest N that passed below the smallest failure, None when
+    a step's load core saturated; why the step above it failed, or why the ramp
+    ended) of the steps :func:`ramp_next` chose."""
+    saturated = [why for _n, why in steps if why.startswith(LOAD_VERDICT)]
+    lo, fail = ramp_bounds(steps)
+    if saturated:
+        return None, f"{saturated[0]} (passed up to N={lo})"
+    if fail is None:
+        return lo, "ramp ended before a step failed (--ramp-max or --ramp-steps)"
+    return lo, f"N={fail[0]}: {fail[1]}"
