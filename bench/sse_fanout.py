@@ -61,10 +61,11 @@ from bench.sse_load import (  # noqa: E402
     Phases,
     batched_worker,
     cores_pick,
+    load_side_cpu_s,
+    loop_run,
     pin_tree,
     pinned,
     service_pids,
-    tree_cpu_s,
 )
 from bench.sse_report import (  # noqa: E402
     LOAD_SATURATED,
@@ -133,20 +134,13 @@ async def post_turns(base: str, password: str, n: int) -> tuple[str, list[str]]:
     return cookie, list(paths)
 
 
-def _worker_main(out: multiprocessing.Queue, kwargs: dict) -> None:
-    out.put(asyncio.run(batched_worker(**kwargs)))
-
-
-def _load_cpu(pids: list[int]) -> float:
-    """CPU s of the services' process trees (Redis, PostgreSQL's backends) and of this
-    process (the client) alone: the web server is its child, the worker counts its
-    own (Phases.cpu_s)."""
-    return sum(tree_cpu_s(p) for p in pids) + proc_cpu_s(os.getpid())
+def _worker_main(out: multiprocessing.Queue, kwargs: dict, loop: str) -> None:
+    out.put(loop_run(batched_worker(**kwargs), loop))
 
 
 async def fan_out(
     n: int, args: argparse.Namespace, web_pid: int, host: str, port: int,
-    cookie: str, paths: list[str], load_pids: list[int],
+    cookie: str, paths: list[str], load_pids: dict[str, int],
 ) -> dict:  # fmt: skip
     """Open the streams, run the worker, read every stream to its end."""
     stats = [StreamStats() for _ in paths]
@@ -165,33 +159,38 @@ async def fan_out(
     out: multiprocessing.Queue = ctx.Queue()
     kwargs = {"pool": POOL, "expect": n, "tokens": args.tokens,
               "delay_ms": args.delay_ms, "web_pid": web_pid}  # fmt: skip
-    worker = ctx.Process(target=_worker_main, args=(out, kwargs), daemon=True)
+    worker = ctx.Process(
+        target=_worker_main, args=(out, kwargs, args.client_loop), daemon=True
+    )
     cores = CoreUse(sorted({args.web_core, args.load_core}))
     cores.start()
     worker.start()
     spy = py_spy_start(args, web_pid) if args.py_spy_phase == "tokens" else None
-    load0 = _load_cpu(load_pids)
+    load0 = load_side_cpu_s(load_pids)
     t0 = time.monotonic()
     threads = 0
     pending = set(tasks)
-    cpu_samples: list[tuple[float, float]] = []  # (monotonic s, web CPU s)
+    # (monotonic s, web CPU s, /proc/stat's cores, the load side's CPU s by part)
+    cpu_samples: list[tuple[float, float, dict, dict]] = []
     while pending:
         _, pending = await asyncio.wait(pending, timeout=0.1)
         threads = max(threads, proc_threads(web_pid))
-        cpu_samples.append((time.monotonic(), proc_cpu_s(web_pid)))
+        cpu_samples.append((time.monotonic(), proc_cpu_s(web_pid), CoreUse.read(),
+                            load_side_cpu_s(load_pids)))  # fmt: skip
         ends_at = t0 + args.tokens * args.delay_ms / 1000 - 0.5
         if spy is None and args.py_spy_phase == "done" and time.monotonic() > ends_at:
             spy = py_spy_start(args, web_pid)
-    load_cpu = _load_cpu(load_pids) - load0
+    load1 = load_side_cpu_s(load_pids)
     wall = time.monotonic() - t0
     busy = cores.stop()
     phases: Phases = await asyncio.to_thread(out.get, True, 30)
-    load_cpu += phases.cpu_s
+    parts = {k: (load1[k] - load0[k]) / wall for k in load1}
+    parts["worker"] = phases.cpu_s / wall
     if spy is not None:
         spy.wait(timeout=30)
     worker.join(10)
     return {"stats": stats, "phases": phases, "threads": threads, "wall_s": wall,
-            "busy": busy, "irq": cores.irq, "load_cpu_s": load_cpu, "rss_open": rss_open,
+            "busy": busy, "irq": cores.irq, "load_parts": parts, "rss_open": rss_open,
             "web_cpu_end": proc_cpu_s(web_pid), "cpu_samples": cpu_samples}  # fmt: skip
 
 
@@ -217,8 +216,9 @@ def run_one(n: int, args: argparse.Namespace) -> dict:
             cookie, paths = asyncio.run(post_turns(web.base, password, n))
             host, port = web.base[7:].split(":")
             rss_before, base_threads = proc_rss_mib(pid), proc_threads(pid)
-            run = asyncio.run(
-                fan_out(n, args, pid, host, int(port), cookie, paths, args.load_pids)
+            run = loop_run(
+                fan_out(n, args, pid, host, int(port), cookie, paths, args.load_pids),
+                args.client_loop,
             )
         finally:
             redis.zrem(keys.workers_key(POOL), fake)
@@ -242,8 +242,17 @@ def _figures(
     t_tok = ph.at["tokens"]
     t_last = max((m for s in stats for m in s.token_monos[-1:]), default=t_tok)
     window_frames = sum(len(s.token_monos) for s in stats)
-    cpu_last = next(
-        (c for t, c in run["cpu_samples"] if t >= t_last), run["web_cpu_end"]
+    samples = run["cpu_samples"]
+    at_last = next((x for x in samples if x[0] >= t_last), samples[-1])
+    at_tok = next((x for x in reversed(samples) if x[0] <= t_tok), samples[0])
+    cpu_last = at_last[1] if at_last[0] >= t_last else run["web_cpu_end"]
+    # the cores and the load side over the token frames' window (the gap's)
+    span = max(1e-9, at_last[0] - at_tok[0])
+    cores = sorted({args.web_core, args.load_core})
+    tok_busy, tok_irq = CoreUse.between(at_tok[2], at_last[2], cores)
+    tok_parts = {k: (at_last[3][k] - at_tok[3][k]) / span for k in at_tok[3]}
+    tok_parts["worker"] = (ph.cpu["tokens_end"] - ph.cpu["tokens"]) / max(
+        1e-9, ph.at["tokens_end"] - ph.at["tokens"]
     )
     steady_cpu = cpu_last - ph.web_cpu["tokens"]
     settle_cpu = run["web_cpu_end"] - cpu_last
@@ -263,10 +272,15 @@ def _figures(
         "threads": run["threads"],
         "threads_per_stream": max(0, run["threads"] - run["base_threads"]) / n,
         "rss_per_k": (run["rss_open"] - rss0) * 1000 / n,
-        "web_core_busy": busy[args.web_core], "load_core_busy": busy[args.load_core],
-        "web_core_irq": run["irq"][args.web_core],
-        "load_core_irq": run["irq"][args.load_core],
-        "load_cores_ours": run["load_cpu_s"] / run["wall_s"],
+        "web_core_busy": tok_busy[args.web_core],
+        "load_core_busy": tok_busy[args.load_core],
+        "web_core_irq": tok_irq[args.web_core],
+        "load_core_irq": tok_irq[args.load_core],
+        "load_parts": tok_parts,
+        "run_web_core_busy": busy[args.web_core],
+        "run_load_core_busy": busy[args.load_core],
+        "run_load_cores_ours": sum(run["load_parts"].values()),
+        "load_cores_ours": sum(tok_parts.values()),
         "late_ticks": ph.late_ticks, "tick_rtt_max_ms": ph.tick_rtt_max_ms,
         "wall_s": run["wall_s"], "load_avg": os.getloadavg()[0], "warnings": warn,
     }  # fmt: skip
@@ -344,13 +358,19 @@ def setup(argv: list[str] | None = None) -> argparse.Namespace:
         "from the venv) while tokens stream, or from the first done frame on",
     )
     parser.add_argument("--py-spy-phase", choices=["tokens", "done"], default="tokens")
+    parser.add_argument(
+        "--client-loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="the client's and the worker's event loop",
+    )
     args = parser.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     django_start({**ENV, "CHAT_MAX_TOKENS": str(args.tokens)})
     args.web_core, args.load_core = cores_pick()
-    args.load_pids = list(service_pids().values())
-    for pid in args.load_pids:
+    args.load_pids = service_pids()
+    for pid in args.load_pids.values():
         pin_tree(pid, {args.load_core}, args.nice)
     os.sched_setaffinity(0, {args.load_core})
     os.setpriority(os.PRIO_PROCESS, 0, args.nice)  # what this process starts inherits
@@ -359,7 +379,7 @@ def setup(argv: list[str] | None = None) -> argparse.Namespace:
 
 def unpin(args: argparse.Namespace) -> None:
     """Give the services every core back."""
-    for pid in args.load_pids:
+    for pid in args.load_pids.values():
         pin_tree(pid, ALL_CORES, 0)
 
 

@@ -71,6 +71,7 @@ def step_verdict(r: dict) -> str:
 
 def report(r: dict, args: argparse.Namespace) -> None:
     """Print one step for a person."""
+    parts = " ".join(f"{k} {v:.2f}" for k, v in r.get("load_parts", {}).items())
     print(
         f"{r['server']} N={r['n']}: done {r['completed']}; web CPU/frame "
         f"{r['cpu_us_per_frame']:.0f} us ({r['frames_per_s']:.0f} frames/s, web "
@@ -84,7 +85,9 @@ def report(r: dict, args: argparse.Namespace) -> None:
         f"    cores busy: web core {r['web_core_busy']:.0%} (interrupts "
         f"{r.get('web_core_irq', 0):.0%}), load core {r['load_core_busy']:.0%} "
         f"(interrupts {r.get('load_core_irq', 0):.0%}, ours "
-        f"{r['load_cores_ours']:.2f}); worker ticks "
+        f"{r['load_cores_ours']:.2f}: {parts}) while tokens streamed; whole run: web "
+        f"core {r['run_web_core_busy']:.0%}, load core {r['run_load_core_busy']:.0%} "
+        f"(ours {r['run_load_cores_ours']:.2f}); worker ticks "
         f"late {r['late_ticks']}, tick RTT max {r['tick_rtt_max_ms']:.0f} ms; "
         f"{pinning(args)}; verdict: {step_verdict(r) or 'pass'}"
     )
@@ -159,7 +162,8 @@ def ramp_next(
     """The next N the ramp runs, or None when it is done. ``steps``: those run so far,
     each ``(N, why it failed)`` (``''``: passed, :func:`step_verdict`).
 
-    Doubles N from ``start`` while every step passes (up to ``most`` streams); after
+    Doubles N from ``start`` while every step passes (the last step ``most`` streams
+    where doubling would pass it); after
     the first failure bisects between the largest pass below it and the smallest
     failure (halfway, rounded to RAMP_ROUND streams) until they are at most
     RAMP_RESOLUTION streams or RAMP_RESOLUTION_SHARE of the pass apart. Stops after
@@ -173,8 +177,8 @@ def ramp_next(
         return None
     lo, fail = ramp_bounds(steps)
     if fail is None:
-        n = max(n for n, _why in steps) * 2
-        return n if n <= most else None
+        last = max(n for n, _why in steps)
+        return min(last * 2, most) if last < most else None
     hi = fail[0]
     if hi - lo <= max(RAMP_RESOLUTION, RAMP_RESOLUTION_SHARE * lo):
         return None

@@ -61,8 +61,8 @@ def test_the_ramp_stops_at_its_step_limit_and_at_its_most_streams():
     assert ns == [200, 400, 800, 1600, 3200, 2400]
     assert (ceiling, why) == (1600, f"N=2400: {GAP_FAIL}")
     ns, (ceiling, why) = _ramp(lambda n: "")
-    assert ns == [200, 400, 800, 1600, 3200]  # 6,400 > --ramp-max 4,000
-    assert ceiling == 3200
+    assert ns == [200, 400, 800, 1600, 3200, 4000]  # not 6,400: --ramp-max 4,000
+    assert ceiling == 4000
     assert why.startswith("ramp ended before a step failed")
 
 
@@ -96,3 +96,10 @@ def test_the_sse_parts_limit_grows_with_the_ramps_steps():
     assert part_limit_s("sse", args) == LIMITS_S["sse"] + 8 * RAMP_STEP_LIMIT_S
     assert part_limit_s("api", args) == LIMITS_S["api"]
     assert part_limit_s("sse", argparse.Namespace(ramp=False, ramp_steps=8)) == 240
+
+
+def test_a_ramp_capped_below_its_doubling_bisects_from_the_cap():
+    ns, (ceiling, why) = _ramp(lambda n: GAP_FAIL if n > 2500 else "", start=2000,
+                               most=3200)  # fmt: skip
+    assert ns == [2000, 3200, 2600, 2300, 2400]
+    assert (ceiling, why) == (2400, f"N=2600: {GAP_FAIL}")
