@@ -193,7 +193,8 @@ def ramp_result(steps: list[tuple[int, str]]) -> tuple[int | None, str]:
     saturated = [why for _n, why in steps if why.startswith(LOAD_VERDICT)]
     lo, fail = ramp_bounds(steps)
     if saturated:
-        return None, f"{saturated[0]} (passed up to N={lo})"
+        passed = f"passed up to N={lo}" if lo else "no step passed"
+        return None, f"{saturated[0]} ({passed})"
     if fail is None:
         return lo, "ramp ended before a step failed (--ramp-max or --ramp-steps)"
     return lo, f"N={fail[0]}: {fail[1]}"
