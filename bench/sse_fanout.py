@@ -22,10 +22,11 @@ Figures (each says how it was pinned):
   the frame's read); done lag (the last token frame to the ``done`` frame, p50/p99 ms:
   N answers ending together);
 - the web process's threads at peak, per open stream;
-- the load core's use (all processes on it, /proc/stat) and the load side's own CPU
-  (client, worker, Redis, PostgreSQL). A step whose load core was saturated
-  (>= LOAD_SATURATED busy) says so and its ceiling is not reported: the web process was
-  not what limited it.
+- the cores' use and interrupts (all processes on them, /proc/stat) and the load
+  side's own CPU by part (client, worker, Redis, PostgreSQL), over the token frames'
+  window and the whole run. A step that missed the gap with its load core saturated
+  (>= LOAD_SATURATED busy) says so and no ceiling is reported: the web process may
+  not be what limited it (a step that kept the gap passes whatever the load core).
 
 ``--ramp`` doubles N from the first ``--streams`` until a step fails (frame gap p99
 >= 250 ms, or streams fail, or the load core saturates), then bisects between the

@@ -77,18 +77,21 @@ def test_a_first_step_that_fails_gives_a_ceiling_of_none_passed():
     [
         ({}, ""),
         ({"completed": 990, "errors": {"timeout": 10}}, "10 streams did not complete"),
-        ({"load_core_busy": 0.95, "gap_p99": 400.0}, "load core saturated (95% busy)"),
+        ({"load_core_busy": 0.95, "gap_p99": 400.0}, "load core saturated (95% busy"),
+        ({"load_core_busy": 0.95}, ""),  # the gap held: the pass holds
         ({"gap_p99": 284.0}, "frame gap p99 284 ms >= 250 ms (web core 77% busy"),
     ],
 )
 def test_a_steps_verdict_says_what_failed_first(overrides, starts):
     r = {"n": 1000, "completed": 1000, "errors": {}, "load_core_busy": 0.7,
          "gap_p99": 200.0, "web_core_busy": 0.77, "web_cores": 0.62,
-         "late_ticks": 58, **overrides}  # fmt: skip
+         "late_ticks": 58, "load_cores_ours": 0.6, **overrides}  # fmt: skip
     verdict = step_verdict(r)
     assert verdict.startswith(starts) if starts else verdict == ""
-    if "gap" in verdict:
+    if verdict.startswith("frame gap"):
         assert "load core 70% busy, worker 58 ticks late" in verdict
+    if verdict.startswith("load core"):
+        assert "frame gap p99 400 ms >= 250 ms): not web-bound" in verdict
 
 
 def test_the_sse_parts_limit_grows_with_the_ramps_steps():
