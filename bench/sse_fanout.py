@@ -22,18 +22,16 @@ Figures (each says how it was pinned):
   the frame's read); done lag (the last token frame to the ``done`` frame, p50/p99 ms:
   N answers ending together);
 - the web process's threads at peak, per open stream;
-- the cores' use and interrupts (all processes on them, /proc/stat) and the load
-  side's own CPU by part (client, worker, Redis, PostgreSQL), over the token frames'
-  window and the whole run. A step that missed the gap with its load core saturated
-  (>= LOAD_SATURATED busy) says so and no ceiling is reported: the web process may
-  not be what limited it (a step that kept the gap passes whatever the load core).
+- the cores' use and interrupts (/proc/stat: all processes) and the load side's own
+  CPU by part (client, worker, Redis, PostgreSQL) while tokens stream and in all; a
+  step that missed the gap with its load core saturated gets no ceiling
+  (:func:`bench.sse_report.step_verdict`).
 
-``--ramp`` doubles N from the first ``--streams`` until a step fails (frame gap p99
->= 250 ms, or streams fail, or the load core saturates), then bisects between the
-last pass and the first failure to 200 streams or 10 % (at most ``--ramp-steps``
-steps, about 45 s each at 2,000 streams) and reports the most streams that passed
-and why the step above failed; none where a step's load core saturated. Where the
-load core saturates before the web's does, the streams-per-core row is derived
+``--ramp`` doubles N from the first ``--streams`` until a step fails, then bisects
+between the last pass and the first failure to 200 streams or 10 % (at most
+``--ramp-steps`` steps, about 45 s each at 2,000 streams) and reports the most streams
+that passed and why the step above failed (:func:`bench.sse_report.ramp_next`). Where
+the load core saturates before the web's does, the streams-per-core row is derived
 instead, labelled so
 (:func:`bench.sse_report.per_core_derived`: N over the web core's use at the largest
 N the load side did not limit). :func:`hot_path_rows` is the benchmark table's call.
