@@ -357,12 +357,8 @@ def setup(argv: list[str] | None = None) -> argparse.Namespace:
         "from the venv) while tokens stream, or from the first done frame on",
     )
     parser.add_argument("--py-spy-phase", choices=["tokens", "done"], default="tokens")
-    parser.add_argument(
-        "--client-loop",
-        choices=["uvloop", "asyncio"],
-        default="uvloop",
-        help="the client's and the worker's event loop",
-    )
+    loops = ["uvloop", "asyncio"]  # the client's and the worker's event loop
+    parser.add_argument("--client-loop", choices=loops, default="uvloop")
     args = parser.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
