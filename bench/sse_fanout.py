@@ -289,7 +289,7 @@ def ramp(args: argparse.Namespace) -> tuple[list[dict], int | None, str]:
     """Run the steps :func:`bench.sse_report.ramp_next` picks from the first
     ``--streams`` N (doubling to the first failure, then bisecting; at most
     ``--ramp-steps`` steps, ``--ramp-max`` streams). Return the rows, the ceiling
-    (None: not reported, a step's load core saturated) and why the step above it
+    (None: the step above it was refused as load-bound) and why the step above it
     failed (:func:`bench.sse_report.ramp_result`)."""
     rows: list[dict] = []
     verdicts: list[tuple[int, str]] = []

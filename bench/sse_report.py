@@ -176,13 +176,12 @@ def ramp_next(
     the first failure bisects between the largest pass below it and the smallest
     failure (halfway, rounded to RAMP_ROUND streams) until they are at most
     RAMP_RESOLUTION streams or RAMP_RESOLUTION_SHARE of the pass apart. Stops after
-    ``max_steps`` steps, and at a step whose load core saturated (it says nothing of
-    the web's ceiling: :func:`ramp_result` reports none)."""
+    ``max_steps`` steps. A step refused as load-bound (LOAD_VERDICT) bounds the
+    bisection like a failure: the steps below it may still say where the web breaks
+    (:func:`ramp_result` reports no ceiling only when the step above it was one)."""
     if not steps:
         return start
     if len(steps) >= max_steps:
-        return None
-    if any(why.startswith(LOAD_VERDICT) for _n, why in steps):
         return None
     lo, fail = ramp_bounds(steps)
     if fail is None:
@@ -197,13 +196,13 @@ def ramp_next(
 
 def ramp_result(steps: list[tuple[int, str]]) -> tuple[int | None, str]:
     """(the ceiling: the largest N that passed below the smallest failure, None when
-    a step's load core saturated; why the step above it failed, or why the ramp
-    ended) of the steps :func:`ramp_next` chose."""
-    saturated = [why for _n, why in steps if why.startswith(LOAD_VERDICT)]
+    that failure was refused as load-bound (LOAD_VERDICT: the web's ceiling is not
+    known); why that failure failed, or why the ramp ended) of the steps
+    :func:`ramp_next` chose."""
     lo, fail = ramp_bounds(steps)
-    if saturated:
-        passed = f"passed up to N={lo}" if lo else "no step passed"
-        return None, f"{saturated[0]} ({passed})"
     if fail is None:
         return lo, "ramp ended before a step failed (--ramp-max or --ramp-steps)"
+    if fail[1].startswith(LOAD_VERDICT):
+        passed = f"passed up to N={lo}" if lo else "no step passed"
+        return None, f"N={fail[0]}: {fail[1]} ({passed})"
     return lo, f"N={fail[0]}: {fail[1]}"

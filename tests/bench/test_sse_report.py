@@ -48,12 +48,20 @@ def test_the_resolution_is_200_streams_or_a_tenth_of_the_last_pass():
     assert ramp_next(steps, start=6400, most=20000, max_steps=9) is None
 
 
-def test_a_load_bound_step_ends_the_ramp_without_a_ceiling():
-    verdict = {3200: GAP_FAIL, 2400: LOAD_FAIL}
+def test_a_load_bound_step_bounds_the_bisection_and_no_ceiling_sits_under_one():
+    # 3,200 load-bound: the ramp bisects below it and finds the web's failure
+    verdict = {3200: LOAD_FAIL, 2400: GAP_FAIL, 2200: GAP_FAIL}
     ns, (ceiling, why) = _ramp(lambda n: verdict.get(n, ""))
-    assert ns == [200, 400, 800, 1600, 3200, 2400]
+    assert ns == [200, 400, 800, 1600, 3200, 2400, 2000, 2200]
+    assert (ceiling, why) == (2000, f"N=2200: {GAP_FAIL}")
+    # the step just above the last pass was load-bound: no ceiling is reported
+    verdict = {3200: GAP_FAIL, 2400: GAP_FAIL, 2000: LOAD_FAIL, 1800: LOAD_FAIL}
+    ns, (ceiling, why) = _ramp(lambda n: verdict.get(n, ""))
+    assert ns == [200, 400, 800, 1600, 3200, 2400, 2000, 1800]
     assert ceiling is None
-    assert why == f"{LOAD_FAIL} (passed up to N=1600)"
+    assert why == f"N=1800: {LOAD_FAIL} (passed up to N=1600)"
+    ns, (ceiling, why) = _ramp(lambda n: LOAD_FAIL)
+    assert (ns, ceiling, why) == ([200], None, f"N=200: {LOAD_FAIL} (no step passed)")
 
 
 def test_the_ramp_stops_at_its_step_limit_and_at_its_most_streams():
