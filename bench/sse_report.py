@@ -172,10 +172,10 @@ def ramp_next(
     each ``(N, why it failed)`` (``''``: passed, :func:`step_verdict`).
 
     Doubles N from ``start`` while every step passes (the last step ``most`` streams
-    where doubling would pass it); after
-    the first failure bisects between the largest pass below it and the smallest
-    failure (halfway, rounded to RAMP_ROUND streams) until they are at most
-    RAMP_RESOLUTION streams or RAMP_RESOLUTION_SHARE of the pass apart. Stops after
+    where doubling would pass it); after the first failure bisects between the
+    largest pass below it and the smallest failure (halfway, rounded to RAMP_ROUND
+    streams) until they are at most RAMP_RESOLUTION streams or RAMP_RESOLUTION_SHARE
+    of the pass apart (a first step that fails: between 0 and it). Stops after
     ``max_steps`` steps. A step refused as load-bound (LOAD_VERDICT) bounds the
     bisection like a failure: the steps below it may still say where the web breaks
     (:func:`ramp_result` reports no ceiling only when the step above it was one)."""
