@@ -2,7 +2,7 @@
 today | now | goal | met?), each row with its pinning and its params.
 
     .venv/bin/python bench/hot_path.py [--parts sse api moderation turn]
-        [--streams 200] [--tokens 100] [--ramp] [--turns 10] [--users 100]
+        [--streams 200] [--tokens 100] [--ramp [--ramp-steps 8]] [--turns 10] [--users 100]
         [--moderation-turns 10] [--concurrency 1 50] [--min-samples 20]
         [--moderation-n 20] [--out FILE]
 
@@ -65,6 +65,9 @@ PARTS = ["sse", "api", "moderation", "turn"]
 # rounds on a busy machine, turn 205 s); a part stopped at its limit loses its rows,
 # so these are generous: they catch a part that hangs.
 LIMITS_S = {"sse": 240, "api": 300, "moderation": 180, "turn": 420}
+# What ``--ramp`` adds to the sse part's limit per ramp step, s (a step at 3,200
+# streams takes about 60 s on two cores, most of it POSTing the turns).
+RAMP_STEP_LIMIT_S = 90
 # After SIGTERM, how long a part may take to stop what it started before SIGKILL, s.
 STOP_GRACE_S = 30
 LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
@@ -77,6 +80,9 @@ def option_parser() -> argparse.ArgumentParser:
     p.add_argument("--streams", type=int, default=200, help="sse: open streams")
     p.add_argument("--tokens", type=int, default=100, help="sse: tokens per stream")
     p.add_argument("--ramp", action="store_true", help="sse: ramp N until it breaks")
+    p.add_argument(
+        "--ramp-steps", type=int, default=8, help="sse: the ramp's most steps"
+    )
     p.add_argument("--turns", type=int, default=10, help="turn: c=1 turns")
     p.add_argument("--users", type=int, default=100, help="turn: users at once")
     p.add_argument("--moderation-turns", type=int, default=10, help="turn: per kind")
@@ -93,7 +99,9 @@ def _sse(args: argparse.Namespace) -> list[dict]:
     from bench import sse_fanout
 
     argv = ["--streams", str(args.streams), "--tokens", str(args.tokens)]
-    bench_args = sse_fanout.setup(argv + (["--ramp"] if args.ramp else []))
+    if args.ramp:
+        argv += ["--ramp", "--ramp-steps", str(args.ramp_steps)]
+    bench_args = sse_fanout.setup(argv)
     try:
         return sse_fanout.hot_path_rows(bench_args)
     finally:
@@ -181,9 +189,16 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def part_run(name: str, argv: list[str], tmp: Path) -> PartOutcome:
+def part_limit_s(name: str, args: argparse.Namespace) -> int:
+    """Part ``name``'s wall-clock limit, s: LIMITS_S, and for the sse part's ramp
+    RAMP_STEP_LIMIT_S per ``--ramp-steps`` step."""
+    extra = RAMP_STEP_LIMIT_S * args.ramp_steps if name == "sse" and args.ramp else 0
+    return LIMITS_S[name] + extra
+
+
+def part_run(name: str, argv: list[str], tmp: Path, limit_s: int) -> PartOutcome:
     """Run part ``name`` in its own process (this script with ``--part``), echoing
-    its output; return its rows and notes."""
+    its output, stopped after ``limit_s`` seconds; return its rows and notes."""
     outcome = PartOutcome(name)
     rows_out = tmp / f"{name}.json"
     env = {k: v for k, v in os.environ.items() if k != RESULTS_ENV}  # rows: here
@@ -205,7 +220,7 @@ def part_run(name: str, argv: list[str], tmp: Path) -> PartOutcome:
         fired.append(True)
         _stop(proc)
 
-    timer = threading.Timer(LIMITS_S[name], on_limit)
+    timer = threading.Timer(limit_s, on_limit)
     timer.start()
     try:
         assert proc.stdout is not None
@@ -215,7 +230,7 @@ def part_run(name: str, argv: list[str], tmp: Path) -> PartOutcome:
     finally:
         timer.cancel()
     if fired:
-        outcome.notes.append(f"stopped at its {LIMITS_S[name]} s limit")
+        outcome.notes.append(f"stopped at its {limit_s} s limit")
     outcome.seconds = time.monotonic() - started
     rc = proc.wait()
     if rc == 3 and last.startswith("hot-path-skip: "):
@@ -256,7 +271,8 @@ def main() -> None:
     page = ""
     with tempfile.TemporaryDirectory(prefix="hot-path-") as tmp:
         for name in parts:
-            parts[name] = part_run(name, argv, Path(tmp))
+            limit_s = part_limit_s(name, args)
+            parts[name] = part_run(name, argv, Path(tmp), limit_s)
             page = table_render(parts=parts, header=header(now, commit, argv))
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(page, encoding="utf-8")

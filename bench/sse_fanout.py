@@ -22,15 +22,17 @@ Figures (each says how it was pinned):
   the frame's read); done lag (the last token frame to the ``done`` frame, p50/p99 ms:
   N answers ending together);
 - the web process's threads at peak, per open stream;
-- the load core's use (all processes on it, /proc/stat) and the load side's own CPU
-  (client, worker, Redis, PostgreSQL). A step whose load core was saturated
-  (>= LOAD_SATURATED busy) says so and its ceiling is not reported: the web process was
-  not what limited it.
+- the cores' use and interrupts (/proc/stat: all processes) and the load side's own
+  CPU by part (client, worker, Redis, PostgreSQL) while tokens stream and in all; a
+  step that missed the gap with its load core saturated gets no ceiling
+  (:func:`bench.sse_report.step_verdict`).
 
-``--ramp`` doubles N from the first ``--streams`` until frame gap p99 >= 250 ms (or
-streams fail, or the load core saturates) and reports the most streams that passed
-and why the next step failed. Where the load core saturates before the web's does,
-the streams-per-core row is derived instead, labelled so
+``--ramp`` doubles N from the first ``--streams`` until a step fails, then bisects
+between the last pass and the first failure to 200 streams or 10 % (at most
+``--ramp-steps`` steps, about 45 s each at 2,000 streams) and reports the most streams
+that passed and why the step above failed (:func:`bench.sse_report.ramp_next`). Where
+the load core saturates before the web's does, the streams-per-core row is derived
+instead, labelled so
 (:func:`bench.sse_report.per_core_derived`: N over the web core's use at the largest
 N the load side did not limit). :func:`hot_path_rows` is the benchmark table's call.
 """
@@ -58,16 +60,19 @@ from bench.sse_load import (  # noqa: E402
     Phases,
     batched_worker,
     cores_pick,
+    load_side_cpu_s,
+    loop_run,
     pin_tree,
     pinned,
     service_pids,
-    tree_cpu_s,
 )
 from bench.sse_report import (  # noqa: E402
     LOAD_SATURATED,
     per_core_derived,
     pinning,
     py_spy_start,
+    ramp_next,
+    ramp_result,
     report,
     step_verdict,
 )
@@ -128,17 +133,13 @@ async def post_turns(base: str, password: str, n: int) -> tuple[str, list[str]]:
     return cookie, list(paths)
 
 
-def _worker_main(out: multiprocessing.Queue, kwargs: dict) -> None:
-    out.put(asyncio.run(batched_worker(**kwargs)))
-
-
-def _load_cpu(pids: list[int]) -> float:
-    return sum(tree_cpu_s(p) for p in pids)
+def _worker_main(out: multiprocessing.Queue, kwargs: dict, loop: str) -> None:
+    out.put(loop_run(batched_worker(**kwargs), loop))
 
 
 async def fan_out(
     n: int, args: argparse.Namespace, web_pid: int, host: str, port: int,
-    cookie: str, paths: list[str], load_pids: list[int],
+    cookie: str, paths: list[str], load_pids: dict[str, int],
 ) -> dict:  # fmt: skip
     """Open the streams, run the worker, read every stream to its end."""
     stats = [StreamStats() for _ in paths]
@@ -157,32 +158,38 @@ async def fan_out(
     out: multiprocessing.Queue = ctx.Queue()
     kwargs = {"pool": POOL, "expect": n, "tokens": args.tokens,
               "delay_ms": args.delay_ms, "web_pid": web_pid}  # fmt: skip
-    worker = ctx.Process(target=_worker_main, args=(out, kwargs), daemon=True)
+    worker = ctx.Process(
+        target=_worker_main, args=(out, kwargs, args.client_loop), daemon=True
+    )
     cores = CoreUse(sorted({args.web_core, args.load_core}))
     cores.start()
     worker.start()
     spy = py_spy_start(args, web_pid) if args.py_spy_phase == "tokens" else None
-    load0 = _load_cpu([*load_pids, os.getpid(), worker.pid or 0])
+    load0 = load_side_cpu_s(load_pids)
     t0 = time.monotonic()
     threads = 0
     pending = set(tasks)
-    cpu_samples: list[tuple[float, float]] = []  # (monotonic s, web CPU s)
+    # (monotonic s, web CPU s, /proc/stat's cores, the load side's CPU s by part)
+    cpu_samples: list[tuple[float, float, dict, dict]] = []
     while pending:
         _, pending = await asyncio.wait(pending, timeout=0.1)
         threads = max(threads, proc_threads(web_pid))
-        cpu_samples.append((time.monotonic(), proc_cpu_s(web_pid)))
+        cpu_samples.append((time.monotonic(), proc_cpu_s(web_pid), CoreUse.read(),
+                            load_side_cpu_s(load_pids)))  # fmt: skip
         ends_at = t0 + args.tokens * args.delay_ms / 1000 - 0.5
         if spy is None and args.py_spy_phase == "done" and time.monotonic() > ends_at:
             spy = py_spy_start(args, web_pid)
-    load_cpu = _load_cpu([*load_pids, os.getpid(), worker.pid or 0]) - load0
+    load1 = load_side_cpu_s(load_pids)
     wall = time.monotonic() - t0
     busy = cores.stop()
     phases: Phases = await asyncio.to_thread(out.get, True, 30)
+    parts = {k: (load1[k] - load0[k]) / wall for k in load1}
+    parts["worker"] = phases.cpu_s / wall
     if spy is not None:
         spy.wait(timeout=30)
     worker.join(10)
     return {"stats": stats, "phases": phases, "threads": threads, "wall_s": wall,
-            "busy": busy, "load_cpu_s": load_cpu, "rss_open": rss_open,
+            "busy": busy, "irq": cores.irq, "load_parts": parts, "rss_open": rss_open,
             "web_cpu_end": proc_cpu_s(web_pid), "cpu_samples": cpu_samples}  # fmt: skip
 
 
@@ -208,8 +215,9 @@ def run_one(n: int, args: argparse.Namespace) -> dict:
             cookie, paths = asyncio.run(post_turns(web.base, password, n))
             host, port = web.base[7:].split(":")
             rss_before, base_threads = proc_rss_mib(pid), proc_threads(pid)
-            run = asyncio.run(
-                fan_out(n, args, pid, host, int(port), cookie, paths, args.load_pids)
+            run = loop_run(
+                fan_out(n, args, pid, host, int(port), cookie, paths, args.load_pids),
+                args.client_loop,
             )
         finally:
             redis.zrem(keys.workers_key(POOL), fake)
@@ -233,8 +241,17 @@ def _figures(
     t_tok = ph.at["tokens"]
     t_last = max((m for s in stats for m in s.token_monos[-1:]), default=t_tok)
     window_frames = sum(len(s.token_monos) for s in stats)
-    cpu_last = next(
-        (c for t, c in run["cpu_samples"] if t >= t_last), run["web_cpu_end"]
+    samples = run["cpu_samples"]
+    at_last = next((x for x in samples if x[0] >= t_last), samples[-1])
+    at_tok = next((x for x in reversed(samples) if x[0] <= t_tok), samples[0])
+    cpu_last = at_last[1] if at_last[0] >= t_last else run["web_cpu_end"]
+    # the cores and the load side over the token frames' window (the gap's)
+    span = max(1e-9, at_last[0] - at_tok[0])
+    cores = sorted({args.web_core, args.load_core})
+    tok_busy, tok_irq = CoreUse.between(at_tok[2], at_last[2], cores)
+    tok_parts = {k: (at_last[3][k] - at_tok[3][k]) / span for k in at_tok[3]}
+    tok_parts["worker"] = (ph.cpu["tokens_end"] - ph.cpu["tokens"]) / max(
+        1e-9, ph.at["tokens_end"] - ph.at["tokens"]
     )
     steady_cpu = cpu_last - ph.web_cpu["tokens"]
     settle_cpu = run["web_cpu_end"] - cpu_last
@@ -254,28 +271,35 @@ def _figures(
         "threads": run["threads"],
         "threads_per_stream": max(0, run["threads"] - run["base_threads"]) / n,
         "rss_per_k": (run["rss_open"] - rss0) * 1000 / n,
-        "web_core_busy": busy[args.web_core], "load_core_busy": busy[args.load_core],
-        "load_cores_ours": run["load_cpu_s"] / run["wall_s"],
+        "web_core_busy": tok_busy[args.web_core],
+        "load_core_busy": tok_busy[args.load_core],
+        "web_core_irq": tok_irq[args.web_core],
+        "load_core_irq": tok_irq[args.load_core],
+        "load_parts": tok_parts,
+        "run_web_core_busy": busy[args.web_core],
+        "run_load_core_busy": busy[args.load_core],
+        "run_load_cores_ours": sum(run["load_parts"].values()),
+        "load_cores_ours": sum(tok_parts.values()),
         "late_ticks": ph.late_ticks, "tick_rtt_max_ms": ph.tick_rtt_max_ms,
         "wall_s": run["wall_s"], "load_avg": os.getloadavg()[0], "warnings": warn,
     }  # fmt: skip
 
 
 def ramp(args: argparse.Namespace) -> tuple[list[dict], int | None, str]:
-    """Run steps from the first ``--streams`` N, doubling it while one passes (up to
-    ``--ramp-max``). Return the rows, the ceiling (None: not reported, the load core
-    limited it) and why the last step failed."""
-    rows, n, ceiling, why = [], args.streams[0], 0, "ramp ended"
-    while n <= args.ramp_max:
+    """Run the steps :func:`bench.sse_report.ramp_next` picks from the first
+    ``--streams`` N (doubling to the first failure, then bisecting; at most
+    ``--ramp-steps`` steps, ``--ramp-max`` streams). Return the rows, the ceiling
+    (None: the step above it was refused as load-bound) and why the step above it
+    failed (:func:`bench.sse_report.ramp_result`)."""
+    rows: list[dict] = []
+    verdicts: list[tuple[int, str]] = []
+    while (n := ramp_next(verdicts, start=args.streams[0], most=args.ramp_max,
+                          max_steps=args.ramp_steps)) is not None:  # fmt: skip
         r = run_one(n, args)
         rows.append(r)
         report(r, args)
-        why = step_verdict(r)
-        if why:
-            break
-        ceiling, n = n, n * 2
-    if why.startswith("load core saturated"):
-        return rows, None, why
+        verdicts.append((n, step_verdict(r)))
+    ceiling, why = ramp_result(verdicts)
     return rows, ceiling, why
 
 
@@ -311,7 +335,8 @@ def hot_path_rows(args: argparse.Namespace) -> list[dict]:
             "measure": "streams per web core, frame gap p99 < 250 ms",
             "value": ceiling if ceiling is not None else f"not reported ({why})",
             "unit": "streams", "goal": ">= 2000", "pinning": pin,
-            "params": f"ramp x2 from {args.streams[0]}; next step: {why}",
+            "params": f"ramp x2 from {args.streams[0]}, then bisected (steps "
+            f"{', '.join(str(r['n']) for r in ramped)}); above it: {why}",
         })  # fmt: skip
     rows.append({**per_core_derived(steps, args), "pinning": pin})
     return rows
@@ -322,7 +347,7 @@ def setup(argv: list[str] | None = None) -> argparse.Namespace:
     (restored by :func:`unpin`)."""
     parser = option_parser(
         __doc__.split("\n\n")[0], streams=[200], tokens=200, delay_ms=20.0,
-        ramp=False, ramp_max=4000, server="uvicorn", nice=0,
+        ramp=False, ramp_max=4000, ramp_steps=8, server="uvicorn", nice=0,
     )  # fmt: skip
     parser.add_argument("--profile", metavar="FILE", help="cProfile the web process")
     parser.add_argument(
@@ -332,13 +357,15 @@ def setup(argv: list[str] | None = None) -> argparse.Namespace:
         "from the venv) while tokens stream, or from the first done frame on",
     )
     parser.add_argument("--py-spy-phase", choices=["tokens", "done"], default="tokens")
+    loops = ["uvloop", "asyncio"]  # the client's and the worker's event loop
+    parser.add_argument("--client-loop", choices=loops, default="uvloop")
     args = parser.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     django_start({**ENV, "CHAT_MAX_TOKENS": str(args.tokens)})
     args.web_core, args.load_core = cores_pick()
-    args.load_pids = list(service_pids().values())
-    for pid in args.load_pids:
+    args.load_pids = service_pids()
+    for pid in args.load_pids.values():
         pin_tree(pid, {args.load_core}, args.nice)
     os.sched_setaffinity(0, {args.load_core})
     os.setpriority(os.PRIO_PROCESS, 0, args.nice)  # what this process starts inherits
@@ -347,7 +374,7 @@ def setup(argv: list[str] | None = None) -> argparse.Namespace:
 
 def unpin(args: argparse.Namespace) -> None:
     """Give the services every core back."""
-    for pid in args.load_pids:
+    for pid in args.load_pids.values():
         pin_tree(pid, ALL_CORES, 0)
 
 

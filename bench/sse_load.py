@@ -20,14 +20,15 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.procstat import proc_cpu_s
 
+T = TypeVar("T")
 ALL_CORES = frozenset(range(os.cpu_count() or 1))
 
 
@@ -121,36 +122,73 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
+def load_side_cpu_s(pids: dict[str, int]) -> dict[str, float]:
+    """CPU s of the services' process trees (Redis, PostgreSQL's backends), by name,
+    and of this process (``client``) alone: the benchmark starts the web server, which
+    is not load; the worker reports its own (:attr:`Phases.cpu`)."""
+    return {
+        **{k: tree_cpu_s(p) for k, p in pids.items()},
+        "client": proc_cpu_s(os.getpid()),
+    }
+
+
+def loop_run(coro: Coroutine[Any, Any, T], loop: str) -> T:
+    """Run ``coro`` on a new event loop: ``uvloop`` (reads a socket for about half the
+    CPU of asyncio's own loop: the load side stays light) or ``asyncio``."""
+    factory = asyncio.new_event_loop
+    if loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(coro)
+
+
 @dataclass
 class CoreUse:
     """Busy share of some cores between :meth:`start` and :meth:`stop` (0-1 each),
     from /proc/stat: every process on the core, not only ours."""
 
     cores: list[int]
-    _t0: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # after stop(): each core's share (0-1) in interrupts (irq + softirq: the
+    # loopback's packets are processed there, in no process's CPU time)
+    irq: dict[int, float] = field(default_factory=dict)
+    _t0: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
     @staticmethod
-    def _read() -> dict[int, tuple[int, int]]:
-        out: dict[int, tuple[int, int]] = {}
+    def read() -> dict[int, tuple[int, int, int]]:
+        """Each core's (all ticks, idle ticks, interrupt ticks) from /proc/stat."""
+        out: dict[int, tuple[int, int, int]] = {}
         for line in Path("/proc/stat").read_text().splitlines():
             name, *vals = line.split()
             if name.startswith("cpu") and name != "cpu":
                 ticks = [int(v) for v in vals]
                 idle = ticks[3] + ticks[4]  # idle + iowait
-                out[int(name[3:])] = (sum(ticks[:8]), idle)
+                out[int(name[3:])] = (sum(ticks[:8]), idle, ticks[5] + ticks[6])
         return out
 
     def start(self) -> None:
-        self._t0 = self._read()
+        self._t0 = self.read()
 
     def stop(self) -> dict[int, float]:
-        now = self._read()
-        busy: dict[int, float] = {}
-        for c in self.cores:
-            total = now[c][0] - self._t0[c][0]
-            idle = now[c][1] - self._t0[c][1]
-            busy[c] = 1 - idle / total if total else 0.0
+        busy, self.irq = self.between(self._t0, self.read(), self.cores)
         return busy
+
+    @staticmethod
+    def between(
+        a: dict[int, tuple[int, int, int]],
+        b: dict[int, tuple[int, int, int]],
+        cores: list[int],
+    ) -> tuple[dict[int, float], dict[int, float]]:
+        """Each of ``cores``' busy and interrupt shares (0-1) from :meth:`read` ``a``
+        to ``b``."""
+        busy: dict[int, float] = {}
+        irq: dict[int, float] = {}
+        for c in cores:
+            total = b[c][0] - a[c][0]
+            busy[c] = 1 - (b[c][1] - a[c][1]) / total if total else 0.0
+            irq[c] = (b[c][2] - a[c][2]) / total if total else 0.0
+        return busy, irq
 
 
 def _resp(*parts: bytes) -> bytes:
@@ -186,13 +224,16 @@ class Phases:
     """What the worker reports: wall times (time.monotonic) of its first token tick,
     of its last token tick written and of the ``done`` events written; the web
     process's CPU seconds at each; the job ids it served; the ticks it wrote late
-    (more than a tick behind schedule) and the longest tick's round trip (ms)."""
+    (more than a tick behind schedule), the longest tick's round trip (ms) and the
+    worker process's own CPU seconds (all of its run, and at each mark)."""
 
     jobs: list[str] = field(default_factory=list)
     at: dict[str, float] = field(default_factory=dict)
     web_cpu: dict[str, float] = field(default_factory=dict)
     late_ticks: int = 0
     tick_rtt_max_ms: float = 0.0
+    cpu_s: float = 0.0
+    cpu: dict[str, float] = field(default_factory=dict)
 
 
 async def batched_worker(
@@ -223,6 +264,7 @@ async def batched_worker(
     def mark(name: str) -> None:
         phases.at[name] = time.monotonic()
         phases.web_cpu[name] = proc_cpu_s(web_pid)
+        phases.cpu[name] = time.process_time()
 
     start = time.time()
     async with redis.pipeline(transaction=False) as pipe:
@@ -280,4 +322,5 @@ async def batched_worker(
     mark("done_written")
     writer.close()
     await redis.aclose()
+    phases.cpu_s = time.process_time()
     return phases
