@@ -100,8 +100,11 @@ def _turn(user: Any, conversation: Any = None) -> TurnRequest:
 
 
 def test_only_a_first_message_with_nothing_else_to_write_skips_the_transaction(user):
-    plain, quoted = BuiltContext(messages=[], prompt_tokens=1), BuiltContext(
-        messages=[], prompt_tokens=1, passages=[Passage(key=1, title="d", text="x")]
+    plain, quoted = (
+        BuiltContext(messages=[], prompt_tokens=1),
+        BuiltContext(
+            messages=[], prompt_tokens=1, passages=[Passage(key=1, title="d", text="x")]
+        ),
     )
     assert rows.rows_one_statement(_turn(user), built=plain, scope=Scope())
     assert not rows.rows_one_statement(_turn(user), built=quoted, scope=Scope())
