@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from gateway import cache, fallback, quota
 from gateway.cache import CacheHit
@@ -155,7 +155,8 @@ def generation_start(
     writes the database with at most one statement, so in autocommit that statement
     is its own transaction (its deferred constraints checked at its end) and the
     BEGIN and COMMIT around it (two round trips) are left out; what else it does
-    must leave nothing to undo if it raises after that statement. ``job_id``: the job's id
+    must leave nothing to undo if it raises after that statement (called inside a
+    transaction it still gets the durable one, which refuses that). ``job_id``: the job's id
     (None: a new one). Raises the admission's errors (ModerationBlocked,
     ModerationUnavailable, ContextOverflow, QuotaExceeded, PoolSaturated, NotFound,
     Forbidden) and whatever ``store`` raises; nothing stays reserved or enqueued then.
@@ -164,9 +165,11 @@ def generation_start(
     with reservation_guard(user_id=request.user.pk, job_id=job_id):
         admission = generation_admit(request, job_id=job_id)
         stored = None
-        if store is not None and not store_atomic:
+        if store is not None and not store_atomic and not connection.in_atomic_block:
             stored = store(admission)
-        elif store is not None:
+        elif (
+            store is not None
+        ):  # inside a transaction: durable refuses (tests: allowed)
             with transaction.atomic(durable=True):
                 stored = store(admission)
         enqueued_at = generation_submit(

@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from conversations import services
 from conversations.models import Conversation, Message
@@ -92,6 +92,16 @@ def test_a_failing_statement_leaves_nothing_stored_nor_reserved(user, monkeypatc
         services.turn_start(user=user, content="Hello there")
     assert not Conversation.objects.exists()
     assert not Message.objects.exists()
+    assert _reservations() == []
+
+
+def test_a_first_message_inside_a_callers_transaction_is_refused_as_before(user):
+    """The lifecycle's store may not run inside a transaction (its rows must be
+    committed before the job is submitted): durable still refuses that."""
+    fake_heartbeat()
+    with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
+        services.turn_start(user=user, content="Hello there")
+    assert not Conversation.objects.exists()
     assert _reservations() == []
 
 
