@@ -13,7 +13,7 @@ POST sent to the first token frame read; the answer's rest REST_S later, then th
 process is let go quiet). Three warm turns each first. Prints each tree's mean
 (sum / turns), median and p10-p90, and the paired differences (B - A: the B turn
 minus the A turn of the same pair): their mean, median and the mean's standard
-error. Needs the dev services
+error, and how many pairs have B below A. Needs the dev services
 (migrated), as bench/hot_path.py.
 """
 
@@ -122,7 +122,8 @@ def main() -> None:
         f"B - A per pair: mean {statistics.mean(diffs):+.3f} ms (s.e. {error:.3f}), "
         f"median "
         f"{statistics.median(diffs):+.3f}, p10-p90 {pct(diffs, 10):+.2f}-"
-        f"{pct(diffs, 90):+.2f}; {load_note()}"
+        f"{pct(diffs, 90):+.2f}; pairs with B below A: "
+        f"{sum(d < 0 for d in diffs)} of {len(diffs)}; {load_note()}"
     )
 
 

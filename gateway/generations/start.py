@@ -7,7 +7,8 @@ so that no I/O happens under a row lock and no token budget leaks:
 1. admission (input moderation, routing, the quota reservation, the caches, admission
    control) — Redis and the database, outside any transaction;
 2. ``store(admission)`` — the caller's rows (the chat's messages) in one short,
-   durable transaction; nothing else runs inside it;
+   durable transaction; nothing else runs inside it (a store that writes with one
+   statement runs without it: the statement is its own transaction);
 3. submission — the job is enqueued (or a cache hit written as its stream) after that
    transaction committed.
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from gateway import cache, fallback, quota
 from gateway.cache import CacheHit
@@ -142,6 +143,7 @@ def generation_start(
     request: GenerationRequest,
     *,
     store: Callable[[Admission], T] | None = None,
+    store_atomic: bool = True,
     job_id: str | None = None,
 ) -> Started[T | None]:
     """Admit, store and submit ``request`` (see the module docstring for the order).
@@ -149,7 +151,12 @@ def generation_start(
     Admission is :func:`generation_admit` (the request's fields are described on
     :class:`GenerationRequest`). ``store`` runs in its own durable transaction (it may
     not be called inside one) and returns what the caller wants back; it may raise a
-    DomainError (e.g. Conflict) to refuse the request. ``job_id``: the job's id
+    DomainError (e.g. Conflict) to refuse the request. ``store_atomic`` False: ``store``
+    writes the database with at most one statement, so in autocommit that statement
+    is its own transaction (its deferred constraints checked at its end) and the
+    BEGIN and COMMIT around it (two round trips) are left out; what else it does
+    must leave nothing to undo if it raises after that statement (called inside a
+    transaction it still gets the durable one, which refuses that). ``job_id``: the job's id
     (None: a new one). Raises the admission's errors (ModerationBlocked,
     ModerationUnavailable, ContextOverflow, QuotaExceeded, PoolSaturated, NotFound,
     Forbidden) and whatever ``store`` raises; nothing stays reserved or enqueued then.
@@ -158,7 +165,11 @@ def generation_start(
     with reservation_guard(user_id=request.user.pk, job_id=job_id):
         admission = generation_admit(request, job_id=job_id)
         stored = None
-        if store is not None:
+        if store is not None and not store_atomic and not connection.in_atomic_block:
+            stored = store(admission)
+        elif (
+            store is not None
+        ):  # inside a transaction: durable refuses (tests: allowed)
             with transaction.atomic(durable=True):
                 stored = store(admission)
         enqueued_at = generation_submit(

@@ -1,10 +1,10 @@
 """The database round trips of a chat turn's POST (issue 13: what the turn path costs).
 
 A first message without memory, as a new user sends it: the user (the session is read
-from the cache) with their suspension flag, one query for the user's
-preferences and memory sources, plan, then the turn's short transaction: the
-conversation inserted with its current leaf and both messages in one statement (no
-savepoint, no update of the conversation)."""
+from the cache) with their suspension flag, plan, preferences and memory sources in
+one query, then the conversation inserted with its current leaf and both messages in
+one statement, which needs no transaction around it outside a test's own (no update
+of the conversation)."""
 
 from __future__ import annotations
 
@@ -35,12 +35,13 @@ def test_a_first_turn_reads_each_thing_once_and_writes_without_savepoints(
     ]
     assert sum('FROM "memory_' in s for s in sql) == 1, sql  # one for all three
     assert len(tables) == 3, sql
-    # the preferences in that same query
+    # the preferences in that same query (the user's)
     assert [s for s in sql if "gateway_userpreference" in s] == [
         s for s in sql if 'FROM "memory_' in s
     ], sql
     assert not any("django_session" in s for s in sql), sql  # cached_db: a cache hit
-    # the test's own transaction makes the turn's durable one a savepoint: that one only
+    # one statement, its own transaction in autocommit (test_turn_first_write.py); the
+    # test's own transaction makes the lifecycle's durable one a savepoint here
     assert sum(s.startswith("SAVEPOINT") for s in sql) == 1, sql
     assert not any('SET "doc_scope"' in s for s in sql), sql
     # the conversation and both messages in one statement
@@ -52,4 +53,9 @@ def test_a_first_turn_reads_each_thing_once_and_writes_without_savepoints(
     # the suspension flag read with the user (safety.backends): no query of its own
     suspension = [s for s in sql if "safety_suspension" in s]
     assert len(suspension) == 1 and 'FROM "auth_user"' in suspension[0], sql
-    assert len(sql) <= 6, "\n".join(sql)
+    # the preferences and memory sources read with the user too: the user read, then
+    # the INSERT (within its savepoint here)
+    assert "gateway_userpreference" in suspension[0], suspension
+    assert [s.split()[0] for s in sql] == ["SELECT", "SAVEPOINT", "WITH", "RELEASE"], (
+        sql
+    )

@@ -64,3 +64,34 @@ def test_memory_switched_off_leaves_the_facts_out_but_not_the_documents(user):
     MemorySettings.objects.create(user=user, enabled=False)
     assert turn_reads(user=user).memory_sources == (False, False)
     assert memory_selectors.memory_sources(user=user) == (False, False)
+
+
+def _session_user(user):
+    """``user`` as a request reads it from its session (safety.backends)."""
+    from safety.backends import SessionUserBackend
+
+    return SessionUserBackend().get_user(user.pk)
+
+
+@pytest.mark.parametrize("stored", [False, True])
+def test_the_session_users_read_carries_the_reads_so_a_turn_makes_no_query(
+    user, stored, django_assert_num_queries
+):
+    if stored:
+        UserPreference.objects.create(
+            user=user, reuse_cached_answers=True, default_model="big"
+        )
+        MemoryFact.objects.create(user=user, text="I keep bees.", embedding=_vector())
+    read = _session_user(user)
+    with django_assert_num_queries(0):
+        carried = turn_reads(user=read)
+    queried = turn_reads(user=user)
+    assert carried.memory_sources == queried.memory_sources == (stored, False)
+    assert carried.preference.pk == queried.preference.pk
+    assert carried.preference.user_id == user.pk
+    assert carried.preference.reuse_cached_answers is stored
+    assert carried.preference.default_model == ("big" if stored else "")
+    if stored:
+        assert carried.preference.updated_at == queried.preference.updated_at
+        MemorySettings.objects.create(user=user, enabled=False)
+        assert turn_reads(user=_session_user(user)).memory_sources == (False, False)

@@ -2,7 +2,8 @@
 
 :func:`rows_store` is the ``store`` step of :func:`gateway.generations.generation_start`:
 it runs in the lifecycle's short, durable transaction after admission, and nothing but
-these writes runs under the conversation's row lock.
+these writes runs under the conversation's row lock. A new conversation's plain first
+message is one statement and runs without that transaction (:func:`rows_one_statement`).
 """
 
 from __future__ import annotations
@@ -100,6 +101,17 @@ def citations_store(answer: Message, built: BuiltContext) -> None:
         memory_services.citations_store(
             message_id=answer.id, chunk_ids=[p.key for p in built.passages]
         )
+
+
+def rows_one_statement(turn: TurnRequest, *, built: BuiltContext, scope: Scope) -> bool:
+    """Whether :func:`rows_store` writes ``turn``'s rows with one statement and nothing
+    else that a transaction would undo: a first message (a new conversation,
+    :func:`new_thread_rows_store`) with no scope documents and no citations, whose
+    remembered fact, if any, is queued after the write as on commit. Such a store
+    needs no BEGIN and COMMIT around it (in autocommit the statement is its own
+    transaction, its deferred foreign keys checked at its end), so a failure leaves
+    nothing stored."""
+    return turn.conversation is None and not scope.document_ids and not built.passages
 
 
 def rows_store(
@@ -219,7 +231,9 @@ def new_thread_rows_store(
 
     No other answer can stream in a new conversation (no savepoint), and the answer is
     its leaf from the start (the foreign key is DEFERRABLE INITIALLY DEFERRED, checked
-    at commit): one INSERT statement (:func:`thread_insert`) and the COMMIT.
+    at commit): one INSERT statement (:func:`thread_insert`), then the scope's
+    documents and the citations when there are any. Without those it may run outside
+    a transaction (:func:`rows_one_statement`).
     """
     assert turn.content is not None
     thread = Conversation(

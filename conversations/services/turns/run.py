@@ -8,7 +8,8 @@
 4. start it through the gateway's one lifecycle
    (:func:`gateway.generations.generation_start`): admission reserves the tokens, then
 5. store the rows (:func:`.rows.rows_store`) in its short transaction (the
-   conversation row locked only for that); the job is submitted after commit.
+   conversation row locked only for that; a plain first message, one statement, needs
+   none: :func:`.rows.rows_one_statement`); the job is submitted after commit.
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ from conversations.services.turns.prompt import (
     scope_in_force,
 )
 from conversations.services.turns.request import Turn, TurnRequest
-from conversations.services.turns.rows import idle_check, rows_store
+from conversations.services.turns.rows import (
+    idle_check,
+    rows_one_statement,
+    rows_store,
+)
 from conversations.turn_selectors import turn_reads
 from gateway import generations
 from gateway import selectors as gateway_selectors
@@ -95,7 +100,14 @@ def turn_run(
             )
         return stored
 
-    started = generations.generation_start(request, store=store)
+    # a plain first message is one INSERT: no BEGIN and COMMIT around it; the tool
+    # parameters kept with the rows need the transaction (undone if keeping fails)
+    started = generations.generation_start(
+        request,
+        store=store,
+        store_atomic=bool(offered)
+        or not rows_one_statement(turn, built=built, scope=scope),
+    )
     assert started.stored is not None
     return started.stored
 
