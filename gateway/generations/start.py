@@ -165,12 +165,12 @@ def generation_start(
     with reservation_guard(user_id=request.user.pk, job_id=job_id):
         admission = generation_admit(request, job_id=job_id)
         stored = None
-        if store is not None and not store_atomic and not connection.in_atomic_block:
-            stored = store(admission)
-        elif (
-            store is not None
-        ):  # inside a transaction: durable refuses (tests: allowed)
-            with transaction.atomic(durable=True):
+        if store is not None:
+            # called inside a transaction, the durable atomic refuses (tests allow it)
+            if store_atomic or connection.in_atomic_block:
+                with transaction.atomic(durable=True):
+                    stored = store(admission)
+            else:
                 stored = store(admission)
         enqueued_at = generation_submit(
             user_id=request.user.pk,
