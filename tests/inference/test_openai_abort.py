@@ -54,19 +54,28 @@ def _job(job_id: str) -> Job:
     return Job(job_id=job_id, messages=[{"role": "user", "content": "hi"}])
 
 
+async def _consuming(
+    engine: OpenAIEngine, job_id: str
+) -> tuple[asyncio.Task[None], list[object]]:
+    """A task iterating ``engine.generate`` for ``job_id``, once it has the first
+    delta and generate waits on the stalled server again; the items it got."""
+    items: list[object] = []
+
+    async def consume() -> None:
+        async for item in engine.generate(_job(job_id)):
+            items.append(item)
+
+    task = asyncio.create_task(consume())
+    while not items:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # generate now waits on the server
+    return task, items
+
+
 async def _abort_while_waiting() -> tuple[list[object], bool, int]:
     engine, server, closed = await _stalled_engine()
     try:
-        items: list[object] = []
-
-        async def consume() -> None:
-            async for item in engine.generate(_job("stalled")):
-                items.append(item)
-
-        task = asyncio.create_task(consume())
-        while not items:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)  # generate now waits on the server
+        task, items = await _consuming(engine, "stalled")
         engine.abort("stalled")
         await asyncio.wait_for(task, 5)
         await asyncio.wait_for(closed.wait(), 5)
@@ -88,16 +97,7 @@ def test_abort_while_waiting_on_the_server_ends_cancelled_and_closes_the_stream(
 async def _cancel_from_outside() -> tuple[list[object], bool]:
     engine, server, closed = await _stalled_engine()
     try:
-        items: list[object] = []
-
-        async def consume() -> None:
-            async for item in engine.generate(_job("outside")):
-                items.append(item)
-
-        task = asyncio.create_task(consume())
-        while not items:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)
+        task, items = await _consuming(engine, "outside")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -117,16 +117,7 @@ def test_a_cancel_from_outside_cancels_the_reading_task():
 async def _abort_and_cancel() -> bool:
     engine, server, closed = await _stalled_engine()
     try:
-        items: list[object] = []
-
-        async def consume() -> None:
-            async for item in engine.generate(_job("both")):
-                items.append(item)
-
-        task = asyncio.create_task(consume())
-        while not items:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)
+        task, items = await _consuming(engine, "both")
         engine.abort("both")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
